@@ -1,0 +1,130 @@
+"""The one error hierarchy of ring, and the HTTP status each error maps to.
+
+Every failure a client, a peer, or a disk can cause is one of these. A single
+aiohttp middleware (ring/http_api/middleware.py) turns them into
+``{"error": CODE, "message": TEXT, ...}`` with ``status``; nothing else in the
+code base builds error responses. Programmer errors are ``assert``s, not these.
+
+    RingError                       500  internal (never for bad input)
+    +-- BadRequest                  400  malformed input (remote's fault)
+    |   +-- InvalidTopicName        400
+    |   +-- CorruptBatch            400  CRC or framing failure in a batch
+    +-- Unauthorized                401
+    +-- Forbidden                   403
+    +-- NotFound                    404
+    |   +-- UnknownTopic            404
+    |   +-- UnknownPartition        404
+    +-- Conflict                    409  (topic exists, stale generation ...)
+    +-- PayloadTooLarge             413  a record, a line or a request over a limit
+    +-- OffsetOutOfRange            416  names earliest/latest offsets
+    +-- Overloaded                  429  a bounded queue is full (Retry-After)
+    +-- NotEnoughReplicas           503  too few live replicas (Retry-After)
+    +-- Unavailable                 503  generic: shutting down, no leader ...
+    +-- RequestTimeout              504  outcome unknown
+    +-- StorageError                500  the local disk failed (local's fault)
+
+``CorruptBatch`` is also raised by the log reader on a damaged segment; the
+log catches it to cut a torn tail during recovery, so it never reaches a
+client from a read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RingError(Exception):
+    """Base of every handled error. ``extra`` fields go into the JSON body."""
+
+    status = 500
+    code = "internal"
+    retry_after_s: float | None = None
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        body.update(self.extra)
+        return body
+
+
+class BadRequest(RingError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidTopicName(BadRequest):
+    code = "invalid_topic_name"
+
+
+class CorruptBatch(BadRequest):
+    code = "corrupt_batch"
+
+
+class Unauthorized(RingError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(RingError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(RingError):
+    status = 404
+    code = "not_found"
+
+
+class UnknownTopic(NotFound):
+    code = "unknown_topic"
+
+
+class UnknownPartition(NotFound):
+    code = "unknown_partition"
+
+
+class Conflict(RingError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(RingError):
+    status = 413
+    code = "payload_too_large"
+
+
+class OffsetOutOfRange(RingError):
+    status = 416
+    code = "offset_out_of_range"
+
+
+class Overloaded(RingError):
+    status = 429
+    code = "overloaded"
+    retry_after_s = 1.0
+
+
+class NotEnoughReplicas(RingError):
+    status = 503
+    code = "not_enough_replicas"
+    retry_after_s = 1.0
+
+
+class Unavailable(RingError):
+    status = 503
+    code = "unavailable"
+    retry_after_s = 1.0
+
+
+class RequestTimeout(RingError):
+    status = 504
+    code = "timeout"
+
+
+class StorageError(RingError):
+    status = 500
+    code = "storage_error"

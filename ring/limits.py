@@ -1,0 +1,106 @@
+"""Every bound ring enforces, in one place, named with its unit last.
+
+A limit that is not here does not exist. Each carries a comment saying why
+that number. The README's "Limits" table is generated from this module by
+``python -m ring.limits`` and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# --- records and requests ----------------------------------------------------
+
+# One record (key + value + headers) as stored. Kafka's default is 1 MiB; a
+# bigger event belongs in object storage with a pointer in the log.
+MESSAGE_BYTES_MAX = 1 * MiB
+
+# One produce request body, counted while streaming (not only Content-Length).
+# 16 records at the maximum size, or ~16k records of 1 KiB: big enough to
+# batch well, small enough that a handful of such requests cannot exhaust RAM.
+REQUEST_BYTES_MAX = 16 * MiB
+
+# Records in one produce request. Bounds the per-request work and response size.
+RECORDS_PER_REQUEST_MAX = 50_000
+
+# One NDJSON line: a maximal record plus room for JSON escaping.
+NDJSON_LINE_BYTES_MAX = MESSAGE_BYTES_MAX + 64 * KiB
+
+# JSON nesting depth accepted in an event: deep nesting is an attack on the
+# parser (stack exhaustion), not a use case.
+JSON_DEPTH_MAX = 64
+
+# Headers on one record, and bytes of one header name.
+HEADERS_PER_RECORD_MAX = 64
+HEADER_NAME_BYTES_MAX = 256
+
+# A record key (query parameter or field). Keys are for placement, not payload.
+KEY_BYTES_MAX = 4 * KiB
+
+# --- fetch and long-poll -----------------------------------------------------
+
+FETCH_RECORDS_DEFAULT = 500
+# Records in one fetch answer: bounds the JSON a broker builds for one request.
+FETCH_RECORDS_MAX = 10_000
+FETCH_BYTES_DEFAULT = 1 * MiB
+# Bytes of stored batches read for one fetch; at least one whole batch is
+# always returned so a consumer can make progress past a big record.
+FETCH_BYTES_MAX = 16 * MiB
+
+# Longest a fetch may long-poll. Above this, proxies and load balancers start
+# cutting idle connections (many default to 60 s).
+LONG_POLL_WAIT_MS_MAX = 30_000
+# Long-polls open at once on one broker; each holds a connection and a waiter.
+LONG_POLLS_OPEN_MAX = 1_000
+
+# --- connections -------------------------------------------------------------
+
+# A client must send its request headers within this; dribbling headers is the
+# slowloris attack.
+HEADER_READ_TIMEOUT_S = 10.0
+# A client must send the whole body within this once headers are in.
+BODY_READ_TIMEOUT_S = 30.0
+# Idle keep-alive connections are closed after this (aiohttp's default is ~1 h).
+KEEPALIVE_TIMEOUT_S = 75.0
+# Bytes of one request line or header line (aiohttp's own parser limit).
+HEADER_LINE_BYTES_MAX = 8 * KiB
+
+# --- topics and the log ------------------------------------------------------
+
+TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,249}")
+TOPIC_NAME_BYTES_MAX = 249  # Kafka's limit: leaves room for ".../NNNN" dirs.
+TOPIC_PARTITIONS_DEFAULT = 8
+# Partitions of one topic: each is a directory with open files on every replica.
+TOPIC_PARTITIONS_MAX = 1_024
+TOPICS_MAX = 10_000
+
+# Segments roll at this size. Big enough for sequential I/O, small enough that
+# retention (which deletes whole segments) is not too coarse.
+SEGMENT_BYTES_DEFAULT = 64 * MiB
+# Smallest allowed segment (tests use small segments to exercise rolling).
+SEGMENT_BYTES_MIN = 1 * KiB
+SEGMENT_BYTES_MAX = 1024 * MiB
+# One sparse index entry per this many bytes of log: a lookup scans at most this.
+INDEX_INTERVAL_BYTES = 4 * KiB
+
+RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000  # a week, as Kafka
+RETENTION_BYTES_DEFAULT = -1  # no size limit unless asked
+
+# fsync policy "interval" with no number given.
+FSYNC_INTERVAL_MS_DEFAULT = 1_000
+
+
+def validate() -> None:
+    """Checked at start: the limits must be consistent with each other."""
+    assert MESSAGE_BYTES_MAX <= REQUEST_BYTES_MAX
+    assert NDJSON_LINE_BYTES_MAX > MESSAGE_BYTES_MAX
+    assert FETCH_BYTES_DEFAULT <= FETCH_BYTES_MAX
+    assert FETCH_RECORDS_DEFAULT <= FETCH_RECORDS_MAX
+    assert SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX
+    assert TOPIC_PARTITIONS_DEFAULT <= TOPIC_PARTITIONS_MAX
+
+
+validate()

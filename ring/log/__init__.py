@@ -1,0 +1,1 @@
+"""The segmented append-only log of one partition replica (see partition.py)."""

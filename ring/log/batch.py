@@ -1,0 +1,243 @@
+"""The record batch: the unit ring stores, replicates and serves as bytes.
+
+Layout (big-endian), header of ``HEADER_SIZE`` bytes then the payload::
+
+    off size field            notes
+    0   8    base_offset      int64   set by the leader; not covered by the CRC
+    8   4    leader_epoch     int32   set by the leader; not covered by the CRC
+    12  4    length           uint32  bytes after this field (crc .. payload end)
+    16  4    crc              uint32  zlib.crc32 of bytes [20, 16 + length)
+    20  1    magic            uint8   == MAGIC
+    21  1    attributes       uint8   bits 0-2 codec, bit 3 value_format json
+    22  4    record_count     int32   >= 1
+    26  8    first_timestamp  int64   ms since epoch; record deltas are from it
+    34  8    max_timestamp    int64   ms
+    42  8    producer_id      int64   -1 when not idempotent
+    50  4    base_sequence    int32   -1 when not idempotent
+    54  ...  payload          msgpack array of records, maybe compressed
+
+A record in the payload is ``[timestamp_delta, key, value, headers]`` with key
+``bin`` or nil, value ``bin``, headers a ``map`` of str to bin or nil.
+
+Because the CRC skips the base offset and epoch, a leader assigns both by
+writing 12 bytes in place (``stamp``); followers and fetches move the same
+bytes. Decoding to records happens only when a client asks for JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Iterator, NamedTuple, Sequence
+
+import msgpack
+
+from ring.errors import BadRequest, CorruptBatch
+
+MAGIC = 1
+HEADER = struct.Struct(">qiIIBBiqqqi")
+HEADER_SIZE = HEADER.size  # 54
+assert HEADER_SIZE == 54
+# Bytes covered by `length`: everything after the length field.
+_LENGTH_BASE = HEADER_SIZE - 16
+_OFFSET_EPOCH = struct.Struct(">qi")
+
+CODEC_NONE = 0
+CODEC_ZSTD = 1
+CODEC_LZ4 = 2
+CODECS = {"none": CODEC_NONE, "zstd": CODEC_ZSTD, "lz4": CODEC_LZ4}
+_CODEC_MASK = 0b0000_0111
+VALUE_FORMAT_JSON = 0b0000_1000  # values are JSON texts (produced as JSON)
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    leader_epoch: int
+    length: int
+    crc: int
+    magic: int
+    attributes: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    base_sequence: int
+
+    @property
+    def size(self) -> int:
+        """Whole batch size in bytes, header included."""
+        return 16 + self.length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def values_are_json(self) -> bool:
+        return bool(self.attributes & VALUE_FORMAT_JSON)
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes | None] | None
+
+
+# (timestamp or None for "now", key, value, headers)
+RecordIn = tuple[int | None, bytes | None, bytes, dict[str, bytes | None] | None]
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_NONE:
+        return data
+    if codec == CODEC_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    if codec == CODEC_LZ4:
+        import lz4.frame
+
+        return lz4.frame.compress(data)
+    raise BadRequest(f"unknown codec {codec}")
+
+
+def _decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+    try:
+        if codec == CODEC_NONE:
+            return data
+        if codec == CODEC_ZSTD:
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompress(bytes(data))
+        if codec == CODEC_LZ4:
+            import lz4.frame
+
+            return lz4.frame.decompress(bytes(data))
+    except Exception as exc:  # the codecs raise their own error types
+        raise CorruptBatch(f"payload does not decompress: {exc}") from None
+    raise CorruptBatch(f"unknown codec {codec}")
+
+
+def encode(
+    records: Sequence[RecordIn],
+    *,
+    now_ms: int,
+    codec: int = CODEC_NONE,
+    values_are_json: bool = False,
+    producer_id: int = -1,
+    base_sequence: int = -1,
+) -> bytearray:
+    """Build one batch (base offset 0, epoch 0) from records.
+
+    ``now_ms`` is used for records whose timestamp is None.
+    """
+    assert records, "a batch holds at least one record"
+    stamps = [now_ms if r[0] is None else r[0] for r in records]
+    first = stamps[0]
+    payload = msgpack.packb(
+        [[ts - first, r[1], r[2], r[3]] for ts, r in zip(stamps, records)],
+        use_bin_type=True,
+    )
+    return encode_payload(
+        payload,
+        record_count=len(records),
+        first_timestamp=first,
+        max_timestamp=max(stamps),
+        codec=codec,
+        values_are_json=values_are_json,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
+    )
+
+
+def encode_payload(
+    payload: bytes,
+    *,
+    record_count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    codec: int = CODEC_NONE,
+    values_are_json: bool = False,
+    producer_id: int = -1,
+    base_sequence: int = -1,
+) -> bytearray:
+    """Frame an already packed (uncompressed) msgpack payload as a batch."""
+    body = _compress(codec, payload)
+    attributes = codec | (VALUE_FORMAT_JSON if values_are_json else 0)
+    buf = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(
+        buf, 0, 0, 0, _LENGTH_BASE + len(body), 0, MAGIC, attributes,
+        record_count, first_timestamp, max_timestamp, producer_id, base_sequence,
+    )
+    buf[HEADER_SIZE:] = body
+    struct.pack_into(">I", buf, 16, zlib.crc32(memoryview(buf)[20:]))
+    return buf
+
+
+def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Assign offset and epoch in place; the CRC stays valid."""
+    _OFFSET_EPOCH.pack_into(buf, pos, base_offset, leader_epoch)
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``; raises CorruptBatch if it cannot be a header."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptBatch("truncated batch header")
+    h = BatchHeader(*HEADER.unpack_from(buf, pos))
+    if h.magic != MAGIC:
+        raise CorruptBatch(f"bad magic {h.magic}")
+    if h.length < _LENGTH_BASE or h.record_count < 1:
+        raise CorruptBatch("bad batch length or record count")
+    return h
+
+
+def check(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Header of the whole, CRC-valid batch at ``pos``, else CorruptBatch."""
+    h = read_header(buf, pos)
+    end = pos + h.size
+    if end > len(buf):
+        raise CorruptBatch("truncated batch")
+    if zlib.crc32(memoryview(buf)[pos + 20 : end]) != h.crc:
+        raise CorruptBatch("batch CRC mismatch")
+    return h
+
+
+def scan(buf: bytes | bytearray | memoryview, verify: bool = True) -> Iterator[tuple[BatchHeader, int]]:
+    """Yield (header, position) of each batch in a buffer of whole batches.
+
+    Raises CorruptBatch at the first bad or truncated batch.
+    """
+    pos, end = 0, len(buf)
+    while pos < end:
+        h = check(buf, pos) if verify else read_header(buf, pos)
+        if pos + h.size > end:
+            raise CorruptBatch("truncated batch")
+        yield h, pos
+        pos += h.size
+
+
+def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Records of the batch at ``pos`` with their absolute offsets and timestamps."""
+    h = check(buf, pos) if verify else read_header(buf, pos)
+    raw = _decompress(h.codec, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
+    try:
+        items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
+        records = [
+            Record(h.base_offset + i, h.first_timestamp + it[0], it[1], it[2], it[3])
+            for i, it in enumerate(items)
+        ]
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
+        raise CorruptBatch(f"batch payload is not a record list: {exc}") from None
+    if len(records) != h.record_count:
+        raise CorruptBatch("record count does not match the header")
+    return h, records
