@@ -33,8 +33,9 @@ NDJSON_LINE_BYTES_MAX = MESSAGE_BYTES_MAX + 64 * KiB
 # parser (stack exhaustion), not a use case.
 JSON_DEPTH_MAX = 64
 
-# Headers on one record, and bytes of one header name.
+# Headers on one record: metadata, not a second payload.
 HEADERS_PER_RECORD_MAX = 64
+# Bytes of one header name (header values count toward MESSAGE_BYTES_MAX).
 HEADER_NAME_BYTES_MAX = 256
 
 # A record key (query parameter or field). Keys are for placement, not payload.
@@ -42,9 +43,11 @@ KEY_BYTES_MAX = 4 * KiB
 
 # --- fetch and long-poll -----------------------------------------------------
 
+# Records in one fetch answer when the client does not say.
 FETCH_RECORDS_DEFAULT = 500
 # Records in one fetch answer: bounds the JSON a broker builds for one request.
 FETCH_RECORDS_MAX = 10_000
+# Bytes of stored batches read for one fetch when the client does not say.
 FETCH_BYTES_DEFAULT = 1 * MiB
 # Bytes of stored batches read for one fetch; at least one whole batch is
 # always returned so a consumer can make progress past a big record.
@@ -70,11 +73,15 @@ HEADER_LINE_BYTES_MAX = 8 * KiB
 
 # --- topics and the log ------------------------------------------------------
 
+# Topic names: safe as a directory name on every filesystem ("." and ".." refused too).
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,249}")
-TOPIC_NAME_BYTES_MAX = 249  # Kafka's limit: leaves room for ".../NNNN" dirs.
+# Kafka's limit: leaves room for ".../NNNN" directories under a 255-byte name limit.
+TOPIC_NAME_BYTES_MAX = 249
+# Partitions of a topic created without saying (DESIGN.md).
 TOPIC_PARTITIONS_DEFAULT = 8
 # Partitions of one topic: each is a directory with open files on every replica.
 TOPIC_PARTITIONS_MAX = 1_024
+# Topics on one cluster: the catalogue rides on gossip, so it must stay small.
 TOPICS_MAX = 10_000
 
 # Segments roll at this size. Big enough for sequential I/O, small enough that
@@ -82,15 +89,46 @@ TOPICS_MAX = 10_000
 SEGMENT_BYTES_DEFAULT = 64 * MiB
 # Smallest allowed segment (tests use small segments to exercise rolling).
 SEGMENT_BYTES_MIN = 1 * KiB
+# Largest allowed segment: recovery re-reads the tail segment, so bound it.
 SEGMENT_BYTES_MAX = 1024 * MiB
 # One sparse index entry per this many bytes of log: a lookup scans at most this.
 INDEX_INTERVAL_BYTES = 4 * KiB
 
-RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000  # a week, as Kafka
-RETENTION_BYTES_DEFAULT = -1  # no size limit unless asked
+# Records older than this are deleted (whole segments): a week, as Kafka.
+RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
+# Bytes kept per partition; -1: no size limit unless a topic asks for one.
+RETENTION_BYTES_DEFAULT = -1
 
-# fsync policy "interval" with no number given.
+# fsync policy "interval" with no number given: at most a second of writes at risk on power loss.
 FSYNC_INTERVAL_MS_DEFAULT = 1_000
+
+
+def markdown_table() -> str:
+    """The README's limits table: every UPPER_CASE constant with its why-comment."""
+    import ast
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    lines = source.splitlines()
+    rows = ["| limit | value | why |", "|---|---|---|"]
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        name = getattr(node.targets[0], "id", "")
+        if not name.isupper() or name in ("KiB", "MiB"):
+            continue
+        value = globals()[name]
+        if isinstance(value, re.Pattern):
+            value = value.pattern
+        comment, i = [], node.lineno - 2
+        while i >= 0 and lines[i].startswith("#"):
+            comment.insert(0, lines[i].lstrip("# ").strip())
+            i -= 1
+        inline = lines[node.lineno - 1].partition("  # ")[2]
+        why = " ".join(comment) or inline
+        rows.append(f"| `{name}` | `{value}` | {why} |")
+    return "\n".join(rows)
 
 
 def validate() -> None:
@@ -104,3 +142,7 @@ def validate() -> None:
 
 
 validate()
+
+
+if __name__ == "__main__":
+    print(markdown_table())
