@@ -41,6 +41,14 @@ HEADER_NAME_BYTES_MAX = 256
 # A record key (query parameter or field). Keys are for placement, not payload.
 KEY_BYTES_MAX = 4 * KiB
 
+# One stored record batch as sent by a client (application/vnd.ring.batch) or
+# built from one request, header included. Kafka's max.message.bytes semantics:
+# it bounds a whole batch, so a maximal record plus framing still fits.
+BATCH_BYTES_MAX = MESSAGE_BYTES_MAX + 64 * KiB
+
+# Body of an administrative request (create topic, truncate): a few fields of JSON.
+ADMIN_BODY_BYTES_MAX = 64 * KiB
+
 # --- fetch and long-poll -----------------------------------------------------
 
 # Records in one fetch answer when the client does not say.
@@ -70,6 +78,8 @@ BODY_READ_TIMEOUT_S = 30.0
 KEEPALIVE_TIMEOUT_S = 75.0
 # Bytes of one request line or header line (aiohttp's own parser limit).
 HEADER_LINE_BYTES_MAX = 8 * KiB
+# After SIGTERM, requests in flight get this long to finish before the logs close.
+SHUTDOWN_GRACE_S = 5.0
 
 # --- topics and the log ------------------------------------------------------
 
@@ -101,6 +111,8 @@ RETENTION_BYTES_DEFAULT = -1
 
 # fsync policy "interval" with no number given: at most a second of writes at risk on power loss.
 FSYNC_INTERVAL_MS_DEFAULT = 1_000
+# How often a broker applies retention: deleting whole segments is not urgent.
+RETENTION_CHECK_INTERVAL_MS = 30_000
 
 
 def markdown_table() -> str:
@@ -134,6 +146,7 @@ def markdown_table() -> str:
 def validate() -> None:
     """Checked at start: the limits must be consistent with each other."""
     assert MESSAGE_BYTES_MAX <= REQUEST_BYTES_MAX
+    assert MESSAGE_BYTES_MAX < BATCH_BYTES_MAX <= REQUEST_BYTES_MAX
     assert NDJSON_LINE_BYTES_MAX > MESSAGE_BYTES_MAX
     assert FETCH_BYTES_DEFAULT <= FETCH_BYTES_MAX
     assert FETCH_RECORDS_DEFAULT <= FETCH_RECORDS_MAX
