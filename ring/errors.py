@@ -9,6 +9,8 @@ code base builds error responses. Programmer errors are ``assert``s, not these.
     +-- BadRequest                  400  malformed input (remote's fault)
     |   +-- InvalidTopicName        400
     |   +-- CorruptBatch            400  CRC or framing failure in a batch
+    |   +-- BodyTimeout             408  request body not sent in time
+    |   +-- UnsupportedMediaType    415  a Content-Type the endpoint does not speak
     +-- Unauthorized                401
     +-- Forbidden                   403
     +-- NotFound                    404
@@ -62,6 +64,16 @@ class InvalidTopicName(BadRequest):
 
 class CorruptBatch(BadRequest):
     code = "corrupt_batch"
+
+
+class BodyTimeout(BadRequest):
+    status = 408
+    code = "request_timeout"
+
+
+class UnsupportedMediaType(BadRequest):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class Unauthorized(RingError):

@@ -1,0 +1,153 @@
+"""The topic catalogue: which topics exist and how each is configured.
+
+A plain value class with no I/O: it validates names and settings (raising
+``ring.errors``), and converts to and from JSON. The broker persists it under
+its data directory with ``dumps``/``loads`` and an atomic file replace; the
+cluster issue will carry the same JSON over gossip, last writer wins by
+``version``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterator
+
+import orjson
+
+from ring import limits
+from ring.errors import BadRequest, Conflict, InvalidTopicName, StorageError, UnknownTopic
+
+COMPRESSIONS = ("none", "zstd", "lz4")
+REPLICATION_FACTOR_DEFAULT = 3
+# Replicas of one partition: each is a copy on another broker; more than this is waste.
+REPLICATION_FACTOR_MAX = 7
+
+_FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retention_bytes",
+           "segment_bytes", "compression")
+
+
+def validate_topic_name(name: object) -> str:
+    """The name if it is a safe topic name, else InvalidTopicName (400).
+
+    Names become directory names, so besides the pattern "." and ".." are
+    refused; the pattern already excludes "/", NUL and anything non-ASCII.
+    """
+    if not isinstance(name, str) or not limits.TOPIC_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
+        shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
+        raise InvalidTopicName(
+            f"invalid topic name {shown}: use 1-{limits.TOPIC_NAME_BYTES_MAX} of "
+            "A-Z a-z 0-9 . _ - (not '.' or '..')"
+        )
+    return name
+
+
+def _int_field(body: dict[str, Any], field: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(field, default)
+    if value is None:
+        return default
+    if type(value) is not int or not lo <= value <= hi:
+        raise BadRequest(f"{field} must be an integer in [{lo}, {hi}]", field=field)
+    return value
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    partitions: int = limits.TOPIC_PARTITIONS_DEFAULT
+    replication_factor: int = REPLICATION_FACTOR_DEFAULT
+    retention_ms: int = limits.RETENTION_MS_DEFAULT  # -1: keep forever
+    retention_bytes: int = limits.RETENTION_BYTES_DEFAULT  # -1: no size limit
+    segment_bytes: int = limits.SEGMENT_BYTES_DEFAULT
+    compression: str = "none"
+    created_ms: int = 0
+
+    @classmethod
+    def from_request(cls, body: object, now_ms: int) -> TopicConfig:
+        """Validate a create-topic body (only "name" required)."""
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object with at least a name")
+        unknown = sorted(set(body) - set(_FIELDS))
+        if unknown:
+            raise BadRequest(f"unknown topic settings: {', '.join(map(str, unknown))[:200]}")
+        compression = body.get("compression") or "none"
+        if compression not in COMPRESSIONS:
+            raise BadRequest(f"compression must be one of {', '.join(COMPRESSIONS)}", field="compression")
+        return cls(
+            name=validate_topic_name(body.get("name")),
+            partitions=_int_field(body, "partitions", limits.TOPIC_PARTITIONS_DEFAULT, 1, limits.TOPIC_PARTITIONS_MAX),
+            replication_factor=_int_field(body, "replication_factor", REPLICATION_FACTOR_DEFAULT, 1, REPLICATION_FACTOR_MAX),
+            retention_ms=_int_field(body, "retention_ms", limits.RETENTION_MS_DEFAULT, -1, 2**62),
+            retention_bytes=_int_field(body, "retention_bytes", limits.RETENTION_BYTES_DEFAULT, -1, 2**62),
+            segment_bytes=_int_field(body, "segment_bytes", limits.SEGMENT_BYTES_DEFAULT,
+                                     limits.SEGMENT_BYTES_MIN, limits.SEGMENT_BYTES_MAX),
+            compression=compression,
+            created_ms=now_ms,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
+        """Load a stored config; re-validated so a hand-edited file cannot smuggle in a bad name."""
+        created_ms = doc.get("created_ms", 0)
+        return cls.from_request(
+            {k: doc[k] for k in _FIELDS if k in doc},
+            now_ms=created_ms if type(created_ms) is int else 0,
+        )
+
+
+class Catalog:
+    """Topic name -> TopicConfig, with a version bumped on every change."""
+
+    def __init__(self, topics: dict[str, TopicConfig] | None = None, version: int = 0) -> None:
+        self._topics: dict[str, TopicConfig] = dict(topics or {})
+        self.version = version
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._topics
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    def __iter__(self) -> Iterator[TopicConfig]:
+        return iter(sorted(self._topics.values(), key=lambda t: t.name))
+
+    def get(self, name: str) -> TopicConfig:
+        try:
+            return self._topics[name]
+        except KeyError:
+            raise UnknownTopic(f"unknown topic {name!r}", topic=name) from None
+
+    def add(self, config: TopicConfig) -> None:
+        if config.name in self._topics:
+            raise Conflict(f"topic {config.name!r} already exists", topic=config.name)
+        if len(self._topics) >= limits.TOPICS_MAX:
+            raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
+        self._topics[config.name] = config
+        self.version += 1
+
+    def remove(self, name: str) -> TopicConfig:
+        config = self.get(name)
+        del self._topics[name]
+        self.version += 1
+        return config
+
+    def dumps(self) -> bytes:
+        doc = {"version": self.version, "topics": [t.to_json() for t in self]}
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def loads(cls, data: bytes) -> Catalog:
+        try:
+            doc = orjson.loads(data)
+            topics = [TopicConfig.from_json(t) for t in doc["topics"]]
+            version = int(doc.get("version", 0))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, BadRequest) as exc:
+            raise StorageError(f"the topic catalogue is damaged: {exc}") from None
+        return cls({t.name: t for t in topics}, version)
+
+
+def with_defaults(name: str, now_ms: int) -> TopicConfig:
+    """The config of a topic created implicitly by a first produce."""
+    return replace(TopicConfig(name=validate_topic_name(name)), created_ms=now_ms)
