@@ -50,6 +50,13 @@ def _int_field(body: dict[str, Any], field: str, default: int, lo: int, hi: int)
     return value
 
 
+def _retention_ms(body: dict[str, Any]) -> int:
+    value = _int_field(body, "retention_ms", limits.RETENTION_MS_DEFAULT, -1, 2**62)
+    if value == 0:
+        raise BadRequest("retention_ms must be positive, or -1 to keep records forever", field="retention_ms")
+    return value
+
+
 @dataclass(frozen=True)
 class TopicConfig:
     name: str
@@ -76,7 +83,7 @@ class TopicConfig:
             name=validate_topic_name(body.get("name")),
             partitions=_int_field(body, "partitions", limits.TOPIC_PARTITIONS_DEFAULT, 1, limits.TOPIC_PARTITIONS_MAX),
             replication_factor=_int_field(body, "replication_factor", REPLICATION_FACTOR_DEFAULT, 1, REPLICATION_FACTOR_MAX),
-            retention_ms=_int_field(body, "retention_ms", limits.RETENTION_MS_DEFAULT, -1, 2**62),
+            retention_ms=_retention_ms(body),
             retention_bytes=_int_field(body, "retention_bytes", limits.RETENTION_BYTES_DEFAULT, -1, 2**62),
             segment_bytes=_int_field(body, "segment_bytes", limits.SEGMENT_BYTES_DEFAULT,
                                      limits.SEGMENT_BYTES_MIN, limits.SEGMENT_BYTES_MAX),

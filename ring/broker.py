@@ -1,0 +1,555 @@
+"""The broker: topics, partition logs, durability and long-polls behind one API.
+
+``Broker`` owns a data directory (``<data_dir>/catalog.json`` and one
+``PartitionLog`` per partition under ``<data_dir>/topics/<topic>/<p>/``) and
+is the only thing the HTTP handlers call. It runs on one asyncio loop: log
+appends and reads are synchronous calls on that loop (``os.write``/
+``os.pread``, no awaits in between, so one request's batches get consecutive
+offsets), and only fsyncs run in threads.
+
+Durability follows the fsync policy. With ``always`` appends are acknowledged
+after an fsync that covers them: the appends of one loop turn are grouped and
+ONE fsync in a thread covers all of them (group commit); while it runs, new
+appends to that partition wait, so an fsync never races an append. With
+``interval:<ms>`` a background task syncs partitions with unsynced bytes; with
+``never`` only a clean shutdown syncs. The high watermark of a partition (the
+end of what consumers may see) is the synced end under ``always`` and the
+appended end otherwise; fetches never return data at or above it, and
+long-polls wake when it moves.
+
+The cluster issue adds placement, forwarding and replication around the same
+methods: ``produce_*`` will only be called on a partition's leader and the
+high watermark will come from follower acknowledgements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import itertools
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ring import __version__, limits
+from ring.catalog import Catalog, TopicConfig, validate_topic_name, with_defaults
+from ring.clock import Clock
+from ring.errors import (
+    BadRequest,
+    OffsetOutOfRange,
+    Overloaded,
+    StorageError,
+    Unavailable,
+    UnknownPartition,
+    UnknownTopic,
+)
+from ring.hashing import partition_for_key
+from ring.log import batch as batchfmt
+from ring.log.config import LogConfig
+from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
+from ring.log.partition import PartitionLog
+
+log = logging.getLogger("ring.broker")
+
+CATALOG_FILE = "catalog.json"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+LOCK_FILE = "lock"
+TOPICS_DIR = "topics"
+TRASH_DIR = "trash"  # deleted topics wait here for rmtree; outside the topic namespace
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    name: str = "ring-0"
+    data_dir: Path = Path("./var/ring-0")
+    host: str = "127.0.0.1"
+    port: int = 9250
+    fsync: FsyncPolicy = field(default_factory=lambda: FsyncPolicy.parse("interval:1000"))
+    auto_create: bool = True
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    topic: str
+    partition: int
+    base_offset: int
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition,
+                "base_offset": self.base_offset, "count": self.count}
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    topic: str
+    partition: int
+    offset: int  # the requested offset; ``data`` may start with a batch below it
+    data: bytes  # whole stored batches, all below high_watermark
+    high_watermark: int
+    earliest_offset: int
+
+
+class _Partition:
+    """One partition's log and its durability / long-poll state."""
+
+    __slots__ = ("topic", "index", "log", "hw", "epoch", "next_sync", "running_sync",
+                 "waiter", "deleted", "failed")
+
+    def __init__(self, topic: str, index: int, plog: PartitionLog) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = plog
+        # What survived to this open counts as durable: it was read back from disk.
+        self.hw: int = plog.end_offset
+        self.epoch = 0
+        self.next_sync: asyncio.Future[None] | None = None  # resolves after a sync not yet started
+        self.running_sync: asyncio.Future[None] | None = None  # set while an fsync thread runs
+        self.waiter: asyncio.Future[None] | None = None  # long-polls; resolved when hw moves
+        self.deleted = False
+        self.failed: str | None = None  # an fsync failed: what was acknowledged may be gone
+
+    def wake(self) -> None:
+        if self.waiter is not None:
+            if not self.waiter.done():
+                self.waiter.set_result(None)
+            self.waiter = None
+
+    def advance(self, hw: int) -> None:
+        if hw > self.hw:
+            self.hw = hw
+            self.wake()
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.data_dir = Path(config.data_dir)
+        self.catalog = Catalog()
+        self._parts: dict[str, list[_Partition]] = {}
+        self._round_robin: dict[str, itertools.count] = {}
+        self._long_polls = 0
+        self._closing = False
+        self._started_monotonic = clock.monotonic()
+        self._lock_fd: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._deleting: set[str] = set()
+        self.previous_shutdown_clean = True
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Lock the data directory, load the catalogue and recover every partition log."""
+        (self.data_dir / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StorageError(f"data directory {self.data_dir} is in use by another broker") from None
+        shutil.rmtree(self.data_dir / TRASH_DIR, ignore_errors=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        catalog_path = self.data_dir / CATALOG_FILE
+        if catalog_path.exists():
+            self.catalog = Catalog.loads(catalog_path.read_bytes())
+            self.previous_shutdown_clean = marker.exists()
+        if marker.exists():
+            marker.unlink()
+            fsync_dir(self.data_dir)
+        for cfg in self.catalog:
+            self._open_topic(cfg)
+
+    def _log_config(self, cfg: TopicConfig) -> LogConfig:
+        return LogConfig(segment_bytes=cfg.segment_bytes, retention_ms=cfg.retention_ms,
+                         retention_bytes=cfg.retention_bytes, fsync=self.config.fsync,
+                         codec=cfg.compression)
+
+    def _open_topic(self, cfg: TopicConfig) -> None:
+        lcfg = self._log_config(cfg)
+        parts = []
+        for p in range(cfg.partitions):
+            directory = self.data_dir / TOPICS_DIR / cfg.name / str(p)
+            directory.mkdir(parents=True, exist_ok=True)
+            parts.append(_Partition(cfg.name, p, PartitionLog(directory, lcfg, self.clock)))
+        self._parts[cfg.name] = parts
+        self._round_robin[cfg.name] = itertools.count()
+
+    async def start(self) -> None:
+        """Start the background work: interval fsyncs and retention."""
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        if self.config.fsync.mode == "interval":
+            self._tasks.append(asyncio.create_task(self._interval_sync_loop(), name="fsync"))
+
+    def begin_shutdown(self) -> None:
+        """Stop waiting: long-polls answer with what they have, new produces get 503."""
+        self._closing = True
+        for parts in self._parts.values():
+            for part in parts:
+                part.wake()
+
+    async def close(self) -> None:
+        """Finish running fsyncs, close every log cleanly and leave the clean-shutdown marker."""
+        self.begin_shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        # Syncs already asked for still run, so the produces waiting on them get
+        # their answer; no new append can start (_check_open), so this ends.
+        while busy := [f for parts in self._parts.values() for part in parts
+                       for f in (part.running_sync, part.next_sync) if f is not None]:
+            await asyncio.wait(busy)
+        clean = True
+        for parts in self._parts.values():
+            for part in parts:
+                try:
+                    part.log.close()
+                except OSError as exc:
+                    clean = False
+                    log.error("closing %s/%d failed: %s", part.topic, part.index, exc)
+        self._parts.clear()
+        if clean:
+            write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @property
+    def clean_shutdown(self) -> bool:
+        """Whether the last run ended cleanly (broker marker and every log agree)."""
+        return self.previous_shutdown_clean and all(
+            part.log.clean_shutdown for parts in self._parts.values() for part in parts)
+
+    # --- topics ------------------------------------------------------------------
+
+    def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+        if self._closing:
+            raise Unavailable("the broker is shutting down")
+        if cfg.name in self._deleting:
+            raise Unavailable(f"topic {cfg.name!r} is being deleted; retry", topic=cfg.name)
+        self.catalog.add(cfg)
+        try:
+            self._open_topic(cfg)
+            self._save_catalog()
+        except BaseException:
+            self.catalog.remove(cfg.name)
+            self._parts.pop(cfg.name, None)
+            raise
+        return self.describe_topic(cfg.name)
+
+    async def delete_topic(self, name: str) -> None:
+        validate_topic_name(name)
+        self.catalog.remove(name)
+        parts = self._parts.pop(name)
+        self._round_robin.pop(name, None)
+        self._deleting.add(name)  # no topic of this name until its files are gone
+        try:
+            self._save_catalog()
+            for part in parts:
+                part.deleted = True
+                part.wake()
+            for part in parts:
+                while part.running_sync is not None:
+                    await asyncio.wait({part.running_sync})
+                try:
+                    part.log.close()
+                except OSError as exc:
+                    log.warning("closing deleted %s/%d: %s", name, part.index, exc)
+            trash = self.data_dir / TRASH_DIR
+            trash.mkdir(exist_ok=True)
+            doomed = trash / f"{name}.{self.clock.wall_ms()}"
+            os.replace(self.data_dir / TOPICS_DIR / name, doomed)
+            fsync_dir(self.data_dir / TOPICS_DIR)
+        finally:
+            self._deleting.discard(name)
+        await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
+
+    def _save_catalog(self) -> None:
+        write_atomically(self.data_dir / CATALOG_FILE, self.catalog.dumps())
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        return [cfg.to_json() for cfg in self.catalog]
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        cfg = self.catalog.get(validate_topic_name(name))
+        doc = cfg.to_json()
+        doc["partitions"] = [self._describe_partition(part) for part in self._parts[name]]
+        doc["partition_count"] = cfg.partitions
+        return doc
+
+    def _describe_partition(self, part: _Partition) -> dict[str, Any]:
+        return {"partition": part.index, "earliest_offset": part.log.start_offset,
+                "end_offset": part.log.end_offset, "high_watermark": part.hw,
+                "leader": self.config.name, "replicas": [self.config.name], "epoch": part.epoch}
+
+    def _partition(self, topic: str, partition: int) -> _Partition:
+        self.catalog.get(validate_topic_name(topic))
+        parts = self._parts[topic]
+        if not 0 <= partition < len(parts):
+            raise UnknownPartition(f"topic {topic!r} has partitions 0..{len(parts) - 1}, not {partition}",
+                                   topic=topic, partition=partition)
+        return parts[partition]
+
+    def _topic_for_produce(self, topic: str) -> TopicConfig:
+        validate_topic_name(topic)
+        if topic not in self.catalog:
+            if not self.config.auto_create:
+                raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)", topic=topic)
+            self.create_topic(with_defaults(topic, self.clock.wall_ms()))
+        return self.catalog.get(topic)
+
+    # --- produce -----------------------------------------------------------------
+
+    def _choose_partition(self, cfg: TopicConfig, partition: int | None, key: bytes | None) -> int:
+        if partition is not None:
+            if not 0 <= partition < cfg.partitions:
+                raise UnknownPartition(f"topic {cfg.name!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
+                                       topic=cfg.name, partition=partition)
+            return partition
+        if key is not None:
+            return partition_for_key(key, cfg.partitions)
+        # No key: round-robin, one partition per request so a request stays one batch.
+        return next(self._round_robin[cfg.name]) % cfg.partitions
+
+    async def produce_records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
+                              sizes: list[int], values_are_json: bool, keyed: bool) -> list[ProduceResult]:
+        """Frame records into batches (per partition, cut at BATCH_BYTES_MAX) and append them.
+
+        Without ``keyed`` every record has the same key (or none), so the whole
+        request lands on one partition; with it, records are grouped by the
+        partition of their own key, keeping their order within each partition.
+        """
+        self._check_open()
+        cfg = self._topic_for_produce(topic)
+        groups: dict[int, list[int]] = {}
+        if keyed and partition is None:
+            unkeyed_target: int | None = None
+            for i, rec in enumerate(records):
+                if rec[1] is not None:
+                    p = partition_for_key(rec[1], cfg.partitions)
+                else:
+                    if unkeyed_target is None:
+                        unkeyed_target = self._choose_partition(cfg, None, None)
+                    p = unkeyed_target
+                groups.setdefault(p, []).append(i)
+        else:
+            p = self._choose_partition(cfg, partition, records[0][1])
+            groups[p] = list(range(len(records)))
+        now_ms = self.clock.wall_ms()
+        codec = batchfmt.CODECS[cfg.compression]
+        framed = {
+            p: [batchfmt.encode([records[i] for i in chunk], now_ms=now_ms, codec=codec,
+                                values_are_json=values_are_json)
+                for chunk in _cut(idx, sizes)]
+            for p, idx in groups.items()
+        }
+        results = await asyncio.gather(*(
+            self._append(self._parts[topic][p], batches) for p, batches in framed.items()))
+        return list(results)
+
+    async def produce_batches(self, topic: str, partition: int | None, key: bytes | None,
+                              batches: list[bytearray]) -> ProduceResult:
+        """Append client-built stored batches as they are, all to one partition."""
+        self._check_open()
+        cfg = self._topic_for_produce(topic)
+        p = self._choose_partition(cfg, partition, key)
+        return await self._append(self._parts[topic][p], batches)
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise Unavailable("the broker is shutting down")
+
+    async def _append(self, part: _Partition, batches: list[bytearray]) -> ProduceResult:
+        while part.running_sync is not None:
+            await asyncio.wait({part.running_sync})
+        if part.deleted:
+            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
+        if part.failed:
+            raise StorageError(part.failed)
+        self._check_open()
+        base = part.log.end_offset
+        for b in batches:
+            part.log.append(b, part.epoch)
+        end = part.log.end_offset
+        assert end - base == sum(batchfmt.read_header(b).record_count for b in batches)
+        if self.config.fsync.mode == "always":
+            await self._commit(part)
+        else:
+            part.advance(end)
+        return ProduceResult(part.topic, part.index, base, end - base)
+
+    async def _commit(self, part: _Partition) -> None:
+        """Wait for an fsync that starts after this append (the group commit)."""
+        if part.next_sync is None:
+            part.next_sync = asyncio.get_running_loop().create_future()
+            # Started on the next loop turn, so every append of this turn rides along.
+            asyncio.get_running_loop().call_soon(self._start_sync, part)
+        await asyncio.shield(part.next_sync)
+
+    def _start_sync(self, part: _Partition) -> None:
+        fut = part.next_sync
+        if fut is None or part.running_sync is not None:
+            return  # a running sync will start this one when it ends
+        part.next_sync = None
+        if part.deleted or part.failed:
+            fut.set_exception(StorageError(part.failed) if part.failed
+                              else UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic))
+            return
+        part.running_sync = fut
+        end = part.log.end_offset
+        loop = asyncio.get_running_loop()
+        thread = loop.run_in_executor(None, part.log.sync)
+        thread.add_done_callback(lambda t: self._sync_done(part, fut, end, t))
+
+    def _sync_done(self, part: _Partition, fut: asyncio.Future[None], end: int,
+                   thread: asyncio.Future[None]) -> None:
+        part.running_sync = None
+        exc = thread.exception()
+        if exc is not None:
+            part.failed = f"fsync of {part.topic}/{part.index} failed: {exc}"
+            log.error(part.failed)
+            fut.set_exception(StorageError(part.failed))
+        else:
+            if self.config.fsync.mode == "always":
+                part.advance(end)
+            fut.set_result(None)
+        if part.next_sync is not None:
+            self._start_sync(part)
+
+    async def _interval_sync_loop(self) -> None:
+        interval_s = self.config.fsync.interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            for parts in list(self._parts.values()):
+                for part in parts:
+                    if part.log.unsynced_bytes and part.next_sync is None and part.running_sync is None:
+                        part.next_sync = loop.create_future()
+                        self._start_sync(part)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(limits.RETENTION_CHECK_INTERVAL_MS / 1000)
+            for parts in list(self._parts.values()):
+                for part in parts:
+                    if part.running_sync is None and not part.deleted:
+                        try:
+                            part.log.enforce_retention(upto=part.hw)
+                        except OSError as exc:
+                            log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
+
+    # --- fetch -------------------------------------------------------------------
+
+    def _check_offset(self, part: _Partition, offset: int) -> None:
+        start, end = part.log.start_offset, part.log.end_offset
+        if not start <= offset <= end:
+            where = "below the earliest" if offset < start else "above the latest"
+            raise OffsetOutOfRange(
+                f"offset {offset} is {where} offset of {part.topic}/{part.index} "
+                f"(earliest {start}, latest {end})",
+                topic=part.topic, partition=part.index, earliest=start, latest=end)
+
+    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> FetchResult:
+        part = self._partition(topic, partition)
+        if offset is None:
+            offset = part.log.start_offset
+        self._check_offset(part, offset)
+        if offset >= part.hw and wait_ms > 0 and not self._closing:
+            await self._wait_for_data(part, offset, wait_ms)
+            self._check_offset(part, offset)  # a truncate may have moved the start
+        hw = part.hw
+        data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
+        return FetchResult(topic, partition, offset, bytes(data), hw, part.log.start_offset)
+
+    async def _wait_for_data(self, part: _Partition, offset: int, wait_ms: int) -> None:
+        if self._long_polls >= limits.LONG_POLLS_OPEN_MAX:
+            raise Overloaded(f"{limits.LONG_POLLS_OPEN_MAX} long-polls are open; retry later")
+        deadline = self.clock.monotonic() + wait_ms / 1000
+        self._long_polls += 1
+        try:
+            while part.hw <= offset and not part.deleted and not self._closing:
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0:
+                    break
+                if part.waiter is None:
+                    part.waiter = asyncio.get_running_loop().create_future()
+                await asyncio.wait({part.waiter}, timeout=remaining)
+        finally:
+            self._long_polls -= 1
+        if part.deleted:
+            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
+
+    # --- offsets -----------------------------------------------------------------
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        """First offset with a timestamp at or after ``timestamp`` (ms, or earliest/latest).
+
+        When every record is older, the answer is the high watermark: reading
+        from there yields exactly the records that arrive later.
+        """
+        part = self._partition(topic, partition)
+        if timestamp == "earliest":
+            offset = part.log.start_offset
+        elif timestamp == "latest":
+            offset = part.hw
+        else:
+            try:
+                ts = int(timestamp, 10)
+            except ValueError:
+                raise BadRequest("timestamp must be milliseconds since the epoch, earliest or latest") from None
+            found = part.log.offset_for_timestamp(ts, upto=part.hw)
+            offset = part.hw if found is None else found
+        return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
+
+    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
+        """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
+        part = self._partition(topic, partition)
+        while part.running_sync is not None:  # the log is single-threaded: never beside an fsync
+            await asyncio.wait({part.running_sync})
+        if part.deleted:
+            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
+        if not 0 <= before_offset <= part.hw:
+            raise OffsetOutOfRange(
+                f"before_offset {before_offset} is beyond the high watermark {part.hw}",
+                topic=topic, partition=partition, earliest=part.log.start_offset, latest=part.hw)
+        if before_offset > part.log.start_offset:
+            part.log.truncate_before(before_offset)
+        return {"topic": topic, "partition": partition, "earliest_offset": part.log.start_offset}
+
+    # --- status ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "version": __version__,
+            "status": "shutting_down" if self._closing else "ok",
+            "uptime_s": round(self.clock.monotonic() - self._started_monotonic, 3),
+            "topics": len(self.catalog),
+            "partitions": sum(len(p) for p in self._parts.values()),
+            "clean_shutdown": self.clean_shutdown,
+            "fsync": str(self.config.fsync),
+            "auto_create": self.config.auto_create,
+            "long_polls_open": self._long_polls,
+        }
+
+
+def _cut(indexes: list[int], sizes: list[int]) -> list[list[int]]:
+    """Split record indexes into runs whose stored size fits in one batch."""
+    budget = limits.BATCH_BYTES_MAX - batchfmt.HEADER_SIZE
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in indexes:
+        if current and used + sizes[i] > budget:
+            chunks.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += sizes[i]
+    chunks.append(current)
+    return chunks

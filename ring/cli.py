@@ -1,0 +1,159 @@
+"""The ``ring`` command: ``serve`` runs a broker, ``bench`` and ``demo`` try one out.
+
+Every ``serve`` flag can also come from the environment (``RING_NAME``,
+``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
+``RING_LOG_LEVEL``); a flag on the command line wins. SIGTERM or SIGINT stops
+a broker cleanly: it stops accepting, gives requests in flight
+``SHUTDOWN_GRACE_S`` to finish, closes every log (leaving the clean-shutdown
+marker) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from ring import __version__, limits
+
+log = logging.getLogger("ring")
+
+ENV_PREFIX = "RING_"
+_FALSE = ("0", "false", "no", "off")
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"--listen must be HOST:PORT, not {text!r}")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
+def parse_fsync(text: str):
+    from ring.log.fsync import FsyncPolicy
+
+    try:
+        return FsyncPolicy.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run a broker", description="Run a broker in the foreground.")
+    p.add_argument("--name", default=_env("NAME", "ring-0"), help="broker name (env RING_NAME; default ring-0)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="data directory (env RING_DATA_DIR; default ./var/<name>)")
+    p.add_argument("--listen", type=parse_listen, default=_env("LISTEN", "127.0.0.1:9250"),
+                   help="HOST:PORT of the client API; port 0 picks a free one (env RING_LISTEN; default 127.0.0.1:9250)")
+    p.add_argument("--fsync", type=parse_fsync, default=_env("FSYNC", f"interval:{limits.FSYNC_INTERVAL_MS_DEFAULT}"),
+                   help="always | interval[:MS] | never (env RING_FSYNC; default interval:1000)")
+    p.add_argument("--no-auto-create", dest="auto_create", action="store_false",
+                   default=_env("AUTO_CREATE", "true").strip().lower() not in _FALSE,
+                   help="refuse produce to unknown topics (env RING_AUTO_CREATE=false)")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"),
+                   choices=["debug", "info", "warning", "error"], help="(env RING_LOG_LEVEL; default info)")
+    p.set_defaults(func=_cmd_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ring", description="A distributed, replicated event log over HTTP.")
+    parser.add_argument("--version", action="version", version=f"ring {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    bench = sub.add_parser("bench", help="benchmark a local broker (ring bench --help)", add_help=False)
+    bench.set_defaults(func=_cmd_bench)
+    demo = sub.add_parser("demo", help="start a broker, produce a clickstream, read it back")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    from ring import bench
+
+    return bench.main(rest)
+
+
+def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
+    from ring import demo
+
+    return demo.main()
+
+
+def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
+    if rest:
+        print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
+        return 2
+    if isinstance(args.listen, str):  # the default went through the environment, not the type
+        args.listen = parse_listen(args.listen)
+    if isinstance(args.fsync, str):
+        args.fsync = parse_fsync(args.fsync)
+    data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ring.broker import BrokerConfig
+
+    host, port = args.listen
+    config = BrokerConfig(name=args.name, data_dir=data_dir, host=host, port=port,
+                          fsync=args.fsync, auto_create=args.auto_create)
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
+    with runner:
+        return runner.run(serve(config, access_log=args.log_level == "debug"))
+
+
+async def serve(config, access_log: bool = False) -> int:
+    """Run one broker until SIGTERM/SIGINT; returns the exit code."""
+    from ring.broker import Broker
+    from ring.clock import SystemClock
+    from ring.errors import RingError
+    from ring.http_api.app import make_app
+    from ring.http_api.server import Server
+
+    broker = Broker(config, SystemClock())
+    try:
+        broker.open()
+    except (RingError, OSError) as exc:
+        log.error("cannot open data directory %s: %s", config.data_dir, exc)
+        return 1
+    server = Server(make_app(broker), config.host, config.port, access_log=access_log)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", config.host, config.port, exc)
+        await broker.close()
+        return 1
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{config.name} listening on {server.url}", flush=True)
+    await stop.wait()
+    log.info("%s shutting down", config.name)
+    broker.begin_shutdown()
+    await server.stop()
+    await broker.close()
+    log.info("%s stopped cleanly", config.name)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    return args.func(args, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The client API's routes and their handlers: parse, call the broker, encode.
+
+Handlers stay thin: parameters and bodies are decoded by ``codec``, all
+decisions (placement, durability, long-polls, offsets) are the broker's, and
+errors are raised as ``ring.errors`` for the middleware to answer. Every
+route here must be described in ``openapi.py``; a test compares the two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ring import limits
+from ring.broker import Broker
+from ring.catalog import TopicConfig, validate_topic_name
+from ring.errors import BadRequest
+from ring.http_api import codec, openapi
+from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
+from ring.http_api.middleware import errors_middleware
+
+BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker", Broker)
+
+_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+
+
+def _json(doc: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(doc), status=status, content_type="application/json")
+
+
+def _broker(request: web.Request) -> Broker:
+    return request.app[BROKER_KEY]
+
+
+def _topic(request: web.Request) -> str:
+    return validate_topic_name(request.match_info["topic"])
+
+
+def _partition(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 5:
+        raise BadRequest(f"partition must be a non-negative integer, not {raw[:20]!r}")
+    return int(raw)
+
+
+# --- broker and document --------------------------------------------------------
+
+
+async def get_status(request: web.Request) -> web.Response:
+    return _json(_broker(request).status())
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return _json(openapi.document())
+
+
+# --- topics ---------------------------------------------------------------------
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    return _json({"topics": _broker(request).list_topics()})
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
+    return _json(broker.create_topic(cfg), status=201)
+
+
+async def describe_topic(request: web.Request) -> web.Response:
+    return _json(_broker(request).describe_topic(_topic(request)))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    await _broker(request).delete_topic(topic)
+    return _json({"deleted": topic})
+
+
+# --- records --------------------------------------------------------------------
+
+
+async def produce(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    topic = _topic(request)
+    partition = codec.int_param(request.query, "partition", None, 0, _INT32_MAX)
+    key = codec.key_param(request.query)
+    ctype = codec.produce_type(request)  # 415 before reading a byte of the body
+    line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
+    body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
+    decoded = codec.decode_produce(ctype, body, key)
+    if isinstance(decoded, codec.Batches):
+        return _json((await broker.produce_batches(topic, partition, key, decoded.batches)).to_json())
+    results = await broker.produce_records(topic, partition, decoded.records, decoded.sizes,
+                                           decoded.values_are_json, decoded.keyed)
+    if len(results) == 1:
+        return _json(results[0].to_json())
+    return _json({"results": [r.to_json() for r in results]})
+
+
+async def fetch(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    topic, partition = _topic(request), _partition(request)
+    q = request.query
+    offset = codec.int_param(q, "offset", None, 0, _INT64_MAX)
+    max_records = codec.int_param(q, "max_records", limits.FETCH_RECORDS_DEFAULT, 1, limits.FETCH_RECORDS_MAX)
+    max_bytes = codec.int_param(q, "max_bytes", limits.FETCH_BYTES_DEFAULT, 1, limits.FETCH_BYTES_MAX)
+    wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
+    accept = codec.fetch_type(request.headers.get("Accept"))
+    result = await broker.fetch(topic, partition, offset, max_bytes, wait_ms)
+    if accept == CT_BATCHES:
+        next_offset = codec.batches_next_offset(result.data, result.offset)
+        body = result.data
+    else:
+        selected, next_offset = codec.select_records(result.data, result.offset, max_records,
+                                                     result.high_watermark)
+        body = codec.encode_fetch(accept, topic, partition, selected, next_offset, result.high_watermark)
+    headers = {H_NEXT_OFFSET: str(next_offset), H_HIGH_WATERMARK: str(result.high_watermark)}
+    return web.Response(body=body, content_type=accept, headers=headers)
+
+
+async def offsets(request: web.Request) -> web.Response:
+    timestamp = request.query.get("timestamp")
+    if not timestamp:
+        raise BadRequest("timestamp is required: milliseconds since the epoch, earliest or latest")
+    return _json(_broker(request).offset_for_timestamp(_topic(request), _partition(request), timestamp))
+
+
+async def truncate(request: web.Request) -> web.Response:
+    topic, partition = _topic(request), _partition(request)
+    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    before = body.get("before_offset") if isinstance(body, dict) else None
+    if type(before) is not int or before < 0:
+        raise BadRequest('the body must be {"before_offset": <non-negative integer>}')
+    return _json(await _broker(request).truncate(topic, partition, before))
+
+
+ROUTES = [
+    ("GET", "/v1/status", get_status),
+    ("GET", "/v1/openapi.json", get_openapi),
+    ("GET", "/v1/topics", list_topics),
+    ("POST", "/v1/topics", create_topic),
+    ("GET", "/v1/topics/{topic}", describe_topic),
+    ("DELETE", "/v1/topics/{topic}", delete_topic),
+    ("POST", "/v1/topics/{topic}/messages", produce),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/messages", fetch),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", offsets),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate", truncate),
+]
+
+
+def make_app(broker: Broker) -> web.Application:
+    # client_max_size is a backstop: every body is read by codec.read_body,
+    # which counts bytes itself with the limit of its route.
+    app = web.Application(middlewares=[errors_middleware], client_max_size=limits.REQUEST_BYTES_MAX)
+    app[BROKER_KEY] = broker
+    for method, path, handler in ROUTES:
+        app.router.add_route(method, path, handler)
+    return app

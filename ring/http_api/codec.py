@@ -1,0 +1,510 @@
+"""Bytes in, records out; records out, bytes back: the client API's wire formats.
+
+Produce bodies are decoded here into either plain records (JSON, NDJSON,
+msgpack, text) that the broker frames into batches, or into client-built
+stored batches (``application/vnd.ring.batch``) that are only validated and
+then appended as they are. Fetch answers are encoded here from the stored
+batch bytes the broker returns. Every per-request and per-record limit of
+``ring.limits`` is enforced in this module, so nothing oversized or malformed
+reaches the broker. Nothing here touches a socket except ``read_body``, which
+streams a request body while counting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import msgpack
+import orjson
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+
+from ring import limits
+from ring.errors import BadRequest, BodyTimeout, CorruptBatch, PayloadTooLarge, UnsupportedMediaType
+from ring.log import batch as batchfmt
+from ring.log.batch import BatchHeader, Record, RecordIn
+
+CT_JSON = "application/json"
+CT_NDJSON = "application/x-ndjson"
+CT_MSGPACK = "application/msgpack"
+CT_X_MSGPACK = "application/x-msgpack"
+CT_BATCH = "application/vnd.ring.batch"
+CT_BATCHES = "application/vnd.ring.batches"
+CT_TEXT = "text/plain"
+PRODUCE_TYPES = (CT_JSON, CT_NDJSON, CT_MSGPACK, CT_X_MSGPACK, CT_BATCH, CT_TEXT)
+FETCH_TYPES = (CT_JSON, CT_NDJSON, CT_MSGPACK, CT_X_MSGPACK, CT_BATCHES)
+
+H_NEXT_OFFSET = "Ring-Next-Offset"
+H_HIGH_WATERMARK = "Ring-High-Watermark"
+
+# Per-record overhead counted toward batch size when framing records into
+# batches: the msgpack array and timestamp delta around key and value.
+_RECORD_OVERHEAD_BYTES = 16
+_TIMESTAMP_MAX_MS = 2**62
+_NoneType = type(None)
+
+
+@dataclass(frozen=True)
+class Records:
+    """Decoded records for the broker to frame; ``keyed`` if keys differ per record."""
+
+    records: list[RecordIn]
+    sizes: list[int]  # stored bytes of each record, for cutting batches
+    values_are_json: bool
+    keyed: bool
+
+
+@dataclass(frozen=True)
+class Batches:
+    """Client-built stored batches, validated, to append as they are."""
+
+    batches: list[bytearray]
+    record_count: int
+
+
+# --- reading a body -------------------------------------------------------------
+
+
+async def read_body(request: web.BaseRequest, limit_bytes: int, line_bytes_max: int | None = None) -> bytes:
+    """The whole body, counted while streaming (Content-Length may be absent or lie).
+
+    With ``line_bytes_max`` an unterminated line longer than that aborts the
+    read early with 413, so an NDJSON client learns about its bad line at once.
+    """
+    declared = request.content_length
+    if declared is not None and declared > limit_bytes:
+        raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit_bytes}",
+                              limit_bytes=limit_bytes)
+    chunks: list[bytes] = []
+    total = 0
+    line_bytes = 0
+    try:
+        async with asyncio.timeout(limits.BODY_READ_TIMEOUT_S):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit_bytes:
+                    raise PayloadTooLarge(f"request body is over the limit of {limit_bytes} bytes",
+                                          limit_bytes=limit_bytes)
+                if line_bytes_max is not None:
+                    newline = chunk.rfind(b"\n")
+                    line_bytes = line_bytes + len(chunk) if newline < 0 else len(chunk) - newline - 1
+                    if line_bytes > line_bytes_max:
+                        raise PayloadTooLarge(f"a line is over the limit of {line_bytes_max} bytes",
+                                              limit_bytes=line_bytes_max)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTimeout(f"request body not received within {limits.BODY_READ_TIMEOUT_S:g} s") from None
+    except (RequestPayloadError, HttpProcessingError, ConnectionError) as exc:
+        raise BadRequest(f"request body is incomplete or malformed: {exc}") from None
+    return b"".join(chunks)
+
+
+def produce_type(request: web.BaseRequest) -> str:
+    """The request's Content-Type if produce speaks it, else 415."""
+    ctype = request.content_type.lower()
+    if ctype not in PRODUCE_TYPES:
+        raise UnsupportedMediaType(f"unsupported content type {ctype!r}; use one of {', '.join(PRODUCE_TYPES)}")
+    return ctype
+
+
+def fetch_type(accept: str | None) -> str:
+    """The first supported type named in Accept (q-values ignored); JSON by default."""
+    if not accept:
+        return CT_JSON
+    for part in accept.split(","):
+        mime = part.split(";", 1)[0].strip().lower()
+        if mime in FETCH_TYPES:
+            return CT_MSGPACK if mime == CT_X_MSGPACK else mime
+    return CT_JSON
+
+
+# --- query parameters -----------------------------------------------------------
+
+
+def int_param(query: Any, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", parameter=name) from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name} must be in [{lo}, {hi}]", parameter=name)
+    return value
+
+
+def key_param(query: Any) -> bytes | None:
+    raw = query.get("key")
+    if raw is None:
+        return None
+    key = raw.encode("utf-8", "surrogatepass")
+    if len(key) > limits.KEY_BYTES_MAX:
+        raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
+    return key
+
+
+def json_body(body: bytes) -> Any:
+    """An administrative JSON body (create topic, truncate)."""
+    if not body:
+        raise BadRequest("empty body: expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+
+
+# --- produce: decoders ----------------------------------------------------------
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
+
+
+def json_depth(text: bytes) -> int:
+    """Nesting depth of a valid JSON text, without recursion.
+
+    Strings are cut out, everything but brackets dropped, and innermost
+    pairs removed one layer per pass: all C-level byte operations.
+    """
+    brackets = _JSON_STRING.sub(b"", text).translate(None, _BRACKETS_ONLY)
+    brackets = brackets.replace(b"{", b"[").replace(b"}", b"]")
+    depth = 0
+    while brackets:
+        shorter = brackets.replace(b"[]", b"")
+        assert len(shorter) < len(brackets), "unbalanced brackets in parsed JSON"
+        brackets = shorter
+        depth += 1
+        if depth > limits.JSON_DEPTH_MAX + 1:
+            break
+    return depth
+
+
+def _check_depth(text: bytes, top_level_array: bool) -> None:
+    # Cheap first: fewer opening brackets than the limit cannot nest too deep.
+    if text.count(b"[") + text.count(b"{") <= limits.JSON_DEPTH_MAX:
+        return
+    depth = json_depth(text) - (1 if top_level_array else 0)
+    if depth > limits.JSON_DEPTH_MAX:
+        raise BadRequest(f"JSON nested deeper than {limits.JSON_DEPTH_MAX} levels")
+
+
+def _check_counts(n: int) -> None:
+    if n == 0:
+        raise BadRequest("no records in the body")
+    if n > limits.RECORDS_PER_REQUEST_MAX:
+        raise PayloadTooLarge(f"{n} records in one request; the limit is {limits.RECORDS_PER_REQUEST_MAX}")
+
+
+def _check_sizes(sizes: list[int]) -> None:
+    if max(sizes) > limits.MESSAGE_BYTES_MAX:
+        raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
+                              limit_bytes=limits.MESSAGE_BYTES_MAX)
+
+
+def _json_records(values: list[bytes], key: bytes | None) -> Records:
+    _check_counts(len(values))
+    extra = _RECORD_OVERHEAD_BYTES + (len(key) if key else 0)
+    sizes = [len(v) + extra for v in values]
+    _check_sizes(sizes)
+    return Records([(None, key, v, None) for v in values], sizes, True, False)
+
+
+def decode_json(body: bytes, key: bytes | None) -> Records:
+    """One event, or a top-level array of events; each stored as compact JSON."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+    is_array = type(doc) is list
+    _check_depth(body, is_array)
+    events = doc if is_array else [doc]
+    return _json_records(list(map(orjson.dumps, events)), key)
+
+
+def decode_ndjson(body: bytes, key: bytes | None) -> Records:
+    """One JSON event per line; blank lines are skipped."""
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    if lines and max(map(len, lines)) > limits.NDJSON_LINE_BYTES_MAX:
+        raise PayloadTooLarge(f"a line is over the limit of {limits.NDJSON_LINE_BYTES_MAX} bytes")
+    _check_counts(len(lines))
+    values = []
+    for number, line in enumerate(lines, 1):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"malformed JSON on non-blank line {number}: {exc}", line=number) from None
+        _check_depth(line, False)
+        values.append(orjson.dumps(event))
+    return _json_records(values, key)
+
+
+def decode_text(body: bytes, key: bytes | None) -> Records:
+    """The whole body is one raw value."""
+    if not body:
+        raise BadRequest("empty body")
+    size = len(body) + _RECORD_OVERHEAD_BYTES + (len(key) if key else 0)
+    _check_sizes([size])
+    return Records([(None, key, body, None)], [size], False, False)
+
+
+def _as_bytes(value: object, what: str) -> bytes:
+    if type(value) is bytes:
+        return value
+    if type(value) is str:
+        return value.encode("utf-8", "surrogatepass")
+    raise BadRequest(f"{what} must be bytes or a string")
+
+
+def _msgpack_headers(raw: object) -> tuple[dict[str, bytes | None] | None, int]:
+    if raw is None:
+        return None, 0
+    if type(raw) is not dict:
+        raise BadRequest("headers must be a map of string to bytes or string")
+    if len(raw) > limits.HEADERS_PER_RECORD_MAX:
+        raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
+    headers: dict[str, bytes | None] = {}
+    size = 0
+    for name, value in raw.items():
+        if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > limits.HEADER_NAME_BYTES_MAX:
+            raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
+        headers[name] = None if value is None else _as_bytes(value, f"header {name[:40]!r}")
+        size += len(name) + len(headers[name] or b"")
+    return headers or None, size
+
+
+def decode_msgpack(body: bytes, key: bytes | None) -> Records:
+    """A map ``{value, key?, headers?, timestamp?}`` or an array of such maps."""
+    try:
+        doc = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequest(f"malformed msgpack: {exc}") from None
+    items = doc if type(doc) is list else [doc]
+    _check_counts(len(items))
+    records: list[RecordIn] = []
+    sizes: list[int] = []
+    keyed = False
+    for item in items:
+        if type(item) is not dict or "value" not in item:
+            raise BadRequest("each msgpack record must be a map with a 'value'")
+        if not item.keys() <= {"value", "key", "headers", "timestamp"}:
+            raise BadRequest("a msgpack record may hold only value, key, headers, timestamp")
+        value = _as_bytes(item["value"], "value")
+        rec_key = key
+        if item.get("key") is not None:
+            rec_key = _as_bytes(item["key"], "key")
+            if len(rec_key) > limits.KEY_BYTES_MAX:
+                raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
+            keyed = True
+        ts = item.get("timestamp")
+        if ts is not None and (type(ts) is not int or not 0 <= ts < _TIMESTAMP_MAX_MS):
+            raise BadRequest("timestamp must be an integer of milliseconds since the epoch")
+        headers, header_bytes = _msgpack_headers(item.get("headers"))
+        records.append((ts, rec_key, value, headers))
+        sizes.append(len(value) + (len(rec_key) if rec_key else 0) + header_bytes + _RECORD_OVERHEAD_BYTES)
+    _check_sizes(sizes)
+    return Records(records, sizes, False, keyed)
+
+
+def _bounded_payload(h: BatchHeader, data: memoryview, pos: int) -> bytes | memoryview:
+    """The uncompressed payload, refusing to inflate past REQUEST_BYTES_MAX (a
+    small compressed batch from a client may claim gigabytes)."""
+    body = data[pos + batchfmt.HEADER_SIZE : pos + h.size]
+    limit = limits.REQUEST_BYTES_MAX
+    try:
+        if h.codec == batchfmt.CODEC_NONE:
+            return body
+        if h.codec == batchfmt.CODEC_ZSTD:
+            import zstandard
+
+            declared = zstandard.frame_content_size(bytes(body[:18]))
+            if declared > limit:
+                raise PayloadTooLarge(f"a batch inflates to over {limit} bytes")
+            out = zstandard.ZstdDecompressor().decompress(bytes(body), max_output_size=limit)
+        elif h.codec == batchfmt.CODEC_LZ4:
+            import lz4.frame
+
+            inflater = lz4.frame.LZ4FrameDecompressor()
+            out = inflater.decompress(bytes(body), max_length=limit)
+            if not inflater.eof:
+                raise PayloadTooLarge(f"a batch inflates to over {limit} bytes")
+        else:
+            raise CorruptBatch(f"unknown codec {h.codec}")
+    except (PayloadTooLarge, CorruptBatch):
+        raise
+    except Exception as exc:  # each codec library raises its own error types
+        raise CorruptBatch(f"batch payload does not decompress: {exc}") from None
+    return out
+
+
+def _check_stored_headers(headers: Iterable[dict]) -> None:
+    for hdrs in headers:
+        if len(hdrs) > limits.HEADERS_PER_RECORD_MAX:
+            raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
+        if not set(map(type, hdrs)) <= {str} or not set(map(type, hdrs.values())) <= {bytes, _NoneType}:
+            raise BadRequest("stored record headers must map strings to bytes or nil")
+        if max(map(len, hdrs)) > limits.HEADER_NAME_BYTES_MAX:
+            raise BadRequest(f"a header name is over {limits.HEADER_NAME_BYTES_MAX} bytes")
+
+
+def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
+    """The payload is a list of ``record_count`` well-formed records, checked C-level."""
+    raw = _bounded_payload(h, data, pos)
+    try:
+        items = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequest(f"batch payload is not msgpack: {exc}") from None
+    if type(items) is not list or len(items) != h.record_count:
+        raise BadRequest("batch payload does not hold record_count records")
+    if not set(map(type, items)) <= {list} or set(map(len, items)) != {4}:
+        raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
+    deltas, keys, values, headers = zip(*items)
+    if not set(map(type, deltas)) <= {int} or not set(map(type, values)) <= {bytes}:
+        raise BadRequest("record timestamp deltas must be integers and values bytes")
+    if not set(map(type, keys)) <= {bytes, _NoneType} or not set(map(type, headers)) <= {dict, _NoneType}:
+        raise BadRequest("record keys must be bytes or nil and headers maps or nil")
+    if max(map(len, values)) > limits.MESSAGE_BYTES_MAX:
+        raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
+    present_keys = [k for k in keys if k is not None]
+    if present_keys and max(map(len, present_keys)) > limits.KEY_BYTES_MAX:
+        raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
+    _check_stored_headers(filter(None, headers))  # rare: only records that carry headers
+    if h.values_are_json:
+        # Fetch embeds these values verbatim in JSON answers: they must parse.
+        try:
+            list(map(orjson.loads, values))
+        except orjson.JSONDecodeError:
+            raise BadRequest("batch is flagged JSON but a value is not JSON") from None
+
+
+def decode_batches(body: bytes) -> Batches:
+    """One or more unstamped stored batches, validated without a per-record loop."""
+    if not body:
+        raise BadRequest("empty body")
+    data = memoryview(body)
+    batches: list[bytearray] = []
+    count = 0
+    pos = 0
+    while pos < len(body):
+        h = batchfmt.read_header(data, pos)
+        if h.size > limits.BATCH_BYTES_MAX:
+            raise PayloadTooLarge(f"a batch is over the limit of {limits.BATCH_BYTES_MAX} bytes",
+                                  limit_bytes=limits.BATCH_BYTES_MAX)
+        batchfmt.check(data, pos)
+        _check_batch_payload(h, data, pos)
+        batches.append(bytearray(data[pos : pos + h.size]))
+        count += h.record_count
+        pos += h.size
+    _check_counts(count)
+    return Batches(batches, count)
+
+
+def decode_produce(ctype: str, body: bytes, key: bytes | None) -> Records | Batches:
+    if not body:
+        raise BadRequest("empty body")
+    if ctype == CT_JSON:
+        return decode_json(body, key)
+    if ctype == CT_NDJSON:
+        return decode_ndjson(body, key)
+    if ctype in (CT_MSGPACK, CT_X_MSGPACK):
+        return decode_msgpack(body, key)
+    if ctype == CT_BATCH:
+        return decode_batches(body)
+    assert ctype == CT_TEXT, ctype
+    return decode_text(body, key)
+
+
+# --- fetch: encoders ------------------------------------------------------------
+
+
+def select_records(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[list[tuple[Record, bool]], int]:
+    """Records in ``[offset, high_watermark)`` from stored batches, at most ``max_records``.
+
+    Returns ``[(record, value_is_json)]`` and the next offset to fetch from.
+    """
+    out: list[tuple[Record, bool]] = []
+    next_offset = offset
+    for h, pos in batchfmt.scan(data):
+        if h.next_offset <= offset:
+            continue
+        if h.base_offset >= high_watermark or len(out) >= max_records:
+            break
+        _, recs = batchfmt.decode(data, pos, verify=False)
+        is_json = h.values_are_json
+        for rec in recs:
+            if rec.offset < offset:
+                continue
+            if rec.offset >= high_watermark or len(out) >= max_records:
+                break
+            out.append((rec, is_json))
+            next_offset = rec.offset + 1
+    return out, next_offset
+
+
+def _text_or_base64(raw: bytes) -> tuple[str, bool]:
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), True
+
+
+def record_json(rec: Record, is_json: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"offset": rec.offset, "timestamp": rec.timestamp, "key": None}
+    if rec.key is not None:
+        doc["key"], b64 = _text_or_base64(rec.key)
+        if b64:
+            doc["key_encoding"] = "base64"
+    if is_json:
+        doc["value"] = orjson.Fragment(rec.value)
+    else:
+        doc["value"], b64 = _text_or_base64(rec.value)
+        if b64:
+            doc["value_encoding"] = "base64"
+    headers: dict[str, str | None] = {}
+    if rec.headers:
+        try:
+            headers = {k: None if v is None else v.decode("utf-8") for k, v in rec.headers.items()}
+        except UnicodeDecodeError:
+            headers = {k: None if v is None else base64.b64encode(v).decode("ascii") for k, v in rec.headers.items()}
+            doc["headers_encoding"] = "base64"
+    doc["headers"] = headers
+    return doc
+
+
+def record_msgpack(rec: Record) -> dict[str, Any]:
+    return {"offset": rec.offset, "timestamp": rec.timestamp, "key": rec.key,
+            "value": rec.value, "headers": rec.headers or {}}
+
+
+def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tuple[Record, bool]],
+                 next_offset: int, high_watermark: int) -> bytes:
+    """The answer body for JSON, NDJSON or msgpack (stored batches are sent as they are)."""
+    if accept == CT_NDJSON:
+        dump = orjson.dumps
+        return b"".join(dump(record_json(r, j), option=orjson.OPT_APPEND_NEWLINE) for r, j in selected)
+    if accept == CT_MSGPACK:
+        return msgpack.packb({
+            "topic": topic, "partition": partition,
+            "records": [record_msgpack(r) for r, _ in selected],
+            "next_offset": next_offset, "high_watermark": high_watermark,
+        }, use_bin_type=True)
+    return orjson.dumps({
+        "topic": topic, "partition": partition,
+        "records": [record_json(r, j) for r, j in selected],
+        "next_offset": next_offset, "high_watermark": high_watermark,
+    })
+
+
+def batches_next_offset(data: bytes, offset: int) -> int:
+    """Next offset after the stored batches of a raw answer (headers only, no CRC work)."""
+    next_offset = offset
+    for h, _ in batchfmt.scan(data, verify=False):
+        next_offset = max(next_offset, h.next_offset)
+    return next_offset

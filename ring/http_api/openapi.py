@@ -1,0 +1,199 @@
+"""The OpenAPI 3.1 description of the client API, served at ``GET /v1/openapi.json``.
+
+Built as a plain dict so it costs nothing at import. A test checks that its
+paths and methods are exactly the routes of ``app.ROUTES``: a route added
+without being described here fails the build.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from ring import __version__, limits
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _err(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None, content_type: str = "application/json") -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if schema is not None:
+        out["content"] = {content_type: {"schema": schema}}
+    return out
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path",
+            "schema": schema, "description": description}
+
+
+_TOPIC = _param("topic", "path", {"type": "string", "pattern": limits.TOPIC_NAME_PATTERN.pattern,
+                                  "maxLength": limits.TOPIC_NAME_BYTES_MAX}, "topic name ('.' and '..' refused)")
+_PARTITION = _param("partition", "path", {"type": "integer", "minimum": 0}, "partition number")
+_BAD = _err("malformed request (bad name, parameter or body)")
+_NOT_FOUND = _err("unknown topic or partition")
+
+_TOPIC_CONFIG = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": limits.TOPIC_NAME_PATTERN.pattern},
+        "partitions": {"type": "integer", "minimum": 1, "maximum": limits.TOPIC_PARTITIONS_MAX,
+                       "default": limits.TOPIC_PARTITIONS_DEFAULT},
+        "replication_factor": {"type": "integer", "minimum": 1, "default": 3},
+        "retention_ms": {"type": "integer", "default": limits.RETENTION_MS_DEFAULT, "description": "-1: forever"},
+        "retention_bytes": {"type": "integer", "default": limits.RETENTION_BYTES_DEFAULT,
+                            "description": "-1: no size limit"},
+        "segment_bytes": {"type": "integer", "minimum": limits.SEGMENT_BYTES_MIN,
+                          "maximum": limits.SEGMENT_BYTES_MAX, "default": limits.SEGMENT_BYTES_DEFAULT},
+        "compression": {"enum": ["none", "zstd", "lz4"], "default": "none"},
+    },
+}
+
+_RECORD = {
+    "type": "object",
+    "properties": {
+        "offset": {"type": "integer"},
+        "timestamp": {"type": "integer", "description": "ms since the epoch"},
+        "key": {"type": ["string", "null"]},
+        "key_encoding": {"const": "base64", "description": "present when the key is not UTF-8"},
+        "value": {"description": "the JSON event as produced, a UTF-8 string, or base64"},
+        "value_encoding": {"const": "base64", "description": "present when the value is neither JSON nor UTF-8"},
+        "headers": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
+        "headers_encoding": {"const": "base64"},
+    },
+}
+
+_PRODUCED = {
+    "type": "object",
+    "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"},
+                   "base_offset": {"type": "integer"}, "count": {"type": "integer"},
+                   "results": {"type": "array", "description": "when per-record keys spread a request over partitions"}},
+}
+
+_MSGPACK_RECORD = {
+    "type": "object", "required": ["value"],
+    "properties": {"value": {"type": "string", "format": "binary"}, "key": {"type": "string"},
+                   "headers": {"type": "object"}, "timestamp": {"type": "integer"}},
+}
+
+_PRODUCE_DOC = f"""Append records. Content-Type decides how the body is read:
+application/json: one event, or a top-level array of events (each event is one record's value, stored as compact JSON);
+application/x-ndjson: one event per line (blank lines skipped; a line at most {limits.NDJSON_LINE_BYTES_MAX} bytes);
+application/msgpack: a map {{value, key?, headers?, timestamp?}} or an array of them;
+application/vnd.ring.batch: one or more stored record batches (each at most {limits.BATCH_BYTES_MAX} bytes), appended as they are;
+text/plain: the body is one raw value.
+Placement: ?partition= wins; else a key (?key= or per-record msgpack keys) picks the partition by hash;
+a request without either goes whole to one partition, chosen round-robin.
+Bodies are limited to {limits.REQUEST_BYTES_MAX} bytes, records to {limits.MESSAGE_BYTES_MAX} bytes,
+{limits.RECORDS_PER_REQUEST_MAX} records per request, JSON nesting to {limits.JSON_DEPTH_MAX} levels."""
+
+_FETCH_DOC = """Read records from `offset` (default: the earliest), never at or above the high watermark.
+Accept decides the answer: application/json (default), application/x-ndjson (one record per line),
+application/msgpack (keys and values as bytes), application/vnd.ring.batches (stored batches as they are,
+possibly starting below `offset`: skip records below it). Ring-Next-Offset and Ring-High-Watermark headers
+are always set. With wait_ms the request long-polls until a record at or after `offset` is committed."""
+
+
+@lru_cache(maxsize=1)
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ring", "version": __version__,
+                 "description": "A distributed, replicated event log served over plain HTTP."},
+        "paths": {
+            "/v1/status": {"get": {
+                "summary": "Broker status", "operationId": "status",
+                "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
+                                         {"type": "object"})}}},
+            "/v1/openapi.json": {"get": {
+                "summary": "This document", "operationId": "openapi",
+                "responses": {"200": _ok("OpenAPI 3.1 document", {"type": "object"})}}},
+            "/v1/topics": {
+                "get": {"summary": "List topics with their settings", "operationId": "listTopics",
+                        "responses": {"200": _ok("topics", {"type": "object", "properties": {
+                            "topics": {"type": "array", "items": _TOPIC_CONFIG}}})}},
+                "post": {"summary": "Create a topic", "operationId": "createTopic",
+                         "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CONFIG}}},
+                         "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
+                                       "400": _BAD, "409": _err("the topic exists")}},
+            },
+            "/v1/topics/{topic}": {
+                "parameters": [_TOPIC],
+                "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
+                        "responses": {"200": _ok("settings plus partitions: [{partition, earliest_offset, end_offset, "
+                                                 "high_watermark, leader, replicas, epoch}]", {"type": "object"}),
+                                      "400": _BAD, "404": _NOT_FOUND}},
+                "delete": {"summary": "Delete a topic and its records", "operationId": "deleteTopic",
+                           "responses": {"200": _ok("deleted", {"type": "object"}), "400": _BAD, "404": _NOT_FOUND}},
+            },
+            "/v1/topics/{topic}/messages": {"post": {
+                "summary": "Produce records", "operationId": "produce", "description": _PRODUCE_DOC,
+                "parameters": [
+                    _TOPIC,
+                    _param("key", "query", {"type": "string", "maxLength": limits.KEY_BYTES_MAX},
+                           "key of every record (UTF-8); picks the partition"),
+                    _param("partition", "query", {"type": "integer", "minimum": 0}, "explicit partition"),
+                ],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": {}},
+                    "application/x-ndjson": {"schema": {"type": "string"}},
+                    "application/msgpack": {"schema": {"oneOf": [_MSGPACK_RECORD, {"type": "array", "items": _MSGPACK_RECORD}]}},
+                    "application/vnd.ring.batch": {"schema": {"type": "string", "format": "binary"}},
+                    "text/plain": {"schema": {"type": "string"}},
+                }},
+                "responses": {"200": _ok("where the records went", _PRODUCED), "400": _BAD, "404": _NOT_FOUND,
+                              "408": _err("body not sent in time"), "413": _err("body, line or record too large"),
+                              "415": _err("unsupported Content-Type"), "503": _err("shutting down; retry")}}},
+            "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
+                "summary": "Fetch records (long-poll)", "operationId": "fetch", "description": _FETCH_DOC,
+                "parameters": [
+                    _TOPIC, _PARTITION,
+                    _param("offset", "query", {"type": "integer", "minimum": 0}, "first offset; default: earliest"),
+                    _param("max_records", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_RECORDS_MAX,
+                                                    "default": limits.FETCH_RECORDS_DEFAULT}, "records at most"),
+                    _param("max_bytes", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_BYTES_MAX,
+                                                  "default": limits.FETCH_BYTES_DEFAULT},
+                           "stored bytes to read (at least one batch is returned)"),
+                    _param("wait_ms", "query", {"type": "integer", "minimum": 0, "maximum": limits.LONG_POLL_WAIT_MS_MAX,
+                                                "default": 0}, "long-poll this long for new records"),
+                ],
+                "responses": {
+                    "200": {"description": "records", "content": {
+                        "application/json": {"schema": {"type": "object", "properties": {
+                            "topic": {"type": "string"}, "partition": {"type": "integer"},
+                            "records": {"type": "array", "items": _RECORD},
+                            "next_offset": {"type": "integer"}, "high_watermark": {"type": "integer"}}}},
+                        "application/x-ndjson": {"schema": {"type": "string"}},
+                        "application/msgpack": {"schema": {"type": "object"}},
+                        "application/vnd.ring.batches": {"schema": {"type": "string", "format": "binary"}},
+                    }},
+                    "400": _BAD, "404": _NOT_FOUND,
+                    "416": _err("offset out of range; the body names earliest and latest"),
+                    "429": _err("too many long-polls open; retry after Retry-After")}}},
+            "/v1/topics/{topic}/partitions/{partition}/offsets": {"get": {
+                "summary": "Offset by timestamp", "operationId": "offsetForTimestamp",
+                "parameters": [_TOPIC, _PARTITION,
+                               _param("timestamp", "query", {"type": "string"},
+                                      "ms since the epoch, or earliest / latest", required=True)],
+                "responses": {"200": _ok("first offset with a timestamp at or after it; the high watermark "
+                                         "when every record is older", {"type": "object"}),
+                              "400": _BAD, "404": _NOT_FOUND}}},
+            "/v1/topics/{topic}/partitions/{partition}/truncate": {"post": {
+                "summary": "Delete records below an offset", "operationId": "truncate",
+                "parameters": [_TOPIC, _PARTITION],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["before_offset"],
+                    "properties": {"before_offset": {"type": "integer", "minimum": 0}}}}}},
+                "responses": {"200": _ok("the new earliest offset", {"type": "object"}), "400": _BAD,
+                              "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark")}}},
+        },
+        "components": {"schemas": {"Error": {
+            "type": "object", "required": ["error", "message"],
+            "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+            "additionalProperties": True}}},
+    }

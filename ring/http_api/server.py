@@ -1,0 +1,138 @@
+"""Serving the app on a socket, with the connection limits aiohttp lacks.
+
+aiohttp has no deadline for receiving request headers, so a client sending
+one byte a second holds a connection forever (slowloris). ``GuardedHandler``
+adds one: from the first byte of a request (or from the connection's start)
+the headers must be complete within ``HEADER_READ_TIMEOUT_S``, else the
+connection is closed. It also answers the errors aiohttp detects before any
+handler runs (bad request line, over-long header) in the API's JSON shape.
+
+A byte counts as the start of a new request when the previous request's body
+was fully received before that byte arrived; body bytes never arm the timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from ring import limits
+from ring.http_api.middleware import http_error_response
+
+log = logging.getLogger("ring.http")
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection handler plus a header deadline and JSON protocol errors."""
+
+    def __init__(self, *args: Any, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timeout_s = header_timeout_s
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._last_payload: Any = None  # body stream of the newest parsed request
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not data:
+            return super().data_received(data)
+        body_done = self._last_payload is None or self._last_payload.is_eof()
+        parsed_before = self._request_count
+        super().data_received(data)
+        if self._request_count != parsed_before:
+            self._disarm()  # headers complete
+            if self._messages:
+                self._last_payload = self._messages[-1][1]
+        elif body_done and self._header_timer is None:
+            self._arm()  # these bytes began a new request whose headers are not complete
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self._loop.call_later(self._header_timeout_s, self._header_timeout, self._request_count)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self, parsed_at_arm: int) -> None:
+        self._header_timer = None
+        if self._request_count == parsed_at_arm and self.transport is not None:
+            log.info("closing a connection that sent no complete request headers within %g s",
+                     self._header_timeout_s)
+            self.force_close()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        if status >= 500:
+            log.error("error handling a request", exc_info=exc)
+            message = "internal error; the broker log has the details"
+        else:
+            log.debug("protocol error %d: %s", status, message)
+        resp = http_error_response(status, message)
+        resp.force_close()
+        return resp
+
+
+class Server:
+    """The app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
+
+    def __init__(self, app: web.Application, host: str, port: int,
+                 header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, access_log: bool = False) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._header_timeout_s = header_timeout_s
+        self._access_log = access_log
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        kwargs: dict[str, Any] = dict(
+            keepalive_timeout=limits.KEEPALIVE_TIMEOUT_S,
+            max_line_size=limits.HEADER_LINE_BYTES_MAX,
+            max_field_size=limits.HEADER_LINE_BYTES_MAX,
+            lingering_time=limits.HEADER_READ_TIMEOUT_S,
+        )
+        if not self._access_log:
+            kwargs["access_log"] = None
+        self._runner = web.AppRunner(self.app, shutdown_timeout=limits.SHUTDOWN_GRACE_S, **kwargs)
+        await self._runner.setup()
+        manager = self._runner.server
+        assert manager is not None
+        loop = asyncio.get_running_loop()
+        handler_kwargs = {**kwargs, "header_timeout_s": self._header_timeout_s}
+
+        def factory() -> GuardedHandler:
+            return GuardedHandler(manager, loop=loop, **handler_kwargs)
+
+        self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True,
+                                                family=socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (up to the grace), close connections."""
+        if self._server is not None:
+            self._server.close()  # no new connections; open ones drain below
+            self._server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

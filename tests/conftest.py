@@ -1,0 +1,51 @@
+"""Fixtures that start real broker processes (see tests/brokers.py).
+
+``broker`` is one process for the whole session, for tests that only add
+their own topics; ``make_broker`` starts private ones (killed, restarted or
+configured differently), stopped at the end of the test whatever happens.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from tests.brokers import Http, TestBroker
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
+    b = TestBroker(tmp_path_factory.mktemp("session-broker"), args=["--fsync", "interval:100"])
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def http(broker: TestBroker) -> Http:
+    return broker.http
+
+
+@pytest.fixture
+def topic() -> str:
+    """A topic name no other test uses."""
+    return "t-" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Callable[..., TestBroker]]:
+    started: list[TestBroker] = []
+
+    def make(*args: str, name: str = "ring-0", env: dict[str, str] | None = None) -> TestBroker:
+        b = TestBroker(tmp_path, name=name, args=args, env=env)
+        started.append(b)
+        return b.start()
+
+    yield make
+    for b in started:
+        b.kill()
