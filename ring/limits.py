@@ -115,6 +115,29 @@ FSYNC_INTERVAL_MS_DEFAULT = 1_000
 RETENTION_CHECK_INTERVAL_MS = 30_000
 
 
+# --- Spark (sparkio) ---------------------------------------------------------
+
+# How long a Spark task waits for offsets the planner saw below the high
+# watermark but a replica does not serve yet (a follower catching up after a
+# failover). Kafka's connector waits 2 min; a task that cannot read committed
+# data for this long fails and Spark retries it.
+SPARK_POLL_TIMEOUT_MS_DEFAULT = 120_000
+# One HTTP request from a Spark task or the planner: connect plus answer. A
+# fetch never long-polls past committed data, so 30 s means a stuck broker.
+SPARK_REQUEST_TIMEOUT_S = 30.0
+# Rounds over every known broker before a request is given up; with the
+# backoff below, about 6 s of a cluster being wholly unreachable.
+SPARK_FAILOVER_ROUNDS_MAX = 4
+# Pause between rounds over all brokers, doubled each round (0.4, 0.8, 1.6 ...).
+SPARK_FAILOVER_BACKOFF_MS = 400
+# Records a Spark writer task buffers per produce request: well under
+# RECORDS_PER_REQUEST_MAX so a retry resends little.
+SPARK_WRITE_RECORDS_PER_REQUEST_MAX = 5_000
+# Bytes a Spark writer task buffers per produce request: a quarter of
+# REQUEST_BYTES_MAX, leaving room for msgpack framing and retries in flight.
+SPARK_WRITE_BYTES_PER_REQUEST_MAX = 4 * MiB
+
+
 def markdown_table() -> str:
     """The README's limits table: every UPPER_CASE constant with its why-comment."""
     import ast
@@ -152,6 +175,8 @@ def validate() -> None:
     assert FETCH_RECORDS_DEFAULT <= FETCH_RECORDS_MAX
     assert SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX
     assert TOPIC_PARTITIONS_DEFAULT <= TOPIC_PARTITIONS_MAX
+    assert SPARK_WRITE_BYTES_PER_REQUEST_MAX <= REQUEST_BYTES_MAX - MESSAGE_BYTES_MAX
+    assert SPARK_WRITE_RECORDS_PER_REQUEST_MAX <= RECORDS_PER_REQUEST_MAX
 
 
 validate()
