@@ -138,6 +138,7 @@ class Broker:
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._deleting: set[str] = set()
+        self.fsyncs = 0  # completed partition fsyncs, for status and for telling group commit works
         self.previous_shutdown_clean = True
 
     # --- lifecycle ----------------------------------------------------------------
@@ -348,9 +349,11 @@ class Broker:
                 for chunk in _cut(idx, sizes)]
             for p, idx in groups.items()
         }
-        results = await asyncio.gather(*(
-            self._append(self._parts[topic][p], batches) for p, batches in framed.items()))
-        return list(results)
+        parts = self._parts[topic]
+        if len(framed) == 1:
+            ((p, batches),) = framed.items()
+            return [await self._append(parts[p], batches)]
+        return list(await asyncio.gather(*(self._append(parts[p], b) for p, b in framed.items())))
 
     async def produce_batches(self, topic: str, partition: int | None, key: bytes | None,
                               batches: list[bytearray]) -> ProduceResult:
@@ -410,6 +413,7 @@ class Broker:
                    thread: asyncio.Future[None]) -> None:
         part.running_sync = None
         exc = thread.exception()
+        self.fsyncs += exc is None
         if exc is not None:
             part.failed = f"fsync of {part.topic}/{part.index} failed: {exc}"
             log.error(part.failed)
@@ -536,6 +540,7 @@ class Broker:
             "fsync": str(self.config.fsync),
             "auto_create": self.config.auto_create,
             "long_polls_open": self._long_polls,
+            "fsyncs": self.fsyncs,
         }
 
 
