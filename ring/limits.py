@@ -114,6 +114,25 @@ FSYNC_INTERVAL_MS_DEFAULT = 1_000
 # How often a broker applies retention: deleting whole segments is not urgent.
 RETENTION_CHECK_INTERVAL_MS = 30_000
 
+# --- gossip ------------------------------------------------------------------
+
+# Brokers in one cluster. Every gossip digest lists every broker, so a round's
+# bytes grow with this; large Cassandra clusters stay around a thousand nodes.
+BROKERS_MAX = 1_024
+# A broker name or address: a DNS name is at most 253 bytes.
+BROKER_NAME_BYTES_MAX = 253
+# Topic catalogue entries gossiped: every live topic plus a tombstone per deleted one.
+GOSSIP_TOPIC_ENTRIES_MAX = 2 * TOPICS_MAX
+# Nesting of a gossiped free-form value (load, extra, topic config): summaries, not documents.
+GOSSIP_VALUE_DEPTH_MAX = 8
+# Keys of one gossiped map or items of one list: bounds the work of checking a peer's message.
+GOSSIP_MAP_KEYS_MAX = 256
+# One string inside a gossiped value: addresses, codec names, short notes.
+GOSSIP_STRING_BYTES_MAX = 4 * KiB
+# One gossip message on the wire: a full state of BROKERS_MAX endpoints and
+# GOSSIP_TOPIC_ENTRIES_MAX catalogue entries of a few hundred bytes each fits.
+GOSSIP_MESSAGE_BYTES_MAX = 16 * MiB
+
 
 # --- Spark (sparkio) ---------------------------------------------------------
 
