@@ -1,0 +1,81 @@
+"""Fixtures for the Spark suite: one local SparkSession and one real broker
+for the whole session, and helpers that create a fresh topic per test.
+
+Spark needs Java and the ``spark`` extra (pyspark, pyarrow); without them the
+suite is skipped with the reason, never half-run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra (pyspark, pyarrow) is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra (pyspark, pyarrow) is not installed")
+if shutil.which("java") is None:
+    pytest.skip("Spark needs a Java runtime (java not on PATH)", allow_module_level=True)
+
+from ring.localcluster import LocalBroker, free_port  # noqa: E402
+from sparkio.client import BrokerClient  # noqa: E402
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from sparkio.session import local_session
+
+    session = local_session("ring-tests", cores=2, shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    root: Path = tmp_path_factory.mktemp("spark-broker")
+    b = LocalBroker("ring-0", root / "ring-0", free_port(), args=["--fsync", "never", "--log-level", "warning"])
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def client(broker):
+    with BrokerClient([broker.url]) as c:
+        yield c
+
+
+@pytest.fixture
+def topic(request, client):
+    """A factory of fresh topic names (created with ``partitions``)."""
+
+    def make(partitions: int = 3, prefix: str | None = None) -> str:
+        base = prefix or request.node.name.split("[")[0].replace("test_", "")[:40]
+        name = f"{base}-{next(_names)}".replace("_", "-")
+        client.create_topic(name, partitions)
+        return name
+
+    return make
+
+
+def produce_numbered(client: BrokerClient, topic: str, count: int, *, first: int = 0, keyed: bool = True,
+                     timestamp_ms: int | None = None, headers: bool = False, chunk: int = 500) -> list[bytes]:
+    """Produce values b"v<n>" (n = first .. first+count-1); returns the values."""
+    values = []
+    for lo in range(first, first + count, chunk):
+        recs = []
+        for n in range(lo, min(lo + chunk, first + count)):
+            rec = {"value": b"v%06d" % n}
+            if keyed:
+                rec["key"] = b"k%d" % (n % 97)
+            if timestamp_ms is not None:
+                rec["timestamp"] = timestamp_ms + n
+            if headers:
+                rec["headers"] = {"n": str(n).encode(), "src": b"test"}
+            recs.append(rec)
+            values.append(rec["value"])
+        client.produce(topic, recs)
+    return values
