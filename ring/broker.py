@@ -257,10 +257,7 @@ class Broker:
             for part in parts:
                 while part.running_sync is not None:
                     await asyncio.wait({part.running_sync})
-                try:
-                    part.log.close()
-                except OSError as exc:
-                    log.warning("closing deleted %s/%d: %s", name, part.index, exc)
+                part.log.abandon()  # its files are about to go: no final fsync
             trash = self.data_dir / TRASH_DIR
             trash.mkdir(exist_ok=True)
             doomed = trash / f"{name}.{self.clock.wall_ms()}"

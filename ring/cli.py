@@ -58,7 +58,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-auto-create", dest="auto_create", action="store_false",
                    default=_env("AUTO_CREATE", "true").strip().lower() not in _FALSE,
                    help="refuse produce to unknown topics (env RING_AUTO_CREATE=false)")
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"),
+    p.add_argument("--log-level", type=str.lower, default=_env("LOG_LEVEL", "info"),
                    choices=["debug", "info", "warning", "error"], help="(env RING_LOG_LEVEL; default info)")
     p.set_defaults(func=_cmd_serve)
 

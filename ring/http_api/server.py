@@ -105,7 +105,6 @@ class Server:
             keepalive_timeout=limits.KEEPALIVE_TIMEOUT_S,
             max_line_size=limits.HEADER_LINE_BYTES_MAX,
             max_field_size=limits.HEADER_LINE_BYTES_MAX,
-            lingering_time=limits.HEADER_READ_TIMEOUT_S,
         )
         if not self._access_log:
             kwargs["access_log"] = None
