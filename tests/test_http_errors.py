@@ -184,6 +184,9 @@ def test_bad_fetch_parameters_are_400(http: Http, seeded: str, query: dict) -> N
 def test_bad_partition_in_path_or_query_is_400(http: Http, seeded: str) -> None:
     _is_error(http.get(f"/v1/topics/{seeded}/partitions/x/messages"), 400)
     _is_error(http.get(f"/v1/topics/{seeded}/partitions/-1/messages"), 400)
+    _is_error(http.get(f"/v1/topics/{seeded}/partitions/{'9' * 5000}/messages"), 400)
+    _is_error(http.fetch(seeded, 0, offset="9" * 5000), 400)
+    _is_error(http.get(f"/v1/topics/{seeded}/partitions/99999/messages"), 404)
     _is_error(http.produce(seeded, b"1", partition="one"), 400)
     _unchanged(http, seeded)
 
@@ -256,3 +259,42 @@ def test_slow_header_dribbler_is_cut_off(broker: TestBroker, http: Http) -> None
     assert closed_after is not None, "the dribbling connection was never closed"
     assert limits.HEADER_READ_TIMEOUT_S - 1 < closed_after < limits.HEADER_READ_TIMEOUT_S + 4
     assert http.get("/v1/status").status == 200  # the broker itself is fine
+
+
+_VALID_BODIES = {
+    "application/json": b'[{"a": [1, 2, {"b": "c"}]}, 2, "x"]',
+    "application/x-ndjson": b'{"a": 1}\n[1]\n"s"\n',
+    "application/msgpack": msgpack.packb([{"value": b"v", "key": "k", "headers": {"h": b"x"}, "timestamp": 5}]),
+    "application/vnd.ring.batch": bytes(batchfmt.encode([(None, b"k", b"v", {"h": b"1"})], now_ms=1)),
+    "text/plain": b"plain",
+}
+
+
+@pytest.mark.parametrize("ctype", sorted(_VALID_BODIES))
+def test_mangled_bodies_never_cause_a_500(http: Http, seeded: str, ctype: str) -> None:
+    """Truncations and byte flips of valid bodies: a 2xx or a 4xx JSON error, never a 5xx."""
+    import random
+
+    rng = random.Random(ctype)  # seeded: a failure replays
+    valid = _VALID_BODIES[ctype]
+    accepted = 0
+    for _ in range(40):
+        body = bytearray(valid)
+        kind = rng.randrange(3)
+        if kind == 0:
+            body = body[: rng.randrange(len(body) + 1)]
+        elif kind == 1:
+            for _ in range(rng.randrange(1, 4)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+        else:
+            body = bytearray(rng.randbytes(rng.randrange(1, 80)))
+        r = http.produce(seeded, bytes(body), ctype, partition=1)
+        assert r.status < 500, (bytes(body), r.status, r.body)
+        if r.status == 200:
+            accepted += r.json()["count"]
+        else:
+            _is_error(r, r.status)
+    assert http.end_offsets(seeded) == [3, accepted]
+    # whatever was accepted can be read back in every format
+    for accept in ("application/json", "application/x-ndjson", "application/msgpack"):
+        assert http.fetch(seeded, 1, accept=accept).status == 200

@@ -41,8 +41,8 @@ def _topic(request: web.Request) -> str:
 
 def _partition(request: web.Request) -> int:
     raw = request.match_info["partition"]
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 5:
-        raise BadRequest(f"partition must be a non-negative integer, not {raw[:20]!r}")
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 10 or int(raw) > _INT32_MAX:
+        raise BadRequest(f"partition must be a non-negative 32-bit integer, not {raw[:20]!r}")
     return int(raw)
 
 
