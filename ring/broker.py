@@ -210,7 +210,7 @@ class Broker:
             for part in parts:
                 try:
                     part.log.close()
-                except OSError as exc:
+                except (OSError, StorageError) as exc:
                     clean = False
                     log.error("closing %s/%d failed: %s", part.topic, part.index, exc)
         self._parts.clear()
