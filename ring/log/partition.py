@@ -1,0 +1,453 @@
+"""The append-only log of one partition replica: segments, offsets, retention, durability.
+
+A directory holds segments named by base offset (``segment.py``), their
+indexes (``index.py``) and four small state files: the log start offset
+(moved by ``truncate_before``), the recovery point (segments before it are
+known to be on disk), the leader-epoch history, and the clean-shutdown marker
+that ``close`` writes and opening removes. Opening recovers (``recovery.py``).
+
+The leader appends one unstamped batch at a time (``append`` assigns its base
+offset and epoch in place); a follower appends the leader's stamped batches
+as they are (``append_replicated``). Neither fsyncs: the broker calls ``sync``
+(fsync policy ``always``, after a group of appends) or ``maybe_sync`` (policy
+``interval``). Reads return stored batches as bytes, whole and CRC-checked.
+
+Synchronous and single-threaded by design: the broker calls it from its event
+loop, and every call is bounded (one pread per segment touched plus at most
+one index interval of header walking). Time comes only from the injected
+clock. Errors: bad input from a client or peer is ``CorruptBatch`` /
+``Conflict`` / ``OffsetOutOfRange``; damage found on our own disk is
+``StorageError`` (a read never hands out a damaged batch).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from pathlib import Path
+
+from ring.clock import Clock
+from ring.errors import Conflict, CorruptBatch, OffsetOutOfRange, StorageError
+from ring.log import batch
+from ring.log.batch import BatchHeader
+from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
+from ring.log.config import LogConfig
+from ring.log.fsync import fsync_dir, write_atomically
+from ring.log.index import REL_OFFSET_MAX
+from ring.log.recovery import open_segments, rebuild_epochs, remove_strays
+from ring.log.segment import Segment
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+LOG_START_OFFSET_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point-offset"
+LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+
+
+class PartitionLog:
+    def __init__(self, directory: str | Path, config: LogConfig, clock: Clock) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self._clock = clock
+        self._closed = False
+        self._pending: list[Segment] = []  # rolled but not yet fsynced
+        self._dir_dirty = False
+        self._unsynced_bytes = 0
+        self._last_sync = clock.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    # --- opening ---------------------------------------------------------------
+
+    def _open(self) -> None:
+        d = self.directory
+        marker = d / CLEAN_SHUTDOWN_FILE
+        bases, removed = remove_strays(d)
+        self.clean_shutdown = marker.exists() or not bases
+        if marker.exists():
+            marker.unlink()  # a crash from here on must not look clean
+            fsync_dir(d)
+        self._recovery_point = read_offset(d / RECOVERY_POINT_FILE) or 0
+        epochs = LeaderEpochCache.load(d / LEADER_EPOCH_FILE)
+        got = open_segments(
+            d, bases, self.config.index_interval_bytes, self.clean_shutdown, self._recovery_point,
+            epochs.epoch_at if epochs is not None else None,
+        )
+        self.recovered_bytes_cut = got.bytes_cut
+        self._segments = got.segments
+        self._dir_dirty = removed or got.files_removed
+        self._start_offset = read_offset(d / LOG_START_OFFSET_FILE) or 0
+        if not self._segments:
+            self._segments = [Segment.create(d, self._start_offset, self.config.index_interval_bytes)]
+            self._dir_dirty = True
+        self._bases = [s.base_offset for s in self._segments]
+        self._size_bytes = sum(s.size for s in self._segments)
+        self._epochs = epochs if epochs is not None else rebuild_epochs(d / LEADER_EPOCH_FILE, self._segments)
+        self._start_offset = max(self._start_offset, self._bases[0])
+        if self._start_offset > self.end_offset:
+            # The start checkpoint is past what survived a crash: nothing below it may come back.
+            self._replace_all_with_empty(self._start_offset)
+        self._epochs.truncate_from_end(self.end_offset, keep_latest=True)
+        self._epochs.truncate_from_start(self._start_offset)
+        # What recovery walked came from the page cache, maybe not from disk: sync it now.
+        self._pending = [s for s in got.walked if s in self._segments[:-1]]
+        if not self.clean_shutdown or self._dir_dirty:
+            self.sync()
+
+    def _replace_all_with_empty(self, offset: int) -> None:
+        for seg in reversed(self._segments):
+            seg.delete()
+        self._pending.clear()
+        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes)]
+        self._bases = [offset]
+        self._size_bytes = 0
+        self._start_offset = offset
+        self._dir_dirty = True
+        write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+
+    # --- state -----------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        """Earliest offset still held (the log start offset)."""
+        return self._start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """Log end offset: the offset the next record gets."""
+        return self._segments[-1].end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size_bytes
+
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes appended since the last fsync."""
+        return self._unsynced_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        """Newest leader epoch in the history, -1 for a log never written."""
+        return self._epochs.latest_epoch
+
+    def epochs(self) -> list[tuple[int, int]]:
+        """Leader-epoch history: (epoch, first offset written in it), oldest first."""
+        return self._epochs.entries()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, the offset where it ended), (-1, -1) if none: what repair compares."""
+        return self._epochs.end_offset_for(epoch, self.end_offset)
+
+    def _check_open(self) -> None:
+        assert not self._closed, "the log is closed"
+
+    # --- appending ---------------------------------------------------------------
+
+    def append(self, batch_buf: bytearray, leader_epoch: int) -> BatchHeader:
+        """Leader path: stamp one batch with the next offset and ``leader_epoch``, and write it."""
+        self._check_open()
+        h = batch.check(batch_buf)
+        if h.size != len(batch_buf):
+            raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(batch_buf)} bytes")
+        if leader_epoch < self._epochs.latest_epoch:
+            raise Conflict(
+                f"leader epoch {leader_epoch} is older than this log's epoch {self._epochs.latest_epoch}",
+                expected_epoch=self._epochs.latest_epoch, got_epoch=leader_epoch,
+            )
+        base = self.end_offset
+        batch.stamp(batch_buf, 0, base, leader_epoch)
+        h = h._replace(base_offset=base, leader_epoch=leader_epoch)
+        self._write(memoryview(batch_buf), [(h, 0)])
+        return h
+
+    def append_replicated(self, data: bytes | bytearray | memoryview) -> int:
+        """Follower path: whole stamped batches that continue this log; returns the new end offset.
+
+        All batches are checked before any is written, so a refused call
+        changes nothing.
+        """
+        self._check_open()
+        view = memoryview(data)
+        headers: list[tuple[BatchHeader, int]] = []
+        expected, epoch, pos = self.end_offset, self._epochs.latest_epoch, 0
+        while pos < len(view):
+            try:
+                h = batch.check(view, pos)
+            except CorruptBatch as exc:
+                raise CorruptBatch(f"replicated batch at byte {pos}: {exc.message}") from None
+            if h.base_offset != expected:
+                raise Conflict(
+                    f"replicated batch at byte {pos} starts at offset {h.base_offset},"
+                    f" expected {expected} (the next offset of this log)",
+                    expected_offset=expected, got_offset=h.base_offset,
+                )
+            if h.leader_epoch < epoch:
+                raise Conflict(
+                    f"replicated batch at offset {h.base_offset} has leader epoch {h.leader_epoch},"
+                    f" expected at least {epoch}",
+                    expected_epoch=epoch, got_epoch=h.leader_epoch,
+                )
+            headers.append((h, pos))
+            expected, epoch, pos = h.next_offset, h.leader_epoch, pos + h.size
+        self._write(view, headers)
+        return self.end_offset
+
+    def _write(self, view: memoryview, headers: list[tuple[BatchHeader, int]]) -> None:
+        """Write checked batches, rolling segments as needed; one os.write per segment touched."""
+        i = 0
+        try:
+            while i < len(headers):
+                first = headers[i][0]
+                active = self._maybe_roll(first.size, first.record_count)
+                room = self.config.segment_bytes - active.size
+                j, used = i + 1, first.size
+                while j < len(headers) and used + headers[j][0].size <= room and (
+                    headers[j][0].next_offset - active.base_offset <= REL_OFFSET_MAX
+                ):
+                    used += headers[j][0].size
+                    j += 1
+                for h, _ in headers[i:j]:
+                    self._epochs.assign(h.leader_epoch, h.base_offset)  # history first, then data
+                start = headers[i][1]
+                active.append(view[start : start + used], [(h, p - start) for h, p in headers[i:j]])
+                self._size_bytes += used
+                self._unsynced_bytes += used
+                i = j
+        except OSError as exc:
+            raise StorageError(f"writing to {self.directory}: {exc}") from exc
+
+    def _maybe_roll(self, size: int, record_count: int) -> Segment:
+        active = self._segments[-1]
+        full = active.size + size > self.config.segment_bytes
+        if active.size and (full or active.end_offset + record_count - active.base_offset > REL_OFFSET_MAX):
+            active.close_for_appends()
+            self._pending.append(active)
+            active = Segment.create(self.directory, active.end_offset, self.config.index_interval_bytes)
+            self._segments.append(active)
+            self._bases.append(active.base_offset)
+            self._dir_dirty = True
+        return active
+
+    # --- reading -----------------------------------------------------------------
+
+    def _check_range(self, offset: int) -> None:
+        if not self._start_offset <= offset <= self.end_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is out of range: this log holds offsets"
+                f" {self._start_offset} (earliest) to {self.end_offset} (latest, exclusive)",
+                earliest=self._start_offset, latest=self.end_offset,
+            )
+
+    def _damaged(self, seg: Segment, offset: int, exc: CorruptBatch) -> StorageError:
+        return StorageError(
+            f"stored data of segment {seg.path.name} is damaged near offset {offset}: {exc.message}",
+            offset=offset, segment=seg.base_offset,
+        )
+
+    def read(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes:
+        """Stored batches from the one holding ``offset``, whole and checked.
+
+        At least one batch when any is below ``upto`` (the high watermark;
+        default the log end), else batches up to ``max_bytes`` in total; none
+        whose base offset is ``>= upto``. Raises OffsetOutOfRange outside
+        [start_offset, end_offset] and StorageError when the batch at
+        ``offset`` is damaged on disk (a damaged later batch just ends the read).
+        """
+        self._check_open()
+        self._check_range(offset)
+        hw = self.end_offset if upto is None else min(upto, self.end_offset)
+        if offset >= hw:
+            return b""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        seg = self._segments[i]
+        try:
+            pos, h = seg.find_position(offset)
+        except CorruptBatch as exc:
+            raise self._damaged(seg, offset, exc) from None
+        parts: list[bytes] = []
+        budget, first_base = max_bytes, h.base_offset
+        while True:
+            try:
+                data, next_offset, at_end = seg.read(pos, first_base, budget, hw, not parts, self._epochs.epoch_at)
+            except CorruptBatch as exc:
+                raise self._damaged(seg, offset, exc) from None
+            if data:
+                parts.append(data)
+                budget -= len(data)
+            i += 1
+            if not at_end or next_offset >= hw or budget <= 0 or i == len(self._segments):
+                break
+            seg, pos, first_base = self._segments[i], 0, next_offset
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def offset_for_timestamp(self, timestamp_ms: int, upto: int | None = None) -> int | None:
+        """Earliest offset (below ``upto``, default the log end) whose record timestamp is >= ``timestamp_ms``."""
+        self._check_open()
+        hw = self.end_offset if upto is None else min(upto, self.end_offset)
+        for seg in self._segments:
+            if seg.base_offset >= hw:
+                break
+            if seg.end_offset <= self._start_offset or seg.max_timestamp < timestamp_ms:
+                continue
+            try:
+                found = seg.first_record_at_or_after(timestamp_ms, self._start_offset, hw)
+            except CorruptBatch as exc:
+                raise self._damaged(seg, seg.base_offset, exc) from None
+            if found is not None:
+                return found
+        return None
+
+    # --- durability ----------------------------------------------------------------
+
+    def sync(self) -> None:
+        """fsync what was appended: rolled segments and their indexes, the directory, the active segment."""
+        self._check_open()
+        try:
+            for seg in self._pending:
+                seg.sync(indexes=True)
+            self._pending.clear()
+            if self._dir_dirty:
+                fsync_dir(self.directory)
+                self._dir_dirty = False
+            active = self._segments[-1]
+            active.sync(indexes=False)  # its indexes are rebuilt after a crash
+            if self._recovery_point != active.base_offset:
+                write_offset(self.directory / RECOVERY_POINT_FILE, active.base_offset)
+                self._recovery_point = active.base_offset
+        except OSError as exc:
+            raise StorageError(f"fsync in {self.directory}: {exc}") from exc
+        self._unsynced_bytes = 0
+        self._last_sync = self._clock.monotonic()
+
+    def maybe_sync(self) -> bool:
+        """Sync if the fsync policy asks for it now; returns whether it synced.
+
+        ``always``: whenever anything is unsynced. ``interval``: when something
+        is unsynced and the interval has passed since the last sync (monotonic
+        clock). ``never``: not at all (``sync`` and ``close`` still do).
+        """
+        self._check_open()
+        policy = self.config.fsync
+        if policy.mode == "never" or not (self._unsynced_bytes or self._pending):
+            return False
+        if policy.mode == "interval" and (self._clock.monotonic() - self._last_sync) * 1000 < policy.interval_ms:
+            return False
+        self.sync()
+        return True
+
+    def close(self) -> None:
+        """Sync everything and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        self.sync()
+        self._segments[-1].sync(indexes=True)
+        for seg in self._segments:
+            seg.close()
+        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        self._closed = True
+
+    def abandon(self) -> None:
+        """Drop the file handles without syncing or the marker: what a crash leaves (tests, failed disks)."""
+        if not self._closed:
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+
+    # --- deleting ----------------------------------------------------------------
+
+    def enforce_retention(self, upto: int | None = None) -> int:
+        """Delete whole closed segments past ``retention_ms`` (by their newest record) or beyond
+        ``retention_bytes``; returns how many. With ``upto`` (the high watermark), only segments
+        wholly below it go.
+        """
+        self._check_open()
+        now_ms = self._clock.wall_ms()
+        limit = self.end_offset if upto is None else upto
+        closed = [s for s in self._segments[:-1] if s.end_offset <= limit]
+        n = 0
+        while n < len(closed) and closed[n].end_offset <= self._start_offset:
+            n += 1
+        if self.config.retention_ms >= 0:
+            while n < len(closed) and now_ms - closed[n].max_timestamp > self.config.retention_ms:
+                n += 1
+        if self.config.retention_bytes >= 0:
+            excess = self._size_bytes - sum(s.size for s in closed[:n]) - self.config.retention_bytes
+            while n < len(closed) and excess - closed[n].size >= 0:
+                excess -= closed[n].size
+                n += 1
+        self._delete_oldest(n)
+        return n
+
+    def truncate_before(self, offset: int) -> None:
+        """Make ``offset`` the log start offset (Kafka deleteRecords); durable across reopen."""
+        self._check_open()
+        if offset > self.end_offset:
+            raise OffsetOutOfRange(
+                f"cannot delete records before offset {offset}: the log ends at {self.end_offset}",
+                earliest=self._start_offset, latest=self.end_offset,
+            )
+        if offset <= self._start_offset:
+            return
+        write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+        self._start_offset = offset
+        self._epochs.truncate_from_start(offset)
+        n = 0
+        while n < len(self._segments) - 1 and self._segments[n].end_offset <= offset:
+            n += 1
+        self._delete_oldest(n)
+
+    def _delete_oldest(self, n: int) -> None:
+        if not n:
+            return
+        victims = self._segments[:n]
+        del self._segments[:n], self._bases[:n]
+        for seg in victims:
+            self._size_bytes -= seg.size
+            if seg in self._pending:
+                self._pending.remove(seg)
+            seg.delete()
+        self._dir_dirty = True
+        if self._bases[0] > self._start_offset:
+            self._start_offset = self._bases[0]
+            self._epochs.truncate_from_start(self._start_offset)
+
+    def truncate_after(self, offset: int) -> None:
+        """Remove every record at offsets >= ``offset`` (replica repair), synced before returning.
+
+        An ``offset`` inside a batch is rounded DOWN to that batch's base
+        offset: batches are never split, so the whole batch goes. Truncating
+        below the log start offset empties the log and restarts it there.
+        """
+        self._check_open()
+        if offset >= self.end_offset:
+            return
+        if offset < self._start_offset:
+            cut = offset
+        else:
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            try:
+                pos, h = seg.find_position(offset)
+            except CorruptBatch as exc:
+                raise self._damaged(seg, offset, exc) from None
+            cut = h.base_offset
+        if cut < self._start_offset:
+            self._replace_all_with_empty(cut)
+        else:
+            for later in reversed(self._segments[i + 1 :]):
+                self._size_bytes -= later.size
+                if later in self._pending:
+                    self._pending.remove(later)
+                later.delete()
+            del self._segments[i + 1 :], self._bases[i + 1 :]
+            if seg in self._pending:
+                self._pending.remove(seg)
+            self._size_bytes -= seg.size - pos
+            seg.truncate_at(pos, cut)
+            self._dir_dirty = True
+        self._epochs.truncate_from_end(cut)
+        self.sync()

@@ -1,0 +1,405 @@
+"""One segment of a partition log: a file of whole record batches and its two indexes.
+
+A segment is named by the base offset of its first batch. Only the last
+segment of a log (the active one) is appended to; the others are immutable
+until retention deletes them whole. Bytes go in through ``os.write`` on an
+``O_APPEND`` descriptor and come out through ``os.pread``, so the reader never
+disturbs the writer's position and never copies through a Python buffer.
+
+Reading walks batch *headers* from the nearest offset-index entry (at most
+``index_interval_bytes``) and then returns a run of whole batches exactly as
+stored, after checking each one's CRC, that base offsets follow one another,
+and that each epoch matches the epoch history: a damaged batch is never handed
+out. Nothing here decodes records except ``first_record_at_or_after`` (time
+lookups need the record timestamps).
+
+``Tracker`` decides where index entries go. Live appends and rebuilds both use
+it, so an index rebuilt after a crash is the one the appends would have made.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ring.errors import CorruptBatch
+from ring.log import batch
+from ring.log.batch import HEADER_SIZE, BatchHeader
+from ring.log.fsync import write_all
+from ring.log.index import REL_OFFSET_MAX, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+# Bytes read at once when walking a segment (recovery, index rebuilds).
+WALK_CHUNK_BYTES = 256 * 1024
+TIMESTAMP_MIN = -(2**63)
+
+# Epoch a batch at a given offset must carry; None when unknown (no check).
+EpochOf = Callable[[int], "int | None"]
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Tracker:
+    """Running state of a segment's tail that decides when to add index entries."""
+
+    __slots__ = ("interval", "since_index", "max_timestamp")
+
+    def __init__(self, interval: int, since_index: int = 0, max_timestamp: int = TIMESTAMP_MIN) -> None:
+        self.interval = interval
+        self.since_index = since_index
+        self.max_timestamp = max_timestamp
+
+    def observe(self, pos: int, h: BatchHeader, last_time_ts: int | None) -> tuple[bool, int | None]:
+        """Batch ``h`` goes at ``pos``: (add an offset entry for it?, timestamp of a time entry or None)."""
+        add, ts = False, None
+        if pos > 0 and self.since_index >= self.interval:
+            add, self.since_index = True, 0
+            if last_time_ts is None or self.max_timestamp > last_time_ts:
+                ts = self.max_timestamp
+        self.since_index += h.size
+        self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+        return add, ts
+
+
+def walk(fd: int, pos: int, end: int, verify: bool, chunk: int = WALK_CHUNK_BYTES) -> Iterator[tuple[BatchHeader, int]]:
+    """(header, position) of each batch in file bytes [pos, end); CorruptBatch at the first bad one.
+
+    With ``verify`` every batch's CRC is checked (the whole batch is read);
+    without, only the headers are parsed.
+    """
+    buf, buf_pos = b"", pos
+    while pos < end:
+        off = pos - buf_pos
+        if len(buf) - off < HEADER_SIZE:
+            buf, buf_pos, off = os.pread(fd, min(chunk, end - pos), pos), pos, 0
+        h = batch.read_header(buf, off)
+        if pos + h.size > end:
+            raise CorruptBatch(f"truncated batch at position {pos}")
+        if verify:
+            if len(buf) - off < h.size:
+                buf, buf_pos, off = os.pread(fd, max(chunk, h.size), pos), pos, 0
+            batch.check(buf, off)
+        yield h, pos
+        pos += h.size
+
+
+class Segment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        fd: int,
+        size: int,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        end_offset: int,
+        tracker: Tracker,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.fd = fd
+        self.size = size
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.end_offset = end_offset  # next offset after this segment's last batch
+        self.tracker = tracker
+
+    # --- naming and opening --------------------------------------------------
+
+    @staticmethod
+    def paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
+        name = segment_name(base_offset)
+        return (
+            directory / (name + LOG_SUFFIX),
+            directory / (name + INDEX_SUFFIX),
+            directory / (name + TIMEINDEX_SUFFIX),
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.paths(self.directory, self.base_offset)[0]
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, interval: int) -> "Segment":
+        log_path, index_path, time_path = cls.paths(directory, base_offset)
+        fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        return cls(
+            directory, base_offset, fd, 0,
+            OffsetIndex.create(index_path, [], []), TimeIndex.create(time_path, [], []),
+            base_offset, Tracker(interval),
+        )
+
+    @classmethod
+    def open_file(cls, directory: Path, base_offset: int) -> tuple[int, int]:
+        """(descriptor, size) of an existing segment file."""
+        fd = os.open(cls.paths(directory, base_offset)[0], os.O_RDWR | os.O_APPEND)
+        return fd, os.fstat(fd).st_size
+
+    @classmethod
+    def load(cls, directory: Path, base_offset: int, interval: int, end_offset: int | None) -> "Segment":
+        """Open a segment whose bytes are trusted, reusing its indexes when they are sound.
+
+        ``end_offset`` is known for a closed segment (the next one's base);
+        for the active one it is found by walking from the last index entry.
+        Raises CorruptBatch when the active segment's tail does not parse.
+        """
+        fd, size = cls.open_file(directory, base_offset)
+        seg = None
+        try:
+            seg = cls._from_index_files(directory, base_offset, fd, size, interval, end_offset)
+        except CorruptBatch:
+            if end_offset is None:
+                os.close(fd)
+                raise
+        if seg is None:
+            seg, bad = cls.rebuild(directory, base_offset, fd, size, interval, False, None, end_offset)
+            if bad is not None and end_offset is None:
+                seg.close()
+                raise CorruptBatch(f"segment {base_offset} does not parse at position {bad}")
+        return seg
+
+    @classmethod
+    def _from_index_files(
+        cls, directory: Path, base: int, fd: int, size: int, interval: int, end_offset: int | None
+    ) -> "Segment | None":
+        _, index_path, time_path = cls.paths(directory, base)
+        offsets = OffsetIndex.read_entries(index_path)
+        times = TimeIndex.read_entries(time_path)
+        if offsets is None or times is None or not OffsetIndex.valid(*offsets, size):
+            return None
+        start_rel, start_pos = (offsets[0][-1], offsets[1][-1]) if offsets[0] else (0, 0)
+        if start_pos < size:
+            first = batch.read_header(os.pread(fd, HEADER_SIZE, start_pos))
+            if first.base_offset != base + start_rel:
+                return None
+        elif size:
+            return None
+        if end_offset is not None:  # closed: the closing time entry gives the largest timestamp
+            if not size or not TimeIndex.valid(*times, end_offset - base, closed=True):
+                return None
+            tracker = Tracker(interval, size - start_pos, times[0][-1])
+        else:  # active: walk the tail past the last index entry
+            tracker = Tracker(interval, size - start_pos, TIMESTAMP_MIN)
+            end_offset = base + start_rel if size else base
+            for h, pos in walk(fd, start_pos, size, verify=False):
+                if h.base_offset != end_offset:
+                    raise CorruptBatch(f"segment {base}: offset {h.base_offset} where {end_offset} was due")
+                end_offset = h.next_offset
+                tracker.max_timestamp = max(tracker.max_timestamp, h.max_timestamp)
+            if times[0]:
+                tracker.max_timestamp = max(tracker.max_timestamp, times[0][-1])
+            if not TimeIndex.valid(*times, end_offset - base, closed=False):
+                return None
+        return cls(
+            directory, base, fd, size, OffsetIndex(index_path, *offsets), TimeIndex(time_path, *times),
+            end_offset, tracker,
+        )
+
+    @classmethod
+    def rebuild(
+        cls,
+        directory: Path,
+        base: int,
+        fd: int,
+        size: int,
+        interval: int,
+        verify: bool,
+        epoch_of: EpochOf | None,
+        closed_end: int | None,
+    ) -> tuple["Segment", int | None]:
+        """Walk the segment and rewrite both indexes; (segment, position of the first bad batch or None).
+
+        With ``verify``, CRCs are checked (recovery); a bad batch ends the walk
+        and the caller decides whether to cut. ``closed_end`` (a closed
+        segment's end offset) adds the closing time-index entry.
+        """
+        tracker = Tracker(interval)
+        okeys: list[int] = []
+        ovals: list[int] = []
+        tkeys: list[int] = []
+        tvals: list[int] = []
+        end, good_pos, bad = base, 0, None
+        try:
+            for h, pos in walk(fd, 0, size, verify):
+                check_identity(h, end, epoch_of)
+                add, ts = tracker.observe(pos, h, tkeys[-1] if tkeys else None)
+                if add:
+                    okeys.append(h.base_offset - base)
+                    ovals.append(pos)
+                    if ts is not None:
+                        tkeys.append(ts)
+                        tvals.append(h.base_offset - base)
+                end, good_pos = h.next_offset, pos + h.size
+        except CorruptBatch:
+            bad = good_pos
+        if closed_end is not None:
+            end = closed_end
+            if not tvals or tvals[-1] < end - base:
+                tkeys.append(tracker.max_timestamp)
+                tvals.append(end - base)
+        _, index_path, time_path = cls.paths(directory, base)
+        seg = cls(
+            directory, base, fd, size,
+            OffsetIndex.create(index_path, okeys, ovals), TimeIndex.create(time_path, tkeys, tvals),
+            end, tracker,
+        )
+        return seg, bad
+
+    # --- writing ---------------------------------------------------------------
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp in the segment (TIMESTAMP_MIN when empty)."""
+        return self.tracker.max_timestamp
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[tuple[BatchHeader, int]]) -> None:
+        """Write whole, already checked batches at the end; ``headers`` holds (header, position in data)."""
+        assert headers and headers[0][0].base_offset == self.end_offset
+        assert headers[-1][0].next_offset - self.base_offset <= REL_OFFSET_MAX
+        try:
+            write_all(self.fd, data)
+        except OSError:
+            os.ftruncate(self.fd, self.size)  # leave no partial batch behind
+            raise
+        for h, rel_pos in headers:
+            add, ts = self.tracker.observe(self.size + rel_pos, h, self.time_index.last_timestamp)
+            if add:
+                rel = h.base_offset - self.base_offset
+                self.offset_index.append(rel, self.size + rel_pos)
+                if ts is not None:
+                    self.time_index.append(ts, rel)
+        self.size += len(data)
+        self.end_offset = headers[-1][0].next_offset
+
+    def close_for_appends(self) -> None:
+        """The log rolled past this segment: add the closing time entry (see index.py)."""
+        rel_end = self.end_offset - self.base_offset
+        if not self.time_index.values or self.time_index.values[-1] < rel_end:
+            self.time_index.append(self.tracker.max_timestamp, rel_end)
+
+    def truncate_at(self, pos: int, offset: int) -> None:
+        """Cut the segment at batch boundary ``pos`` (offset ``offset``) and make it appendable."""
+        assert 0 <= pos <= self.size and self.base_offset <= offset <= self.end_offset
+        os.ftruncate(self.fd, pos)
+        rel = offset - self.base_offset
+        self.offset_index.truncate_from(rel)
+        self.time_index.truncate_from(rel)
+        self.size, self.end_offset = pos, offset
+        # Everything before the last offset entry is covered by the last time
+        # entry (Tracker adds them together); only the rest needs a walk.
+        _, start_pos = self.offset_index.lookup(REL_OFFSET_MAX)
+        last_ts = self.time_index.last_timestamp
+        self.tracker = Tracker(self.tracker.interval, pos - start_pos, TIMESTAMP_MIN if last_ts is None else last_ts)
+        for h, _ in walk(self.fd, start_pos, pos, verify=False):
+            self.tracker.max_timestamp = max(self.tracker.max_timestamp, h.max_timestamp)
+
+    def sync(self, indexes: bool) -> None:
+        os.fdatasync(self.fd)
+        if indexes:
+            self.offset_index.sync()
+            self.time_index.sync()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    # --- reading ---------------------------------------------------------------
+
+    def _lookup_chunk(self) -> int:
+        return min(WALK_CHUNK_BYTES, max(4096, 2 * self.tracker.interval + HEADER_SIZE))
+
+    def find_position(self, offset: int) -> tuple[int, BatchHeader]:
+        """(position, header) of the batch holding ``offset``; CorruptBatch if the walk breaks."""
+        assert self.base_offset <= offset < self.end_offset
+        rel, pos = self.offset_index.lookup(offset - self.base_offset)
+        expected = self.base_offset + rel
+        for h, p in walk(self.fd, pos, self.size, verify=False, chunk=self._lookup_chunk()):
+            check_identity(h, expected, None)
+            if h.next_offset > offset:
+                return p, h
+            expected = h.next_offset
+        raise CorruptBatch(f"segment {self.base_offset} ends before offset {offset}")
+
+    def read(
+        self, pos: int, first_base: int, max_bytes: int, upto: int, must_take_one: bool, epoch_of: EpochOf
+    ) -> tuple[bytes, int, bool]:
+        """Whole checked batches from ``pos`` (whose base offset is ``first_base``).
+
+        Stops before a batch at or past ``upto``, before ``max_bytes`` would be
+        exceeded (unless ``must_take_one`` and nothing is taken yet), and before
+        a damaged batch; a damaged first batch raises CorruptBatch when
+        ``must_take_one``. Returns (bytes, next offset, reached the segment end).
+        """
+        avail = self.size - pos
+        if avail <= 0:
+            return b"", first_base, True
+        buf = os.pread(self.fd, min(avail, max(max_bytes, HEADER_SIZE)), pos)
+        off, expected = 0, first_base
+        while len(buf) - off >= HEADER_SIZE:
+            try:
+                h = batch.read_header(buf, off)
+                check_identity(h, expected, epoch_of)
+                if h.base_offset >= upto:
+                    break
+                if off + h.size > len(buf):
+                    if off or not must_take_one:
+                        break
+                    if pos + h.size > self.size:
+                        raise CorruptBatch(f"truncated batch at position {pos}")
+                    whole = os.pread(self.fd, h.size, pos)
+                    batch.check(whole)
+                    return whole, h.next_offset, pos + h.size == self.size
+                batch.check(buf, off)
+            except CorruptBatch:
+                if off or not must_take_one:
+                    break
+                raise
+            off += h.size
+            expected = h.next_offset
+        return (buf if off == len(buf) else buf[:off]), expected, pos + off == self.size
+
+    def first_record_at_or_after(self, timestamp: int, min_offset: int, upto: int) -> int | None:
+        """Offset of the first record in [min_offset, upto) with a timestamp >= ``timestamp``."""
+        rel = self.time_index.rel_before(timestamp)
+        rel, pos = self.offset_index.lookup(rel)
+        expected = self.base_offset + rel
+        for h, p in walk(self.fd, pos, self.size, verify=False):
+            check_identity(h, expected, None)
+            expected = h.next_offset
+            if h.base_offset >= upto:
+                return None
+            if h.max_timestamp < timestamp or h.next_offset <= min_offset:
+                continue
+            _, records = batch.decode(os.pread(self.fd, h.size, p))
+            for r in records:
+                if min_offset <= r.offset < upto and r.timestamp >= timestamp:
+                    return r.offset
+        return None
+
+
+def check_identity(h: BatchHeader, expected_base: int, epoch_of: EpochOf | None) -> None:
+    """The two header fields outside the CRC must be what the log says they are."""
+    if h.base_offset != expected_base:
+        raise CorruptBatch(f"batch has base offset {h.base_offset} where {expected_base} was due")
+    if epoch_of is not None:
+        # By its last offset: the history's first entry may begin inside the
+        # batch that holds the log start offset.
+        epoch = epoch_of(h.last_offset)
+        if epoch is not None and epoch != h.leader_epoch:
+            raise CorruptBatch(
+                f"batch at offset {h.base_offset} has leader epoch {h.leader_epoch}, the history says {epoch}"
+            )
