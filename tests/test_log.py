@@ -143,6 +143,13 @@ def test_segments_roll_at_segment_bytes(tmp_path):
     put(log, 1)
     assert headers(log_files(tmp_path)[-1].read_bytes())[0].base_offset == big.next_offset
     assert [r.offset for r in everything(log)] == list(range(log.end_offset))
+    # Reopened, closed segments hold one descriptor each (their indexes none).
+    count, end = log.segment_count, log.end_offset
+    log.close()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    log = mk(tmp_path, segment_bytes=1024)
+    assert len(os.listdir("/proc/self/fd")) - fds_before == count
+    assert [r.offset for r in everything(log)] == list(range(end))
 
 
 # --- reading -------------------------------------------------------------------
@@ -332,7 +339,8 @@ def test_recovery_cuts_a_torn_tail_and_removes_strays(tmp_path):
     active = log_files(tmp_path)[-1]
     with open(active, "r+b") as f:
         f.truncate(active.stat().st_size - 5)
-    (tmp_path / "00000000000000000999.log").write_bytes(b"")  # not last once sorted? it is last: empty active
+    (tmp_path / "00000000000000000999.log").write_bytes(b"")  # an empty last segment
+    (tmp_path / "00000000000000000003.log").write_bytes(b"")  # an empty segment in the middle: stray
     (tmp_path / "00000000000000000500.index").write_bytes(b"junk")  # index without a segment
     (tmp_path / "log-start-offset.tmp").write_bytes(b"half")
     log = mk(tmp_path, segment_bytes=4096)
@@ -342,6 +350,7 @@ def test_recovery_cuts_a_torn_tail_and_removes_strays(tmp_path):
     assert log.recovered_bytes_cut == last.size - 5
     names = sorted(p.name for p in tmp_path.iterdir())
     assert not any(n.endswith(".tmp") or n.startswith("00000000000000000500") or "999" in n for n in names)
+    assert "00000000000000000003.log" not in names
     assert [r.offset for r in everything(log)] == list(range(synced))
     put(log, 1)
     assert log.end_offset == synced + 1
@@ -516,3 +525,41 @@ def test_truncate_after_rounds_down_to_a_batch_start(tmp_path):
     log = mk(tmp_path)
     assert (log.start_offset, log.end_offset) == (7, 7)
     assert put(log, epoch=5).base_offset == 7
+
+
+def test_sync_in_another_thread_while_appending_and_deleting(tmp_path):
+    """The broker runs sync() in an executor thread while its loop appends (group commit)."""
+    import threading
+
+    log = mk(tmp_path, segment_bytes=1024, retention_bytes=4096)
+    stop, errors, syncs = threading.Event(), [], [0]
+
+    def syncer():
+        while not stop.is_set():
+            try:
+                log.sync()
+                syncs[0] += 1
+            except Exception as exc:  # reported below: any failure fails the test
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=syncer)
+    thread.start()
+    try:
+        for i in range(400):
+            put(log, 2, tag=f"b{i}")
+            if i % 25 == 0:
+                log.enforce_retention()
+            if i == 300:
+                log.truncate_after(log.end_offset - 5)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors and syncs[0] > 0 and not thread.is_alive()
+    end, start = log.end_offset, log.start_offset
+    log.sync()
+    assert log.unsynced_bytes == 0
+    log.abandon()
+    log = mk(tmp_path, segment_bytes=1024)
+    assert (log.start_offset, log.end_offset, log.recovered_bytes_cut) == (start, end, 0)
+    assert [r.offset for r in everything(log)] == list(range(start, end))

@@ -1,8 +1,10 @@
 """Sparse indexes beside each segment: offset -> file position, and timestamp -> offset.
 
 Both are append-only files of fixed-size big-endian entries, mirrored in two
-parallel in-memory lists so a lookup is one ``bisect`` (O(log n)) and never
-touches the disk. Offsets are stored relative to the segment's base offset
+parallel in-memory arrays (compact: 4 or 8 bytes an entry) so a lookup is one
+``bisect`` (O(log n)) and never touches the disk. An index holds a file
+descriptor only while it is written (the active segment, or until a rolled
+segment is synced), so a long log does not use three descriptors a segment. Offsets are stored relative to the segment's base offset
 (4 bytes suffice because a segment holds at most 2**32 offsets; the log rolls
 before that).
 
@@ -26,7 +28,9 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from array import array
 from pathlib import Path
+from typing import Iterable
 
 from ring.log.fsync import TMP_SUFFIX, write_all
 
@@ -40,25 +44,31 @@ class _IndexFile:
     """An append-only file of (key, value) entries with the keys sorted."""
 
     entry: struct.Struct
+    key_type: str  # array typecodes
+    value_type = "I"
 
-    def __init__(self, path: Path, keys: list[int], values: list[int]) -> None:
+    def __init__(self, path: Path, keys: Iterable[int], values: Iterable[int]) -> None:
         self.path = path
-        self.keys = keys
-        self.values = values
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.keys = array(self.key_type, keys)
+        self.values = array(self.value_type, values)
+        self._fd = -1
+
+    def _writable(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
 
     @classmethod
-    def read_entries(cls, path: Path) -> tuple[list[int], list[int]] | None:
+    def read_entries(cls, path: Path) -> tuple[array, array] | None:
         """Entries stored in ``path``; None if the file is missing or not whole entries."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        size = cls.entry.size
-        if len(data) % size:
+        if len(data) % cls.entry.size:
             return None
-        pairs = [cls.entry.unpack_from(data, i) for i in range(0, len(data), size)]
-        return [p[0] for p in pairs], [p[1] for p in pairs]
+        pairs = list(cls.entry.iter_unpack(data))
+        return array(cls.key_type, [p[0] for p in pairs]), array(cls.value_type, [p[1] for p in pairs])
 
     @classmethod
     def create(cls, path: Path, keys: list[int], values: list[int]) -> "_IndexFile":
@@ -77,7 +87,7 @@ class _IndexFile:
         return len(self.keys)
 
     def _append(self, key: int, value: int) -> None:
-        write_all(self._fd, self.entry.pack(key, value))
+        write_all(self._writable(), self.entry.pack(key, value))
         self.keys.append(key)
         self.values.append(value)
 
@@ -86,12 +96,16 @@ class _IndexFile:
         if count < len(self.keys):
             del self.keys[count:]
             del self.values[count:]
-            os.ftruncate(self._fd, count * self.entry.size)
+            os.ftruncate(self._writable(), count * self.entry.size)
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        os.fsync(self._writable())
+
+    def dup_fd(self) -> int:
+        return os.dup(self._writable())
 
     def close(self) -> None:
+        """Release the descriptor (reopened if the index is written again)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -108,6 +122,7 @@ class OffsetIndex(_IndexFile):
     """keys: relative offsets of batch starts; values: their file positions."""
 
     entry = OFFSET_ENTRY
+    key_type = "I"
 
     def append(self, rel_offset: int, position: int) -> None:
         assert not self.keys or (rel_offset > self.keys[-1] and position > self.values[-1])
@@ -124,7 +139,7 @@ class OffsetIndex(_IndexFile):
         self.truncate(bisect.bisect_left(self.keys, rel_offset))
 
     @staticmethod
-    def valid(keys: list[int], values: list[int], segment_bytes: int) -> bool:
+    def valid(keys: array, values: array, segment_bytes: int) -> bool:
         return all(
             k1 < k2 and p1 < p2 for k1, k2, p1, p2 in zip(keys, keys[1:], values, values[1:])
         ) and (not values or (values[0] > 0 and values[-1] < segment_bytes))
@@ -134,6 +149,7 @@ class TimeIndex(_IndexFile):
     """keys: running maximum timestamps; values: relative offsets they hold before."""
 
     entry = TIME_ENTRY
+    key_type = "q"
 
     def append(self, timestamp: int, rel_offset: int) -> None:
         assert not self.keys or (timestamp >= self.keys[-1] and rel_offset > self.values[-1])
@@ -153,7 +169,7 @@ class TimeIndex(_IndexFile):
         self.truncate(bisect.bisect_left(self.values, rel_offset))
 
     @staticmethod
-    def valid(keys: list[int], values: list[int], rel_end: int, closed: bool) -> bool:
+    def valid(keys: array, values: array, rel_end: int, closed: bool) -> bool:
         """Sorted, within the segment, and (for a closed segment) ending with the closing entry."""
         if not all(t1 <= t2 and r1 < r2 for t1, t2, r1, r2 in zip(keys, keys[1:], values, values[1:])):
             return False

@@ -12,10 +12,11 @@ as they are (``append_replicated``). Neither fsyncs: the broker calls ``sync``
 (fsync policy ``always``, after a group of appends) or ``maybe_sync`` (policy
 ``interval``). Reads return stored batches as bytes, whole and CRC-checked.
 
-Synchronous and single-threaded by design: the broker calls it from its event
-loop, and every call is bounded (one pread per segment touched plus at most
-one index interval of header walking). Time comes only from the injected
-clock. Errors: bad input from a client or peer is ``CorruptBatch`` /
+Synchronous: the broker calls it from its event loop, and every call is
+bounded (one pread per segment touched plus at most one index interval of
+header walking). The one exception to single-threaded use is ``sync``, which
+may run in a worker thread while the loop goes on appending (group commit).
+Time comes only from the injected clock. Errors: bad input from a client or peer is ``CorruptBatch`` /
 ``Conflict`` / ``OffsetOutOfRange``; damage found on our own disk is
 ``StorageError`` (a read never hands out a damaged batch).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from pathlib import Path
 
 from ring.clock import Clock
@@ -53,6 +55,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._unsynced_bytes = 0
         self._last_sync = clock.monotonic()
+        # Guards the segment list and counters against a sync() in another thread.
+        self._lock = threading.RLock()
+        self._sync_lock = threading.Lock()  # one sync at a time
         self.directory.mkdir(parents=True, exist_ok=True)
         self._open()
 
@@ -94,14 +99,15 @@ class PartitionLog:
             self.sync()
 
     def _replace_all_with_empty(self, offset: int) -> None:
-        for seg in reversed(self._segments):
-            seg.delete()
-        self._pending.clear()
-        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes)]
-        self._bases = [offset]
-        self._size_bytes = 0
-        self._start_offset = offset
-        self._dir_dirty = True
+        with self._lock:
+            for seg in reversed(self._segments):
+                seg.delete()
+            self._pending.clear()
+            self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes)]
+            self._bases = [offset]
+            self._size_bytes = 0
+            self._start_offset = offset
+            self._dir_dirty = True
         write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
 
     # --- state -----------------------------------------------------------------
@@ -199,26 +205,27 @@ class PartitionLog:
     def _write(self, view: memoryview, headers: list[tuple[BatchHeader, int]]) -> None:
         """Write checked batches, rolling segments as needed; one os.write per segment touched."""
         i = 0
-        try:
-            while i < len(headers):
-                first = headers[i][0]
-                active = self._maybe_roll(first.size, first.record_count)
-                room = self.config.segment_bytes - active.size
-                j, used = i + 1, first.size
-                while j < len(headers) and used + headers[j][0].size <= room and (
-                    headers[j][0].next_offset - active.base_offset <= REL_OFFSET_MAX
-                ):
-                    used += headers[j][0].size
-                    j += 1
-                for h, _ in headers[i:j]:
-                    self._epochs.assign(h.leader_epoch, h.base_offset)  # history first, then data
-                start = headers[i][1]
-                active.append(view[start : start + used], [(h, p - start) for h, p in headers[i:j]])
-                self._size_bytes += used
-                self._unsynced_bytes += used
-                i = j
-        except OSError as exc:
-            raise StorageError(f"writing to {self.directory}: {exc}") from exc
+        with self._lock:
+            try:
+                while i < len(headers):
+                    first = headers[i][0]
+                    active = self._maybe_roll(first.size, first.record_count)
+                    room = self.config.segment_bytes - active.size
+                    j, used = i + 1, first.size
+                    while j < len(headers) and used + headers[j][0].size <= room and (
+                        headers[j][0].next_offset - active.base_offset <= REL_OFFSET_MAX
+                    ):
+                        used += headers[j][0].size
+                        j += 1
+                    for h, _ in headers[i:j]:
+                        self._epochs.assign(h.leader_epoch, h.base_offset)  # history first, then data
+                    start = headers[i][1]
+                    active.append(view[start : start + used], [(h, p - start) for h, p in headers[i:j]])
+                    self._size_bytes += used
+                    self._unsynced_bytes += used
+                    i = j
+            except OSError as exc:
+                raise StorageError(f"writing to {self.directory}: {exc}") from exc
 
     def _maybe_roll(self, size: int, record_count: int) -> Segment:
         active = self._segments[-1]
@@ -304,24 +311,47 @@ class PartitionLog:
     # --- durability ----------------------------------------------------------------
 
     def sync(self) -> None:
-        """fsync what was appended: rolled segments and their indexes, the directory, the active segment."""
-        self._check_open()
-        try:
-            for seg in self._pending:
-                seg.sync(indexes=True)
-            self._pending.clear()
-            if self._dir_dirty:
-                fsync_dir(self.directory)
-                self._dir_dirty = False
-            active = self._segments[-1]
-            active.sync(indexes=False)  # its indexes are rebuilt after a crash
-            if self._recovery_point != active.base_offset:
-                write_offset(self.directory / RECOVERY_POINT_FILE, active.base_offset)
-                self._recovery_point = active.base_offset
-        except OSError as exc:
-            raise StorageError(f"fsync in {self.directory}: {exc}") from exc
-        self._unsynced_bytes = 0
-        self._last_sync = self._clock.monotonic()
+        """fsync what was appended: rolled segments and their indexes, the directory, the active segment.
+
+        Everything appended before the call is durable when it returns. This
+        one method may run in another thread while the owner thread goes on
+        appending and reading (group commit: the event loop is never blocked
+        by a disk flush): it takes a snapshot under a short lock, then fsyncs
+        duplicated descriptors, so segments deleted meanwhile are harmless.
+        """
+        with self._sync_lock:
+            with self._lock:
+                if self._closed:  # e.g. a sync queued in a thread before the log was abandoned
+                    raise StorageError(f"the log in {self.directory} is closed: nothing was synced")
+                pending, self._pending = self._pending, []
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                active = self._segments[-1]
+                counted = self._unsynced_bytes
+                log_fds = [os.dup(active.fd)] + [os.dup(s.fd) for s in pending]
+                index_fds = [fd for s in pending for fd in s.dup_index_fds()]
+            try:
+                for fd in log_fds[1:] + index_fds:
+                    os.fsync(fd)
+                if dir_dirty:
+                    fsync_dir(self.directory)
+                os.fdatasync(log_fds[0])  # the active segment's indexes are rebuilt after a crash
+                if self._recovery_point != active.base_offset and not self._closed:
+                    write_offset(self.directory / RECOVERY_POINT_FILE, active.base_offset)
+                    self._recovery_point = active.base_offset
+            except OSError as exc:
+                with self._lock:
+                    self._pending[:0] = [seg for seg in pending if seg in self._segments]
+                    self._dir_dirty |= dir_dirty
+                raise StorageError(f"fsync in {self.directory}: {exc}") from exc
+            finally:
+                for fd in log_fds + index_fds:
+                    os.close(fd)
+            with self._lock:
+                self._unsynced_bytes = max(0, self._unsynced_bytes - counted)
+                self._last_sync = self._clock.monotonic()
+                for seg in pending:
+                    if seg in self._segments[:-1]:
+                        seg.release_index_fds()
 
     def maybe_sync(self) -> bool:
         """Sync if the fsync policy asks for it now; returns whether it synced.
@@ -344,18 +374,20 @@ class PartitionLog:
         if self._closed:
             return
         self.sync()
-        self._segments[-1].sync(indexes=True)
-        for seg in self._segments:
-            seg.close()
-        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
-        self._closed = True
-
-    def abandon(self) -> None:
-        """Drop the file handles without syncing or the marker: what a crash leaves (tests, failed disks)."""
-        if not self._closed:
+        with self._lock:
+            self._segments[-1].sync(indexes=True)
             for seg in self._segments:
                 seg.close()
             self._closed = True
+        write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+
+    def abandon(self) -> None:
+        """Drop the file handles without syncing or the marker: what a crash leaves (tests, failed disks)."""
+        with self._lock:
+            if not self._closed:
+                for seg in self._segments:
+                    seg.close()
+                self._closed = True
 
     # --- deleting ----------------------------------------------------------------
 
@@ -403,14 +435,15 @@ class PartitionLog:
     def _delete_oldest(self, n: int) -> None:
         if not n:
             return
-        victims = self._segments[:n]
-        del self._segments[:n], self._bases[:n]
-        for seg in victims:
-            self._size_bytes -= seg.size
-            if seg in self._pending:
-                self._pending.remove(seg)
-            seg.delete()
-        self._dir_dirty = True
+        with self._lock:
+            victims = self._segments[:n]
+            del self._segments[:n], self._bases[:n]
+            for seg in victims:
+                self._size_bytes -= seg.size
+                if seg in self._pending:
+                    self._pending.remove(seg)
+                seg.delete()
+            self._dir_dirty = True
         if self._bases[0] > self._start_offset:
             self._start_offset = self._bases[0]
             self._epochs.truncate_from_start(self._start_offset)
@@ -438,16 +471,17 @@ class PartitionLog:
         if cut < self._start_offset:
             self._replace_all_with_empty(cut)
         else:
-            for later in reversed(self._segments[i + 1 :]):
-                self._size_bytes -= later.size
-                if later in self._pending:
-                    self._pending.remove(later)
-                later.delete()
-            del self._segments[i + 1 :], self._bases[i + 1 :]
-            if seg in self._pending:
-                self._pending.remove(seg)
-            self._size_bytes -= seg.size - pos
-            seg.truncate_at(pos, cut)
-            self._dir_dirty = True
+            with self._lock:
+                for later in reversed(self._segments[i + 1 :]):
+                    self._size_bytes -= later.size
+                    if later in self._pending:
+                        self._pending.remove(later)
+                    later.delete()
+                del self._segments[i + 1 :], self._bases[i + 1 :]
+                if seg in self._pending:
+                    self._pending.remove(seg)
+                self._size_bytes -= seg.size - pos
+                seg.truncate_at(pos, cut)
+                self._dir_dirty = True
         self._epochs.truncate_from_end(cut)
-        self.sync()
+        self.sync()  # outside the lock: a sync running in another thread takes it to finish

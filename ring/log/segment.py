@@ -304,6 +304,15 @@ class Segment:
             self.offset_index.sync()
             self.time_index.sync()
 
+    def release_index_fds(self) -> None:
+        """A synced closed segment's indexes are only read: free their descriptors."""
+        self.offset_index.close()
+        self.time_index.close()
+
+    def dup_index_fds(self) -> list[int]:
+        """Duplicates of the index descriptors, for an fsync that must outlive a concurrent close."""
+        return [self.offset_index.dup_fd(), self.time_index.dup_fd()]
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
