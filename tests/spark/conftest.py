@@ -13,13 +13,32 @@ from pathlib import Path
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", reason="the spark extra (pyspark, pyarrow) is not installed")
-pytest.importorskip("pyarrow", reason="the spark extra (pyspark, pyarrow) is not installed")
-if shutil.which("java") is None:
-    pytest.skip("Spark needs a Java runtime (java not on PATH)", allow_module_level=True)
+from ring.localcluster import LocalBroker, free_port
+from sparkio.client import BrokerClient
 
-from ring.localcluster import LocalBroker, free_port  # noqa: E402
-from sparkio.client import BrokerClient  # noqa: E402
+
+def _missing() -> str | None:
+    import importlib.util
+
+    for module in ("pyspark", "pyarrow"):
+        if importlib.util.find_spec(module) is None:
+            return f"the spark extra is not installed ({module} missing): pip install -e '.[spark]'"
+    if shutil.which("java") is None:
+        return "Spark needs a Java runtime and java is not on PATH"
+    return None
+
+
+SKIP_REASON = _missing()
+
+
+def pytest_collection_modifyitems(config, items):
+    if SKIP_REASON is None:
+        return
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
 
 _names = itertools.count()
 
