@@ -157,6 +157,58 @@ SPARK_WRITE_RECORDS_PER_REQUEST_MAX = 5_000
 SPARK_WRITE_BYTES_PER_REQUEST_MAX = 4 * MiB
 
 
+# --- client (ring.client) ----------------------------------------------------
+
+# How long a producer holds a partition's open batch for more records before
+# sending it: Kafka's linger.ms. 5 ms costs little latency and lets a busy
+# producer send a few large requests instead of many small ones.
+CLIENT_LINGER_MS_DEFAULT = 5
+# A producer batch is sent once it holds this many bytes of records, linger or
+# not: Kafka's batch.size, larger because every request is an HTTP round trip.
+CLIENT_BATCH_BYTES_DEFAULT = 512 * KiB
+# Largest batch a producer may be configured to build: a batch stays under the
+# broker's BATCH_BYTES_MAX with room for one maximal record's framing.
+CLIENT_BATCH_BYTES_MAX = MESSAGE_BYTES_MAX
+# One produce request carries every ready batch of one partition up to this:
+# a quarter of REQUEST_BYTES_MAX so a retry resends little and one slow
+# request does not hold much of the buffer.
+CLIENT_REQUEST_BYTES_MAX = 4 * MiB
+# Records in one produce request, well under RECORDS_PER_REQUEST_MAX.
+CLIENT_REQUEST_RECORDS_MAX = 20_000
+# Bytes of records a producer buffers (queued or in flight) before produce()
+# refuses more (Kafka's buffer.memory): bounds a client's memory when brokers
+# are slower than the application.
+CLIENT_BUFFER_BYTES_DEFAULT = 32 * MiB
+# Produce requests in flight at once per client (at most one per partition,
+# which keeps each partition's records in order across retries).
+CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
+# One request's answer, replication included: above REPLICATION's ack wait so
+# a broker's own 504 arrives before the client gives up.
+CLIENT_REQUEST_TIMEOUT_S_DEFAULT = 30.0
+# Opening a TCP connection to a broker: loopback or LAN; longer means it is down.
+CLIENT_CONNECT_TIMEOUT_S = 3.0
+# Attempts of one produce batch or request after the first, each after a backoff.
+CLIENT_RETRIES_MAX_DEFAULT = 8
+# First pause before a retry, doubled per attempt up to the cap below: long
+# enough for gossip to spread a changed status, short enough to ride a restart.
+CLIENT_RETRY_BACKOFF_MS = 50
+CLIENT_RETRY_BACKOFF_MS_MAX = 2_000
+# A record not acknowledged within this after produce() fails (Kafka's
+# delivery.timeout.ms is 2 min; a local cluster recovers much faster).
+CLIENT_DELIVERY_TIMEOUT_S_DEFAULT = 30.0
+# Cached topology is refreshed after this even when nothing failed, so new
+# brokers and moved leaders are learned (Kafka's metadata.max.age.ms is 5 min).
+CLIENT_METADATA_MAX_AGE_MS = 30_000
+# At most one topology refresh per this interval: failing requests must not
+# turn into a storm of metadata requests.
+CLIENT_METADATA_REFRESH_MS_MIN = 100
+# Open connections in a client's pool, across all brokers.
+CLIENT_CONNECTIONS_MAX = 128
+# After create_topic, how long the client waits for every live broker to know
+# the topic (the catalogue spreads by gossip) before producing to it.
+CLIENT_TOPIC_PROPAGATION_S_MAX = 10.0
+
+
 def markdown_table() -> str:
     """The README's limits table: every UPPER_CASE constant with its why-comment."""
     import ast
@@ -196,6 +248,10 @@ def validate() -> None:
     assert TOPIC_PARTITIONS_DEFAULT <= TOPIC_PARTITIONS_MAX
     assert SPARK_WRITE_BYTES_PER_REQUEST_MAX <= REQUEST_BYTES_MAX - MESSAGE_BYTES_MAX
     assert SPARK_WRITE_RECORDS_PER_REQUEST_MAX <= RECORDS_PER_REQUEST_MAX
+    assert CLIENT_BATCH_BYTES_DEFAULT <= CLIENT_BATCH_BYTES_MAX < BATCH_BYTES_MAX
+    assert CLIENT_BATCH_BYTES_MAX <= CLIENT_REQUEST_BYTES_MAX <= REQUEST_BYTES_MAX - BATCH_BYTES_MAX
+    assert CLIENT_REQUEST_RECORDS_MAX <= RECORDS_PER_REQUEST_MAX
+    assert CLIENT_RETRY_BACKOFF_MS <= CLIENT_RETRY_BACKOFF_MS_MAX
 
 
 validate()

@@ -1,0 +1,31 @@
+"""ring's Python client: ``AsyncClient`` for asyncio code, ``Client`` for the rest.
+
+    from ring.client import Client
+    with Client("http://127.0.0.1:9250") as c:
+        c.create_topic("clicks", partitions=8, exist_ok=True)
+        c.produce("clicks", json={"page": "/"}, key="user-1")   # a future
+        c.flush()
+        print(c.fetch("clicks", 0, 0).records)
+
+Records are batched per partition and sent straight to each partition's
+leader; see ``ring.client.aio`` for batching, partitioning and retries.
+"""
+
+from ring.client.aio import AsyncClient, Partitioner
+from ring.client.batcher import BufferFull
+from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
+from ring.client.sync import Client
+from ring.client.transport import BrokersUnavailable, BrokerUnreachable, OutcomeUnknown
+
+__all__ = [
+    "AsyncClient",
+    "BrokerUnreachable",
+    "BrokersUnavailable",
+    "BufferFull",
+    "Client",
+    "ConsumerRecord",
+    "FetchResult",
+    "OutcomeUnknown",
+    "Partitioner",
+    "RecordMetadata",
+]

@@ -1,0 +1,73 @@
+"""The values the client hands back: where a produced record landed, and
+fetched records with the position to fetch from next.
+
+Fetch answers arrive as stored batches (``application/vnd.ring.batches``);
+``decode_fetch`` checks every batch's CRC, decodes it with the log's own
+``ring.log.batch`` functions, and keeps the records in
+``[offset, high_watermark)``, at most ``max_records`` of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+
+from ring.log import batch as batchfmt
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record is stored."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # ms since the epoch
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes | None] | None
+    value_is_json: bool  # produced as JSON (``json=`` or a JSON body)
+
+    def json(self) -> Any:
+        """The value parsed as JSON."""
+        return orjson.loads(self.value)
+
+
+class FetchResult(NamedTuple):
+    topic: str
+    partition: int
+    records: list[ConsumerRecord]
+    next_offset: int  # fetch from here to continue
+    high_watermark: int  # offsets below it are committed (held by a majority)
+    broker: str  # URL of the replica that answered
+
+
+def decode_fetch(topic: str, partition: int, data: bytes, offset: int | None, high_watermark: int,
+                 max_records: int, next_offset_hint: int | None) -> tuple[list[ConsumerRecord], int]:
+    """Records at/above ``offset`` and below ``high_watermark``, and the next offset."""
+    start = -1 if offset is None else offset
+    out: list[ConsumerRecord] = []
+    for h, pos in batchfmt.scan(data):  # CRC-checked: end-to-end integrity
+        if h.next_offset <= start:
+            continue
+        if h.base_offset >= high_watermark or len(out) >= max_records:
+            break
+        _, recs = batchfmt.decode(data, pos, verify=False)
+        is_json = h.values_are_json
+        for r in recs:
+            if r.offset < start:
+                continue
+            if r.offset >= high_watermark or len(out) >= max_records:
+                break
+            out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers, is_json))
+    if out:
+        return out, out[-1].offset + 1
+    if offset is not None:
+        return out, offset
+    return out, next_offset_hint or 0

@@ -1,0 +1,148 @@
+"""HTTP to brokers for the client: one aiohttp session, answers as values, and
+the rule that says which failures are worth another try.
+
+``Transport.request`` sends one request to one broker URL and returns a
+``Reply`` whatever the status; a connection that cannot be made or breaks
+raises ``BrokerUnreachable``. ``classify`` decides, from a status and the
+``error`` code of a JSON error body, whether to retry (elsewhere or later),
+to give up, or to report that the outcome is unknown. ``error_from`` turns an
+error answer into the matching ``ring.errors`` class with the body's fields
+(``earliest`` on a 416, ``alive``/``needed`` on a 503 ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import aiohttp
+import orjson
+
+from ring import errors, limits
+
+CT_JSON = "application/json"
+CT_BATCH = "application/vnd.ring.batch"
+CT_BATCHES = "application/vnd.ring.batches"
+H_NEXT_OFFSET = "Ring-Next-Offset"
+H_HIGH_WATERMARK = "Ring-High-Watermark"
+
+RETRY = "retry"  # the broker could not do it now: refresh topology, back off, try again
+FATAL = "fatal"  # the request itself is wrong, or the broker refused it for good
+UNKNOWN = "unknown"  # the broker may or may not have done it (504)
+
+# Overload, outage, not enough replicas, and a leader that moved ("not leader"
+# style answers, whatever status a broker gives them).
+_RETRY_STATUSES = frozenset({421, 429, 502, 503})
+_RETRY_CODES = frozenset({"not_leader", "leader_not_available", "not_enough_replicas", "unavailable",
+                          "overloaded", "shutting_down", "stale_epoch"})
+
+_BY_STATUS: dict[int, type[errors.RingError]] = {
+    400: errors.BadRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
+    408: errors.BodyTimeout, 409: errors.Conflict, 413: errors.PayloadTooLarge,
+    415: errors.UnsupportedMediaType, 416: errors.OffsetOutOfRange, 429: errors.Overloaded,
+    500: errors.RingError, 504: errors.RequestTimeout,
+}
+_BY_CODE: dict[str, type[errors.RingError]] = {
+    "unknown_topic": errors.UnknownTopic, "unknown_partition": errors.UnknownPartition,
+    "invalid_topic_name": errors.InvalidTopicName, "corrupt_batch": errors.CorruptBatch,
+    "not_enough_replicas": errors.NotEnoughReplicas, "storage_error": errors.StorageError,
+}
+
+
+class BrokerUnreachable(errors.Unavailable):
+    """No answer from a broker: refused, reset, or timed out."""
+
+    code = "broker_unreachable"
+
+
+class BrokersUnavailable(errors.Unavailable):
+    """Retries ran out: no broker did what was asked."""
+
+    code = "brokers_unavailable"
+
+
+class OutcomeUnknown(errors.RequestTimeout):
+    """The broker may have appended the records but could not confirm it (504).
+    Retrying could store them twice, so the client reports it instead."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    url: str  # the broker that answered
+
+    def json(self) -> Any:
+        return orjson.loads(self.body) if self.body else None
+
+    def error_doc(self) -> dict[str, Any]:
+        try:
+            doc = orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):
+            doc = {"message": self.body[:200].decode("utf-8", "replace")}
+        return doc
+
+
+def classify(status: int, code: str) -> str:
+    if status == 504:
+        return UNKNOWN
+    if status in _RETRY_STATUSES or code in _RETRY_CODES:
+        return RETRY
+    return FATAL
+
+
+def error_from(reply: Reply, what: str) -> errors.RingError:
+    doc = reply.error_doc()
+    code = str(doc.get("error", ""))
+    if reply.status == 504:
+        cls: type[errors.RingError] = OutcomeUnknown
+    else:
+        cls = _BY_CODE.get(code) or _BY_STATUS.get(reply.status) or (
+            errors.BadRequest if 400 <= reply.status < 500 else errors.Unavailable)
+    extra = {k: v for k, v in doc.items() if k not in ("error", "message")}
+    extra.setdefault("status", reply.status)
+    extra["broker"] = reply.url
+    return cls(f"{what}: {reply.status} {doc.get('message', '')}".rstrip(), **extra)
+
+
+def make_session(connections_max: int = limits.CLIENT_CONNECTIONS_MAX) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=connections_max, limit_per_host=0, ttl_dns_cache=300,
+                                     keepalive_timeout=limits.KEEPALIVE_TIMEOUT_S / 2)
+    # Half the broker's keep-alive: the client closes an idle connection before
+    # the broker does, so a request never lands on a socket being closed.
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
+
+
+class Transport:
+    def __init__(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
+        self.session = session
+        self.timeout_s = timeout_s
+        self.requests = 0  # for stats and tests
+
+    async def request(self, method: str, url: str, path: str, *, params: Mapping[str, Any] | None = None,
+                      body: bytes | None = None, headers: Mapping[str, str] | None = None,
+                      timeout_s: float | None = None) -> Reply:
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s,
+                                        sock_connect=limits.CLIENT_CONNECT_TIMEOUT_S)
+        self.requests += 1
+        try:
+            async with self.session.request(method, url + path, params=params, data=body,
+                                            headers=headers, timeout=timeout) as resp:
+                data = await resp.read()
+                return Reply(resp.status, resp.headers, data, url)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise BrokerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}".rstrip(": "),
+                                    broker=url) from None
+
+    async def json(self, method: str, url: str, path: str, doc: Any = None, **kw: Any) -> Reply:
+        headers = {"Accept": CT_JSON}
+        body = None
+        if doc is not None:
+            body = orjson.dumps(doc)
+            headers["Content-Type"] = CT_JSON
+        return await self.request(method, url, path, body=body, headers=headers, **kw)
