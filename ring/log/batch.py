@@ -32,7 +32,8 @@ from typing import Iterator, NamedTuple, Sequence
 
 import msgpack
 
-from ring.errors import BadRequest, CorruptBatch
+from ring import limits
+from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
 
 MAGIC = 1
 HEADER = struct.Struct(">qiIIBBiqqqi")
@@ -111,20 +112,30 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise BadRequest(f"unknown codec {codec}")
 
 
-def _decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+def decompress(codec: int, data: bytes | memoryview, max_bytes: int = limits.REQUEST_BYTES_MAX) -> bytes | memoryview:
+    """The uncompressed payload, refusing to inflate past ``max_bytes``: a small
+    compressed batch from a client may claim gigabytes."""
     try:
         if codec == CODEC_NONE:
             return data
         if codec == CODEC_ZSTD:
             import zstandard
 
-            return zstandard.ZstdDecompressor().decompress(bytes(data))
+            if zstandard.frame_content_size(bytes(data[:18])) > max_bytes:
+                raise PayloadTooLarge(f"a batch inflates to over {max_bytes} bytes")
+            return zstandard.ZstdDecompressor().decompress(bytes(data), max_output_size=max_bytes)
         if codec == CODEC_LZ4:
             import lz4.frame
 
-            return lz4.frame.decompress(bytes(data))
-    except Exception as exc:  # the codecs raise their own error types
-        raise CorruptBatch(f"payload does not decompress: {exc}") from None
+            inflater = lz4.frame.LZ4FrameDecompressor()
+            out = inflater.decompress(bytes(data), max_length=max_bytes)
+            if not inflater.eof:
+                raise PayloadTooLarge(f"a batch inflates to over {max_bytes} bytes")
+            return out
+    except (PayloadTooLarge, CorruptBatch):
+        raise
+    except Exception as exc:  # each codec library raises its own error types
+        raise CorruptBatch(f"batch payload does not decompress: {exc}") from None
     raise CorruptBatch(f"unknown codec {codec}")
 
 
@@ -229,7 +240,7 @@ def scan(buf: bytes | bytearray | memoryview, verify: bool = True) -> Iterator[t
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> tuple[BatchHeader, list[Record]]:
     """Records of the batch at ``pos`` with their absolute offsets and timestamps."""
     h = check(buf, pos) if verify else read_header(buf, pos)
-    raw = _decompress(h.codec, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
+    raw = decompress(h.codec, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     try:
         items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
         records = [
