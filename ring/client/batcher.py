@@ -123,6 +123,14 @@ class Accumulator:
         q = self._queues.get((topic, partition))
         return q[-1] if q and not q[-1].sealed else None
 
+    def held_back(self, topic: str, partition: int, now_ms: float) -> bool:
+        """The partition's open batch is due but waits for the request in flight:
+        a sticky partitioner should move on rather than pile more onto it."""
+        tp = (topic, partition)
+        q = self._queues.get(tp)
+        return (tp in self._busy and bool(q) and not q[-1].sealed
+                and now_ms - q[-1].created_ms >= self.linger_ms)
+
     def seal_all(self) -> list[ProducerBatch]:
         """Flush: every queued batch is ready now. Returns every batch queued."""
         out = []

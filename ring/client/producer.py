@@ -5,9 +5,10 @@ Placement happens when a record is produced: an explicit partition wins,
 then a custom partitioner ``f(key, partitions)``, then the broker's own key
 hash (``ring.hashing.partition_for_key``), so a key lands where a broker
 would put it. Unkeyed records are sticky: they all go to one partition until
-its batch is sent or full, then to the next partition round-robin (Kafka's
-sticky partitioner), which makes big batches without skewing partitions over
-time; partitions whose leader is down or refusing connections are skipped.
+its batch is sent or full (or is due but held back by a request in flight),
+then to the next partition round-robin (Kafka's sticky partitioner), which
+makes big batches without skewing partitions over time; partitions whose
+leader is down or refusing connections are skipped.
 Records of a topic the client has not described yet wait, in order, until
 its metadata arrives (creating the topic first if the cluster allows it).
 
@@ -174,7 +175,8 @@ class Producer:
         current = self._sticky.get(topic)
         if current is not None:
             p, batch = current
-            if p < n and batch is not None and batch is self.acc.open_batch(topic, p):
+            if (p < n and batch is not None and batch is self.acc.open_batch(topic, p)
+                    and not self.acc.held_back(topic, p, self.now_ms())):
                 return p
         candidates = [p for p in self._writable(topic) if p < n] or list(range(n))
         self._round_robin[topic] += 1

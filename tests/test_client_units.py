@@ -1,0 +1,237 @@
+"""The client's pure parts: the accumulator's batching and draining rules,
+topology parsing and routing, error classification, and fetch decoding."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ring import errors
+from ring.client.batcher import Accumulator, BufferFull, record_size
+from ring.client.records import decode_fetch
+from ring.client.topology import Topology, normalize_url, parse_brokers, parse_cluster, parse_topic
+from ring.client.transport import FATAL, RETRY, UNKNOWN, classify
+from ring.log import batch as batchfmt
+
+
+def acc(**kw) -> Accumulator:
+    args = dict(linger_ms=10, batch_bytes=1000, buffer_bytes=10_000, request_bytes_max=3000,
+                request_records_max=1000, delivery_timeout_ms=30_000)
+    args.update(kw)
+    return Accumulator(**args)
+
+
+def rec(n: int = 100) -> tuple:
+    return (1, None, b"x" * n, None)
+
+
+def add(a: Accumulator, p: int, now: float, n: int = 100, movable: bool = False, json: bool = False,
+        waiter: object = None) -> bool:
+    return a.append("t", p, rec(n), record_size(None, b"x" * n, None), waiter, json, movable, now)
+
+
+def test_linger_holds_a_batch_until_it_is_due() -> None:
+    a = acc()
+    assert add(a, 0, now=0)  # a new batch: the sender must learn its deadline
+    assert not add(a, 0, now=1)
+    assert a.drain(now_ms=5, max_requests=10) == []
+    assert a.next_deadline_ms(5) == 10
+    [(tp, batches)] = a.drain(now_ms=10, max_requests=10)
+    assert tp == ("t", 0) and len(batches) == 1 and batches[0].count == 2
+
+
+def test_a_full_batch_is_sent_without_waiting_for_linger() -> None:
+    a = acc(linger_ms=10_000)
+    for _ in range(8):
+        add(a, 0, now=0)  # 8 * 116 bytes + header < 1000
+    assert a.drain(0, 10) == []
+    assert add(a, 0, now=0)  # this one does not fit: the open batch is sealed
+    [(_, batches)] = a.drain(0, 10)
+    assert [b.count for b in batches] == [8]  # the new open batch still lingers
+    assert all(b.size <= 1000 for b in batches)
+
+
+def test_one_request_per_partition_in_flight_keeps_order_across_retries() -> None:
+    a = acc(linger_ms=0)
+    w = iter(range(100))
+    add(a, 0, 0, waiter=next(w))
+    [(tp, first)] = a.drain(0, 10)
+    add(a, 0, 1, waiter=next(w))
+    assert a.drain(1, 10) == []  # busy: the second record waits for the first request
+    a.retry(tp, first, retry_at_ms=50)
+    assert a.drain(10, 10) == []  # backing off
+    assert a.next_deadline_ms(10) == 50
+    [(_, again)] = a.drain(50, 10)
+    assert [x for b in again for x in b.waiters] == [0, 1]  # the retried batch first, then the newer one
+    assert again[0].attempts == 1
+
+
+def test_a_request_is_bounded_in_bytes_and_partitions_are_independent() -> None:
+    a = acc(linger_ms=0, batch_bytes=600, request_bytes_max=1300)
+    for _ in range(12):
+        add(a, 0, 0)
+    add(a, 1, 0)
+    reqs = dict(a.drain(0, 10))
+    assert sum(b.size for b in reqs[("t", 0)]) <= 1300
+    assert len(reqs[("t", 1)]) == 1
+    assert a.drain(0, 10) == []  # both busy
+    a.done(("t", 0), reqs[("t", 0)])
+    assert a.drain(0, 10)  # the rest of partition 0
+
+
+def test_max_requests_bounds_one_drain() -> None:
+    a = acc(linger_ms=0)
+    for p in range(5):
+        add(a, p, 0)
+    assert len(a.drain(0, 2)) == 2
+    assert len(a.drain(0, 10)) == 3
+
+
+def test_json_and_raw_values_never_share_a_batch() -> None:
+    a = acc(linger_ms=0)
+    add(a, 0, 0, json=True)
+    add(a, 0, 0, json=False)
+    [(_, batches)] = a.drain(0, 10)
+    assert [b.values_are_json for b in batches] == [True, False]
+
+
+def test_buffer_bound_and_accounting() -> None:
+    a = acc(linger_ms=0, buffer_bytes=1000)
+    for _ in range(8):
+        add(a, 0, 0)
+    with pytest.raises(BufferFull):
+        add(a, 0, 0)
+    [(tp, batches)] = a.drain(0, 10)
+    a.done(tp, batches)
+    assert a.buffered_bytes == 0
+    add(a, 0, 0)
+
+
+def test_movable_batches_move_and_keep_the_open_batch_last() -> None:
+    a = acc(linger_ms=0)
+    add(a, 0, 0, movable=True)
+    [(tp, batches)] = a.drain(0, 10)
+    add(a, 1, 0, movable=False)  # an open batch on partition 1
+    a.move(tp, batches, 1)
+    assert batches[0].partition == 1
+    [(_, moved)] = a.drain(0, 10)
+    assert moved[0] is batches[0] and len(moved) == 2
+
+
+def test_flush_seals_everything() -> None:
+    a = acc(linger_ms=10_000)
+    add(a, 0, 0)
+    add(a, 1, 0)
+    assert len(a.seal_all()) == 2
+    assert len(a.drain(0, 10)) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 900), st.integers(0, 30)), min_size=1, max_size=80))
+def test_every_record_is_drained_once_in_order_per_partition(ops) -> None:
+    a = acc(linger_ms=5, batch_bytes=1000, buffer_bytes=10**9)
+    now = 0
+    sent: dict[int, list[int]] = {}
+    for i, (p, n, dt) in enumerate(ops):
+        now += dt
+        a.append("t", p, rec(n), record_size(None, b"x" * n, None), i, False, False, now)
+        for tp, batches in a.drain(now, 2):
+            assert all(b.size <= 1000 or b.count == 1 for b in batches)
+            sent.setdefault(tp[1], []).extend(w for b in batches for w in b.waiters)
+            a.done(tp, batches)
+    a.seal_all()
+    while True:
+        got = a.drain(now, 10)
+        if not got:
+            break
+        for tp, batches in got:
+            sent.setdefault(tp[1], []).extend(w for b in batches for w in b.waiters)
+            a.done(tp, batches)
+    assert a.buffered_bytes == 0
+    for p, waiters in sent.items():
+        assert waiters == [i for i, op in enumerate(ops) if op[0] == p]
+    assert sum(map(len, sent.values())) == len(ops)
+
+
+# --- topology -----------------------------------------------------------------------
+
+CLUSTER = {"brokers": [
+    {"name": "ring-0", "token": 1, "status": "up", "phi": 0.1, "client_url": "http://127.0.0.1:9250", "peer_url": "x"},
+    {"name": "ring-1", "token": 2, "status": "down", "phi": 12.0, "client_url": "http://127.0.0.1:9260", "peer_url": "x"},
+    {"name": "ring-2", "token": 3, "status": "suspect", "phi": 5.0, "client_url": "127.0.0.1:9270/", "peer_url": "x"},
+], "self": "ring-0"}
+TOPIC = {"name": "t", "partitions": [
+    {"partition": 1, "leader": "ring-1", "replicas": ["ring-1", "ring-2", "ring-0"], "epoch": 1,
+     "high_watermark": 5, "earliest_offset": 0, "end_offset": 5},
+    {"partition": 0, "leader": "ring-0", "replicas": ["ring-0", "ring-1", "ring-2"], "epoch": 1,
+     "high_watermark": 3, "earliest_offset": 0, "end_offset": 4},
+]}
+
+
+def test_addresses_normalize() -> None:
+    assert normalize_url("h:1/") == "http://h:1"
+    assert parse_brokers("h:1, http://h:1,h:2") == ["http://h:1", "http://h:2"]
+    with pytest.raises(errors.BadRequest):
+        parse_brokers(" , ")
+
+
+def test_routing_from_a_cluster_document() -> None:
+    topo = Topology().with_brokers(parse_cluster(CLUSTER), clustered=True).with_topic(parse_topic(TOPIC, "http://a"))
+    assert [p.partition for p in topo.topics["t"].partitions] == [0, 1]
+    assert topo.leader_url("t", 0) == "http://127.0.0.1:9250"
+    assert topo.leader_url("t", 1) == "http://127.0.0.1:9260"  # down, but still the leader
+    assert topo.live_leader_partitions("t") == [0]
+    # the down leader is skipped for reads; the suspect replica is still tried
+    assert topo.read_urls("t", 1) == ["http://127.0.0.1:9270", "http://127.0.0.1:9250"]
+    assert topo.leader_url("t", 7) is None and topo.leader_url("u", 0) is None
+
+
+def test_standalone_topology_falls_back_to_the_answering_url() -> None:
+    topo = Topology().with_topic(parse_topic({"name": "t", "partitions": [
+        {"partition": 0, "leader": "elsewhere", "replicas": ["elsewhere"]}]}, "http://b"))
+    assert topo.leader_url("t", 0) == "http://b"
+    assert topo.read_urls("t", 0) == ["http://b"]
+
+
+def test_bad_topic_documents_are_refused() -> None:
+    with pytest.raises(errors.BadRequest):
+        parse_topic({"name": "t", "partitions": []}, "u")
+    with pytest.raises(errors.BadRequest):
+        parse_topic({"name": "t", "partitions": [{"partition": 1, "leader": "a"}]}, "u")
+
+
+def test_classification() -> None:
+    assert classify(503, "not_enough_replicas") == RETRY
+    assert classify(503, "unavailable") == RETRY
+    assert classify(429, "overloaded") == RETRY
+    assert classify(409, "not_leader") == RETRY
+    assert classify(504, "timeout") == UNKNOWN
+    assert classify(400, "bad_request") == FATAL
+    assert classify(413, "payload_too_large") == FATAL
+
+
+# --- fetch decoding -----------------------------------------------------------------
+
+def _stored(base: int, values: list[bytes], json: bool = False) -> bytes:
+    buf = batchfmt.encode([(1000 + i, None, v, None) for i, v in enumerate(values)], now_ms=0,
+                          values_are_json=json)
+    batchfmt.stamp(buf, 0, base, 1)
+    return bytes(buf)
+
+
+def test_decode_fetch_skips_below_offset_and_stops_at_the_watermark() -> None:
+    data = _stored(0, [b"a", b"b", b"c"]) + _stored(3, [b"1", b"2"], json=True)
+    recs, nxt = decode_fetch("t", 0, data, 1, 4, 100, None)
+    assert [(r.offset, r.value) for r in recs] == [(1, b"b"), (2, b"c"), (3, b"1")]
+    assert nxt == 4 and recs[-1].value_is_json and recs[-1].json() == 1
+    recs, nxt = decode_fetch("t", 0, data, 0, 5, 2, None)
+    assert [r.offset for r in recs] == [0, 1] and nxt == 2
+    assert decode_fetch("t", 0, b"", 7, 7, 10, None) == ([], 7)
+
+
+def test_decode_fetch_refuses_a_damaged_batch() -> None:
+    data = bytearray(_stored(0, [b"abc"]))
+    data[-1] ^= 0xFF
+    with pytest.raises(errors.CorruptBatch):
+        decode_fetch("t", 0, bytes(data), 0, 1, 10, None)
