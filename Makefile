@@ -24,5 +24,16 @@ test: venv
 bench: venv
 	$(BIN)/ring bench
 
+# Three brokers in the background: ring-N serves clients on 9250+10N and peers
+# on the next port, data in var/ring-N, log var/ring-N.log, PID var/ring-N.pid;
+# the secret is RING_CLUSTER_SECRET or the one kept in var/cluster-secret.
+# `$(BIN)/python -m ring.localcluster status` shows them.
+cluster: venv
+	$(BIN)/python -m ring.localcluster start
+
+# SIGTERM to the PIDs in var/ring-N.pid only; needs no venv (stdlib only).
+cluster-stop:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m ring.localcluster stop
+
 clean:
 	rm -rf $(VENV) var build *.egg-info .pytest_cache .hypothesis

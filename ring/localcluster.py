@@ -1,14 +1,27 @@
-"""Start and stop real broker processes on loopback: demo, bench, make cluster.
+"""Start and stop real broker processes on loopback: demo, bench, tests and
+``make cluster``.
 
 Each broker is ``python -m ring serve`` in its own process with its own data
 directory, so what runs here is exactly what runs in production. Readiness is
 ``GET /v1/status`` answering 200; shutdown is SIGTERM (clean) or SIGKILL (crash),
 always by the PID we started.
+
+``LocalCluster`` is N such brokers named ``ring-0..N-1`` that gossip with each
+other: each gets ``--peer-listen``, ``--seeds`` (every peer address) and the
+cluster secret (through ``RING_CLUSTER_SECRET``, so it stays out of ``ps``).
+``python -m ring.localcluster start|stop|status`` runs the fixed developer
+cluster behind ``make cluster``: data in ``var/ring-N``, logs in
+``var/ring-N.log``, PIDs in ``var/ring-N.pid``, client ports 9250/9260/9270
+and peer ports 9251/9261/9271, the secret from ``RING_CLUSTER_SECRET`` or a
+random one kept in ``var/cluster-secret``. ``stop`` signals only the PIDs in
+those files, and only if they still run that broker.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -38,6 +51,7 @@ class LocalBroker:
     env: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     proc: subprocess.Popen | None = None
+    detach: bool = False  # its own session: outlives the launcher and its terminal's ^C
 
     @property
     def url(self) -> str:
@@ -59,7 +73,7 @@ class LocalBroker:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, start_new_session=self.detach,
         )
         log.close()
         if wait:
@@ -104,3 +118,221 @@ class LocalBroker:
     def resume(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
+
+
+# --- clusters -------------------------------------------------------------------
+
+CLUSTER_SECRET_ENV = "RING_CLUSTER_SECRET"
+# The developer cluster of `make cluster`: broker N listens for clients on
+# 9250 + 10 N and for peers on the next port.
+DEV_SIZE = 3
+DEV_CLIENT_PORT = 9250
+DEV_PORT_STEP = 10
+
+
+def supports_cluster_flags() -> bool:
+    """Whether this ``ring serve`` takes --peer-listen/--seeds (a standalone-only
+    build starts each broker alone instead)."""
+    from ring.cli import build_parser
+
+    _, rest = build_parser().parse_known_args(["serve", "--peer-listen", "127.0.0.1:1", "--seeds", "127.0.0.1:1"])
+    return not rest
+
+
+@dataclass
+class LocalCluster:
+    """``size`` brokers ring-0.. under ``root`` that know each other as seeds.
+
+    Ports default to free ones (tests); pass ``client_ports``/``peer_ports``
+    for fixed addresses. ``brokers`` are ``LocalBroker``s (url, stop, kill ...).
+    """
+
+    root: Path
+    size: int = 3
+    host: str = "127.0.0.1"
+    client_ports: list[int] | None = None
+    peer_ports: list[int] | None = None
+    secret: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    detach: bool = False
+    brokers: list[LocalBroker] = field(init=False)
+
+    def __post_init__(self) -> None:
+        assert self.size >= 1
+        self.root = Path(self.root)
+        clients = self.client_ports or [free_port(self.host) for _ in range(self.size)]
+        peers = self.peer_ports or [free_port(self.host) for _ in range(self.size)]
+        assert len(clients) == len(peers) == self.size
+        if self.secret is None:
+            self.secret = secrets.token_hex(16)
+        seeds = ",".join(f"{self.host}:{p}" for p in peers)
+        clustered = supports_cluster_flags()
+        self.brokers = []
+        for i, (port, peer) in enumerate(zip(clients, peers)):
+            name = f"ring-{i}"
+            flags = ["--peer-listen", f"{self.host}:{peer}", "--seeds", seeds] if clustered else []
+            self.brokers.append(LocalBroker(
+                name, self.root / name, port, host=self.host, args=[*flags, *self.args],
+                env={CLUSTER_SECRET_ENV: self.secret, **self.env},
+                log_path=self.root / f"{name}.log", detach=self.detach))
+
+    @property
+    def urls(self) -> list[str]:
+        return [b.url for b in self.brokers]
+
+    def start(self, wait: bool = True) -> "LocalCluster":
+        """Start every broker, then wait for all (they find each other meanwhile)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            for b in self.brokers:
+                b.start(wait=False)
+            if wait:
+                for b in self.brokers:
+                    b.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> list[int | None]:
+        """SIGTERM each broker and wait: exit codes, in order."""
+        return [b.stop() for b in self.brokers]
+
+    def kill(self) -> None:
+        for b in self.brokers:
+            b.kill()
+
+
+# --- `make cluster`: the developer cluster, tracked by PID files ----------------------
+
+
+def dev_secret(root: Path) -> str:
+    """RING_CLUSTER_SECRET, else the one kept in root/cluster-secret (made on first use)."""
+    if os.environ.get(CLUSTER_SECRET_ENV):
+        return os.environ[CLUSTER_SECRET_ENV]
+    path = root / "cluster-secret"
+    if path.exists():
+        return path.read_text().strip()
+    root.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_hex(16)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
+
+
+def dev_cluster(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_PORT) -> LocalCluster:
+    clients = [base_port + DEV_PORT_STEP * i for i in range(size)]
+    return LocalCluster(root, size, client_ports=clients, peer_ports=[p + 1 for p in clients],
+                        secret=dev_secret(root), detach=True)
+
+
+def _pid_file(root: Path, name: str) -> Path:
+    return root / f"{name}.pid"
+
+
+def _running_pid(root: Path, name: str) -> int | None:
+    """The PID in root/NAME.pid if that process still runs broker NAME."""
+    try:
+        pid = int(_pid_file(root, name).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return None  # not ours
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():  # a recycled PID must not be signalled
+        argv = cmdline.read_bytes().split(b"\0")
+        if b"serve" not in argv or name.encode() not in argv:
+            return None
+    return pid
+
+
+def cluster_start(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_PORT) -> int:
+    cluster = dev_cluster(root, size, base_port)
+    running = [b.name for b in cluster.brokers if _running_pid(root, b.name)]
+    if running:
+        print(f"already running: {', '.join(running)} (make cluster-stop first)", file=sys.stderr)
+        return 1
+    if not supports_cluster_flags():
+        print("warning: this `ring serve` has no --peer-listen/--seeds: starting standalone brokers",
+              file=sys.stderr)
+    try:
+        cluster.start(wait=False)
+        for b in cluster.brokers:
+            assert b.proc is not None
+            _pid_file(root, b.name).write_text(f"{b.proc.pid}\n")
+        for b in cluster.brokers:
+            b.wait_ready()
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        print(f"cluster did not start: {exc}", file=sys.stderr)
+        for b in cluster.brokers:
+            log = b.log_path.read_text(errors="replace").splitlines()[-5:] if b.log_path and b.log_path.exists() else []
+            print(f"--- {b.log_path} (tail)\n" + "\n".join(log), file=sys.stderr)
+        cluster_stop(root, size)
+        return 1
+    for b, peer in zip(cluster.brokers, cluster.peer_ports or []):
+        print(f"{b.name}  {b.url}  peer {cluster.host}:{peer}  pid {b.proc.pid if b.proc else '?'}  "
+              f"log {b.log_path}")
+    print(f"brokers: {','.join(cluster.urls)}")
+    return 0
+
+
+def cluster_stop(root: Path, size: int = DEV_SIZE) -> int:
+    """SIGTERM the brokers named by root/ring-N.pid (only those), wait, remove the files."""
+    for i in range(size):
+        name = f"ring-{i}"
+        pid = _running_pid(root, name)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while time.monotonic() < deadline and _running_pid(root, name) == pid:
+                time.sleep(0.05)
+            if _running_pid(root, name) == pid:
+                print(f"{name} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT_S:g} s; sending SIGKILL",
+                      file=sys.stderr)
+                os.kill(pid, signal.SIGKILL)
+            print(f"{name} stopped (pid {pid})")
+        _pid_file(root, name).unlink(missing_ok=True)
+    return 0
+
+
+def cluster_status(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_PORT) -> int:
+    """One line per broker: PID, whether /v1/status answers. Exit 0 when all are up."""
+    up = 0
+    for i in range(size):
+        name = f"ring-{i}"
+        pid = _running_pid(root, name)
+        url = f"http://127.0.0.1:{base_port + DEV_PORT_STEP * i}"
+        try:
+            with urllib.request.urlopen(url + "/v1/status", timeout=2) as r:
+                answer = f"answers {r.status}"
+                up += r.status == 200
+        except OSError as exc:
+            answer = f"no answer ({exc.__class__.__name__})"
+        print(f"{name}  {url}  pid {pid or '-'}  {answer}")
+    return 0 if up == size else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ring.localcluster",
+                                description="Run the local developer cluster in the background.")
+    p.add_argument("command", choices=["start", "stop", "status"])
+    p.add_argument("--root", type=Path, default=Path("var"), help="data, logs and PID files (default ./var)")
+    p.add_argument("--size", type=int, default=DEV_SIZE, help=f"brokers (default {DEV_SIZE})")
+    p.add_argument("--base-port", type=int, default=DEV_CLIENT_PORT,
+                   help=f"client port of ring-0; ring-N uses base + {DEV_PORT_STEP}N, peers the next port")
+    args = p.parse_args(argv)
+    if args.command == "start":
+        return cluster_start(args.root, args.size, args.base_port)
+    if args.command == "stop":
+        return cluster_stop(args.root, args.size)
+    return cluster_status(args.root, args.size, args.base_port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
