@@ -22,7 +22,7 @@ from tests.spark.conftest import produce_numbered
 LocalCluster = getattr(localcluster, "LocalCluster", None)
 
 pytestmark = pytest.mark.skipif(
-    LocalCluster is None,
+    LocalCluster is None or not localcluster.supports_cluster_flags(),
     reason="needs the 3-broker cluster (ring.localcluster.LocalCluster); only single brokers exist so far",
 )
 
