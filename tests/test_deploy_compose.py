@@ -1,0 +1,168 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine:
+the services and their flags (parsed by ring's own argparse parser), the same
+flags as ``make cluster``, health checks that really answer, volumes, and the
+Spark job wired to the brokers."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) reads docker-compose.yml")
+
+from ring import cli, localcluster  # noqa: E402
+from tests.brokers import REPO_ROOT, TestBroker  # noqa: E402
+
+BROKERS = ["ring-0", "ring-1", "ring-2"]
+SECRET_ENV = "RING_CLUSTER_SECRET"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    return {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--") and i + 1 < len(argv)}
+
+
+def _listen(svc: dict) -> tuple[str, int]:
+    return cli.parse_listen(_flags(svc["command"])["--listen"])
+
+
+def test_three_brokers_and_a_spark_job_behind_a_profile(compose: dict) -> None:
+    services = compose["services"]
+    assert set(services) == {*BROKERS, "spark"}
+    for name in BROKERS:
+        assert "profiles" not in services[name]
+        assert services[name]["build"]["target"] == "broker"
+        assert services[name]["command"][0] == "serve"
+    assert services["spark"]["profiles"] == ["spark"]
+
+
+def test_broker_commands_parse_with_the_real_cli(compose: dict) -> None:
+    for name in BROKERS:
+        argv = compose["services"][name]["command"]
+        if not localcluster.supports_cluster_flags():
+            pytest.skip("waits for `ring serve --peer-listen/--seeds/--advertise` (the cluster work in ring/cli.py)")
+        args, rest = cli.build_parser().parse_known_args(argv)
+        assert rest == [], f"{name}: flags ring serve does not know: {rest}"
+        assert args.command == "serve" and args.name == name
+        assert args.listen == ("0.0.0.0", 9250)
+        assert str(args.data_dir).startswith("/var/lib/ring/")
+        flags = _flags(argv)
+        assert flags["--peer-listen"] == "0.0.0.0:9251"
+        assert flags["--advertise"] == name
+        assert flags["--seeds"] == ",".join(f"{b}:9251" for b in BROKERS)
+
+
+def test_same_flags_as_make_cluster(compose: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, "test-secret")
+    local = localcluster.dev_cluster(tmp_path)
+    for broker, name in zip(local.brokers, BROKERS):
+        local_flags = set(_flags(broker.command()[3:]))
+        compose_flags = set(_flags(compose["services"][name]["command"]))
+        assert local_flags <= compose_flags
+        # --advertise: in compose the service name, locally the listen host (the default)
+        assert compose_flags - local_flags <= {"--advertise", "--peer-listen", "--seeds"}
+        if localcluster.supports_cluster_flags():
+            assert compose_flags - local_flags == {"--advertise"}
+        # the secret travels in the environment in both, never on a command line
+        assert broker.env[SECRET_ENV] == "test-secret"
+        assert "--cluster-secret" not in compose_flags | local_flags
+        assert broker.name == name
+
+
+def test_the_secret_comes_from_the_environment_and_is_required(compose: dict) -> None:
+    for name in BROKERS:
+        value = compose["services"][name]["environment"][SECRET_ENV]
+        assert re.fullmatch(r"\$\{RING_CLUSTER_SECRET:\?[^}]+\}", value), value
+
+
+def test_each_broker_has_its_own_named_volume_under_its_data_dir(compose: dict) -> None:
+    declared = set(compose["volumes"])
+    used = []
+    for name in BROKERS:
+        svc = compose["services"][name]
+        [mount] = svc["volumes"]
+        volume, target = mount.split(":")[:2]
+        assert volume in declared
+        assert _flags(svc["command"])["--data-dir"].startswith(target.rstrip("/") + "/")
+        used.append(volume)
+    assert len(set(used)) == 3 and set(used) == declared
+
+
+def test_published_ports_are_loopback_client_ports(compose: dict) -> None:
+    for i, name in enumerate(BROKERS):
+        [port] = compose["services"][name]["ports"]
+        host, published, target = port.split(":")
+        assert host == "127.0.0.1"
+        assert int(published) == localcluster.DEV_CLIENT_PORT + localcluster.DEV_PORT_STEP * i
+        assert int(target) == _listen(compose["services"][name])[1]
+
+
+def _health_command(svc: dict) -> list[str]:
+    test = svc["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    return test[1:]
+
+
+def test_health_checks_ask_the_status_route_and_really_answer(compose: dict, broker: TestBroker) -> None:
+    for name in BROKERS:
+        svc = compose["services"][name]
+        cmd = _health_command(svc)
+        assert cmd[0] == "python"
+        port = _listen(svc)[1]
+        assert f"http://127.0.0.1:{port}/v1/status" in cmd[-1]
+        hc = svc["healthcheck"]
+        assert hc["retries"] >= 3 and hc["timeout"] and hc["interval"]
+    # Run the check itself: passes against a live broker, fails against a closed port.
+    live = [sys.executable, *cmd[1:-1], cmd[-1].replace(":9250/", f":{broker.local.port}/")]
+    assert subprocess.run(live, capture_output=True, timeout=30).returncode == 0
+    dead = [sys.executable, *cmd[1:-1], cmd[-1].replace(":9250/", f":{localcluster.free_port()}/")]
+    assert subprocess.run(dead, capture_output=True, timeout=30).returncode != 0
+
+
+def test_spark_job_runs_the_example_against_every_broker_once_healthy(compose: dict) -> None:
+    spark = compose["services"]["spark"]
+    argv = spark["command"]
+    assert argv[:2] == ["python", "examples/clickstream_job.py"]
+    script = REPO_ROOT / argv[1]
+    assert script.exists()
+    flags = _flags(argv)
+    urls = flags["--brokers"].split(",")
+    assert urls == [f"http://{name}:{_listen(compose['services'][name])[1]}" for name in BROKERS]
+    assert spark["depends_on"] == {name: {"condition": "service_healthy"} for name in BROKERS}
+    assert spark["build"]["target"] == "spark"
+    # Every option the service passes is one the example's own parser offers.
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        _run_help(script)
+    assert done.value.code == 0
+    offered = set(re.findall(r"--[a-z][a-z-]+", out.getvalue()))
+    assert {a for a in argv if a.startswith("--")} <= offered
+
+
+def _run_help(script: Path) -> None:
+    namespace = runpy.run_path(str(script), run_name="clickstream_job")
+    namespace["main"](["--help"])
+
+
+def test_dockerfile_builds_both_targets_from_python_311_slim(compose: dict) -> None:
+    text = (REPO_ROOT / "Dockerfile").read_text()
+    stages = {name: base for base, name in re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.M | re.I)}
+    assert stages == {"broker": "python:3.11-slim", "spark": "broker"}
+    assert re.search(r"^RUN pip install \.$", text, re.M)
+    assert re.search(r'^RUN pip install "\.\[spark\]"$', text, re.M)
+    targets = {svc["build"]["target"] for svc in compose["services"].values()}
+    assert targets <= set(stages)
+    assert 'ENTRYPOINT ["ring"]' in text
+    ignored = (REPO_ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and "var" in ignored
