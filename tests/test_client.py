@@ -6,12 +6,14 @@ straight to leaders and survive a killed broker."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from ring import errors
+from ring import errors, localcluster
 from ring.client import AsyncClient, BrokersUnavailable, BufferFull, Client, RecordMetadata
 from ring.hashing import partition_for_key
 from tests.brokers import TestBroker
@@ -211,3 +213,86 @@ async def test_retries_are_bounded(make_broker) -> None:
         with pytest.raises(BrokersUnavailable):
             await c.fetch("gone", 0, 0)
         assert time.monotonic() - started < 10
+
+
+# --- against a 3-broker cluster ------------------------------------------------------
+
+needs_cluster = pytest.mark.skipif(
+    not localcluster.supports_cluster_flags(),
+    reason="waits for the cluster: `ring serve --peer-listen/--seeds` and GET /v1/cluster (ring/cluster.py)")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    # Debug logging turns on each broker's access log: the brokers' own record
+    # of which requests reached them.
+    c = localcluster.LocalCluster(tmp_path / "cluster", 3, args=["--log-level", "debug"])
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+async def _leaders(c: AsyncClient, topic: str) -> dict[int, str]:
+    urls = {b["name"]: b["client_url"].rstrip("/") for b in (await c.cluster())["brokers"]}
+    return {p["partition"]: urls[p["leader"]] for p in (await c.describe(topic))["partitions"]}
+
+
+_PRODUCE_LINE = re.compile(r'"POST /v1/topics/([^/?]+)/messages\?partition=(\d+)')
+
+
+@needs_cluster
+async def test_cluster_produce_goes_straight_to_each_leader(cluster) -> None:
+    async with AsyncClient(cluster.urls[0]) as c:  # one address is enough to learn the rest
+        await c.create_topic("direct", partitions=6, replication_factor=3)
+        leaders = await _leaders(c, "direct")
+        assert len(set(leaders.values())) == 3, leaders  # leadership spread over the brokers
+        keys = [b"user-%d" % i for i in range(600)]
+        mds = await asyncio.gather(*(c.produce("direct", b"v", key=k) for k in keys),
+                                   *(c.produce("direct", b"u%d" % i) for i in range(300)))
+        assert all(md.partition == partition_for_key(k, 6) for md, k in zip(mds, keys))
+        # the client's view: every produce request went to the partition's leader
+        for (url, topic, partition), n in c.produce_requests.items():
+            assert url == leaders[partition], (partition, url, leaders[partition])
+        assert c.stats["retries"] == 0
+        stored = await read_all(c, "direct", 6)
+        assert sum(map(len, stored.values())) == 900
+    # the brokers' view: each one's access log shows produce requests only for partitions it leads
+    seen = 0
+    for b in cluster.brokers:
+        for topic, partition in _PRODUCE_LINE.findall(b.log_path.read_text(errors="replace")):
+            if topic == "direct":
+                assert leaders[int(partition)] == b.url, (b.name, partition)
+                seen += 1
+        assert "/peer/v1/produce?topic=direct" not in b.log_path.read_text(errors="replace")
+    assert seen == sum(n for (_, t, _), n in c.produce_requests.items() if t == "direct")
+
+
+@needs_cluster
+async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas(cluster) -> None:
+    victim = cluster.brokers[1]
+    # the victim first: learning the topology must move on to another broker
+    async with AsyncClient([victim.url, *cluster.urls], retries=3, retry_backoff_ms=50) as c:
+        await c.create_topic("survive", partitions=6, replication_factor=3)
+        leaders = await _leaders(c, "survive")
+        before = await asyncio.gather(*(c.produce("survive", b"b%d" % i, key=b"k%d" % i) for i in range(300)))
+        victim.kill()
+        # committed records of every partition, those led by the victim included, from a live replica
+        stored = await read_all(c, "survive", 6)
+        assert sorted((r.partition, r.offset) for rs in stored.values() for r in rs) == \
+            sorted((md.partition, md.offset) for md in before)
+        # unkeyed records all land, on partitions whose leader lives
+        unkeyed = await asyncio.gather(*(c.produce("survive", b"u%d" % i) for i in range(200)))
+        assert all(leaders[md.partition] != victim.url for md in unkeyed)
+        # keyed records succeed exactly where the key's leader lives
+        futs = {k: c.produce("survive", b"a", key=k) for k in (b"k%d" % i for i in range(60))}
+        await asyncio.wait(futs.values())
+        for k, fut in futs.items():
+            dead = leaders[partition_for_key(k, 6)] == victim.url
+            if dead:
+                assert isinstance(fut.exception(), errors.RingError)
+            else:
+                assert fut.exception() is None and fut.result().partition == partition_for_key(k, 6)
+        assert any(leaders[partition_for_key(k, 6)] == victim.url for k in futs)
+        assert c.stats["retries"] > 0
