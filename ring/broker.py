@@ -17,9 +17,13 @@ end of what consumers may see) is the synced end under ``always`` and the
 appended end otherwise; fetches never return data at or above it, and
 long-polls wake when it moves.
 
-The cluster issue adds placement, forwarding and replication around the same
-methods: ``produce_*`` will only be called on a partition's leader and the
-high watermark will come from follower acknowledgements.
+This class is a single broker, a cluster of one: it leads every partition
+and its high watermark is its own durable end. ``ring.cluster.node`` builds
+the clustered broker on it (placement, forwarding, replication) through a few
+hooks: which partitions are held (``_held``), where a partition's batches go
+(``_produce_partition``), what happens after an append (``_appended``), and
+how a topic is added or removed (``add_topic``, ``delete_topic``). Partition
+state lives in ``ring.replication.replica.Replica``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ring.catalog import Catalog, TopicConfig, validate_topic_name, with_default
 from ring.clock import Clock
 from ring.errors import (
     BadRequest,
+    Conflict,
     OffsetOutOfRange,
     Overloaded,
     StorageError,
@@ -46,11 +51,13 @@ from ring.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from ring.hashing import partition_for_key
+from ring.hashing import broker_token, ordinal_from_name, partition_for_key
 from ring.log import batch as batchfmt
 from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
 from ring.log.partition import PartitionLog
+from ring.replication import protocol
+from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.broker")
 
@@ -69,6 +76,13 @@ class BrokerConfig:
     port: int = 9250
     fsync: FsyncPolicy = field(default_factory=lambda: FsyncPolicy.parse("interval:1000"))
     auto_create: bool = True
+    # cluster settings (ring.cluster.node); a broker without seeds is a cluster of one
+    peer_host: str = "127.0.0.1"
+    peer_port: int | None = None  # None: the client port + 1
+    seeds: tuple[str, ...] = ()
+    cluster_secret: str | None = None
+    token: int | None = None  # None: from the name's ordinal suffix
+    advertise: str | None = None  # host other brokers and clients use; None: the listen host
 
 
 @dataclass(frozen=True)
@@ -93,44 +107,13 @@ class FetchResult:
     earliest_offset: int
 
 
-class _Partition:
-    """One partition's log and its durability / long-poll state."""
-
-    __slots__ = ("topic", "index", "log", "hw", "epoch", "next_sync", "running_sync",
-                 "waiter", "deleted", "failed")
-
-    def __init__(self, topic: str, index: int, plog: PartitionLog) -> None:
-        self.topic = topic
-        self.index = index
-        self.log = plog
-        # What survived to this open counts as durable: it was read back from disk.
-        self.hw: int = plog.end_offset
-        self.epoch = 0
-        self.next_sync: asyncio.Future[None] | None = None  # resolves after a sync not yet started
-        self.running_sync: asyncio.Future[None] | None = None  # set while an fsync thread runs
-        self.waiter: asyncio.Future[None] | None = None  # long-polls; resolved when hw moves
-        self.deleted = False
-        self.failed: str | None = None  # an fsync failed: what was acknowledged may be gone
-
-    def wake(self) -> None:
-        if self.waiter is not None:
-            if not self.waiter.done():
-                self.waiter.set_result(None)
-            self.waiter = None
-
-    def advance(self, hw: int) -> None:
-        if hw > self.hw:
-            self.hw = hw
-            self.wake()
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
         self.config = config
         self.clock = clock
         self.data_dir = Path(config.data_dir)
         self.catalog = Catalog()
-        self._parts: dict[str, list[_Partition]] = {}
+        self._parts: dict[str, dict[int, Replica]] = {}
         self._round_robin: dict[str, itertools.count] = {}
         self._long_polls = 0
         self._closing = False
@@ -145,6 +128,11 @@ class Broker:
 
     def open(self) -> None:
         """Lock the data directory, load the catalogue and recover every partition log."""
+        self._open_dir()
+        for cfg in self.catalog:
+            self._open_topic(cfg)
+
+    def _open_dir(self) -> None:
         (self.data_dir / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -162,23 +150,33 @@ class Broker:
         if marker.exists():
             marker.unlink()
             fsync_dir(self.data_dir)
-        for cfg in self.catalog:
-            self._open_topic(cfg)
 
     def _log_config(self, cfg: TopicConfig) -> LogConfig:
         return LogConfig(segment_bytes=cfg.segment_bytes, retention_ms=cfg.retention_ms,
                          retention_bytes=cfg.retention_bytes, fsync=self.config.fsync,
                          codec=cfg.compression)
 
+    def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
+        """Partition -> preference list, for the partitions this broker holds: all, alone."""
+        return {p: [self.config.name] for p in range(cfg.partitions)}
+
     def _open_topic(self, cfg: TopicConfig) -> None:
-        lcfg = self._log_config(cfg)
-        parts = []
-        for p in range(cfg.partitions):
-            directory = self.data_dir / TOPICS_DIR / cfg.name / str(p)
-            directory.mkdir(parents=True, exist_ok=True)
-            parts.append(_Partition(cfg.name, p, PartitionLog(directory, lcfg, self.clock)))
-        self._parts[cfg.name] = parts
+        self._parts[cfg.name] = {}
         self._round_robin[cfg.name] = itertools.count()
+        for p, replicas in self._held(cfg).items():
+            self._open_partition(cfg, p, replicas)
+
+    def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
+        directory = self.data_dir / TOPICS_DIR / cfg.name / str(p)
+        directory.mkdir(parents=True, exist_ok=True)
+        part = Replica(cfg.name, p, PartitionLog(directory, self._log_config(cfg), self.clock),
+                       self.config.name, replicas, hw=self._initial_hw(cfg.name, p, replicas))
+        self._parts[cfg.name][p] = part
+        return part
+
+    def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
+        """High watermark of a replica as it opens (None: its whole log)."""
+        return None
 
     async def start(self) -> None:
         """Start the background work: interval fsyncs and retention."""
@@ -190,7 +188,7 @@ class Broker:
         """Stop waiting: long-polls answer with what they have, new produces get 503."""
         self._closing = True
         for parts in self._parts.values():
-            for part in parts:
+            for part in parts.values():
                 part.wake()
 
     async def close(self) -> None:
@@ -202,12 +200,12 @@ class Broker:
         self._tasks.clear()
         # Syncs already asked for still run, so the produces waiting on them get
         # their answer; no new append can start (_check_open), so this ends.
-        while busy := [f for parts in self._parts.values() for part in parts
+        while busy := [f for parts in self._parts.values() for part in parts.values()
                        for f in (part.running_sync, part.next_sync) if f is not None]:
             await asyncio.wait(busy)
         clean = True
         for parts in self._parts.values():
-            for part in parts:
+            for part in parts.values():
                 try:
                     part.log.close()
                 except (OSError, StorageError) as exc:
@@ -224,13 +222,21 @@ class Broker:
     def clean_shutdown(self) -> bool:
         """Whether the last run ended cleanly (broker marker and every log agree)."""
         return self.previous_shutdown_clean and all(
-            part.log.clean_shutdown for parts in self._parts.values() for part in parts)
+            part.log.clean_shutdown for parts in self._parts.values() for part in parts.values())
 
     # --- topics ------------------------------------------------------------------
 
     def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         if self._closing:
             raise Unavailable("the broker is shutting down")
+        self._add_topic_local(cfg)
+        return self.describe_topic(cfg.name)
+
+    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+        """Create a topic (the client API's POST /v1/topics)."""
+        return self.create_topic(cfg)
+
+    def _add_topic_local(self, cfg: TopicConfig) -> None:
         if cfg.name in self._deleting:
             raise Unavailable(f"topic {cfg.name!r} is being deleted; retry", topic=cfg.name)
         self.catalog.add(cfg)
@@ -239,14 +245,17 @@ class Broker:
             self._save_catalog()
         except BaseException:
             self.catalog.remove(cfg.name)
-            self._parts.pop(cfg.name, None)
+            for part in self._parts.pop(cfg.name, {}).values():
+                part.log.abandon()
             raise
-        return self.describe_topic(cfg.name)
 
     async def delete_topic(self, name: str) -> None:
         validate_topic_name(name)
+        await self._remove_topic_local(name)
+
+    async def _remove_topic_local(self, name: str) -> None:
         self.catalog.remove(name)
-        parts = self._parts.pop(name)
+        parts = list(self._parts.pop(name).values())
         self._round_robin.pop(name, None)
         self._deleting.add(name)  # no topic of this name until its files are gone
         try:
@@ -254,6 +263,7 @@ class Broker:
             for part in parts:
                 part.deleted = True
                 part.wake()
+                part.fail_waiters(UnknownTopic(f"topic {name!r} was deleted", topic=name))
             for part in parts:
                 while part.running_sync is not None:
                     await asyncio.wait({part.running_sync})
@@ -261,8 +271,9 @@ class Broker:
             trash = self.data_dir / TRASH_DIR
             trash.mkdir(exist_ok=True)
             doomed = trash / f"{name}.{self.clock.wall_ms()}"
-            os.replace(self.data_dir / TOPICS_DIR / name, doomed)
-            fsync_dir(self.data_dir / TOPICS_DIR)
+            if (self.data_dir / TOPICS_DIR / name).exists():
+                os.replace(self.data_dir / TOPICS_DIR / name, doomed)
+                fsync_dir(self.data_dir / TOPICS_DIR)
         finally:
             self._deleting.discard(name)
         await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
@@ -276,29 +287,34 @@ class Broker:
     def describe_topic(self, name: str) -> dict[str, Any]:
         cfg = self.catalog.get(validate_topic_name(name))
         doc = cfg.to_json()
-        doc["partitions"] = [self._describe_partition(part) for part in self._parts[name]]
+        doc["partitions"] = [self._describe_partition(cfg, p) for p in range(cfg.partitions)]
         doc["partition_count"] = cfg.partitions
         return doc
 
-    def _describe_partition(self, part: _Partition) -> dict[str, Any]:
+    def _describe_partition(self, cfg: TopicConfig, p: int) -> dict[str, Any]:
+        part = self._parts[cfg.name][p]
         return {"partition": part.index, "earliest_offset": part.log.start_offset,
                 "end_offset": part.log.end_offset, "high_watermark": part.hw,
-                "leader": self.config.name, "replicas": [self.config.name], "epoch": part.epoch}
+                "leader": part.leader, "replicas": list(part.replicas), "epoch": part.epoch,
+                "replica_end_offsets": part.replica_ends()}
 
-    def _partition(self, topic: str, partition: int) -> _Partition:
-        self.catalog.get(validate_topic_name(topic))
-        parts = self._parts[topic]
-        if not 0 <= partition < len(parts):
-            raise UnknownPartition(f"topic {topic!r} has partitions 0..{len(parts) - 1}, not {partition}",
+    def _partition(self, topic: str, partition: int) -> Replica:
+        """The replica held here; UnknownTopic/UnknownPartition when there is no such partition."""
+        cfg = self.catalog.get(validate_topic_name(topic))
+        if not 0 <= partition < cfg.partitions:
+            raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
                                    topic=topic, partition=partition)
-        return parts[partition]
+        return self._parts[topic][partition]
 
-    def _topic_for_produce(self, topic: str) -> TopicConfig:
+    async def _topic_for_produce(self, topic: str) -> TopicConfig:
         validate_topic_name(topic)
         if topic not in self.catalog:
             if not self.config.auto_create:
                 raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)", topic=topic)
-            self.create_topic(with_defaults(topic, self.clock.wall_ms()))
+            try:
+                await self.add_topic(with_defaults(topic, self.clock.wall_ms()))
+            except Conflict:
+                pass  # created meanwhile, by another request or another broker
         return self.catalog.get(topic)
 
     # --- produce -----------------------------------------------------------------
@@ -312,10 +328,14 @@ class Broker:
         if key is not None:
             return partition_for_key(key, cfg.partitions)
         # No key: round-robin, one partition per request so a request stays one batch.
-        return next(self._round_robin[cfg.name]) % cfg.partitions
+        return self._unkeyed_partition(cfg)
+
+    def _unkeyed_partition(self, cfg: TopicConfig) -> int:
+        return next(self._round_robin.setdefault(cfg.name, itertools.count())) % cfg.partitions
 
     async def produce_records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
-                              sizes: list[int], values_are_json: bool, keyed: bool) -> list[ProduceResult]:
+                              sizes: list[int], values_are_json: bool, keyed: bool,
+                              consistency: str | None = None) -> list[ProduceResult]:
         """Frame records into batches (per partition, cut at BATCH_BYTES_MAX) and append them.
 
         Without ``keyed`` every record has the same key (or none), so the whole
@@ -323,7 +343,7 @@ class Broker:
         partition of their own key, keeping their order within each partition.
         """
         self._check_open()
-        cfg = self._topic_for_produce(topic)
+        cfg = await self._topic_for_produce(topic)
         groups: dict[int, list[int]] = {}
         if keyed and partition is None:
             unkeyed_target: int | None = None
@@ -346,44 +366,62 @@ class Broker:
                 for chunk in _cut(idx, sizes)]
             for p, idx in groups.items()
         }
-        parts = self._parts[topic]
+        level = protocol.parse_consistency(consistency, cfg.consistency)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            return [await self._append(parts[p], batches)]
-        return list(await asyncio.gather(*(self._append(parts[p], b) for p, b in framed.items())))
+            return [await self._produce_partition(cfg, p, batches, level)]
+        return list(await asyncio.gather(*(self._produce_partition(cfg, p, b, level) for p, b in framed.items())))
 
     async def produce_batches(self, topic: str, partition: int | None, key: bytes | None,
-                              batches: list[bytearray]) -> ProduceResult:
+                              batches: list[bytearray], consistency: str | None = None) -> ProduceResult:
         """Append client-built stored batches as they are, all to one partition."""
         self._check_open()
-        cfg = self._topic_for_produce(topic)
+        cfg = await self._topic_for_produce(topic)
         p = self._choose_partition(cfg, partition, key)
-        return await self._append(self._parts[topic][p], batches)
+        return await self._produce_partition(cfg, p, batches, protocol.parse_consistency(consistency, cfg.consistency))
+
+    async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                 level: str) -> ProduceResult:
+        """Where a partition's batches go: alone, every level is satisfied by this broker's append."""
+        return await self._append(self._parts[cfg.name][p], batches)
 
     def _check_open(self) -> None:
         if self._closing:
             raise Unavailable("the broker is shutting down")
 
-    async def _append(self, part: _Partition, batches: list[bytearray]) -> ProduceResult:
-        while part.running_sync is not None:
+    async def wait_writable(self, part: Replica) -> None:
+        """Return when ``part`` may be appended to now (no fsync thread on it); raise if it never may."""
+        while part.running_sync is not None:  # the log is single-threaded: never beside an fsync
             await asyncio.wait({part.running_sync})
         if part.deleted:
             raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
         if part.failed:
             raise StorageError(part.failed)
         self._check_open()
+
+    async def _append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
+        """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
+        await self.wait_writable(part)
         base = part.log.end_offset
         for b in batches:
             part.log.append(b, part.epoch)
         end = part.log.end_offset
         assert end - base == sum(batchfmt.read_header(b).record_count for b in batches)
+        self._appended(part)
+        await self.make_durable(part, end)
+        return ProduceResult(part.topic, part.index, base, end - base)
+
+    def _appended(self, part: Replica) -> None:
+        """Called right after batches were appended to ``part`` (replication sends them)."""
+
+    async def make_durable(self, part: Replica, end: int) -> None:
+        """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
         if self.config.fsync.mode == "always":
             await self._commit(part)
         else:
-            part.advance(end)
-        return ProduceResult(part.topic, part.index, base, end - base)
+            part.set_durable(end)
 
-    async def _commit(self, part: _Partition) -> None:
+    async def _commit(self, part: Replica) -> None:
         """Wait for an fsync that starts after this append (the group commit)."""
         if part.next_sync is None:
             part.next_sync = asyncio.get_running_loop().create_future()
@@ -391,7 +429,7 @@ class Broker:
             asyncio.get_running_loop().call_soon(self._start_sync, part)
         await asyncio.shield(part.next_sync)
 
-    def _start_sync(self, part: _Partition) -> None:
+    def _start_sync(self, part: Replica) -> None:
         fut = part.next_sync
         if fut is None or part.running_sync is not None:
             return  # a running sync will start this one when it ends
@@ -406,7 +444,7 @@ class Broker:
         thread = loop.run_in_executor(None, part.log.sync)
         thread.add_done_callback(lambda t: self._sync_done(part, fut, end, t))
 
-    def _sync_done(self, part: _Partition, fut: asyncio.Future[None], end: int,
+    def _sync_done(self, part: Replica, fut: asyncio.Future[None], end: int,
                    thread: asyncio.Future[None]) -> None:
         part.running_sync = None
         exc = thread.exception()
@@ -417,7 +455,7 @@ class Broker:
             fut.set_exception(StorageError(part.failed))
         else:
             if self.config.fsync.mode == "always":
-                part.advance(end)
+                part.set_durable(end)
             fut.set_result(None)
         if part.next_sync is not None:
             self._start_sync(part)
@@ -428,7 +466,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval_s)
             for parts in list(self._parts.values()):
-                for part in parts:
+                for part in list(parts.values()):
                     if part.log.unsynced_bytes and part.next_sync is None and part.running_sync is None:
                         part.next_sync = loop.create_future()
                         self._start_sync(part)
@@ -437,7 +475,7 @@ class Broker:
         while True:
             await asyncio.sleep(limits.RETENTION_CHECK_INTERVAL_MS / 1000)
             for parts in list(self._parts.values()):
-                for part in parts:
+                for part in list(parts.values()):
                     if part.running_sync is None and not part.deleted:
                         try:
                             part.log.enforce_retention(upto=part.hw)
@@ -446,7 +484,7 @@ class Broker:
 
     # --- fetch -------------------------------------------------------------------
 
-    def _check_offset(self, part: _Partition, offset: int) -> None:
+    def _check_offset(self, part: Replica, offset: int) -> None:
         start, end = part.log.start_offset, part.log.end_offset
         if not start <= offset <= end:
             where = "below the earliest" if offset < start else "above the latest"
@@ -468,7 +506,7 @@ class Broker:
         data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
         return FetchResult(topic, partition, offset, bytes(data), hw, part.log.start_offset)
 
-    async def _wait_for_data(self, part: _Partition, offset: int, wait_ms: int) -> None:
+    async def _wait_for_data(self, part: Replica, offset: int, wait_ms: int) -> None:
         if self._long_polls >= limits.LONG_POLLS_OPEN_MAX:
             raise Overloaded(f"{limits.LONG_POLLS_OPEN_MAX} long-polls are open; retry later")
         deadline = self.clock.monotonic() + wait_ms / 1000
@@ -539,6 +577,17 @@ class Broker:
             "long_polls_open": self._long_polls,
             "fsyncs": self.fsyncs,
         }
+
+    def cluster(self) -> dict[str, Any]:
+        """GET /v1/cluster of a broker alone: itself, up."""
+        ordinal = ordinal_from_name(self.config.name)
+        token = self.config.token if self.config.token is not None else (
+            broker_token(ordinal) if ordinal is not None else None)
+        url = f"http://{self.config.advertise or self.config.host}:{self.config.port}"
+        return {"brokers": [{"name": self.config.name, "token": token, "status": "up", "phi": 0.0,
+                             "client_url": url, "peer_url": None, "generation": None,
+                             "load": {"partitions_led": sum(len(p) for p in self._parts.values())}}],
+                "self": self.config.name}
 
 
 def _cut(indexes: list[int], sizes: list[int]) -> list[list[int]]:

@@ -23,7 +23,10 @@ REPLICATION_FACTOR_DEFAULT = 3
 REPLICATION_FACTOR_MAX = 7
 
 _FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retention_bytes",
-           "segment_bytes", "compression")
+           "segment_bytes", "compression", "consistency")
+# Per-request consistency levels; a topic's ``consistency`` is the default of its produces.
+CONSISTENCY_LEVELS = ("one", "quorum", "all")
+CONSISTENCY_DEFAULT = "quorum"
 
 
 def validate_topic_name(name: object) -> str:
@@ -66,6 +69,7 @@ class TopicConfig:
     retention_bytes: int = limits.RETENTION_BYTES_DEFAULT  # -1: no size limit
     segment_bytes: int = limits.SEGMENT_BYTES_DEFAULT
     compression: str = "none"
+    consistency: str = CONSISTENCY_DEFAULT
     created_ms: int = 0
 
     @classmethod
@@ -79,6 +83,9 @@ class TopicConfig:
         compression = body.get("compression") or "none"
         if compression not in COMPRESSIONS:
             raise BadRequest(f"compression must be one of {', '.join(COMPRESSIONS)}", field="compression")
+        consistency = body.get("consistency") or CONSISTENCY_DEFAULT
+        if consistency not in CONSISTENCY_LEVELS:
+            raise BadRequest(f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}", field="consistency")
         return cls(
             name=validate_topic_name(body.get("name")),
             partitions=_int_field(body, "partitions", limits.TOPIC_PARTITIONS_DEFAULT, 1, limits.TOPIC_PARTITIONS_MAX),
@@ -88,6 +95,7 @@ class TopicConfig:
             segment_bytes=_int_field(body, "segment_bytes", limits.SEGMENT_BYTES_DEFAULT,
                                      limits.SEGMENT_BYTES_MIN, limits.SEGMENT_BYTES_MAX),
             compression=compression,
+            consistency=consistency,
             created_ms=now_ms,
         )
 

@@ -134,6 +134,48 @@ GOSSIP_STRING_BYTES_MAX = 4 * KiB
 GOSSIP_MESSAGE_BYTES_MAX = 16 * MiB
 
 
+# --- cluster and replication -------------------------------------------------
+
+# A produce waits this long for the replicas its consistency level needs;
+# then the answer is 504 "outcome unknown" (the batch may still commit).
+# Five gossip rounds: a follower slower than this is as good as down.
+REPLICATION_ACK_TIMEOUT_MS = 5_000
+# Bytes sent to one follower and not yet acknowledged, over all partitions.
+# Pipelining without a bound lets a slow follower fill the leader's memory;
+# 8 MiB keeps a loopback or LAN link busy for several round trips.
+REPLICATION_INFLIGHT_BYTES_MAX = 8 * MiB
+# Stored batches read for one append frame (at least one whole batch is sent):
+# big enough to amortise the frame, small enough to interleave partitions.
+REPLICATION_FRAME_BYTES_MAX = 1 * MiB
+# One replication message on the websocket: a frame of batches plus a batch
+# that did not fit, plus the frame's own few fields.
+REPLICATION_MESSAGE_BYTES_MAX = REPLICATION_FRAME_BYTES_MAX + BATCH_BYTES_MAX + 64 * KiB
+# A leader asks a follower that does not know a partition yet (the topic has
+# not reached it by gossip) again after this long.
+REPLICATION_PROBE_RETRY_MS = 300
+# First reconnect delay to a follower after its link broke; doubles per failure.
+REPLICATION_RECONNECT_MS_MIN = 100
+# Longest reconnect delay: a restarted follower is caught up within a couple of seconds.
+REPLICATION_RECONNECT_MS_MAX = 2_000
+# Websocket ping interval on replication links: a paused (SIGSTOP) follower's
+# link is closed after about this long without a pong, freeing its in-flight bytes.
+REPLICATION_HEARTBEAT_S = 5.0
+# One gossip exchange (syn, ack, ack2) with a peer: under two gossip rounds, so
+# a stuck peer never holds more than one exchange of ours.
+GOSSIP_REQUEST_TIMEOUT_S = 1.5
+# Creating a topic waits this long for every live broker to learn it by a
+# direct exchange, so a produce to any broker right after the 201 finds it.
+CLUSTER_ANNOUNCE_TIMEOUT_S = 2.0
+# A forwarded produce or a proxied read: the leader's own ack wait plus room
+# for the network and its queue.
+PEER_REQUEST_TIMEOUT_S = REPLICATION_ACK_TIMEOUT_MS / 1000 + 5.0
+# Connections one broker keeps open to its peers (gossip, forwards, proxies).
+PEER_CONNECTIONS_MAX = 64
+# Each broker saves the high watermarks of its replicas this often, so a
+# restarted replica serves what was committed before without waiting for peers.
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
+
+
 # --- Spark (sparkio) ---------------------------------------------------------
 
 # How long a Spark task waits for offsets the planner saw below the high
@@ -248,6 +290,9 @@ def validate() -> None:
     assert TOPIC_PARTITIONS_DEFAULT <= TOPIC_PARTITIONS_MAX
     assert SPARK_WRITE_BYTES_PER_REQUEST_MAX <= REQUEST_BYTES_MAX - MESSAGE_BYTES_MAX
     assert SPARK_WRITE_RECORDS_PER_REQUEST_MAX <= RECORDS_PER_REQUEST_MAX
+    assert REPLICATION_FRAME_BYTES_MAX + BATCH_BYTES_MAX < REPLICATION_MESSAGE_BYTES_MAX
+    assert REPLICATION_RECONNECT_MS_MIN <= REPLICATION_RECONNECT_MS_MAX
+    assert PEER_REQUEST_TIMEOUT_S * 1000 > REPLICATION_ACK_TIMEOUT_MS
     assert CLIENT_BATCH_BYTES_DEFAULT <= CLIENT_BATCH_BYTES_MAX < BATCH_BYTES_MAX
     assert CLIENT_BATCH_BYTES_MAX <= CLIENT_REQUEST_BYTES_MAX <= REQUEST_BYTES_MAX - BATCH_BYTES_MAX
     assert CLIENT_REQUEST_RECORDS_MAX <= RECORDS_PER_REQUEST_MAX
