@@ -166,3 +166,72 @@ def test_dockerfile_builds_both_targets_from_python_311_slim(compose: dict) -> N
     assert 'ENTRYPOINT ["ring"]' in text
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and "var" in ignored
+
+
+# --- make cluster: python -m ring.localcluster start|status|stop ----------------------
+
+
+def _free_base_port() -> int:
+    """A client port P with P, P+1, P+10, P+11, P+20, P+21 all free."""
+    import socket
+
+    for _ in range(50):
+        base = localcluster.free_port()
+        if base + 21 > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for off in (0, 1, 10, 11, 20, 21):
+                    s = stack.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", base + off))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+def _localcluster(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ring.localcluster", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=90)
+
+
+def _serves(pid: int) -> bool:
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    return cmdline.exists() and b"serve" in cmdline.read_bytes().split(b"\0")
+
+
+def test_make_cluster_start_status_stop_by_pid_files(tmp_path: Path) -> None:
+    root, base = tmp_path / "var", _free_base_port()
+    opts = ["--root", str(root), "--base-port", str(base)]
+    started = _localcluster("start", *opts)
+    try:
+        assert started.returncode == 0, started.stderr
+        pids = [int((root / f"{n}.pid").read_text()) for n in BROKERS]
+        assert all(map(_serves, pids))
+        assert (root / "cluster-secret").stat().st_mode & 0o077 == 0  # the secret is private
+        for i, name in enumerate(BROKERS):
+            assert f"http://127.0.0.1:{base + 10 * i}" in started.stdout
+            assert (root / name).is_dir() and (root / f"{name}.log").exists()
+        assert _localcluster("status", *opts).returncode == 0
+        assert _localcluster("start", *opts).returncode == 1  # already running: nothing started twice
+    finally:
+        stopped = _localcluster("stop", *opts)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not any((root / f"{n}.pid").exists() for n in BROKERS)
+    assert not any(map(_serves, pids))
+    assert _localcluster("status", *opts).returncode == 1
+    assert all("stopped cleanly" in (root / f"{n}.log").read_text() for n in BROKERS)
+
+
+def test_make_cluster_stop_leaves_a_process_that_is_not_its_broker_alone(tmp_path: Path) -> None:
+    root = tmp_path / "var"
+    root.mkdir()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (root / "ring-0.pid").write_text(f"{bystander.pid}\n")  # a stale file, its PID reused
+        assert _localcluster("stop", "--root", str(root)).returncode == 0
+        assert bystander.poll() is None
+        assert not (root / "ring-0.pid").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
