@@ -116,7 +116,18 @@ class AsyncClient:
                 retry_backoff_ms=self.retry_backoff_ms, codec=self.codec, resolve_topic=self._topic_info,
                 spawn=self._spawn, stats=self.stats)
             self._sender = asyncio.get_running_loop().create_task(self._producer.run())
+            self._sender.add_done_callback(self._sender_ended)
         return self._meta
+
+    def _sender_ended(self, task: asyncio.Task) -> None:
+        # Only close() cancels the sender; anything else is a bug, and records
+        # must fail loudly rather than wait forever.
+        if task.cancelled() or self._producer is None:
+            return
+        exc = task.exception()
+        log.error("the producer's sender stopped: %r", exc)
+        self._closed = True
+        self._producer.fail_everything(errors.RingError(f"the producer's sender stopped: {exc!r}"))
 
     def _started_producer(self) -> Producer:
         self._start()
