@@ -136,6 +136,7 @@ async def _run(url: str, args, workdir: Path) -> dict:
     jsons = [b"[" + b",".join(recs[i : i + args.batch]) + b"]" for i in range(0, len(recs), args.batch)]
     requests = max(1, args.records // args.batch)
     results: dict = {"records": requests * args.batch, "batch": args.batch, "window": args.window}
+    load_before = os.getloadavg()[0]
     conn = aiohttp.TCPConnector(limit=args.window)
     async with aiohttp.ClientSession(connector=conn) as s:
         for topic in ("bench-batch", "bench-json"):
@@ -152,6 +153,7 @@ async def _run(url: str, args, workdir: Path) -> dict:
         results["fetch_batch_mb_s"] = nbytes / sec / 1e6
         sec, _ = await _fetch_all(s, url, "bench-batch", "application/json", 4 << 20)
         results["fetch_json_rec_s"] = requests * args.batch / sec
+    results["load_avg_1m"] = (load_before, os.getloadavg()[0])
     chunk = batches[0]
     total = requests * len(chunk)
     results["disk_append_mb_s"] = disk_append_mb_s(workdir, chunk, total, fsync_each=False)
@@ -169,8 +171,12 @@ def report(res: dict, command: str) -> str:
         ("fetch, stored batches", res["fetch_batch_rec_s"]),
         ("fetch, JSON", res["fetch_json_rec_s"]),
     ]
+    load = res.get("load_avg_1m", (0.0, 0.0))
+    busy = max(load) > (os.cpu_count() or 1) * 0.75
     lines = [
         f"command: `{command}`",
+        f"load average (1 min) before/after: {load[0]:.2f}/{load[1]:.2f}"
+        + (" -- FLAGGED: other processes were using much of the CPU; figures are depressed" if busy else ""),
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         f"records: {res['records']} x {RECORD_BYTES} B, {res['batch']} per request, {res['window']} requests in flight",
         "",
@@ -204,5 +210,5 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(report(res, "ring bench " + " ".join(argv if argv is not None else sys.argv[2:])))
+    print(report(res, " ".join(["ring bench", *(argv if argv is not None else sys.argv[2:])])))
     return 0
