@@ -78,3 +78,13 @@ def test_writer_refuses_bad_input(spark, broker, topic):
     with pytest.raises(Exception, match="topic option or a topic column"):
         spark.createDataFrame([("x",)], "value string").write.format("ring") \
             .option("brokers", broker.url).mode("append").save()
+
+
+def test_partition_column_wins_over_the_key(spark, broker, client, topic):
+    t = topic(3)
+    df = spark.createDataFrame([("same-key", f"v{i}", i % 3) for i in range(90)],
+                               "key string, value string, partition int")
+    df.write.format("ring").option("brokers", broker.url).option("topic", t).mode("append").save()
+    got = read_back(spark, client, t)
+    assert Counter(r.partition for r in got) == {0: 30, 1: 30, 2: 30}
+    assert all(int(r.value[1:]) % 3 == r.partition for r in got)
