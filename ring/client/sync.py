@@ -24,6 +24,9 @@ from ring.client.records import FetchResult, RecordMetadata
 from ring.log.batch import RecordIn
 
 T = TypeVar("T")
+# Records moved from the caller's thread onto the loop per loop turn: a few
+# milliseconds of work, then sockets and timers get their turn.
+_PUMP_RECORDS_MAX = 2_000
 
 
 class Client:
@@ -106,13 +109,17 @@ class Client:
             self._loop.call_soon_threadsafe(self._pump)
         return out
 
-    def _pump(self) -> None:
+    def _pump(self, limit: int = _PUMP_RECORDS_MAX) -> None:
+        """On the loop: queue handed-over records, at most ``limit`` per turn so
+        a fast producer thread cannot keep the loop from its sockets and timers."""
         with self._room:
-            items = list(self._handoff)
-            self._handoff.clear()
-            self._pump_scheduled = False
+            items = [self._handoff.popleft() for _ in range(min(limit, len(self._handoff)))]
+            more = bool(self._handoff)
+            self._pump_scheduled = more
         for item in items:
             self._enqueue(*item)
+        if more:
+            self._loop.call_soon(self._pump)
 
     def _release(self, size: int) -> None:
         with self._room:
@@ -144,8 +151,8 @@ class Client:
         self._call(self._flush())
 
     async def _flush(self) -> None:
-        # Records handed over before this call are queued by now: their pump
-        # was scheduled before this coroutine, and the loop runs callbacks in order.
+        # Records handed over before this call may still wait for their pump.
+        self._pump(limit=len(self._handoff))
         await self._client.flush()
 
     def send_batch(self, topic: str, records: Iterable[Any], *, partition: int | None = None) -> list[RecordMetadata]:
