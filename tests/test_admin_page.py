@@ -1,0 +1,332 @@
+"""The admin page in a real headless Chromium against real brokers.
+
+One broker: the page shows it, creates, describes and deletes topics, shows
+the API's error when a call fails, sends the client token it keeps, redraws
+by itself, and computes partition tokens exactly as the brokers do. Three
+brokers: every page shows all three, a topic created on one broker's page
+appears on another's, and a killed broker turns to down.
+
+Needs Debian's ``chromium`` and the ``playwright`` Python package (never its
+browser download); without them the tests skip saying which is missing. With
+``RING_ADMIN_SCREENSHOT_DIR`` set, the cluster test saves screenshots there
+(docs/admin-page.png comes from ``RING_ADMIN_SCREENSHOT_DIR=docs``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ring.hashing import partition_token
+from ring.localcluster import LocalCluster, supports_cluster_flags
+from tests.brokers import REPO_ROOT, Http, TestBroker
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed "
+                               "(pip install playwright; the browser is Debian's chromium, not a download)")
+expect = sync_api.expect
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = os.environ.get("RING_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT_DIR = os.environ.get("RING_ADMIN_SCREENSHOT_DIR")
+WAIT_MS = 15_000
+DOWN_WAIT_MS = 30_000  # phi crosses the threshold ~6 s after the last heartbeat; a busy machine is slower
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Page:
+    """A browser tab on one broker's admin page, recording page errors and API answers."""
+
+    def __init__(self, browser: Any, url: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(WAIT_MS)
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.response = self.page.goto(url)
+        self.page.wait_for_selector("body[data-refreshes]")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.page, name)
+
+    def confirm(self) -> None:
+        self.page.locator("#confirm-ok").click()
+
+    def broker_row(self, name: str) -> Any:
+        return self.page.locator(f'#brokers tr[data-broker="{name}"]')
+
+    def topic_row(self, name: str) -> Any:
+        return self.page.locator(f'#topics tr.topic-row[data-topic="{name}"]')
+
+    def create_topic(self, name: str, partitions: int, replication: int = 3) -> None:
+        form = self.page.locator("#create-topic")
+        form.locator('input[name="name"]').fill(name)
+        form.locator('input[name="partitions"]').fill(str(partitions))
+        form.locator('input[name="replication_factor"]').fill(str(replication))
+        form.locator('button[type="submit"]').click()
+        expect(self.page.locator("#confirm")).to_be_visible()
+        self.confirm()
+
+    def message(self, kind: str) -> Any:
+        return self.page.locator(f"#messages .message.{kind}")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _serves_page(http: Http) -> None:
+    if http.get("/").status == 404:
+        pytest.skip("waits for the admin page hook: admin.install(app, broker) in ring/http_api/app.make_app")
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
+    b = TestBroker(tmp_path_factory.mktemp("admin-one"), args=["--fsync", "interval:100"])
+    b.start()
+    try:
+        _serves_page(b.http)
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def page(browser: Any, one: TestBroker) -> Iterator[Page]:
+    p = Page(browser, one.url + "/")
+    yield p
+    p.close()
+    assert not p.errors, p.errors
+
+
+def _name() -> str:
+    return "adm-" + uuid.uuid4().hex[:10]
+
+
+# --- one broker ------------------------------------------------------------------------------
+
+
+def test_the_page_shows_this_broker_and_no_groups(page: Page, one: TestBroker) -> None:
+    assert page.response.status == 200
+    csp = page.response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe" not in csp
+    row = page.broker_row("ring-0")
+    expect(row).to_have_count(1)
+    expect(row.locator(".broker-status")).to_have_text("up")
+    expect(page.locator('#ring g.broker[data-broker="ring-0"]')).to_have_attribute("data-status", "up")
+    expect(page.locator("#self-name")).to_contain_text("ring-0")
+    expect(page.locator("#groups")).to_have_text("no consumer groups")
+
+
+def test_topic_created_described_and_deleted_through_the_page(page: Page, one: TestBroker) -> None:
+    name = _name()
+    page.create_topic(name, partitions=4, replication=1)
+    expect(page.topic_row(name)).to_have_count(1)
+    doc = one.http.get(f"/v1/topics/{name}").json()
+    assert len(doc["partitions"]) == 4 and doc["replication_factor"] == 1
+
+    one.http.produce(name, b'[{"value": 1}, {"value": 2}, {"value": 3}]', partition=2)
+    page.topic_row(name).locator("button.link").click()
+    parts = page.locator(f'tr[data-partitions-of="{name}"] table.partitions tbody tr')
+    expect(parts).to_have_count(4)
+    expect(parts.nth(2).locator("td").nth(6)).to_have_text("3")  # high watermark, without a reload
+    expect(page.topic_row(name).locator("td").nth(6)).to_have_text("3")  # records
+    # The ring draws the opened topic's partitions, coloured by their leader.
+    expect(page.locator("#ring circle.partition")).to_have_count(4)
+    expect(page.locator('#ring circle.partition[data-leader="ring-0"]')).to_have_count(4)
+
+    # The same name again: the API's 409 and its message, shown as they are.
+    page.create_topic(name, partitions=4, replication=1)
+    expect(page.message("error")).to_contain_text("409")
+    answer = one.http.create_topic(name, partitions=4, replication_factor=1).json()
+    expect(page.message("error")).to_contain_text(answer["message"])
+
+    # Cancel keeps it; confirm deletes it everywhere.
+    page.topic_row(name).locator("button.danger").click()
+    page.locator("#confirm-cancel").click()
+    page.wait_for_timeout(300)
+    assert one.http.get(f"/v1/topics/{name}").status == 200
+    page.topic_row(name).locator("button.danger").click()
+    page.confirm()
+    expect(page.topic_row(name)).to_have_count(0)
+    assert one.http.get(f"/v1/topics/{name}").status == 404
+
+
+def test_changing_settings_shows_what_the_api_answered(page: Page, one: TestBroker) -> None:
+    name, probe = _name(), _name()
+    for t in (name, probe):
+        assert one.http.create_topic(t, partitions=2, replication_factor=1).status == 201
+    # The same change, asked of the API directly on another topic, says what the page must show.
+    direct = one.http.request("PATCH", f"/v1/topics/{probe}", json_body={"retention_ms": 3_600_000})
+    expect(page.topic_row(name)).to_have_count(1)
+    page.topic_row(name).get_by_role("button", name="settings").click()
+    page.locator('#settings-form input[name="retention_ms"]').fill("3600000")
+    page.locator("#settings-ok").click()
+    expect(page.locator("#confirm-detail")).to_contain_text("retention_ms")
+    page.confirm()
+    if direct.status >= 400:
+        body = direct.json()
+        expect(page.message("error")).to_contain_text(f"{direct.status} {body['error']}: {body['message']}")
+    else:
+        expect(page.message("ok")).to_contain_text(f"settings of {name} changed")
+        assert one.http.get(f"/v1/topics/{name}").json()["retention_ms"] == 3_600_000
+
+
+def test_decommission_asks_then_shows_the_answer(browser: Any, make_broker: Any) -> None:
+    b = make_broker()
+    _serves_page(b.http)
+    page = Page(browser, b.url + "/")
+    try:
+        answers: list[Any] = []
+        page.on("response", lambda r: answers.append(r) if r.request.method == "POST" else None)
+        page.broker_row("ring-0").locator("button.danger").click()
+        expect(page.locator("#confirm-title")).to_contain_text("Decommission ring-0")
+        page.confirm()
+        expect(page.locator("#messages .message")).to_have_count(1)
+        [answer] = answers
+        assert answer.url.endswith("/v1/cluster/brokers/ring-0/decommission")
+        if answer.status >= 400:
+            expect(page.message("error")).to_contain_text(f"{answer.status} {answer.json()['error']}")
+        assert not page.errors, page.errors
+    finally:
+        page.close()
+
+
+def test_the_token_is_kept_and_sent_as_a_bearer(page: Page, one: TestBroker) -> None:
+    page.locator("#token").fill("tok-123")
+    with page.expect_request(lambda r: r.url.endswith("/v1/status")) as req:
+        page.locator("#token-form button").click()
+    assert req.value.headers.get("authorization") == "Bearer tok-123"
+    with page.expect_request(lambda r: r.url.endswith("/v1/topics")) as req:
+        page.reload()
+    assert req.value.headers.get("authorization") == "Bearer tok-123"
+    expect(page.locator("#token")).to_have_value("tok-123")
+    page.locator("#token").fill("")
+    with page.expect_request(lambda r: r.url.endswith("/v1/status")) as req:
+        page.locator("#token-form button").click()
+    assert "authorization" not in req.value.headers
+
+
+def test_partition_tokens_are_the_brokers(page: Page) -> None:
+    names = ["a", "clicks", "0123456789abcde", "0123456789abcdef", "0123456789abcdef0", "x" * 33, "é-ü", "t" * 249]
+    for name in names:
+        for partitions, partition in ((1, 0), (8, 3), (7, 6), (1024, 1023)):
+            got = page.evaluate("([t, p, n]) => window.ringAdmin.partitionToken(t, p, n).toString()",
+                                [name, partition, partitions])
+            assert int(got) == partition_token(name, partition, partitions), (name, partition, partitions)
+
+
+def test_admin_files_and_nothing_else(one: TestBroker) -> None:
+    for path, ctype in (("/", "text/html"), ("/admin/app.js", "text/javascript"), ("/admin/style.css", "text/css")):
+        r = one.http.get(path)
+        assert r.status == 200 and r.content_type == ctype
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+    for path in ("/admin/..%2Fadmin.py", "/admin/index.htm", "/admin/static", "/admin/%2e%2e"):
+        r = one.http.get(path)
+        assert r.status == 404 and r.json()["error"] == "not_found", path
+
+
+# --- three brokers ------------------------------------------------------------------------------
+
+
+def _cluster_view(url: str) -> dict[str, str]:
+    try:
+        with urllib.request.urlopen(url + "/v1/cluster", timeout=2) as r:
+            return {b["name"]: b["status"] for b in json.load(r)["brokers"]}
+    except OSError:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    if not supports_cluster_flags():
+        pytest.skip("waits for the cluster flags of `ring serve` (--peer-listen, --seeds) in ring/cli.py")
+    cluster = LocalCluster(tmp_path_factory.mktemp("admin-three"), size=3, env={"PYTHONPATH": str(REPO_ROOT)},
+                           args=["--fsync", "interval:100"])
+    cluster.start()
+    try:
+        _serves_page(Http(cluster.brokers[0].host, cluster.brokers[0].port))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            views = [_cluster_view(u) for u in cluster.urls]
+            if all(v == {f"ring-{i}": "up" for i in range(3)} for v in views):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the brokers did not see each other up: {views}")
+        yield cluster
+    finally:
+        cluster.kill()
+
+
+def _screenshot(page: Page, name: str) -> None:
+    if SCREENSHOT_DIR:
+        Path(SCREENSHOT_DIR).mkdir(parents=True, exist_ok=True)
+        page.wait_for_timeout(600)
+        page.screenshot(path=str(Path(SCREENSHOT_DIR) / name), full_page=True)
+
+
+def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_broker_turns_down(
+        browser: Any, three: LocalCluster) -> None:
+    b0, b1, b2 = three.brokers
+    first = Page(browser, b0.url + "/")
+    second = Page(browser, b1.url + "/")
+    try:
+        for p in (first, second):
+            for i in range(3):
+                expect(p.broker_row(f"ring-{i}").locator(".broker-status")).to_have_text("up")
+            expect(p.locator("#ring g.broker")).to_have_count(3)
+
+        name = "clicks-" + uuid.uuid4().hex[:6]
+        first.create_topic(name, partitions=12, replication=3)
+        expect(first.topic_row(name)).to_have_count(1)
+        expect(second.topic_row(name)).to_have_count(1, timeout=WAIT_MS)  # gossip carried it to ring-1
+
+        http = Http(b2.host, b2.port)
+        for k in range(60):
+            assert http.produce(name, b'{"value": {"page": "/home"}}', key=f"user-{k}").status == 200
+        second.topic_row(name).locator("button.link").click()
+        rows = second.locator(f'tr[data-partitions-of="{name}"] table.partitions tbody tr')
+        expect(rows).to_have_count(12)
+        expect(second.topic_row(name).locator("td").nth(6)).to_have_text("60")
+        # Leaders elsewhere are asked for their replicas' lag: every lag is known once caught up.
+        expect(second.locator(f'tr[data-partitions-of="{name}"] .lag', has_text="?")).to_have_count(0)
+        leaders = {second.locator("#ring circle.partition").nth(i).get_attribute("data-leader") for i in range(12)}
+        assert leaders == {"ring-0", "ring-1", "ring-2"}
+        for i in range(3):  # gossiped load: each broker leads a third and follows the rest
+            cells = second.broker_row(f"ring-{i}").locator("td")
+            expect(cells.nth(5)).to_have_text("4")
+            expect(cells.nth(6)).to_have_text("8")
+        _screenshot(second, "admin-page.png")
+
+        b2.kill()
+        for p in (first, second):
+            expect(p.broker_row("ring-2").locator(".broker-status")).to_have_text("down", timeout=DOWN_WAIT_MS)
+            expect(p.locator('#ring g.broker[data-broker="ring-2"]')).to_have_attribute("data-status", "down")
+            expect(p.broker_row("ring-0").locator(".broker-status")).to_have_text("up")
+        expect(second.topic_row(name).locator("td").nth(7)).to_contain_text("leaderless")
+        _screenshot(second, "admin-page-broker-down.png")
+        assert not first.errors and not second.errors, first.errors + second.errors
+    finally:
+        first.close()
+        second.close()
