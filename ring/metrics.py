@@ -31,6 +31,7 @@ from aiohttp import web
 from prometheus_client import (CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector,
                                disable_created_metrics)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client import exposition
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ring import __version__
@@ -173,7 +174,7 @@ class BrokerCollector:
         b = self.broker
         me = b.config.name
         status = b.status()
-        info = InfoMetricFamily("ring_broker", "This broker", labels=["name", "version"])
+        info = InfoMetricFamily("ring_broker", "This broker", labels=["broker", "version"])
         info.add_metric([me, __version__], {})
         yield info
         for key, name, doc in (("uptime_s", "ring_uptime_seconds", "Seconds since the broker opened"),
@@ -312,6 +313,8 @@ def _dir_bytes(broker: Any) -> int:
 # --- aiohttp -----------------------------------------------------------------------------
 
 METRICS_KEY: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+# The classic text format every Prometheus reads; the names here need nothing newer.
+CONTENT_TYPE = getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", CONTENT_TYPE_LATEST)
 METRICS_PATH = "/metrics"
 
 OPENAPI_PATHS: dict[str, Any] = {
@@ -346,7 +349,7 @@ def middleware(metrics: Metrics) -> Callable[..., Awaitable[web.StreamResponse]]
 
 async def get_metrics(request: web.Request) -> web.Response:
     body = request.app[METRICS_KEY].exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 def install(app: web.Application, broker: Any | None = None) -> Metrics:
