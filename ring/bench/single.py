@@ -1,4 +1,5 @@
-"""`ring bench`: single-broker produce and fetch against this machine's disk.
+"""The single-broker part of ``ring bench``: produce and fetch on one broker
+against this machine's disk, stored batches against JSON.
 
 One broker runs as a real process on loopback (fsync interval, the default).
 The load generator (this process, uvloop when present) keeps a fixed window of
@@ -190,25 +191,37 @@ def report(res: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def run_part(records: int = 200_000, batch: int = 100, window: int = 32, fsync: str = "interval:1000") -> dict:
+    """Start one broker, run the single-broker cases, stop it; the results."""
+    args = argparse.Namespace(records=records, batch=batch, window=window, fsync=fsync)
+    workdir = Path(tempfile.mkdtemp(prefix="ring-bench-single-"))
+    broker = LocalBroker("ring-0", workdir / "ring-0", free_port(), args=["--fsync", args.fsync])
+    try:
+        broker.start()
+        try:
+            import uvloop
+            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:
+            runner = asyncio.Runner()
+        with runner:
+            return runner.run(_run(broker.url, args, workdir))
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ring bench", description=__doc__.splitlines()[0])
+    """``python -m ring.bench.single``: this part alone."""
+    p = argparse.ArgumentParser(prog="python -m ring.bench.single", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=200_000, help="records per produce case")
     p.add_argument("--batch", type=int, default=100, help="records per request")
     p.add_argument("--window", type=int, default=32, help="requests in flight")
     p.add_argument("--fsync", default="interval:1000", help="broker fsync policy")
     args = p.parse_args(argv)
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-    workdir = Path(tempfile.mkdtemp(prefix="ring-bench-"))
-    broker = LocalBroker("ring-0", workdir / "ring-0", free_port(), args=["--fsync", args.fsync])
-    try:
-        broker.start()
-        res = asyncio.run(_run(broker.url, args, workdir))
-    finally:
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(report(res, " ".join(["ring bench", *(argv if argv is not None else sys.argv[2:])])))
+    res = run_part(args.records, args.batch, args.window, args.fsync)
+    print(report(res, " ".join(["python -m ring.bench.single", *(argv if argv is not None else sys.argv[1:])])))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

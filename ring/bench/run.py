@@ -1,0 +1,372 @@
+"""``ring bench``: ring against NATS JetStream and RabbitMQ streams, each a
+three-node cluster on loopback, in one run.
+
+The run starts every system, then goes through the cases (``ring.bench.cases``)
+interleaving systems within each repetition. Each run is one load-generator
+process (``ring.bench.loadgen``); around it this process reads the brokers'
+CPU seconds and peak RSS, and the whole machine's busy CPU time, so a run
+during which other processes took a noticeable share of the CPU is flagged.
+Then the ceilings (wrk, disk, loopback), the single-broker part, optionally a
+py-spy profile of a broker under produce load, and the report: one table on
+stdout, and with ``--output`` the generated section of docs/BENCHMARKS.md and a
+PNG plot beside it. Every system is stopped at the end, also on failure or ^C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ring.bench import cases as casemod
+from ring.bench import procs, profile, stats
+from ring.bench.system import RingSystem, http_json
+
+E2E_RATE = casemod.E2E_RATE_PER_S
+
+
+@dataclass
+class Settings:
+    reps: int = 3
+    produce_s: float = 8.0
+    latency_s: float = 5.0
+    e2e_s: float = 5.0
+    fill_records: int = 300_000
+    consume_s: float = 20.0
+    window: int = 256
+    window_batched: int = 32
+    ceiling_s: float = 3.0
+    single_records: int = 200_000
+    profile_s: float = 10.0
+
+    @classmethod
+    def quick(cls) -> "Settings":
+        return cls(reps=1, produce_s=0.7, latency_s=0.5, e2e_s=0.7, fill_records=10_000, consume_s=5.0,
+                   ceiling_s=0.3, single_records=10_000, profile_s=2.0)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ring bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="short runs, 1 repetition: a smoke test")
+    p.add_argument("--peers", default="nats,rabbitmq", help="nats,rabbitmq or none (default nats,rabbitmq)")
+    p.add_argument("--cases", default=",".join(casemod.GROUPS),
+                   help=f"groups ({','.join(casemod.GROUPS)}) or case ids, comma-separated (default all)")
+    p.add_argument("--output", type=Path, default=None,
+                   help="write the generated section of this Markdown file (e.g. docs/BENCHMARKS.md) and a plot beside it")
+    p.add_argument("--reps", type=int, default=None, help="repetitions per case and system (default 3, quick 1)")
+    p.add_argument("--seconds", type=float, default=None, help="time bound of each produce run")
+    p.add_argument("--window", type=int, default=None, help="requests in flight, 1 record per request (default 256)")
+    p.add_argument("--window-batched", type=int, default=None,
+                   help="requests in flight, 100 records per request (default 32)")
+    p.add_argument("--brokers", type=int, default=3, help="ring brokers (default 3; 1 when there is no cluster)")
+    p.add_argument("--fsync", default="interval:1000", help="ring's fsync policy (default interval:1000)")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy a ring broker during an extra batched-produce run and report its top frames")
+    return p.parse_args(argv)
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.machine()}, {os.cpu_count()} cores ({model or 'unknown CPU'}), {mem_gb:.0f} GiB RAM, "
+            f"Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def _module_version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return "not installed"
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.settings = Settings.quick() if args.quick else Settings()
+        s = self.settings
+        s.reps = args.reps or s.reps
+        s.produce_s = args.seconds or s.produce_s
+        s.window = args.window or s.window
+        s.window_batched = args.window_batched or s.window_batched
+        self.cases = casemod.select([c for c in args.cases.split(",") if c])
+        self.groups = {c.group for c in self.cases} | {g for g in args.cases.split(",") if g in casemod.GROUPS}
+        self.peers = casemod.parse_peers(args.peers)
+        self.root = Path(tempfile.mkdtemp(prefix="ring-bench-"))
+        self.systems: dict[str, Any] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.extra: dict[str, Any] = {}
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
+        self.say(line)
+
+    # --- systems ---------------------------------------------------------------------
+
+    def start_systems(self) -> None:
+        ring = RingSystem(self.root / "ring", brokers=self.args.brokers, fsync=self.args.fsync)
+        self.systems["ring"] = ring
+        ring.start()
+        if not ring.clustered and self.args.brokers > 1:
+            self.note(f"ring runs on ONE broker: {ring.label}; its figures are labelled so")
+        self.say(f"started {ring.label}")
+        for name in self.peers:
+            if name == "nats":
+                from ring.bench.peer_nats import NatsSystem as Peer
+            else:
+                from ring.bench.peer_rabbitmq import RabbitSystem as Peer
+            missing = [m for m in Peer.python_modules if importlib.util.find_spec(m) is None]
+            if missing:
+                self.note(f"peer {name} skipped: Python module {', '.join(missing)} missing "
+                          f"(pip install -e '.[bench]')")
+                continue
+            why = Peer(self.root / name).install()
+            if why:
+                self.note(f"peer {name} skipped: {why}")
+                continue
+            peer = Peer(self.root / name)
+            try:
+                peer.start()
+            except Exception as exc:
+                self.note(f"peer {name} skipped: could not start: {exc}")
+                continue
+            self.systems[name] = peer
+            self.say(f"started {peer.label}")
+
+    def stop_systems(self) -> None:
+        for name, s in self.systems.items():
+            try:
+                s.stop()
+            except Exception as exc:
+                self.say(f"stopping {name}: {exc}")
+
+    # --- runs ------------------------------------------------------------------------
+
+    def spec(self, case: casemod.Case, rep: int, system: str) -> dict[str, Any] | None:
+        s = self.settings
+        batched = case.records_per_request > 1
+        spec: dict[str, Any] = {
+            "system": system, "op": case.op, "target": self.systems[system].target(),
+            "topic": f"bench-{case.id}-r{rep}-{uuid.uuid4().hex[:6]}", "consistency": case.consistency,
+            "records_per_request": case.records_per_request, "keyed": case.keyed, "seed": rep + 1,
+            "window": s.window_batched if batched else s.window,
+        }
+        if case.op == "produce":
+            spec["seconds_max"] = s.produce_s if case.in_flight == "window" else s.latency_s
+            spec["requests_max"] = 2_000_000 // case.records_per_request
+            if case.in_flight == "one":
+                spec["window"] = 1
+            elif case.in_flight == "half":
+                top = stats.median(r["rec_s"] for r in self.rows
+                                   if r["case"] == case.max_of and r["system"] == system and r.get("ok"))
+                if not top:
+                    return None
+                spec["rate"] = top / 2 / case.records_per_request
+        elif case.op == "consume":
+            spec.update(fill_records=s.fill_records, seconds_max=s.consume_s, window=s.window_batched)
+        elif case.op == "e2e":
+            spec.update(rate=E2E_RATE, requests_max=int(E2E_RATE * s.e2e_s), seconds_max=s.e2e_s, window=1)
+        return spec
+
+    def run_one(self, case: casemod.Case, rep: int, system: str, spec: dict[str, Any],
+                profile_out: Path | None = None) -> dict[str, Any]:
+        groups = self.systems[system].broker_pids()
+        brokers = [p for pids in groups.values() for p in pids]
+        busy0, cpu0, me0 = procs.machine_busy_seconds(), procs.cpu_of(brokers), time.process_time()
+        kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load0 = os.getloadavg()[0]
+        sampler = procs.PeakRss(groups)
+        sampler.start()
+        spy = None
+        if profile_out is not None:
+            spy = profile.start(groups[sorted(groups)[0]][0], profile_out, self.settings.profile_s)
+        t0 = time.perf_counter()
+        timeout = spec.get("seconds_max", 10) * 3 + 90
+        try:
+            r = subprocess.run([sys.executable, "-m", "ring.bench.loadgen"], input=orjson.dumps(spec),
+                               capture_output=True, timeout=timeout)
+            lines = r.stdout.strip().splitlines()
+            res = orjson.loads(lines[-1]) if lines else {"ok": False, "error": r.stderr.decode()[-500:]}
+        except subprocess.TimeoutExpired:
+            res = {"ok": False, "error": f"load generator did not finish within {timeout:g} s"}
+        wall = time.perf_counter() - t0
+        if spy is not None:
+            spy.wait(30)
+        peak = sampler.stop()
+        kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+        broker_cpu = procs.cpu_of(brokers) - cpu0
+        mine = time.process_time() - me0
+        others = stats.others_cores(procs.machine_busy_seconds() - busy0, broker_cpu + kids + mine, wall)
+        records = res.get("records") or 0
+        row = {
+            "case": case.id, "system": system, "rep": rep, **res,
+            "lat": res.get("lat_ms"), "broker_cpu_s": broker_cpu, "loadgen_cpu_s": kids,
+            "cpu_us_per_rec": broker_cpu / records * 1e6 if records else None,
+            "rss_peak_mb": max(peak.values(), default=0) / 1e6, "rss_mb": {k: v / 1e6 for k, v in peak.items()},
+            "others_cores": others, "disturbed": stats.disturbed(others),
+            "load1": (load0, os.getloadavg()[0]), "wall_s": wall,
+        }
+        row.pop("lat_ms", None)
+        return row
+
+    def describe(self, row: dict[str, Any]) -> str:
+        if not row.get("ok"):
+            return f"  {row['system']:<9} FAILED: {row.get('error')}"
+        lat = row.get("lat") or {}
+        p99 = lat.get("p99")
+        flag = f"  DISTURBED (others {row['others_cores']:.2f} cores)" if row["disturbed"] else ""
+        err = f"  errors {row['errors']}: {row.get('last_error')}" if row.get("errors") else ""
+        return (f"  {row['system']:<9} {row.get('rec_s') or 0:>11,.0f} rec/s  p99 "
+                f"{'-' if p99 is None else f'{p99:.2f}'} ms  rss {row['rss_peak_mb']:.0f} MB{flag}{err}")
+
+    def run_cases(self) -> None:
+        have = list(self.systems)
+        group_api = self._group_api()
+        for case, rep, system in casemod.plan(self.cases, have, self.settings.reps):
+            if rep == 0 and system == "ring":
+                self.say(f"{case.label}")
+            if case.id == "consume-group":
+                if rep == 0:
+                    self.note("consume (group poll): skipped — " + (
+                        "the broker has POST /v1/groups/{g}/members but the bench has no group-poll loop yet"
+                        if group_api else "this broker has no consumer-group API (POST /v1/groups/{g}/members)"))
+                continue
+            spec = self.spec(case, rep, system)
+            if spec is None:
+                self.note(f"{case.id} on {system} skipped: no maximum measured for {case.max_of}")
+                continue
+            row = self.run_one(case, rep, system, spec)
+            self.rows.append(row)
+            self.say(self.describe(row))
+        if self.args.profile and "ring" in self.systems:
+            self.run_profile()
+
+    def _group_api(self) -> bool:
+        status, doc = http_json(self.systems["ring"].urls[0] + "/v1/openapi.json")
+        paths = (doc or {}).get("paths", {}) if status == 200 else {}
+        return any(p.startswith("/v1/groups/") and p.endswith("/members") and "post" in v for p, v in paths.items())
+
+    def run_profile(self) -> None:
+        case = next(c for c in casemod.all_cases() if c.id == "produce-100-unkeyed-quorum")
+        spec = self.spec(case, 99, "ring")
+        assert spec is not None
+        spec["seconds_max"] = self.settings.profile_s + 2
+        out = self.root / "profile.txt"
+        if profile.py_spy() is None:
+            self.note("profile skipped: py-spy is not installed (pip install py-spy)")
+            return
+        row = self.run_one(case, 99, "ring", spec, profile_out=out)
+        text = out.read_text() if out.exists() else ""
+        kept = Path(tempfile.gettempdir()) / "ring-bench-profile.txt"
+        kept.write_text(text)
+        self.extra["profile"] = {"top": profile.top_frames(text), "rec_s": row.get("rec_s"), "raw": str(kept)}
+        self.say(f"profile of ring-0 during batched produce ({row.get('rec_s') or 0:,.0f} rec/s): {kept}")
+
+    # --- ceilings and the single-broker part -----------------------------------------
+
+    def run_ceilings(self) -> None:
+        from ring.bench import ceilings
+        from ring.bench.loadgen import make_records
+
+        s = self.settings
+        self.say("ceilings: disk, loopback, wrk")
+        self.extra["disk"] = ceilings.disk_ceilings(self.root, s.ceiling_s)
+        self.extra["loopback_mb_s"] = ceilings.loopback_mb_s(s.ceiling_s)
+        ring = self.systems["ring"]
+        import urllib.request
+        topic = f"bench-wrk-{uuid.uuid4().hex[:6]}"
+        req = urllib.request.Request(ring.urls[0] + "/v1/topics", method="POST", headers={"Content-Type": "application/json"},
+                                     data=orjson.dumps({"name": topic, "partitions": 1,
+                                                        "replication_factor": ring.target()["replication_factor"]}))
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+        leader_url = ring.urls[0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, doc = http_json(ring.urls[0] + f"/v1/topics/{topic}")
+            _, cl = http_json(ring.urls[0] + "/v1/cluster")
+            urls = {b["name"]: b["client_url"] for b in (cl or {}).get("brokers", [])}
+            leader = ((doc or {}).get("partitions") or [{}])[0].get("leader")
+            if leader in urls:
+                leader_url = urls[leader]
+                break
+            time.sleep(0.2)
+        self.extra["wrk"] = ceilings.wrk_produce(leader_url, topic, 0, make_records(1)[0][1], self.root,
+                                                 max(1.0, s.ceiling_s * 2), s.window)
+
+    def run_single(self) -> None:
+        from ring.bench import single
+
+        self.say("single-broker part: stored batches and JSON on one broker")
+        self.extra["single"] = single.run_part(self.settings.single_records, fsync=self.args.fsync)
+
+    # --- all of it -------------------------------------------------------------------
+
+    def run(self) -> int:
+        t0 = time.time()
+        try:
+            self.start_systems()
+            self.versions = {n: s.version() for n, s in self.systems.items()}
+            self.run_cases()
+            if "ceiling" in self.groups:
+                self.run_ceilings()
+        finally:
+            self.stop_systems()
+        if "single" in self.groups:
+            self.run_single()
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.extra["seconds"] = time.time() - t0
+        from ring.bench import render
+
+        text = render.markdown(self)
+        print()
+        print(text)
+        if self.args.output is not None:
+            render.write(self, text)
+        return 0 if all(r.get("ok") for r in self.rows) else 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the systems as ^C does
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    args.command = " ".join(["ring bench", *(argv if argv is not None else sys.argv[2:])])
+    try:
+        bench = Bench(args)
+    except ValueError as exc:
+        print(f"ring bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return bench.run()
+    except KeyboardInterrupt:
+        print("interrupted; every system was stopped", file=sys.stderr)
+        return 130
