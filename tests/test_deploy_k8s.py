@@ -1,0 +1,288 @@
+"""deploy/kubernetes and deploy/systemd, checked without a cluster or systemd.
+
+Kubernetes: the manifests parse; kinds, names and selectors fit together; the
+ports named by Services and probes exist on the container; every probe asks
+/v1/status; the broker's arguments, expanded the way the kubelet expands
+``$(VAR)``, parse with ring's own argparse parser into a broker named after
+its pod, advertising its stable DNS name and seeding from ring-0..2; the
+secret comes from a Secret. systemd: the unit's command parses the same way
+for an instance, and the example environment files start a real broker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) reads the manifests")
+
+from ring import cli, localcluster  # noqa: E402
+from ring.localcluster import free_port  # noqa: E402
+from tests.brokers import REPO_ROOT  # noqa: E402
+
+K8S = REPO_ROOT / "deploy" / "kubernetes"
+SYSTEMD = REPO_ROOT / "deploy" / "systemd"
+NAMESPACE = "streams"
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    out = []
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        out += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return out
+
+
+def _one(docs: list[dict], kind: str, name: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def sts(docs: list[dict]) -> dict:
+    return _one(docs, "StatefulSet", "ring")
+
+
+@pytest.fixture(scope="module")
+def container(sts: dict) -> dict:
+    [c] = sts["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion: defined names are replaced, others left as they are."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def _pod_env(container: dict, pod: str) -> dict[str, str]:
+    env = {}
+    for e in container["env"]:
+        ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if ref == "metadata.name":
+            env[e["name"]] = pod
+        elif ref == "metadata.namespace":
+            env[e["name"]] = NAMESPACE
+        elif "value" in e:
+            env[e["name"]] = e["value"]
+    return env
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kust["resources"]) == manifests
+
+
+def test_kinds_and_selectors_fit_together(docs: list[dict], sts: dict) -> None:
+    assert {d["kind"] for d in docs} == {"Service", "StatefulSet", "PodDisruptionBudget"}
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    match = sts["spec"]["selector"]["matchLabels"]
+    assert match.items() <= pod_labels.items()
+    peers = _one(docs, "Service", sts["spec"]["serviceName"])
+    assert peers["spec"]["clusterIP"] == "None", "the peer Service must be headless for per-pod DNS names"
+    assert peers["spec"]["publishNotReadyAddresses"] is True, "brokers gossip before they are ready"
+    clients = _one(docs, "Service", "ring")
+    assert clients["spec"].get("clusterIP") != "None"
+    for svc in (peers, clients):
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+    pdb = _one(docs, "PodDisruptionBudget", "ring")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+
+
+def test_ports_are_consistent(docs: list[dict], sts: dict, container: dict) -> None:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"client": 9250, "peer": 9251}
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        for p in svc["spec"]["ports"]:
+            target = p["targetPort"]
+            assert (target in ports) if isinstance(target, str) else (target in ports.values()), (svc, p)
+            assert p["port"] == ports[p["name"]]
+    flags = _flags(_expanded_args(container, "ring-0"))
+    assert cli.parse_listen(flags["--listen"]) == ("0.0.0.0", ports["client"])
+    assert cli.parse_listen(flags["--peer-listen"]) == ("0.0.0.0", ports["peer"])
+    ann = sts["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/path"] == "/metrics" and int(ann["prometheus.io/port"]) == ports["client"]
+
+
+def test_every_probe_asks_the_status_route(container: dict) -> None:
+    ports = {p["name"] for p in container["ports"]}
+    probes = [container[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in container]
+    assert len(probes) >= 2 and "readinessProbe" in container
+    for probe in probes:
+        assert probe["httpGet"]["path"] == "/v1/status"
+        assert probe["httpGet"]["port"] in ports or probe["httpGet"]["port"] == 9250
+
+
+def test_status_route_answers_as_the_probes_expect(broker) -> None:
+    r = broker.http.get("/v1/status")
+    assert r.status == 200 and r.json()["name"] == "ring-0"
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    return {a: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--") and i + 1 < len(argv)}
+
+
+def _expanded_args(container: dict, pod: str) -> list[str]:
+    env = _pod_env(container, pod)
+    return [_expand(a, env) for a in container["args"]]
+
+
+@pytest.mark.parametrize("ordinal", [0, 1, 2, 5])
+def test_broker_command_parses_with_the_real_cli(container: dict, ordinal: int) -> None:
+    if not localcluster.supports_cluster_flags():
+        pytest.skip("waits for `ring serve --peer-listen/--seeds/--advertise` (the cluster work in ring/cli.py)")
+    pod = f"ring-{ordinal}"
+    assert "command" not in container, "the image's entrypoint (ring) runs the args"
+    argv = _expanded_args(container, pod)
+    assert not any("$(" in a for a in argv), argv
+    args, rest = cli.build_parser().parse_known_args(argv)
+    assert rest == [], f"flags ring serve does not know: {rest}"
+    assert args.command == "serve" and args.name == pod
+    assert str(args.data_dir).startswith("/var/lib/ring/")
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/var/lib/ring" in mounts
+    flags = _flags(argv)
+    domain = f"ring-peers.{NAMESPACE}.svc.cluster.local"
+    assert flags["--advertise"] == f"{pod}.{domain}"
+    assert flags["--seeds"] == ",".join(f"ring-{i}.{domain}:9251" for i in range(3))
+    assert "--cluster-secret" not in flags, "the secret stays out of the pod spec's command line"
+
+
+def test_secret_comes_from_a_secret_and_logs_are_json(container: dict, sts: dict) -> None:
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["RING_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "ring-cluster", "key": "secret"}
+    assert env["RING_LOG_FORMAT"]["value"] == "json"
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["metadata"]["name"] in {m["name"] for m in container["volumeMounts"]}
+
+
+def test_the_pod_runs_as_the_images_user(sts: dict, container: dict) -> None:
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    uid = int(re.search(r"useradd .*--uid (\d+)", dockerfile).group(1))
+    ctx = sts["spec"]["template"]["spec"]["securityContext"]
+    assert ctx["runAsUser"] == uid and ctx["fsGroup"] == uid and ctx["runAsNonRoot"] is True
+    assert re.search(r'^ENTRYPOINT \["ring"\]', dockerfile, re.M)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    grace = sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    from ring import limits
+
+    assert grace > limits.SHUTDOWN_GRACE_S + 5
+
+
+# --- systemd ----------------------------------------------------------------------------------
+
+
+def _unit() -> dict[str, list[str]]:
+    """key -> values of ring@.service (systemd keys may repeat)."""
+    out: dict[str, list[str]] = {}
+    for line in (SYSTEMD / "ring@.service").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _cli_env_names() -> set[str]:
+    source = (REPO_ROOT / "ring" / "cli.py").read_text()
+    from ring import logging_setup
+
+    return {"RING_" + n for n in re.findall(r'_env\("([A-Z_]+)"', source)} | {logging_setup.FORMAT_ENV}
+
+
+def test_unit_runs_the_instance_as_a_broker_named_after_it() -> None:
+    unit = _unit()
+    [exec_start] = unit["ExecStart"]
+    argv = shlex.split(exec_start.replace("%i", "ring-1"))
+    assert argv[0].endswith("/ring")
+    args, rest = cli.build_parser().parse_known_args(argv[1:])
+    assert rest == [] and args.command == "serve" and args.name == "ring-1"
+    assert unit["KillSignal"] == ["SIGTERM"]
+    assert "/etc/ring/ring.env" in unit["EnvironmentFile"]
+    assert "-/etc/ring/%i.env" in unit["EnvironmentFile"]
+    assert "RING_DATA_DIR=/var/lib/ring/%i" in unit["Environment"]
+    assert unit["StateDirectory"] == ["ring/%i"]
+    assert unit["User"] == ["ring"]
+
+
+def test_every_variable_the_unit_and_examples_set_is_one_ring_serve_reads() -> None:
+    names = _cli_env_names()
+    used = {v.partition("=")[0] for v in _unit()["Environment"]}
+    for path in SYSTEMD.glob("*.env.example"):
+        used |= set(_env_file(path))
+    missing = used - names
+    if missing and not localcluster.supports_cluster_flags():
+        pytest.skip("waits for the cluster flags of ring serve")
+    assert not missing, f"ring serve reads no {sorted(missing)}"
+
+
+def test_the_example_environment_starts_a_real_broker(tmp_path: Path) -> None:
+    """ring serve --name %i with the unit's defaults and the example files (ports and paths made local)."""
+    if not localcluster.supports_cluster_flags():
+        pytest.skip("waits for the cluster flags of ring serve")
+    unit = _unit()
+    env = {k: v for k, _, v in (e.partition("=") for e in unit["Environment"])}
+    env |= _env_file(SYSTEMD / "ring.env.example") | _env_file(SYSTEMD / "ring-0.env.example")
+    client, peer = free_port(), free_port()
+    env |= {"RING_DATA_DIR": str(tmp_path / "ring-0"), "RING_LISTEN": f"127.0.0.1:{client}",
+            "RING_PEER_LISTEN": f"127.0.0.1:{peer}", "RING_ADVERTISE": "127.0.0.1",
+            "RING_SEEDS": f"127.0.0.1:{peer}"}
+    env = {k: v.replace("%i", "ring-0") for k, v in env.items()}
+    argv = shlex.split(unit["ExecStart"][0].replace("%i", "ring-0"))[1:]
+    log_path = tmp_path / "ring-0.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ring", *argv], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env})
+    try:
+        doc = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{client}/v1/status", timeout=1) as r:
+                    doc = orjson.loads(r.read())
+                    break
+            except urllib.error.HTTPError as exc:  # 503 while joining is an answer too
+                doc = orjson.loads(exc.read())
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert doc is not None, log_path.read_text()
+        assert doc["name"] == "ring-0"
+        assert doc.get("cluster_secret_set") is True
+        assert (tmp_path / "ring-0").is_dir()
+    finally:
+        proc.terminate()
+        code = proc.wait(15)
+    assert code == 0, log_path.read_text()
+    lines = [ln for ln in log_path.read_text().splitlines() if ln.startswith("{")]
+    if "log_format" in (REPO_ROOT / "ring" / "cli.py").read_text():
+        assert lines, "RING_LOG_FORMAT=json: the broker's log lines are JSON objects"
+        for ln in lines:
+            assert {"ts", "level", "logger", "msg"} <= set(orjson.loads(ln))
