@@ -271,7 +271,7 @@ class BrokerCollector:
                         continue
                     acked = ends.get(r)
                     lag.add_metric([*lv, r], p["end_offset"] - (acked or 0))
-                    if acked is None or acked < p["high_watermark"]:
+                    if (acked or 0) < p["high_watermark"]:
                         behind = True
                 under += behind
         urp.add_metric([], under)
