@@ -237,10 +237,15 @@ def test_partition_tokens_are_the_brokers(page: Page) -> None:
 
 
 def test_admin_files_and_nothing_else(one: TestBroker) -> None:
-    for path, ctype in (("/", "text/html"), ("/admin/app.js", "text/javascript"), ("/admin/style.css", "text/css")):
+    from ring.http_api import admin
+
+    files = {"/": "text/html", **{f"/admin/{name}": ctype.split(";")[0] for name, ctype in admin.FILES.items()}}
+    for path, ctype in files.items():
         r = one.http.get(path)
-        assert r.status == 200 and r.content_type == ctype
+        assert r.status == 200 and r.content_type == ctype, path
         assert r.headers["X-Content-Type-Options"] == "nosniff"
+    for module in (admin.STATIC_DIR).glob("*.js"):  # every module the page imports is served
+        assert module.name in admin.FILES
     for path in ("/admin/..%2Fadmin.py", "/admin/index.htm", "/admin/static", "/admin/%2e%2e"):
         r = one.http.get(path)
         assert r.status == 404 and r.json()["error"] == "not_found", path

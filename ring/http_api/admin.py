@@ -1,7 +1,7 @@
 """The admin page every broker serves at ``/``, and the one read-only helper route it needs.
 
-The page is three static files (``static/index.html``, ``app.js``,
-``style.css``) read once at start and served with a strict Content Security
+The page is a few static files (``static/index.html``, ``style.css`` and
+the ES modules ``app.js`` imports) read once at start and served with a strict Content Security
 Policy: no inline script, nothing loaded from anywhere but this broker. All
 it shows and does goes through the public client API (``/v1/...``) with the
 client token the user typed, so the page can do nothing a curl cannot.
@@ -33,10 +33,17 @@ from ring.errors import NotFound, PayloadTooLarge, Unavailable
 log = logging.getLogger("ring.admin")
 
 STATIC_DIR = Path(__file__).with_name("static")
+_JS = "text/javascript; charset=utf-8"
 FILES = {
     "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "app.js": _JS,  # the page: loading, refresh, tables, actions; imports the modules below
+    "api.js": _JS,
+    "dialogs.js": _JS,
+    "dom.js": _JS,
+    "groups.js": _JS,
+    "ring.js": _JS,
+    "tokens.js": _JS,
 }
 # The page runs only its own script and talks only to this broker: an injected
 # string (a topic or broker name) can never become code.

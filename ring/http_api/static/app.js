@@ -5,12 +5,16 @@
 // as it is. Data is put into the page with textContent and attributes only,
 // never as HTML, so a topic or broker name cannot become markup.
 
+import { api, TOKEN_KEY } from "./api.js";
+import { clearMessage, confirmAction, showMessage } from "./dialogs.js";
+import { $, el, fmtBytes, fmtMs, fmtNum, fmtPhi } from "./dom.js";
+import { memberRows, offsetRows } from "./groups.js";
+import { drawRing } from "./ring.js";
+import { partitionToken, toBig } from "./tokens.js";
+
 const REFRESH_MS = 2000;
-const TOKEN_KEY = "ring.admin.token";
 // Topics described per refresh (one GET each); a bigger catalogue shows settings only.
 const DESCRIBE_TOPICS_MAX = 64;
-const SUCCESS_SHOWN_MS = 6000;
-const SVG_NS = "http://www.w3.org/2000/svg";
 const STATUS_COLORS = {
   up: "#2f9e5b", suspect: "#e0a100", down: "#d64545",
   joining: "#3b7dd8", leaving: "#8e5bd6", removed: "#9aa0a6",
@@ -18,9 +22,6 @@ const STATUS_COLORS = {
 // Identity colours of brokers (partition marks take their leader's).
 const PALETTE = ["#1f77b4", "#ff7f0e", "#17becf", "#bcbd22", "#e377c2", "#8c564b",
                  "#7f7f7f", "#9467bd", "#2ca02c", "#d62728", "#393b79", "#637939"];
-const TWO_63 = 2n ** 63n;
-const TWO_64 = 2n ** 64n;
-const MASK_64 = TWO_64 - 1n;
 const LIVE = new Set(["up", "suspect", "joining", "leaving"]);
 
 const state = {
@@ -39,159 +40,9 @@ const state = {
   updatedAt: null,
 };
 
-const $ = (sel, root = document) => root.querySelector(sel);
-
-// --- API ------------------------------------------------------------------------------
-
-class ApiError extends Error {
-  constructor(status, body, text) {
-    const code = body && body.error ? body.error : `http_${status}`;
-    const message = body && body.message ? body.message : (text || "").slice(0, 200) || "no details";
-    super(`${status} ${code}: ${message}`);
-    this.status = status;
-    this.body = body;
-  }
-}
-
-// Tokens are 64-bit: read them exactly where the browser allows it (JSON.parse source access).
-function reviver(key, value, context) {
-  if (key === "token" && typeof value === "number" && context && typeof context.source === "string") {
-    return BigInt(context.source);
-  }
-  return value;
-}
-
-async function api(method, path, body) {
-  const headers = { Accept: "application/json" };
-  const token = localStorage.getItem(TOKEN_KEY);
-  if (token) headers.Authorization = `Bearer ${token}`;
-  const init = { method, headers, cache: "no-store" };
-  if (body !== undefined) {
-    headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let resp;
-  try {
-    resp = await fetch(path, init);
-  } catch (exc) {
-    throw new ApiError(0, { error: "unreachable", message: `the broker did not answer (${exc.message})` });
-  }
-  const text = await resp.text();
-  let doc = null;
-  try { doc = text ? JSON.parse(text, reviver) : null; } catch { doc = null; }
-  if (!resp.ok) throw new ApiError(resp.status, doc, text);
-  return doc;
-}
-
 const enc = encodeURIComponent;
 
-// --- tokens and angles -----------------------------------------------------------------
-
-const rotl = (x, r) => ((x << r) | (x >> (64n - r))) & MASK_64;
-
-function fmix64(k) {
-  k ^= k >> 33n; k = (k * 0xff51afd7ed558ccdn) & MASK_64;
-  k ^= k >> 33n; k = (k * 0xc4ceb9fe1a85ec53n) & MASK_64;
-  return k ^ (k >> 33n);
-}
-
-// First 64 bits of Murmur3 x64-128, seed 0, unsigned: ring.hashing.token's bits.
-function murmur3First64(bytes) {
-  const c1 = 0x87c37b91114253d5n, c2 = 0x4cf5ad432745937fn;
-  const n = bytes.length, blocks = Math.floor(n / 16);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let h1 = 0n, h2 = 0n;
-  for (let i = 0; i < blocks; i++) {
-    let k1 = view.getBigUint64(i * 16, true), k2 = view.getBigUint64(i * 16 + 8, true);
-    k1 = (rotl((k1 * c1) & MASK_64, 31n) * c2) & MASK_64; h1 ^= k1;
-    h1 = (((rotl(h1, 27n) + h2) & MASK_64) * 5n + 0x52dce729n) & MASK_64;
-    k2 = (rotl((k2 * c2) & MASK_64, 33n) * c1) & MASK_64; h2 ^= k2;
-    h2 = (((rotl(h2, 31n) + h1) & MASK_64) * 5n + 0x38495ab5n) & MASK_64;
-  }
-  const tail = blocks * 16, rem = n & 15;
-  let k1 = 0n, k2 = 0n;
-  for (let i = rem - 1; i >= 8; i--) k2 ^= BigInt(bytes[tail + i]) << BigInt((i - 8) * 8);
-  if (rem > 8) { k2 = (rotl((k2 * c2) & MASK_64, 33n) * c1) & MASK_64; h2 ^= k2; }
-  for (let i = Math.min(rem, 8) - 1; i >= 0; i--) k1 ^= BigInt(bytes[tail + i]) << BigInt(i * 8);
-  if (rem > 0) { k1 = (rotl((k1 * c1) & MASK_64, 31n) * c2) & MASK_64; h1 ^= k1; }
-  h1 ^= BigInt(n); h2 ^= BigInt(n);
-  h1 = (h1 + h2) & MASK_64; h2 = (h2 + h1) & MASK_64;
-  h1 = fmix64(h1); h2 = fmix64(h2);
-  return (h1 + h2) & MASK_64;
-}
-
-const toSigned = (u) => (u >= TWO_63 ? u - TWO_64 : u);
-
-// ring.hashing.partition_token: murmur3(topic) + p * 2^64 / P, as a signed token.
-function partitionToken(topic, partition, partitions) {
-  const base = murmur3First64(new TextEncoder().encode(topic));
-  const offset = (BigInt(partition) * TWO_64) / BigInt(partitions);
-  return toSigned((base + offset) & MASK_64);
-}
-
-function toBig(token) {
-  if (typeof token === "bigint") return token;
-  if (typeof token === "number" && Number.isFinite(token)) return BigInt(Math.round(token));
-  if (typeof token === "string" && /^-?\d+$/.test(token)) return BigInt(token);
-  return null;
-}
-
-// Token -> angle in radians, clockwise from the top, where the smallest token sits.
-function angleOf(token) {
-  const t = toBig(token);
-  if (t === null) return 0;
-  return (Number(t + TWO_63) / Number(TWO_64)) * 2 * Math.PI;
-}
-
-// --- formatting --------------------------------------------------------------------------
-
-function fmtBytes(n) {
-  if (n === null || n === undefined || Number.isNaN(n)) return "—";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
-}
-
-function fmtMs(ms) {
-  if (ms === null || ms === undefined) return "—";
-  if (ms < 0) return "forever";
-  const units = [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]];
-  for (const [u, size] of units) if (ms >= size && ms % size === 0) return `${ms / size} ${u}`;
-  return `${ms} ms`;
-}
-
-const fmtNum = (n) => (n === null || n === undefined ? "—" : String(n));
-const fmtPhi = (phi) => (typeof phi === "number" ? phi.toFixed(2) : "—");
-
 // --- DOM helpers ---------------------------------------------------------------------------
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") node.className = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else if (k === "dataset") Object.assign(node.dataset, v);
-    else if (k === "style") Object.assign(node.style, v);  // CSSOM: the page's CSP forbids style attributes
-    else node.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
-
-function svg(tag, attrs = {}, ...children) {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== undefined) node.setAttribute(k, v);
-  for (const c of children.flat()) {
-    if (c === null || c === undefined) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return node;
-}
 
 function statusChip(status) {
   return el("span", { class: `status status-${status || "unknown"}` }, status || "unknown");
@@ -213,40 +64,7 @@ function brokerChip(name) {
     el("i", { class: "swatch", style: { background: brokerColor(name) } }), name);
 }
 
-// --- messages ------------------------------------------------------------------------------
-
-function showMessage(kind, text, key) {
-  const box = $("#messages");
-  if (key) {
-    const old = box.querySelector(`[data-key="${CSS.escape(key)}"]`);
-    if (old) old.remove();
-  }
-  const close = el("button", { class: "close", title: "dismiss", onclick: () => msg.remove() }, "×");
-  const msg = el("div", { class: `message ${kind}`, dataset: key ? { key } : {}, role: kind === "error" ? "alert" : "status" },
-    el("span", { class: "text" }, text), close);
-  box.append(msg);
-  if (kind !== "error") setTimeout(() => msg.remove(), SUCCESS_SHOWN_MS);
-  return msg;
-}
-
-function clearMessage(key) {
-  const old = $("#messages").querySelector(`[data-key="${CSS.escape(key)}"]`);
-  if (old) old.remove();
-}
-
-// --- confirmation -------------------------------------------------------------------------
-
-function confirmAction(title, detail, okLabel = "confirm") {
-  const dialog = $("#confirm");
-  $("#confirm-title").textContent = title;
-  $("#confirm-detail").textContent = detail || "";
-  $("#confirm-ok").textContent = okLabel;
-  dialog.returnValue = "";
-  return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
-    dialog.showModal();
-  });
-}
+// --- actions -------------------------------------------------------------------------------
 
 async function act(title, detail, okLabel, call, success) {
   if (!(await confirmAction(title, detail, okLabel))) return false;
@@ -448,96 +266,15 @@ function renderRingTopicChoice() {
   select.value = current;
 }
 
-function polar(angle, r, cx = 220, cy = 220) {
-  return [cx + r * Math.sin(angle), cy - r * Math.cos(angle)];
-}
-
-function arcPath(a0, a1, r) {
-  let sweep = a1 - a0;
-  while (sweep <= 0) sweep += 2 * Math.PI;
-  if (sweep >= 2 * Math.PI - 1e-6) {
-    const [x0, y0] = polar(0, r), [x1, y1] = polar(Math.PI, r);
-    return `M ${x0} ${y0} A ${r} ${r} 0 1 1 ${x1} ${y1} A ${r} ${r} 0 1 1 ${x0} ${y0}`;
-  }
-  const [x0, y0] = polar(a0, r), [x1, y1] = polar(a0 + sweep, r);
-  return `M ${x0} ${y0} A ${r} ${r} 0 ${sweep > Math.PI ? 1 : 0} 1 ${x1} ${y1}`;
-}
-
-// Labels outside the ring grow away from it: rightwards on the right side, leftwards on the left.
-function anchorAt(angle) {
-  return Math.sin(angle) > 0.3 ? "start" : Math.sin(angle) < -0.3 ? "end" : "middle";
-}
-
 function renderRing() {
-  const R = 150;
-  const root = $("#ring");
-  const parts = [];
-  parts.push(svg("circle", { cx: 220, cy: 220, r: R, class: "track" }));
-  // Each broker owns (previous token, its token]: its arc ends at its dot.
-  const placed = state.brokers.filter((b) => toBig(b.token) !== null && b.status !== "removed");
-  placed.forEach((b, i) => {
-    const prev = placed[(i - 1 + placed.length) % placed.length];
-    const a1 = angleOf(b.token), a0 = placed.length === 1 ? a1 : angleOf(prev.token);
-    parts.push(svg("path", { d: arcPath(a0, a1, R), class: "range", stroke: brokerColor(b.name) },
-      svg("title", {}, `${b.name} owns tokens (${prev.token}, ${b.token}]`)));
-  });
-  // Quarter marks of the token space; a label gives way to a broker drawn near it.
-  const brokerAngles = placed.map((b) => angleOf(b.token));
-  for (const [angle, label] of [[0, "−2⁶³"], [Math.PI / 2, "−2⁶²"], [Math.PI, "0"], [1.5 * Math.PI, "2⁶²"]]) {
-    const [x0, y0] = polar(angle, R - 8), [x1, y1] = polar(angle, R + 8), [tx, ty] = polar(angle, R + 14);
-    parts.push(svg("line", { x1: x0, y1: y0, x2: x1, y2: y1, class: "tick" }));
-    const crowded = brokerAngles.some((a) => Math.abs(Math.atan2(Math.sin(a - angle), Math.cos(a - angle))) < 0.35);
-    if (!crowded) {
-      parts.push(svg("text", { x: tx, y: ty + (Math.cos(angle) < -0.5 ? 10 : Math.cos(angle) > 0.5 ? -4 : 4),
-                               class: "tick-label", "text-anchor": anchorAt(angle) }, `token ${label}`));
-    }
-  }
-
   const topic = ringTopicName();
   const doc = topic ? state.details.get(topic) : null;
-  const led = new Map();
-  if (doc) {
-    const n = doc.partitions.length;
-    for (const p0 of doc.partitions) {
-      const p = partitionView(topic, p0);
-      const angle = angleOf(partitionToken(topic, p.partition, n));
-      const [x, y] = polar(angle, R - 34);
-      const down = !p.leader || !LIVE.has(brokerStatus(p.leader));
-      led.set(p.leader, (led.get(p.leader) || 0) + 1);
-      parts.push(svg("circle", { cx: x, cy: y, r: 7, class: `partition${down ? " leaderless" : ""}`,
-                                 fill: p.leader ? brokerColor(p.leader) : "#b0b4ba", "data-partition": p.partition,
-                                 "data-leader": p.leader || "" },
-        svg("title", {}, `${topic}/${p.partition}: leader ${p.leader || "none"}, replicas ${(p.replicas || []).join(", ")}`)));
-      if (n <= 32) {
-        const [lx, ly] = polar(angle, R - 52);
-        parts.push(svg("text", { x: lx, y: ly + 4, class: "partition-label", "text-anchor": "middle" }, p.partition));
-      }
-    }
-  }
-
-  for (const b of state.brokers) {
-    if (b.status === "removed") continue;
-    const angle = angleOf(b.token);
-    const [x, y] = polar(angle, R);
-    const [lx, ly] = polar(angle, R + 30);
-    const dy = Math.cos(angle) > 0.5 ? -14 : Math.cos(angle) < -0.5 ? 8 : 0;
-    const anchor = anchorAt(angle);
-    parts.push(svg("g", { class: "broker", "data-broker": b.name, "data-status": b.status },
-      svg("circle", { cx: x, cy: y, r: 14, fill: STATUS_COLORS[b.status] || "#b0b4ba", stroke: brokerColor(b.name),
-                      "stroke-width": 5 }),
-      svg("title", {}, `${b.name}: ${b.status}, token ${b.token}`),
-      svg("text", { x: lx, y: ly + dy, class: "broker-label", "text-anchor": anchor }, b.name),
-      svg("text", { x: lx, y: ly + dy + 14, class: "broker-sub", "text-anchor": anchor },
-        doc ? `${b.status} · leads ${led.get(b.name) || 0}` : b.status)));
-  }
-  parts.push(svg("text", { x: 220, y: 214, class: "center-title", "text-anchor": "middle" },
-    `${state.brokers.length} broker${state.brokers.length === 1 ? "" : "s"}`));
-  parts.push(svg("text", { x: 220, y: 234, class: "center-sub", "text-anchor": "middle" },
-    doc ? `${topic}: ${doc.partitions.length} partitions` : "no topic"));
-  root.replaceChildren(...parts);
-
-  const legend = $("#ring-legend");
-  legend.replaceChildren(
+  drawRing($("#ring"), {
+    brokers: state.brokers, topic: doc ? topic : "",
+    partitions: doc ? doc.partitions.map((p) => partitionView(topic, p)) : [],
+    color: brokerColor, isLive: (name) => LIVE.has(brokerStatus(name)), statusColors: STATUS_COLORS,
+  });
+  $("#ring-legend").replaceChildren(
     el("div", {}, ...Object.entries(STATUS_COLORS).map(([s, c]) =>
       el("span", { class: "legend-item" }, el("i", { class: "dot", style: { background: c } }), s))),
     el("div", { class: "muted" }, "ring colour: broker; partition dots: coloured by their leader"),
@@ -647,37 +384,6 @@ function partitionsTable(topic, doc) {
 }
 
 // --- consumer groups ------------------------------------------------------------------------
-
-function memberRows(group) {
-  const members = Array.isArray(group.members) ? group.members : [];
-  return members.map((m) => {
-    const id = typeof m === "string" ? m : m.member ?? m.member_id ?? m.id ?? "?";
-    let assignment = typeof m === "object" ? m.assignment ?? m.partitions ?? [] : [];
-    if (Array.isArray(assignment)) {
-      assignment = assignment.map((a) => (typeof a === "object" ? `${a.topic}/${a.partition}` : String(a))).join(", ");
-    } else if (assignment && typeof assignment === "object") {
-      assignment = Object.entries(assignment).map(([t, ps]) => `${t}: ${[].concat(ps).join(", ")}`).join("; ");
-    }
-    return el("tr", {}, el("td", {}, id), el("td", {}, (typeof m === "object" && (m.client ?? m.client_id)) || "—"),
-      el("td", {}, assignment || "—"));
-  });
-}
-
-function offsetRows(group) {
-  let offsets = group.offsets ?? group.committed ?? [];
-  if (!Array.isArray(offsets)) {  // {topic: {partition: offset}}
-    offsets = Object.entries(offsets).flatMap(([topic, ps]) =>
-      Object.entries(ps || {}).map(([partition, committed]) => ({ topic, partition, committed })));
-  }
-  return offsets.map((o) => {
-    const hw = o.high_watermark ?? o.end_offset ?? null;
-    const committed = typeof o.committed === "object" && o.committed !== null ? o.committed.offset : o.committed ?? o.offset;
-    const lag = o.lag ?? (typeof hw === "number" && typeof committed === "number" ? hw - committed : null);
-    return el("tr", {}, el("td", {}, o.topic), el("td", { class: "num" }, o.partition),
-      el("td", { class: "num" }, fmtNum(committed)), el("td", { class: "num" }, fmtNum(hw)),
-      el("td", { class: "num" }, fmtNum(lag)));
-  });
-}
 
 function renderGroups() {
   const box = $("#groups");
