@@ -55,7 +55,7 @@ class Settings:
 
     @classmethod
     def quick(cls) -> "Settings":
-        return cls(reps=1, produce_s=0.7, latency_s=0.5, e2e_s=0.7, fill_records=10_000, consume_s=5.0,
+        return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
                    ceiling_s=0.3, single_records=10_000, profile_s=2.0)
 
 

@@ -1,0 +1,302 @@
+"""ring bench: the pure parts (percentiles, medians, ratios, the disturbed-run
+rule, case selection and interleaving, table, targets, the Markdown section,
+wrk and py-spy parsing), the load-generator loops' bounds, /proc readings, and
+a ``--quick --peers none`` smoke run against real ring brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ring.bench import cases, ceilings, loadgen, procs, profile, report, stats
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- stats ------------------------------------------------------------------------
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))  # 1..100
+    assert stats.percentile(values, 0.5) == 50
+    assert stats.percentile(values, 0.99) == 99
+    assert stats.percentile(values, 0.999) == 100
+    assert stats.percentile(values, 0.0) == 1
+    assert stats.percentile([7.0], 0.99) == 7.0
+    assert stats.percentile([], 0.5) is None
+
+
+def test_latency_summary_sorts_and_counts():
+    s = stats.latency_summary([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s == {"n": 5, "p50": 3.0, "p99": 5.0, "p999": 5.0, "max": 5.0}
+    assert stats.latency_summary([])["p99"] is None
+
+
+def test_median_skips_missing_values():
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert stats.median([None, 5.0, None]) == 5.0
+    assert stats.median([None]) is None
+    assert stats.median([]) is None
+
+
+def test_ratio_and_meets():
+    assert stats.ratio(30.0, 20.0) == 1.5
+    assert stats.ratio(None, 2.0) is None
+    assert stats.ratio(1.0, None) is None
+    assert stats.ratio(1.0, 0.0) is None
+    assert stats.meets(1.5, 1.5) is True
+    assert stats.meets(1.49, 1.5) is False
+    assert stats.meets(19.9, 20.0, higher_is_better=False) is True
+    assert stats.meets(None, 1.0) is None
+
+
+def test_disturbed_runs_are_those_where_others_took_cpu():
+    # 10 s run: the machine was busy 12 CPU-seconds, the run's own processes 11.
+    assert stats.others_cores(12.0, 11.0, 10.0) == pytest.approx(0.1)
+    assert not stats.disturbed(stats.others_cores(12.0, 11.0, 10.0))
+    # others took 8 CPU-seconds in 10 s: most of a core
+    assert stats.disturbed(stats.others_cores(19.0, 11.0, 10.0))
+    # participants' counters may run slightly ahead of the machine's: never negative
+    assert stats.others_cores(10.0, 10.5, 10.0) == 0.0
+    assert stats.others_cores(1.0, 0.0, 0.0) == 0.0
+    assert stats.disturbed(stats.OTHERS_CORES_FLAG + 0.01)
+    assert not stats.disturbed(stats.OTHERS_CORES_FLAG)
+
+
+# --- cases --------------------------------------------------------------------------
+
+
+def test_produce_cases_cross_batching_keys_and_consistency():
+    produce = cases.produce_cases()
+    assert len(produce) == 12
+    assert {(c.records_per_request, c.keyed, c.consistency) for c in produce} == {
+        (r, k, c) for r in (1, 100) for k in (False, True) for c in ("one", "quorum", "all")}
+    assert all(c.peers == (c.consistency == "quorum") for c in produce)
+
+
+def test_select_adds_the_maximum_a_half_load_case_needs():
+    chosen = [c.id for c in cases.select(["latency-half-100"])]
+    assert chosen == ["produce-100-unkeyed-quorum", "latency-half-100"]
+    assert {c.group for c in cases.select(["consume", "e2e"])} == {"consume", "e2e"}
+    assert cases.select(["ceiling"]) == []
+    with pytest.raises(ValueError, match="unknown cases: nope"):
+        cases.select(["nope"])
+
+
+def test_plan_interleaves_systems_within_each_repetition():
+    chosen = cases.select(["produce-1-unkeyed-quorum", "produce-1-unkeyed-one"])
+    order = [(c.id, rep, s) for c, rep, s in cases.plan(chosen, ["ring", "nats", "rabbitmq"], 2)]
+    assert order == [
+        ("produce-1-unkeyed-one", 0, "ring"), ("produce-1-unkeyed-one", 1, "ring"),  # ring-only case
+        ("produce-1-unkeyed-quorum", 0, "ring"), ("produce-1-unkeyed-quorum", 0, "nats"),
+        ("produce-1-unkeyed-quorum", 0, "rabbitmq"),
+        ("produce-1-unkeyed-quorum", 1, "ring"), ("produce-1-unkeyed-quorum", 1, "nats"),
+        ("produce-1-unkeyed-quorum", 1, "rabbitmq"),
+    ]
+
+
+def test_parse_peers():
+    assert cases.parse_peers("none") == []
+    assert cases.parse_peers("nats,rabbitmq,nats") == ["nats", "rabbitmq"]
+    with pytest.raises(ValueError, match="kafka"):
+        cases.parse_peers("nats,kafka")
+
+
+# --- report -------------------------------------------------------------------------
+
+
+def _row(case, system, rec_s, p99=5.0, ok=True, disturbed=False, rss=50.0):
+    return {"case": case, "system": system, "ok": ok, "rec_s": rec_s, "disturbed": disturbed,
+            "lat": {"p50": p99 / 2, "p99": p99, "p999": p99 * 2}, "rss_peak_mb": rss, "cpu_us_per_rec": 10.0,
+            "errors": 0}
+
+
+def test_summarise_takes_medians_and_counts_flags():
+    rows = [_row("c", "ring", 100.0), _row("c", "ring", 300.0, disturbed=True), _row("c", "ring", 200.0),
+            _row("c", "ring", None, ok=False, rss=120.0)]
+    s = report.summarise(rows)[("c", "ring")]
+    assert s["rec_s"] == 200.0
+    assert (s["runs"], s["ok"], s["disturbed"]) == (4, 3, 1)
+    assert s["p99"] == 5.0
+    assert s["rss_peak_mb"] == 120.0
+
+
+def test_table_shows_ring_each_peer_and_the_ratio():
+    rows = [_row("produce-100-unkeyed-quorum", "ring", 60_000.0), _row("produce-100-unkeyed-quorum", "nats", 20_000.0),
+            _row("produce-100-unkeyed-quorum", "rabbitmq", 30_000.0, disturbed=True),
+            _row("produce-100-unkeyed-one", "ring", 90_000.0)]
+    chosen = cases.select(["produce-100-unkeyed-quorum", "produce-100-unkeyed-one"])
+    lines = report.table(report.summarise(rows), chosen, ["nats", "rabbitmq"])
+    assert lines[0] == "| case | metric | ring | NATS | ring/NATS | RabbitMQ | ring/RabbitMQ | notes |"
+    quorum = next(line for line in lines if "100/req, unkeyed, quorum" in line)
+    assert "| 60,000 | 20,000 | 3.00× | 30,000 | 2.00× |" in quorum
+    assert "RabbitMQ: 1/1 disturbed" in quorum
+    one = next(line for line in lines if "100/req, unkeyed, one" in line)
+    assert "| 90,000 |  |  |  |  |" in one  # peers have no consistency=one: no figure, no ratio
+
+
+def test_targets_against_the_summary():
+    rows = [_row("produce-100-unkeyed-quorum", "ring", 60_000.0), _row("produce-100-unkeyed-quorum", "rabbitmq", 30_000.0),
+            _row("produce-1-unkeyed-quorum", "ring", 5_000.0), _row("produce-1-unkeyed-quorum", "nats", 10_000.0),
+            _row("consume-fetch", "ring", 200_000.0), _row("consume-fetch", "rabbitmq", 100_000.0),
+            _row("latency-one-1", "ring", 1.0, p99=2.0), _row("latency-one-1", "nats", 1.0, p99=3.0),
+            _row("latency-half-1", "ring", 1.0, p99=25.0, rss=200.0)]
+    got = {name: (fig, met) for name, fig, met in report.targets(report.summarise(rows))}
+    assert got["batched (100/request) quorum produce ≥ 1.5× RabbitMQ streams R3"] == ("2.00×", True)
+    assert got["unbatched quorum produce ≥ 1.0× NATS JetStream R3"] == ("0.50×", False)
+    assert got["consume ≥ 2× ring's (batched quorum) produce"][1] is True
+    assert got["consume ≥ 1.0× RabbitMQ streams"][1] is True
+    assert got["p99 quorum produce latency, one in flight ≤ NATS's"][1] is True
+    assert got["p99 at half max load (1/request) < 20 ms"] == ("25.0 ms", False)
+    assert got["p99 at half max load (100/request) < 20 ms"][1] is None
+    assert got["broker RSS ≤ 150 MB"] == ("200 MB", False)
+    assert "| p99 at half max load (1/request) < 20 ms | 25.0 ms | NO |" in report.target_lines(report.targets(
+        report.summarise(rows)))
+
+
+def test_replace_section_keeps_the_rest_of_the_document(tmp_path):
+    doc = "# Benchmarks\n\nHand-written text.\n"
+    once = report.replace_section(doc, "first")
+    assert once.startswith(doc.rstrip()) and report.BEGIN in once and "first" in once
+    twice = report.replace_section(once + "\n## After\n", "second")
+    assert "first" not in twice and "second" in twice and "Hand-written text." in twice and "## After" in twice
+    assert twice.count(report.BEGIN) == 1
+    path = tmp_path / "B.md"
+    report.write_section(path, "new")
+    assert report.BEGIN in path.read_text()
+
+
+# --- parsing the tools' output ----------------------------------------------------------------
+
+WRK_OUT = """Running 2s test @ http://127.0.0.1:9250/v1/topics/t/messages?partition=0&consistency=quorum
+  1 threads and 256 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    21.55ms    3.10ms  48.20ms   90.00%
+  Latency Distribution
+     50%   20.99ms
+     75%   22.10ms
+     90%   24.01ms
+     99%    1.02s
+  23456 requests in 2.00s, 3.1MB read
+  Non-2xx or 3xx responses: 12
+Requests/sec:  11728.00
+Transfer/sec:      1.55MB
+"""
+
+
+def test_parse_wrk():
+    got = ceilings.parse_wrk(WRK_OUT)
+    assert got["req_s"] == 11728.0
+    assert got["p50_ms"] == pytest.approx(20.99)
+    assert got["p99_ms"] == pytest.approx(1020.0)
+    assert got["non_2xx"] == 12
+    assert ceilings.parse_wrk("garbage")["req_s"] is None
+
+
+def test_top_frames_from_collapsed_stacks():
+    raw = ("process 1:main (x.py:1);serve (/a/b/app.py:10);append (/a/log/segment.py:5) 60\n"
+           "process 1:main (x.py:1);serve (/a/b/app.py:10);crc (/a/log/batch.py:7) 30\n"
+           "process 1:main (x.py:1);idle (/a/loop.py:2) 10\n")
+    top = profile.top_frames(raw)
+    assert top["samples"] == 100
+    assert top["own"][0] == ("append (segment.py:5)", 0.6)
+    assert dict(top["inclusive"])["serve (app.py:10)"] == pytest.approx(0.9)
+    assert profile.top_frames("")["own"] == []
+
+
+# --- load generator loops ----------------------------------------------------------------------
+
+
+def test_records_are_1k_json_and_carry_a_sequence():
+    recs = loadgen.make_records(20)
+    assert all(len(v) == 1024 and k.startswith(b"u") for k, v in recs)
+    stamped = loadgen.with_seq(recs[3][1], 123456)
+    assert len(stamped) == 1024 and loadgen.seq_of(stamped) == 123456
+    assert orjson.loads(stamped)["user"] == orjson.loads(recs[3][1])["user"]
+
+
+async def test_windowed_is_bounded_in_count_and_time():
+    in_flight = peak = 0
+
+    async def send(i: int) -> int:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001)
+        in_flight -= 1
+        if i == 7:
+            raise RuntimeError("refused")
+        return 100
+
+    res = await loadgen.windowed(send, window=8, requests_max=50, seconds_max=10)
+    assert (res["requests"], res["errors"], res["records"]) == (49, 1, 4900)
+    assert peak == 8 and "refused" in res["last_error"]
+    t0 = time.perf_counter()
+    res = await loadgen.windowed(send, window=4, requests_max=10**9, seconds_max=0.2)
+    assert time.perf_counter() - t0 < 2.0 and res["requests"] > 0
+
+
+async def test_paced_keeps_the_rate_and_stops_at_its_bounds():
+    async def send(i: int) -> int:
+        await asyncio.sleep(0.002)
+        return 1
+
+    t0 = time.perf_counter()
+    res = await loadgen.paced(send, rate=200, requests_max=10**9, seconds_max=0.5)
+    assert 0.4 < time.perf_counter() - t0 < 3.0
+    assert 80 <= res["requests"] <= 102
+    assert res["lat_ms"]["p50"] >= 2.0
+
+
+# --- /proc --------------------------------------------------------------------------------------
+
+
+def test_proc_readings_of_a_child_we_started():
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.3: pass\n"
+                                                    "time.sleep(5)"])
+    try:
+        time.sleep(0.6)
+        assert child.pid in procs.with_descendants([os.getpid()])
+        assert procs.cpu_seconds(child.pid) > 0.1
+        assert procs.rss_bytes(child.pid) > 1 << 20
+        sampler = procs.PeakRss({"child": [child.pid]})
+        sampler.start()
+        assert sampler.stop()["child"] > 1 << 20
+    finally:
+        child.kill()
+        child.wait()
+    assert procs.cpu_seconds(child.pid) == 0.0  # gone: counts nothing
+    assert procs.machine_busy_seconds() > 0
+
+
+# --- the whole harness, small ----------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_quick_run_against_real_brokers(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text("# Benchmarks\n\nKept.\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ring", "bench", "--quick", "--peers", "none", "--output", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = out.read_text()
+    assert "Kept." in doc and report.BEGIN in doc and report.END in doc
+    assert "command: `ring bench --quick --peers none --output" in doc
+    for line in ("| produce 100/req, unkeyed, quorum | records/s |", "| consume from offset 0 (fetch) | records/s |",
+                 "| end-to-end, produce to long-poll delivery", "#### Targets", "| broker RSS ≤ 150 MB |",
+                 "disk append, 1 KiB writes, fdatasync each", "loopback TCP", "produce, stored batches"):
+        assert line in doc, line
+    assert "consume (group poll): skipped" in doc
+    assert "FAILED" not in r.stdout
+    assert took < 60, f"the quick run took {took:.0f} s"
