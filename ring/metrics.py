@@ -197,8 +197,7 @@ class BrokerCollector:
         yield from self._groups()
 
     def _replication_links(self, links: Any) -> Iterator[Metric]:
-        if not isinstance(links, dict):
-            return
+        links = links if isinstance(links, dict) else {}  # a broker alone has no followers
         connected = _gauge("ring_replication_link_connected", "1 while the link to a follower is open", ["follower"])
         inflight = _gauge("ring_replication_inflight_bytes", "Bytes sent to a follower and not yet acked",
                           ["follower"])

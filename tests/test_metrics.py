@@ -176,3 +176,19 @@ def test_a_broker_process_serves_metrics(broker: Any) -> None:
     assert value(samples, "ring_produce_records_total", topic="metrics-proc") == 1
     assert value(samples, "ring_partition_high_watermark", topic="metrics-proc", partition="0") == 1
     assert value(samples, "ring_broker_ready") == 1
+
+
+async def test_docs_list_exactly_the_metrics_served(served: Served) -> None:
+    """docs/ADMIN.md's table names every ring_ metric /metrics serves, with its type."""
+    import re
+
+    from tests.brokers import REPO_ROOT
+
+    rows = re.findall(r"^\| `(ring_[a-z_]+)` \| (\w+) \|", (REPO_ROOT / "docs" / "ADMIN.md").read_text(), re.M)
+    documented = {}
+    for name, kind in rows:
+        family = re.sub(r"_total$", "", name) if kind == "counter" else name
+        documented[family] = kind
+    _, families, _ = await served.scrape()
+    served_types = {name: f.type for name, f in families.items() if name.startswith("ring_")}
+    assert documented == served_types
