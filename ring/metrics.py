@@ -4,7 +4,8 @@ Two kinds of numbers. Counters and histograms of traffic are counted as
 requests pass: an aiohttp middleware (outermost, so it sees the final status
 of every answer, errors included) times each request and counts it by route
 template, method and status, and for produce and fetch also counts records
-and bytes per topic. Everything that is state (offsets, high watermarks,
+and bytes per topic, in plain dicts (the event loop is the only writer, so a
+request costs a few dictionary updates, not prometheus_client's locks). Everything that is state (offsets, high watermarks,
 replica lag, under-replicated partitions, gossip view, long-polls open, disk
 used, consumer group lag) is read from the broker's own public answers
 (``status()``, ``cluster()``, ``describe_topic()``) when Prometheus scrapes,
@@ -14,8 +15,10 @@ Each app gets its own ``CollectorRegistry`` (several brokers can live in one
 test process). Labels never take a raw path or an unchecked name: routes are
 templates, and a topic label is only set once the broker has answered 2xx for
 that topic, so a client cannot grow the series count by sending junk. Events
-only broker internals see (elections, replication frames) are counters on
-``Metrics`` for that code to bump; until it does they stay at zero.
+only broker internals see are counted by that code calling
+``Metrics.election(result)`` and ``Metrics.sent(follower, nbytes)``; consumer
+group lag comes from ``Metrics.group_source``. Until they are wired these stay
+at zero or empty.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import asyncio
 import logging
 import os
 import time
+from bisect import bisect_left
 from typing import Any, Awaitable, Callable, Iterable, Iterator, NamedTuple
 
 import orjson
 from aiohttp import web
-from prometheus_client import (CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector,
-                               disable_created_metrics)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
+                                   Metric)
 from prometheus_client import exposition
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -57,60 +61,70 @@ class GroupLag(NamedTuple):
     members: int
 
 
+class _Histogram:
+    """Bucket counts and a sum: one list index per observation, no lock (the loop is the only writer)."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_S) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS_S, value)] += 1  # first bucket with le >= value
+        self.total += value
+
+
 class Metrics:
-    """The registry of one broker's app and the instruments traffic and hooks update."""
+    """One broker's registry, and the counters traffic and broker internals bump.
+
+    Requests are counted in plain dicts on the event loop (a few hundred
+    nanoseconds each, no locks) and turned into metric families when scraped.
+    """
 
     def __init__(self, broker: Any | None = None) -> None:
         disable_created_metrics()  # *_created series double the output and no dashboard reads them
         self.registry = CollectorRegistry(auto_describe=True)
-        reg = self.registry
-        self.http_requests = Counter("ring_http_requests", "HTTP requests answered, by route template and status",
-                                     ["method", "route", "status"], registry=reg)
-        self.http_latency = Histogram("ring_http_request_duration_seconds",
-                                      "Time from request to answer (fetch includes its long-poll wait)",
-                                      ["method", "route"], buckets=LATENCY_BUCKETS_S, registry=reg)
-        self.produce_requests = Counter("ring_produce_requests", "Produce requests acknowledged", ["topic"],
-                                        registry=reg)
-        self.produce_records = Counter("ring_produce_records", "Records acknowledged to producers", ["topic"],
-                                       registry=reg)
-        self.produce_bytes = Counter("ring_produce_bytes", "Request body bytes of acknowledged produces",
-                                     ["topic"], registry=reg)
-        self.fetch_requests = Counter("ring_fetch_requests", "Fetch requests answered 200", ["topic"], registry=reg)
-        self.fetch_records = Counter("ring_fetch_records",
-                                     "Offsets consumers moved past (next offset - requested offset)",
-                                     ["topic"], registry=reg)
-        self.fetch_bytes = Counter("ring_fetch_bytes", "Response body bytes of fetches", ["topic"], registry=reg)
-        # Bumped by broker internals (see docs/ADMIN.md, "hooks").
-        self.elections = Counter("ring_elections", "Leader elections this broker ran, by result", ["result"],
-                                 registry=reg)
-        self.replication_bytes = Counter("ring_replication_sent_bytes", "Stored batch bytes sent to a follower",
-                                         ["follower"], registry=reg)
-        for result in ("won", "lost"):
-            self.elections.labels(result)
-        self._children: dict[tuple[str, str, str], Any] = {}
-        self._latency_children: dict[tuple[str, str], Any] = {}
+        self.broker = broker
+        self.requests: dict[tuple[str, str, str], int] = {}  # (method, route, status) -> count
+        self.latency: dict[tuple[str, str], _Histogram] = {}  # (method, route) -> histogram
+        self.produced: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
+        self.fetched: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
+        self.elections = {"won": 0, "lost": 0}
+        self.replication_sent: dict[str, int] = {}  # follower -> bytes
         self.group_source: Callable[[], Iterable[GroupLag]] | None = None
-        ProcessCollector(registry=reg)
-        PlatformCollector(registry=reg)
+        self._routes: dict[Any, str] = {}  # resource -> its template (a property that builds a string)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(TrafficCollector(self))
         if broker is not None:
-            reg.register(BrokerCollector(broker, self))
+            self.registry.register(BrokerCollector(broker, self))
+
+    # --- hooks for broker internals -------------------------------------------------------
+
+    def election(self, result: str) -> None:
+        """A leader election this broker ran ended: ``won`` or ``lost``."""
+        assert result in self.elections, result
+        self.elections[result] += 1
+
+    def sent(self, follower: str, nbytes: int) -> None:
+        """Stored batch bytes the replication sender handed to ``follower``'s link."""
+        self.replication_sent[follower] = self.replication_sent.get(follower, 0) + nbytes
 
     # --- traffic -----------------------------------------------------------------------
 
     def observe(self, request: web.Request, status: int, elapsed_s: float,
                 response: web.StreamResponse | None) -> None:
-        info = request.match_info
-        route = info.route.resource.canonical if info.route.resource is not None else "unmatched"
+        resource = request.match_info.route.resource
+        route = self._routes.get(resource)
+        if route is None:
+            route = self._routes[resource] = resource.canonical if resource is not None else "unmatched"
         method = request.method if request.method in _METHODS else "other"
         key = (method, route, str(status))
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.http_requests.labels(*key)
-        child.inc()
-        lkey = (method, route)
-        hist = self._latency_children.get(lkey)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        hist = self.latency.get((method, route))
         if hist is None:
-            hist = self._latency_children[lkey] = self.http_latency.labels(*lkey)
+            hist = self.latency[(method, route)] = _Histogram()
         hist.observe(elapsed_s)
         if not 200 <= status < 300 or response is None:
             return
@@ -120,31 +134,95 @@ class Metrics:
             self._fetched(request, response)
 
     def _produced(self, request: web.Request, response: web.StreamResponse) -> None:
-        topic = request.match_info["topic"]
         body = response.body if isinstance(response, web.Response) else None
-        records = 0
-        if isinstance(body, (bytes, bytearray)):
-            try:
-                doc = orjson.loads(body)
-                results = doc.get("results", [doc])
-                records = sum(int(r.get("count", 0)) for r in results)
-            except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-                records = 0
-        size = request.content.total_bytes
-        self.produce_requests.labels(topic).inc()
-        self.produce_records.labels(topic).inc(records)
-        self.produce_bytes.labels(topic).inc(size)
+        records = _produced_records(body) if isinstance(body, (bytes, bytearray)) else 0
+        row = self.produced.setdefault(request.match_info["topic"], [0, 0, 0])
+        row[0] += 1
+        row[1] += records
+        row[2] += request.content.total_bytes
 
     def _fetched(self, request: web.Request, response: web.StreamResponse) -> None:
-        topic = request.match_info["topic"]
-        self.fetch_requests.labels(topic).inc()
-        self.fetch_bytes.labels(topic).inc(response.content_length or 0)
+        row = self.fetched.setdefault(request.match_info["topic"], [0, 0, 0])
+        row[0] += 1
         offset, next_offset = request.query.get("offset"), response.headers.get(NEXT_OFFSET_HEADER)
         if offset and next_offset and offset.isdigit() and next_offset.isdigit():
-            self.fetch_records.labels(topic).inc(max(0, int(next_offset) - int(offset)))
+            row[1] += max(0, int(next_offset) - int(offset))
+        row[2] += response.content_length or 0
+
+    def forget_topics(self, keep: set[str]) -> None:
+        """Drop the counters of deleted topics, so series do not pile up over a long life."""
+        for table in (self.produced, self.fetched):
+            for topic in [t for t in table if t not in keep]:
+                del table[topic]
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _produced_records(body: bytes | bytearray) -> int:
+    """Records a produce answer acknowledges: its "count", or the sum over its "results"."""
+    if body.startswith(b'{"topic"'):  # one result, "count" last: no need to parse the rest
+        at = body.rfind(b'"count":')
+        tail = body[at + 8:-1] if at >= 0 and body.endswith(b"}") else b""
+        if tail.isdigit():
+            return int(tail)
+    try:
+        doc = orjson.loads(body)
+        return sum(int(r.get("count", 0)) for r in doc.get("results", [doc]))
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0
+
+
+class TrafficCollector:
+    """The request counters as metric families."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.m
+        if m.broker is not None:
+            m.forget_topics({t["name"] for t in m.broker.list_topics()})
+        requests = CounterMetricFamily("ring_http_requests", "HTTP requests answered, by route template and status",
+                                       labels=["method", "route", "status"])
+        for key, n in sorted(m.requests.items()):
+            requests.add_metric(list(key), n)
+        yield requests
+        latency = HistogramMetricFamily("ring_http_request_duration_seconds",
+                                        "Time from request to answer (fetch includes its long-poll wait)",
+                                        labels=["method", "route"])
+        for key, hist in sorted(m.latency.items()):
+            cumulative, buckets = 0, []
+            for le, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), hist.counts):
+                cumulative += n
+                buckets.append((le, cumulative))
+            latency.add_metric(list(key), buckets, hist.total)
+        yield latency
+        for table, kind, docs in ((m.produced, "produce", ("Produce requests acknowledged",
+                                                            "Records acknowledged to producers",
+                                                            "Request body bytes of acknowledged produces")),
+                                  (m.fetched, "fetch", ("Fetch requests answered 200",
+                                                        "Offsets consumers moved past (next offset - requested offset)",
+                                                        "Response body bytes of fetches"))):
+            families = [CounterMetricFamily(f"ring_{kind}_{what}", doc, labels=["topic"])
+                        for what, doc in zip(("requests", "records", "bytes"), docs)]
+            for topic, row in sorted(table.items()):
+                for family, n in zip(families, row):
+                    family.add_metric([topic], n)
+            yield from families
+        elections = CounterMetricFamily("ring_elections", "Leader elections this broker ran, by result",
+                                        labels=["result"])
+        for result, n in m.elections.items():
+            elections.add_metric([result], n)
+        yield elections
+        sent = CounterMetricFamily("ring_replication_sent_bytes", "Stored batch bytes sent to a follower",
+                                   labels=["follower"])
+        for follower, n in sorted(m.replication_sent.items()):
+            sent.add_metric([follower], n)
+        yield sent
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -120,6 +120,9 @@ async def test_traffic_is_counted_by_route_topic_and_status(served: Served) -> N
     assert value(samples, "ring_disk_used_bytes") > 0
     assert value(samples, "ring_broker_info", broker="ring-0", version=__import__("ring").__version__) == 1
     assert value(samples, "ring_elections_total", result="won") == 0
+    served.app[metrics.METRICS_KEY].sent("ring-1", 512)
+    _, _, samples = await s.scrape()
+    assert value(samples, "ring_replication_sent_bytes_total", follower="ring-1") == 512
     assert "process_resident_memory_bytes" in families or "process_cpu_seconds" in families
 
 
@@ -192,3 +195,19 @@ async def test_docs_list_exactly_the_metrics_served(served: Served) -> None:
     _, families, _ = await served.scrape()
     served_types = {name: f.type for name, f in families.items() if name.startswith("ring_")}
     assert documented == served_types
+
+
+async def test_a_deleted_topic_leaves_no_series(served: Served) -> None:
+    s = served
+    assert (await s.request("POST", "/v1/topics", json={"name": "gone", "partitions": 1}))[0] == 201
+    assert (await s.request("POST", "/v1/topics/gone/messages", data=b'{"value": 1}',
+                            headers={"Content-Type": "application/json"}))[0] == 200
+    text, _, _ = await s.scrape()
+    assert 'topic="gone"' in text
+    assert (await s.request("DELETE", "/v1/topics/gone"))[0] == 200
+    text, _, samples = await s.scrape()
+    assert 'topic="gone"' not in text
+    # Buckets are cumulative and end with every observation.
+    route = "/v1/topics/{topic}/messages"
+    inf = value(samples, "ring_http_request_duration_seconds_bucket", method="POST", route=route, le="+Inf")
+    assert inf == value(samples, "ring_http_request_duration_seconds_count", method="POST", route=route) == 1
