@@ -5,9 +5,10 @@ requests pass: an aiohttp middleware (outermost, so it sees the final status
 of every answer, errors included) times each request and counts it by route
 template, method and status, and for produce and fetch also counts records
 and bytes per topic, in plain dicts (the event loop is the only writer, so a
-request costs a few dictionary updates, not prometheus_client's locks). Everything that is state (offsets, high watermarks,
-replica lag, under-replicated partitions, gossip view, long-polls open, disk
-used, consumer group lag) is read from the broker's own public answers
+request costs a few dictionary updates, not prometheus_client's locks).
+Everything that is state (offsets, high watermarks, replica lag,
+under-replicated partitions, gossip view, long-polls open, disk used,
+consumer group lag) is read from the broker's own public answers
 (``status()``, ``cluster()``, ``describe_topic()``) when Prometheus scrapes,
 so it is never stale and costs nothing between scrapes.
 

@@ -110,8 +110,8 @@ def test_a_broker_logs_json_when_asked(tmp_path: Path) -> None:
     if rest:
         pytest.skip("waits for --log-format in ring/cli.py (logging_setup.add_arguments and configure)")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ring", "serve", "--name", "ring-0", "--data-dir", str(tmp_path / "d"),
-                             "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
+    proc = subprocess.Popen([sys.executable, "-m", "ring", "serve", "--name", "ring-0",
+                             "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
     try:
