@@ -5,9 +5,8 @@ request of one record is one ``publish_async`` and its PubAck; a request of
 100 records is 100 ``publish_async`` calls (NATS 2.9 has no batch publish)
 and the wait for their 100 PubAcks. Keyed records go to the subject
 ``<stream>.<key>``, NATS's way of addressing by key; unkeyed ones to
-``<stream>.clicks``. Consume is a pull consumer from the first message
-(ack policy all, one ack per fetched batch), decoding nothing beyond what
-nats-py hands over, as ring's consumer decodes its batches.
+``<stream>.clicks``. Consume is an ordered push consumer from the first
+message with a callback per message, as the RabbitMQ driver's.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from typing import Any, Callable
 
 from ring.bench.loadgen import with_seq
 
-FETCH_BATCH = 1000
 STREAM_READY_S = 30.0
 
 
@@ -75,24 +73,26 @@ class NatsDriver:
         return send
 
     async def consume(self, expected: int, seconds_max: float) -> int:
-        from nats.errors import TimeoutError as NatsTimeout
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+        """An ordered push consumer from the first message, a callback per
+        message: nats-py's fastest way to read a stream (about 3x its pull
+        consumer's fetch of 1,000 here)."""
+        from nats.js.api import DeliverPolicy
 
-        sub = await self.js.pull_subscribe(
-            f"{self.stream}.>", stream=self.stream,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL))
-        deadline = time.perf_counter() + seconds_max
         got = 0
+        done = asyncio.Event()
+
+        async def cb(msg: Any) -> None:
+            nonlocal got
+            got += 1
+            if got >= expected:
+                done.set()
+
+        sub = await self.js.subscribe(f"{self.stream}.>", cb=cb, ordered_consumer=True,
+                                      deliver_policy=DeliverPolicy.ALL)
         try:
-            while got < expected and time.perf_counter() < deadline:
-                try:
-                    msgs = await sub.fetch(FETCH_BATCH, timeout=2)
-                except NatsTimeout:
-                    break
-                for m in msgs:
-                    got += len(m.data) > 0
-                if msgs:
-                    await msgs[-1].ack()
+            await asyncio.wait_for(done.wait(), seconds_max)
+        except asyncio.TimeoutError:
+            pass
         finally:
             await sub.unsubscribe()
         return got

@@ -74,7 +74,8 @@ def markdown(bench: Any) -> str:
         out.append(f"- {n}")
     out += ["", *report.table(summary, bench.cases, peers), ""]
     out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
-    out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum"), ""]
+    out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
+                                                      bench.extra.get("idle_cores")), ""]
     ring_unbatched = (summary.get(("produce-1-unkeyed-quorum", "ring")) or {}).get("rec_s")
     ceil = _ceilings(bench.extra, ring_unbatched)
     if ceil:

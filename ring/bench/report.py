@@ -102,13 +102,18 @@ def table(summary: dict[tuple[str, str], dict[str, Any]], cases: list[Case], pee
     return lines
 
 
-def resources(summary: dict[tuple[str, str], dict[str, Any]], systems: list[str], case_id: str) -> list[str]:
-    lines = ["| system | broker RSS peak, MB (any run) | broker CPU per record, µs (" + case_id + ") |",
-             "|---|---:|---:|"]
+def resources(summary: dict[tuple[str, str], dict[str, Any]], systems: list[str], case_id: str,
+              idle_cores: dict[str, float] | None = None) -> list[str]:
+    """Per system: peak RSS of its largest broker, broker CPU per record
+    (all brokers' CPU seconds over records acknowledged), CPU while idle."""
+    idle_cores = idle_cores or {}
+    lines = ["| system | broker RSS peak, MB (largest node, any run) | broker CPU per record, µs, all nodes "
+             f"({case_id}) | idle CPU, cores, all nodes |", "|---|---:|---:|---:|"]
     for s in systems:
         peak = max((v["rss_peak_mb"] or 0 for (c, sys_), v in summary.items() if sys_ == s), default=0)
-        per = summary.get((case_id, s), {}).get("cpu_us_per_rec")
-        lines.append(f"| {NAMES[s]} | {peak:,.0f} | {_num(per, 'ms')} |")
+        per = (summary.get((case_id, s)) or {}).get("cpu_us_per_rec")
+        idle = idle_cores.get(s)
+        lines.append(f"| {NAMES[s]} | {peak:,.0f} | {_num(per, 'ms')} | {'–' if idle is None else f'{idle:.3f}'} |")
     return lines
 
 

@@ -158,6 +158,14 @@ class Bench:
             self.systems[name] = peer
             self.say(f"started {peer.label}")
 
+    def measure_idle(self, seconds: float) -> None:
+        """Each system's CPU while nothing is sent: what an idle peer costs the
+        runs of the others (counted among their *others*)."""
+        pids = {n: [p for ps in s.broker_pids().values() for p in ps] for n, s in self.systems.items()}
+        before = {n: procs.cpu_of(p) for n, p in pids.items()}
+        time.sleep(seconds)
+        self.extra["idle_cores"] = {n: (procs.cpu_of(p) - before[n]) / seconds for n, p in pids.items()}
+
     def stop_systems(self) -> None:
         for name, s in self.systems.items():
             try:
@@ -333,6 +341,7 @@ class Bench:
         try:
             self.start_systems()
             self.versions = {n: s.version() for n, s in self.systems.items()}
+            self.measure_idle(1.0 if self.args.quick else 5.0)
             self.run_cases()
             if "ceiling" in self.groups:
                 self.run_ceilings()
