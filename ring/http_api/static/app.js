@@ -188,6 +188,7 @@ let again = false;
 
 async function tick() {
   if (running) { again = true; return; }
+  if (document.hidden) { clearTimeout(timer); return; }  // a background tab polls nothing; visible again: at once
   running = true;
   clearTimeout(timer);
   try {
@@ -365,7 +366,9 @@ function partitionsTable(topic, doc) {
     const ends = p.replica_end_offsets || {};
     const replicas = (p.replicas || []).map((r) => {
       const end = ends[r];
-      const lag = typeof end === "number" && typeof p.end_offset === "number" ? Math.max(0, p.end_offset - end) : null;
+      // Nothing to lag behind in an empty log, whether or not the replica has reported.
+      const lag = p.end_offset === 0 ? 0
+        : typeof end === "number" && typeof p.end_offset === "number" ? Math.max(0, p.end_offset - end) : null;
       return el("span", { class: `replica${LIVE.has(brokerStatus(r)) ? "" : " replica-down"}`, dataset: { replica: r } },
         brokerChip(r), el("span", { class: "lag" }, lag === null ? "lag ?" : `lag ${lag}`));
     });
@@ -505,6 +508,7 @@ function start() {
     refreshNow();
   });
   $("#auto-refresh").addEventListener("change", () => (($("#auto-refresh").checked) ? refreshNow() : clearTimeout(timer)));
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshNow(); });
   $("#ring-topic").addEventListener("change", (ev) => { state.ringTopic = ev.target.value; renderRing(); });
   createTopicForm();
   settingsDialog();
