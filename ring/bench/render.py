@@ -39,11 +39,12 @@ def _ceilings(extra: dict[str, Any], ring_unbatched: float | None) -> list[str]:
 
 def _profile(p: dict[str, Any]) -> list[str]:
     top = p["top"]
-    lines = [f"py-spy, {top.get('samples', 0)} samples of ring-0 during an extra batched quorum produce run "
+    lines = [f"py-spy, {top.get('samples', 0)} samples of ring-0 during an extra run of *{p['case']}* "
              f"({p.get('rec_s') or 0:,.0f} records/s while profiled); own time (top frame), then inclusive:", "",
              "| own | share | inclusive | share |", "|---|---:|---|---:|"]
     for (o, os_), (i, is_) in zip(top.get("own", []), top.get("inclusive", [])):
         lines.append(f"| `{o}` | {os_:.1%} | `{i}` | {is_:.1%} |")
+    lines.append("")
     return lines
 
 
@@ -80,8 +81,8 @@ def markdown(bench: Any) -> str:
     ceil = _ceilings(bench.extra, ring_unbatched)
     if ceil:
         out += ["#### Ceilings, same run", "", *ceil, ""]
-    if bench.extra.get("profile"):
-        out += ["#### Profile", "", *_profile(bench.extra["profile"]), ""]
+    for p in bench.extra.get("profile") or []:
+        out += ["#### Profile", "", *_profile(p), ""]
     if bench.extra.get("single"):
         from ring.bench import single
 

@@ -37,6 +37,7 @@ from ring.bench import procs, profile, stats
 from ring.bench.system import RingSystem, http_json
 
 E2E_RATE = casemod.E2E_RATE_PER_S
+DEFAULT_OUTPUT = Path("docs/BENCHMARKS.md")
 
 
 @dataclass
@@ -60,13 +61,17 @@ class Settings:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ring bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="ring bench", description=(
+        "ring (3 brokers, RF 3) against NATS JetStream and RabbitMQ streams (3 nodes each) on loopback: "
+        "produce, latency, consume, end-to-end, ceilings; one table of medians and ratios."))
     p.add_argument("--quick", action="store_true", help="short runs, 1 repetition: a smoke test")
     p.add_argument("--peers", default="nats,rabbitmq", help="nats,rabbitmq or none (default nats,rabbitmq)")
     p.add_argument("--cases", default=",".join(casemod.GROUPS),
                    help=f"groups ({','.join(casemod.GROUPS)}) or case ids, comma-separated (default all)")
     p.add_argument("--output", type=Path, default=None,
-                   help="write the generated section of this Markdown file (e.g. docs/BENCHMARKS.md) and a plot beside it")
+                   help="rewrite the generated section of this Markdown file and write a plot beside it "
+                        f"(default {DEFAULT_OUTPUT} when it exists here, except with --quick)")
+    p.add_argument("--no-output", action="store_true", help="print the report only")
     p.add_argument("--reps", type=int, default=None, help="repetitions per case and system (default 3, quick 1)")
     p.add_argument("--seconds", type=float, default=None, help="time bound of each produce run")
     p.add_argument("--window", type=int, default=None, help="requests in flight, 1 record per request (default 256)")
@@ -76,7 +81,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fsync", default="interval:1000", help="ring's fsync policy (default interval:1000)")
     p.add_argument("--profile", action="store_true",
                    help="py-spy a ring broker during an extra batched-produce run and report its top frames")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.no_output:
+        args.output = None
+    elif args.output is None and not args.quick and DEFAULT_OUTPUT.exists():
+        args.output = DEFAULT_OUTPUT
+    return args
 
 
 def machine() -> str:
@@ -281,20 +291,25 @@ class Bench:
         return any(p.startswith("/v1/groups/") and p.endswith("/members") and "post" in v for p, v in paths.items())
 
     def run_profile(self) -> None:
-        case = next(c for c in casemod.all_cases() if c.id == "produce-100-unkeyed-quorum")
-        spec = self.spec(case, 99, "ring")
-        assert spec is not None
-        spec["seconds_max"] = self.settings.profile_s + 2
-        out = self.root / "profile.txt"
+        """py-spy on ring-0 during an extra run of each quorum produce case
+        (not counted in the table: the profiler takes CPU)."""
         if profile.py_spy() is None:
             self.note("profile skipped: py-spy is not installed (pip install py-spy)")
             return
-        row = self.run_one(case, 99, "ring", spec, profile_out=out)
-        text = out.read_text() if out.exists() else ""
-        kept = Path(tempfile.gettempdir()) / "ring-bench-profile.txt"
-        kept.write_text(text)
-        self.extra["profile"] = {"top": profile.top_frames(text), "rec_s": row.get("rec_s"), "raw": str(kept)}
-        self.say(f"profile of ring-0 during batched produce ({row.get('rec_s') or 0:,.0f} rec/s): {kept}")
+        self.extra["profile"] = []
+        for case_id in ("produce-100-unkeyed-quorum", "produce-1-unkeyed-quorum"):
+            case = next(c for c in casemod.all_cases() if c.id == case_id)
+            spec = self.spec(case, 99, "ring")
+            assert spec is not None
+            spec["seconds_max"] = self.settings.profile_s + 2
+            out = self.root / f"profile-{case_id}.txt"
+            row = self.run_one(case, 99, "ring", spec, profile_out=out)
+            text = out.read_text() if out.exists() else ""
+            kept = Path(tempfile.gettempdir()) / f"ring-bench-profile-{case_id}.txt"
+            kept.write_text(text)
+            self.extra["profile"].append({"case": case.label, "top": profile.top_frames(text),
+                                          "rec_s": row.get("rec_s"), "raw": str(kept)})
+            self.say(f"profile of ring-0 during {case.label} ({row.get('rec_s') or 0:,.0f} rec/s): {kept}")
 
     # --- ceilings and the single-broker part -----------------------------------------
 
