@@ -546,6 +546,10 @@ class Broker:
             offset = part.hw if found is None else found
         return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
 
+    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        """GET .../offsets: ``offset_for_timestamp`` (a clustered broker may ask a replica)."""
+        return self.offset_for_timestamp(topic, partition, timestamp)
+
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
         """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
         part = self._partition(topic, partition)

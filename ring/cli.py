@@ -2,10 +2,23 @@
 
 Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
-``RING_LOG_LEVEL``); a flag on the command line wins. SIGTERM or SIGINT stops
-a broker cleanly: it stops accepting, gives requests in flight
-``SHUTDOWN_GRACE_S`` to finish, closes every log (leaving the clean-shutdown
-marker) and exits 0.
+``RING_LOG_LEVEL``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
+``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``); a flag on the
+command line wins. Prefer the environment for the secret: a command line is
+visible to every user of the machine.
+
+A broker is a cluster of one unless ``--seeds`` names other brokers' peer
+addresses (its own may be among them). The ordinal suffix of its name
+(``ring-0``, ``ring-1`` ...) gives its ring token unless ``--token`` is set;
+a name without one and no ``--token`` is refused at start. The peer port
+(default: the client port + 1) refuses every request without the cluster
+secret. A stopped broker is reported down by the others about 6-13 s after
+it stopped (phi accrual, threshold 8, 1 s gossip), up again within a gossip
+round or two of its return.
+
+SIGTERM or SIGINT stops a broker cleanly: it stops accepting, gives requests
+in flight ``SHUTDOWN_GRACE_S`` to finish, closes every log (leaving the
+clean-shutdown marker) and exits 0.
 """
 
 from __future__ import annotations
@@ -37,6 +50,25 @@ def parse_listen(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
+def parse_seeds(text: str) -> tuple[str, ...]:
+    seeds = tuple(s.strip() for s in text.split(",") if s.strip())
+    for seed in seeds:
+        host, sep, port = seed.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise argparse.ArgumentTypeError(f"--seeds must be HOST:PEERPORT,..., not {seed!r}")
+    return seeds
+
+
+def parse_token(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--token must be an integer, not {text!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError("--token must be a signed 64-bit integer")
+    return value
+
+
 def parse_fsync(text: str):
     from ring.log.fsync import FsyncPolicy
 
@@ -60,6 +92,18 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse produce to unknown topics (env RING_AUTO_CREATE=false)")
     p.add_argument("--log-level", type=str.lower, default=_env("LOG_LEVEL", "info"),
                    choices=["debug", "info", "warning", "error"], help="(env RING_LOG_LEVEL; default info)")
+    p.add_argument("--peer-listen", type=parse_listen, default=_env("PEER_LISTEN", "") or None,
+                   help="HOST:PORT of the peer API (gossip, replication); default the client host and port + 1 "
+                        "(env RING_PEER_LISTEN)")
+    p.add_argument("--seeds", type=parse_seeds, default=_env("SEEDS", ""),
+                   help="HOST:PEERPORT,... of brokers to join through (env RING_SEEDS; none: a cluster of one)")
+    p.add_argument("--cluster-secret", default=_env("CLUSTER_SECRET", "") or None,
+                   help="shared secret every peer request must carry (env RING_CLUSTER_SECRET, preferred)")
+    p.add_argument("--token", type=parse_token, default=_env("TOKEN", "") or None,
+                   help="ring token (signed 64-bit); default from the name's ordinal suffix (env RING_TOKEN)")
+    p.add_argument("--advertise", default=_env("ADVERTISE", "") or None,
+                   help="host other brokers and clients reach this broker at; default the listen host "
+                        "(env RING_ADVERTISE)")
     p.set_defaults(func=_cmd_serve)
 
 
@@ -95,14 +139,31 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         args.listen = parse_listen(args.listen)
     if isinstance(args.fsync, str):
         args.fsync = parse_fsync(args.fsync)
+    try:  # defaults that came through the environment, not the types
+        for name, parse in (("peer_listen", parse_listen), ("seeds", parse_seeds), ("token", parse_token)):
+            if isinstance(getattr(args, name), str):
+                setattr(args, name, parse(getattr(args, name)))
+    except argparse.ArgumentTypeError as exc:
+        print(f"ring serve: {exc}", file=sys.stderr)
+        return 2
     data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ring.broker import BrokerConfig
 
     host, port = args.listen
+    peer_host, peer_port = args.peer_listen or (host, None)  # None: the client port + 1
     config = BrokerConfig(name=args.name, data_dir=data_dir, host=host, port=port,
-                          fsync=args.fsync, auto_create=args.auto_create)
+                          fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
+                          peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
+                          token=args.token, advertise=args.advertise)
+    from ring.cluster.node import token_of
+
+    try:
+        token_of(config)
+    except ValueError as exc:
+        print(f"ring serve: {exc}", file=sys.stderr)
+        return 2
     try:
         import uvloop
     except ImportError:
@@ -114,35 +175,56 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
 
 async def serve(config, access_log: bool = False) -> int:
     """Run one broker until SIGTERM/SIGINT; returns the exit code."""
-    from ring.broker import Broker
+    import random
+
     from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
     from ring.errors import RingError
     from ring.http_api.app import make_app
+    from ring.http_api.peer import make_peer_app
     from ring.http_api.server import Server
 
-    broker = Broker(config, SystemClock())
+    broker = ClusterBroker(config, SystemClock(), random.Random())
+    # Both ports listen before the broker opens (port 0 picks one, and gossip
+    # must advertise the real one); until it has joined, clients get 503.
+    default_peer = config.peer_port is None
+    peer_port = (config.port + 1 if config.port else 0) if default_peer else config.peer_port
+    peer_server = Server(make_peer_app(broker, config.cluster_secret), config.peer_host, peer_port,
+                         access_log=access_log)
+    server = Server(make_app(broker), config.host, config.port, access_log=access_log)
+    for srv in (peer_server, server):
+        try:
+            await srv.start()
+        except OSError as exc:
+            if srv is peer_server and default_peer and not config.seeds and not config.cluster_secret:
+                # A broker alone refuses every peer request anyway: any free port will do.
+                log.warning("peer port %d is taken; a broker alone takes any free one", peer_port)
+                await srv.stop()
+                srv.port = 0
+                await srv.start()
+                continue
+            log.error("cannot listen on %s:%d: %s", srv.host, srv.port, exc)
+            await peer_server.stop()
+            return 1
+    broker.bind(server.port, peer_server.port)
     try:
         broker.open()
     except (RingError, OSError) as exc:
         log.error("cannot open data directory %s: %s", config.data_dir, exc)
-        return 1
-    server = Server(make_app(broker), config.host, config.port, access_log=access_log)
-    try:
-        await server.start()
-    except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", config.host, config.port, exc)
-        await broker.close()
+        await server.stop()
+        await peer_server.stop()
         return 1
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"{config.name} listening on {server.url}", flush=True)
+    print(f"{config.name} listening on {server.url} (peer {peer_server.url})", flush=True)
     await stop.wait()
     log.info("%s shutting down", config.name)
     broker.begin_shutdown()
     await server.stop()
+    await peer_server.stop()
     await broker.close()
     log.info("%s stopped cleanly", config.name)
     return 0

@@ -20,6 +20,7 @@ from ring.errors import BadRequest
 from ring.http_api import codec, openapi
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
+from ring.replication import protocol
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker", Broker)
 
@@ -50,7 +51,13 @@ def _partition(request: web.Request) -> int:
 
 
 async def get_status(request: web.Request) -> web.Response:
-    return _json(_broker(request).status())
+    doc = _broker(request).status()
+    # Not ready while joining: readiness probes and launchers wait for the cluster.
+    return _json(doc, status=503 if doc["status"] == "joining" else 200)
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    return _json(_broker(request).cluster())
 
 
 async def get_openapi(request: web.Request) -> web.Response:
@@ -68,7 +75,7 @@ async def create_topic(request: web.Request) -> web.Response:
     broker = _broker(request)
     body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
-    return _json(broker.create_topic(cfg), status=201)
+    return _json(await broker.add_topic(cfg), status=201)
 
 
 async def describe_topic(request: web.Request) -> web.Response:
@@ -89,14 +96,17 @@ async def produce(request: web.Request) -> web.Response:
     topic = _topic(request)
     partition = codec.int_param(request.query, "partition", None, 0, _INT32_MAX)
     key = codec.key_param(request.query)
+    consistency = request.query.get("consistency") or None  # None: the topic's default
+    if consistency is not None:
+        protocol.parse_consistency(consistency)  # 400 before reading the body
     ctype = codec.produce_type(request)  # 415 before reading a byte of the body
     line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
     body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
     decoded = codec.decode_produce(ctype, body, key)
     if isinstance(decoded, codec.Batches):
-        return _json((await broker.produce_batches(topic, partition, key, decoded.batches)).to_json())
+        return _json((await broker.produce_batches(topic, partition, key, decoded.batches, consistency)).to_json())
     results = await broker.produce_records(topic, partition, decoded.records, decoded.sizes,
-                                           decoded.values_are_json, decoded.keyed)
+                                           decoded.values_are_json, decoded.keyed, consistency)
     if len(results) == 1:
         return _json(results[0].to_json())
     return _json({"results": [r.to_json() for r in results]})
@@ -127,7 +137,7 @@ async def offsets(request: web.Request) -> web.Response:
     timestamp = request.query.get("timestamp")
     if not timestamp:
         raise BadRequest("timestamp is required: milliseconds since the epoch, earliest or latest")
-    return _json(_broker(request).offset_for_timestamp(_topic(request), _partition(request), timestamp))
+    return _json(await _broker(request).offsets(_topic(request), _partition(request), timestamp))
 
 
 async def truncate(request: web.Request) -> web.Response:
@@ -141,6 +151,7 @@ async def truncate(request: web.Request) -> web.Response:
 
 ROUTES = [
     ("GET", "/v1/status", get_status),
+    ("GET", "/v1/cluster", get_cluster),
     ("GET", "/v1/openapi.json", get_openapi),
     ("GET", "/v1/topics", list_topics),
     ("POST", "/v1/topics", create_topic),

@@ -51,8 +51,31 @@ _TOPIC_CONFIG = {
         "segment_bytes": {"type": "integer", "minimum": limits.SEGMENT_BYTES_MIN,
                           "maximum": limits.SEGMENT_BYTES_MAX, "default": limits.SEGMENT_BYTES_DEFAULT},
         "compression": {"enum": ["none", "zstd", "lz4"], "default": "none"},
+        "consistency": {"enum": ["one", "quorum", "all"], "default": "quorum",
+                        "description": "consistency of produces that do not say"},
     },
 }
+
+_CLUSTER = {
+    "type": "object",
+    "properties": {
+        "self": {"type": "string"},
+        "brokers": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "token": {"type": ["integer", "null"]},
+            "status": {"enum": ["up", "suspect", "down", "joining", "leaving", "removed"]},
+            "phi": {"type": "number"}, "client_url": {"type": "string"}, "peer_url": {"type": ["string", "null"]},
+            "generation": {"type": ["integer", "null"]}, "load": {"type": "object"}}}},
+    },
+}
+
+_CLUSTER_DOC = """Every broker gossip has told this one about, in token order, with its status as this broker
+sees it: up, suspect (phi >= 5), down (phi >= 8: about 6-13 s after a broker stops), joining, leaving, removed.
+A down broker keeps its place on the ring; its partitions run on their other replicas."""
+
+_DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
+replica's acknowledged end offset (authoritative); on a follower only its own (others null) and its
+high_watermark is the leader's as last told (it may lag a little); where the broker holds no replica of a
+partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster) for the authoritative view."""
 
 _RECORD = {
     "type": "object",
@@ -110,6 +133,10 @@ def document() -> dict[str, Any]:
                 "summary": "Broker status", "operationId": "status",
                 "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
                                          {"type": "object"})}}},
+            "/v1/cluster": {"get": {
+                "summary": "The brokers this broker knows and their state", "operationId": "cluster",
+                "description": _CLUSTER_DOC,
+                "responses": {"200": _ok("brokers and this broker's name", _CLUSTER)}}},
             "/v1/openapi.json": {"get": {
                 "summary": "This document", "operationId": "openapi",
                 "responses": {"200": _ok("OpenAPI 3.1 document", {"type": "object"})}}},
@@ -125,8 +152,10 @@ def document() -> dict[str, Any]:
             "/v1/topics/{topic}": {
                 "parameters": [_TOPIC],
                 "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
+                        "description": _DESCRIBE_DOC,
                         "responses": {"200": _ok("settings plus partitions: [{partition, earliest_offset, end_offset, "
-                                                 "high_watermark, leader, replicas, epoch}]", {"type": "object"}),
+                                                 "high_watermark, leader, replicas, epoch, replica_end_offsets}]",
+                                                 {"type": "object"}),
                                       "400": _BAD, "404": _NOT_FOUND}},
                 "delete": {"summary": "Delete a topic and its records", "operationId": "deleteTopic",
                            "responses": {"200": _ok("deleted", {"type": "object"}), "400": _BAD, "404": _NOT_FOUND}},
@@ -138,6 +167,10 @@ def document() -> dict[str, Any]:
                     _param("key", "query", {"type": "string", "maxLength": limits.KEY_BYTES_MAX},
                            "key of every record (UTF-8); picks the partition"),
                     _param("partition", "query", {"type": "integer", "minimum": 0}, "explicit partition"),
+                    _param("consistency", "query", {"enum": ["one", "quorum", "all"]},
+                           "replicas that must hold the records before the answer: one (the leader), quorum "
+                           "(a majority of the replication factor) or all; default: the topic's consistency "
+                           "setting (quorum unless set)"),
                 ],
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": {}},
@@ -148,7 +181,12 @@ def document() -> dict[str, Any]:
                 }},
                 "responses": {"200": _ok("where the records went", _PRODUCED), "400": _BAD, "404": _NOT_FOUND,
                               "408": _err("body not sent in time"), "413": _err("body, line or record too large"),
-                              "415": _err("unsupported Content-Type"), "503": _err("shutting down; retry")}}},
+                              "415": _err("unsupported Content-Type"),
+                              "503": _err("too few live replicas for the consistency level (the body says how many "
+                                          "are alive and needed; nothing was written), the partition's leader is "
+                                          "down, or the broker is joining or shutting down; retry after Retry-After"),
+                              "504": _err("the replicas the consistency level needs did not acknowledge in time: "
+                                          "the outcome is unknown")}}},
             "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
                 "summary": "Fetch records (long-poll)", "operationId": "fetch", "description": _FETCH_DOC,
                 "parameters": [

@@ -8,7 +8,8 @@ connection is closed. It also answers the errors aiohttp detects before any
 handler runs (bad request line, over-long header) in the API's JSON shape.
 
 A byte counts as the start of a new request when the previous request's body
-was fully received before that byte arrived; body bytes never arm the timer.
+was fully received before that byte arrived; body bytes never arm the timer,
+nor do the frames of a connection upgraded to a websocket.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class GuardedHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         if not data:
+            return super().data_received(data)
+        if self._upgraded or self._payload_parser is not None:
+            # A websocket (the peer port's replication link): frames, not requests, from here on.
+            self._disarm()
             return super().data_received(data)
         body_done = self._last_payload is None or self._last_payload.is_eof()
         parsed_before = self._request_count

@@ -1,0 +1,304 @@
+"""Membership: the async driver around ``GossipCore`` (ring/gossip) on the peer port.
+
+Every ``GOSSIP_INTERVAL_S`` the driver ticks the core and carries out the
+exchanges it asks for, each as HTTP on the peer's ``POST /peer/v1/gossip``
+(msgpack bodies, the cluster secret in a header): the SYN goes out, the ACK
+comes back in the response, and the ACK2 the core answers with goes out in a
+second request. The peer side (``handle``) steps the core on the message and
+returns its answer as the response body. Every exchange is bounded by
+``GOSSIP_REQUEST_TIMEOUT_S``; at most one runs per peer address.
+
+A broker told about its peers only by seeds knows nothing of the ring until
+an exchange succeeds, so it reports itself ``joining`` (and the broker turns
+client requests away) until ``placement.joined`` says it has seen enough.
+Known brokers and the topic catalogue are saved in ``cluster-state.json`` in
+the data directory whenever they change, so a restarted broker places
+partitions as before from its first moment and gossips to its old peers at
+once; a peer loaded from that file counts as ``down`` until it is heard from
+in this run.
+
+Failure detection is the core's phi accrual: with the defaults (threshold 8,
+1 s gossip) a stopped broker (SIGKILL or SIGSTOP) is reported ``down`` by
+every other broker about 6-13 s after it stopped (``suspect`` about half a
+second earlier), and ``up`` again within a gossip round or two of its return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+import msgpack
+
+from ring import limits
+from ring.clock import Clock
+from ring.cluster import placement
+from ring.errors import BadRequest, StorageError
+from ring.gossip.core import GOSSIP_INTERVAL_S, Ack, Ack2, GossipCore, Message, Syn, message_from_wire
+from ring.gossip.state import ClusterState, EndpointState
+from ring.hashing import Ring
+from ring.log.fsync import write_atomically
+from ring.replication.protocol import ALIVE_STATUSES
+
+log = logging.getLogger("ring.cluster")
+
+STATE_FILE = "cluster-state.json"
+H_SECRET = "Ring-Cluster-Secret"
+H_BROKER = "Ring-Broker"
+CT_MSGPACK = "application/msgpack"
+GOSSIP_PATH = "/peer/v1/gossip"
+# A seed that never answers holds a starting broker back this long after its
+# first successful exchange (the others may simply know nothing of it yet).
+JOIN_SETTLE_S = 5.0
+# Load (disk bytes, partitions led) is refreshed every this many rounds.
+LOAD_EVERY_TICKS = 5
+
+
+def pack(wire: Any) -> bytes:
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+def unpack_message(body: bytes) -> Message:
+    try:
+        wire = msgpack.unpackb(body, raw=False)  # the body was read with GOSSIP_MESSAGE_BYTES_MAX
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequest(f"malformed gossip: not msgpack ({exc})") from None
+    return message_from_wire(wire)
+
+
+class Membership:
+    def __init__(self, self_state: EndpointState, seeds: list[str], secret: str | None, clock: Clock,
+                 rng: random.Random, data_dir: Path,
+                 on_change: Callable[[bool, bool], None] = lambda ring, topics: None,
+                 load: Callable[[], dict[str, Any]] = dict) -> None:
+        self.name = self_state.name
+        self.clock = clock
+        self.secret = secret
+        self.core = GossipCore(self_state, seeds, rng)
+        self.path = Path(data_dir) / STATE_FILE
+        self.on_change = on_change
+        self._load = load
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._exchanges: dict[str, asyncio.Task[None]] = {}
+        self._first_exchange_s: float | None = None
+        self._joined = False
+        self._announcing: asyncio.Task[None] | None = None
+        self._dirty = False
+        self._ticks = 0
+        self.ring: Ring = Ring()
+        self._ring_key: tuple = ()
+        self._restore()
+        self._ring_changed()
+        self._check_joined()
+
+    # --- persistence -----------------------------------------------------------------
+
+    def _restore(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            saved = ClusterState.from_wire(msgpack.unpackb(raw, raw=False))
+        except (ValueError, TypeError, msgpack.UnpackException, BadRequest) as exc:
+            log.error("ignoring damaged %s: %s", self.path, exc)
+            return
+        saved.endpoints.pop(self.name, None)  # ours is this run's
+        # Straight into the state, not through the core: these are not heartbeats.
+        self.core.state.absorb(saved)
+
+    def save_if_dirty(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        try:
+            write_atomically(self.path, pack(self.core.state.to_wire()))
+        except OSError as exc:
+            self._dirty = True
+            raise StorageError(f"saving {self.path}: {exc}") from exc
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limits.PEER_CONNECTIONS_MAX),
+            timeout=aiohttp.ClientTimeout(total=limits.GOSSIP_REQUEST_TIMEOUT_S))
+        self._task = asyncio.create_task(self._loop(), name="gossip")
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, self._announcing, *self._exchanges.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        try:
+            self.save_if_dirty()
+        except StorageError as exc:
+            log.error("%s", exc)
+
+    async def _loop(self) -> None:
+        while True:
+            self.tick()
+            try:
+                self.save_if_dirty()
+            except StorageError as exc:
+                log.error("%s", exc)
+            await asyncio.sleep(GOSSIP_INTERVAL_S)
+
+    def tick(self) -> None:
+        self._ticks += 1
+        if self._ticks % LOAD_EVERY_TICKS == 1:
+            self.core.set_load(self._load())
+        for out in self.core.tick(self.now()):
+            self._spawn_exchange(out.to_addr, out.message)
+        self._check_joined()
+
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    # --- exchanges -------------------------------------------------------------------
+
+    def _spawn_exchange(self, addr: str, syn: Message) -> asyncio.Task[None] | None:
+        running = self._exchanges.get(addr)
+        if running is not None and not running.done():
+            return running
+        task = asyncio.create_task(self._exchange(addr, syn), name=f"gossip {addr}")
+        self._exchanges[addr] = task
+        task.add_done_callback(lambda t: self._exchanges.pop(addr, None) if self._exchanges.get(addr) is t else None)
+        return task
+
+    async def _post(self, addr: str, msg: Message) -> bytes:
+        assert self._session is not None
+        headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_MSGPACK}
+        async with self._session.post(f"http://{addr}{GOSSIP_PATH}", data=pack(msg.to_wire()),
+                                      headers=headers) as resp:
+            body = await resp.content.read(limits.GOSSIP_MESSAGE_BYTES_MAX + 1)
+            if resp.status >= 300:
+                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
+                                                  message=body[:200].decode(errors="replace"))
+            return body
+
+    async def _exchange(self, addr: str, syn: Message) -> None:
+        try:
+            body = await self._post(addr, syn)
+            if not body:
+                return
+            for out in self.step(addr, unpack_message(body)):
+                await self._post(out.to_addr, out.message)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadRequest) as exc:
+            log.debug("gossip with %s failed: %s", addr, exc)
+
+    def handle(self, body: bytes) -> bytes | None:
+        """The peer side: step on a message from a peer; the answer goes back in the response."""
+        msg = unpack_message(body)
+        peer = self.core.state.endpoints.get(msg.sender)
+        outs = self.step(peer.peer_addr if peer is not None else "", msg)
+        return pack(outs[0].message.to_wire()) if outs else None
+
+    def step(self, addr: str, msg: Message) -> list:
+        outs = self.core.on_message(self.now(), addr, msg)
+        if isinstance(msg, (Ack, Ack2)):
+            if self._first_exchange_s is None:
+                self._first_exchange_s = self.now()
+            topics_changed = any(self.core.state.topics.get(n) is t for n, t in msg.delta.topics.items())
+            ring_changed = self._ring_changed()
+            if topics_changed or ring_changed:
+                self._dirty = True
+                self.on_change(ring_changed, topics_changed)
+            self._check_joined()
+        return outs
+
+    async def announce(self, timeout_s: float = limits.CLUSTER_ANNOUNCE_TIMEOUT_S) -> None:
+        """Exchange with every live peer now (after a local catalogue change), waiting up to ``timeout_s``."""
+        if self._session is None:
+            return
+        syn = Syn(self.name, self.core.state.digest())
+        tasks = [asyncio.create_task(self._exchange(ep.peer_addr, syn))
+                 for n, ep in sorted(self.core.state.endpoints.items())
+                 if n != self.name and self.status(n) not in ("down", "removed")]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+
+    # --- joining -----------------------------------------------------------------
+
+    def _check_joined(self) -> None:
+        if self._joined:
+            return
+        known = {ep.peer_addr for ep in self.core.state.endpoints.values()}
+        since = 0.0 if self._first_exchange_s is None else self.now() - self._first_exchange_s
+        if placement.joined(bool(self.core.seeds), self._first_exchange_s is not None,
+                            all(s in known for s in self.core.seeds), since, JOIN_SETTLE_S):
+            self._joined = True
+            self.core.set_status("normal")
+            log.info("%s joined the cluster: %s", self.name, ", ".join(n for _, n in self.ring.brokers))
+            self._ring_changed()
+            if self._session is not None:  # tell the others now, not in a round or two
+                self._announcing = asyncio.create_task(self.announce(), name="announce joined")
+
+    @property
+    def joined(self) -> bool:
+        return self._joined
+
+    # --- the ring and statuses -----------------------------------------------------------
+
+    def _ring_changed(self) -> bool:
+        eps = self.core.state.endpoints.values()
+        key = tuple(sorted((e.name, e.token, e.status) for e in eps))
+        if key == self._ring_key:
+            return False
+        self._ring_key = key
+        ring = placement.placement_ring(eps)
+        changed = ring != self.ring
+        self.ring = ring
+        self._dirty = True
+        return changed
+
+    def status(self, name: str) -> str:
+        """up, suspect, down, joining, leaving or removed, as this broker sees it."""
+        st = self.core.status_of(name, self.now())
+        if name != self.name and st not in ("removed", "down") and self.core.detector.detector(name) is None:
+            return "down"  # known from the saved state only: not heard from in this run
+        return st
+
+    def alive(self, name: str) -> bool:
+        return name == self.name or self.status(name) in ALIVE_STATUSES
+
+    def endpoint(self, name: str) -> EndpointState | None:
+        return self.core.state.endpoints.get(name)
+
+    def client_url(self, name: str) -> str | None:
+        ep = self.endpoint(name)
+        return f"http://{ep.client_addr}" if ep is not None else None
+
+    def peer_url(self, name: str) -> str | None:
+        ep = self.endpoint(name)
+        return f"http://{ep.peer_addr}" if ep is not None else None
+
+    def brokers(self) -> list[dict[str, Any]]:
+        now = self.now()
+        out = []
+        for name, ep in sorted(self.core.state.endpoints.items(), key=lambda kv: kv[1].token):
+            out.append({"name": name, "token": ep.token, "status": self.status(name),
+                        "phi": round(self.core.phi(name, now), 3), "client_url": f"http://{ep.client_addr}",
+                        "peer_url": f"http://{ep.peer_addr}", "generation": ep.generation,
+                        "load": dict(ep.load)})
+        return out
+
+    # --- the topic catalogue -----------------------------------------------------------
+
+    def topics(self) -> dict[str, dict[str, Any]]:
+        return self.core.topics()
+
+    def put_topic(self, name: str, config: dict[str, Any]) -> None:
+        self.core.put_topic(name, config, self.clock.wall_ms())
+        self._dirty = True
+
+    def delete_topic(self, name: str) -> None:
+        self.core.delete_topic(name, self.clock.wall_ms())
+        self._dirty = True

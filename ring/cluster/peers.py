@@ -1,0 +1,106 @@
+"""Requests one broker makes to another on a client's behalf: forwarded produces and proxied reads.
+
+A produce for a partition led elsewhere goes to the leader's peer port
+(``POST /peer/v1/produce``, the framed batches as the body, the cluster
+secret in a header); reads of a partition this broker holds no replica of go
+to a live replica's client port. A peer's error answer is raised again here
+with its status, code and fields (``Relayed``), so the client sees what the
+leader said. A connection that fails before the request was sent is a 503
+(nothing happened); one that fails after is a 504 for a produce (the leader
+may have appended: the outcome is unknown).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ring import limits
+from ring.errors import RequestTimeout, RingError, Unavailable
+
+log = logging.getLogger("ring.cluster")
+
+H_SECRET = "Ring-Cluster-Secret"
+H_BROKER = "Ring-Broker"
+H_HIGH_WATERMARK = "Ring-High-Watermark"
+CT_BATCH = "application/vnd.ring.batch"
+CT_BATCHES = "application/vnd.ring.batches"
+
+
+class Relayed(RingError):
+    """An error answer from another broker, passed on as it was."""
+
+    def __init__(self, status: int, body: dict[str, Any], retry_after: str | None) -> None:
+        extra = {k: v for k, v in body.items() if k not in ("error", "message")}
+        super().__init__(str(body.get("message", "error from a peer")), **extra)
+        self.status = status
+        self.code = str(body.get("error", "internal"))
+        if retry_after is not None and retry_after.isdigit():
+            self.retry_after_s = float(retry_after)
+
+
+async def _raise_for(resp: aiohttp.ClientResponse, who: str) -> None:
+    if resp.status < 300:
+        return
+    raw = await resp.content.read(limits.ADMIN_BODY_BYTES_MAX)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"error": "internal", "message": f"{who} answered {resp.status}"}
+    raise Relayed(resp.status, body, resp.headers.get("Retry-After"))
+
+
+class PeerClient:
+    def __init__(self, name: str, secret: str | None, session: aiohttp.ClientSession) -> None:
+        self.name = name
+        self.secret = secret
+        self.session = session
+
+    async def forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
+                              batches: list[bytearray]) -> dict[str, Any]:
+        headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_BATCH}
+        params = {"topic": topic, "partition": str(partition), "consistency": level}
+        try:
+            async with self.session.post(f"{peer_url}/peer/v1/produce", params=params, headers=headers,
+                                         data=b"".join(batches)) as resp:
+                await _raise_for(resp, leader)
+                return orjson.loads(await resp.read())
+        except aiohttp.ClientConnectorError as exc:
+            raise Unavailable(f"leader {leader} of {topic}/{partition} is unreachable: {exc}",
+                              topic=topic, partition=partition, leader=leader) from None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise RequestTimeout(
+                f"forwarding to leader {leader} of {topic}/{partition} failed ({exc!r}); the outcome is unknown",
+                topic=topic, partition=partition, leader=leader) from None
+
+    async def fetch(self, url: str, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> tuple[bytes, int]:
+        """Stored batches and the high watermark from the broker at ``url`` (a replica)."""
+        params = {"max_bytes": str(max_bytes), "wait_ms": str(wait_ms)}
+        if offset is not None:
+            params["offset"] = str(offset)
+        try:
+            async with self.session.get(f"{url}/v1/topics/{topic}/partitions/{partition}/messages",
+                                        params=params, headers={"Accept": CT_BATCHES}) as resp:
+                await _raise_for(resp, url)
+                return await resp.read(), int(resp.headers.get(H_HIGH_WATERMARK, "0"))
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            raise Unavailable(f"replica at {url} of {topic}/{partition} did not answer: {exc!r}",
+                              topic=topic, partition=partition) from None
+
+    async def json(self, method: str, url: str, path: str, params: dict[str, str] | None = None,
+                   body: Any = None) -> Any:
+        """A client-API request to another broker, its JSON answer or its error raised."""
+        try:
+            async with self.session.request(method, url + path, params=params,
+                                            data=None if body is None else orjson.dumps(body),
+                                            headers={"Content-Type": "application/json"}) as resp:
+                await _raise_for(resp, url)
+                return orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"broker at {url} did not answer: {exc!r}") from None

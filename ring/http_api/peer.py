@@ -1,0 +1,177 @@
+"""The peer API: what brokers say to each other, on their own port, behind the cluster secret.
+
+Every route requires the ``Ring-Cluster-Secret`` header, compared in
+constant time with the secret this broker was given; a request without it,
+or with another one, is answered 401 before its handler runs, so it changes
+nothing. A broker given no secret refuses every peer request (it is a
+broker alone). Routes:
+
+* ``POST /peer/v1/gossip``: a msgpack gossip message (SYN, ACK or ACK2); the
+  answer, if any, is the response body.
+* ``GET /peer/v1/replicate``: the websocket a partition leader streams
+  batches on (``ring.replication``); ``Ring-Broker`` names the leader.
+* ``POST /peer/v1/produce?topic=&partition=&consistency=``: a produce
+  forwarded by another broker; the body is the framed (unstamped) batches,
+  the answer the leader's ProduceResult or error.
+* ``GET /peer/v1/status``: the broker's status and its view of the cluster.
+* ``GET /peer/v1/replicas/{topic}/{partition}``: this replica's own stored
+  batches up to its log end (not the high watermark), for comparing replicas;
+  ``Ring-Log-Start-Offset`` and ``Ring-Log-End-Offset`` headers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import weakref
+from typing import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from ring import limits
+from ring.errors import BadRequest, Unauthorized, Unavailable
+from ring.http_api import codec
+from ring.http_api.middleware import errors_middleware
+from ring.log import batch as batchfmt
+from ring.replication import follower, protocol
+
+log = logging.getLogger("ring.peer")
+
+H_SECRET = "Ring-Cluster-Secret"
+H_BROKER = "Ring-Broker"
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+NODE_KEY: web.AppKey = web.AppKey("node", object)
+SECRET_KEY: web.AppKey = web.AppKey("secret", object)
+SOCKETS_KEY: web.AppKey = web.AppKey("websockets", object)
+
+
+def secret_matches(configured: str | None, given: str | None) -> bool:
+    """Constant-time check; with no secret configured nothing matches."""
+    if not configured or given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), configured.encode("utf-8"))
+
+
+@web.middleware
+async def auth_middleware(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if not secret_matches(request.app[SECRET_KEY], request.headers.get(H_SECRET)):
+        log.warning("refused a peer request from %s without the cluster secret: %s %s",
+                    request.remote, request.method, request.path)
+        raise Unauthorized("the peer API needs the cluster secret (header Ring-Cluster-Secret)")
+    return await handler(request)
+
+
+def _node(request: web.Request):
+    node = request.app[NODE_KEY]
+    if getattr(node, "membership", None) is None:
+        raise Unavailable("the broker is starting")
+    return node
+
+
+async def gossip(request: web.Request) -> web.Response:
+    node = _node(request)
+    body = await codec.read_body(request, limits.GOSSIP_MESSAGE_BYTES_MAX)
+    answer = node.membership.handle(body)
+    # What the message changed (a new topic) is in place before the sender hears back:
+    # a broker announcing a topic knows every live peer has opened its replicas.
+    await node.settle()
+    if answer is None:
+        return web.Response(status=204)
+    return web.Response(body=answer, content_type="application/msgpack")
+
+
+async def replicate(request: web.Request) -> web.StreamResponse:
+    node = _node(request)
+    leader = request.headers.get(H_BROKER)
+    if not leader:
+        raise BadRequest("the replication link needs the leader's name (header Ring-Broker)")
+    ws = web.WebSocketResponse(max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX,
+                               heartbeat=limits.REPLICATION_HEARTBEAT_S)
+    await ws.prepare(request)
+    request.app[SOCKETS_KEY].add(ws)
+    log.info("replication link from %s open", leader)
+    try:
+        await follower.serve(ws, leader, node)
+    finally:
+        await ws.close()
+        log.info("replication link from %s closed", leader)
+    return ws
+
+
+async def produce(request: web.Request) -> web.Response:
+    node = _node(request)
+    q = request.query
+    topic = q.get("topic") or ""
+    partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
+    if partition is None:
+        raise BadRequest("partition is required")
+    level = protocol.parse_consistency(q.get("consistency"))
+    body = await codec.read_body(request, limits.REQUEST_BYTES_MAX)
+    batches = _split_batches(body)
+    result = await node.produce_as_leader(topic, partition, batches, level)
+    return web.Response(body=orjson.dumps(result.to_json()), content_type="application/json")
+
+
+def _split_batches(body: bytes) -> list[bytearray]:
+    """Whole batches from a trusted peer: framing and CRC checked, records not looked at."""
+    if not body:
+        raise BadRequest("empty body")
+    view, out, pos = memoryview(body), [], 0
+    while pos < len(body):
+        h = batchfmt.check(view, pos)
+        if h.size > limits.BATCH_BYTES_MAX:
+            raise BadRequest(f"a batch is over {limits.BATCH_BYTES_MAX} bytes")
+        out.append(bytearray(view[pos : pos + h.size]))
+        pos += h.size
+    return out
+
+
+async def status(request: web.Request) -> web.Response:
+    node = _node(request)
+    return web.Response(body=orjson.dumps({**node.status(), "cluster": node.cluster()}),
+                        content_type="application/json")
+
+
+async def read_replica(request: web.Request) -> web.Response:
+    node = _node(request)
+    raw = request.match_info["partition"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 10 or int(raw) > _INT32_MAX:
+        raise BadRequest("partition must be a non-negative 32-bit integer")
+    offset = codec.int_param(request.query, "offset", None, 0, _INT64_MAX)
+    max_bytes = codec.int_param(request.query, "max_bytes", limits.FETCH_BYTES_DEFAULT, 1, limits.FETCH_BYTES_MAX)
+    data, start, end = node.read_replica(request.match_info["topic"], int(raw), offset, max_bytes)
+    return web.Response(body=data, content_type=codec.CT_BATCHES,
+                        headers={"Ring-Log-Start-Offset": str(start), "Ring-Log-End-Offset": str(end)})
+
+
+ROUTES = [
+    ("POST", "/peer/v1/gossip", gossip),
+    ("GET", "/peer/v1/replicate", replicate),
+    ("POST", "/peer/v1/produce", produce),
+    ("GET", "/peer/v1/status", status),
+    ("GET", "/peer/v1/replicas/{topic}/{partition}", read_replica),
+]
+
+
+def make_peer_app(node: object, secret: str | None) -> web.Application:
+    if not secret:
+        log.warning("no cluster secret is set: the peer port refuses every request (a broker alone)")
+    app = web.Application(middlewares=[errors_middleware, auth_middleware],
+                          client_max_size=max(limits.REQUEST_BYTES_MAX, limits.GOSSIP_MESSAGE_BYTES_MAX))
+    app[NODE_KEY] = node
+    app[SECRET_KEY] = secret
+    app[SOCKETS_KEY] = weakref.WeakSet()
+    for method, path, handler in ROUTES:
+        app.router.add_route(method, path, handler)
+    app.on_shutdown.append(_close_websockets)
+    return app
+
+
+async def _close_websockets(app: web.Application) -> None:
+    """Replication links never end by themselves: close them so shutdown does not wait out its grace."""
+    for ws in list(app[SOCKETS_KEY]):
+        await ws.close(code=1001, message=b"shutting down")

@@ -1,0 +1,265 @@
+"""The leader's side of replication: one websocket per follower broker, batches streamed in order.
+
+``Streams`` keeps a ``FollowerLink`` for every broker that follows at least
+one partition this broker leads. A link connects to the follower's
+``/peer/v1/replicate`` (cluster secret and our name in headers), reconnecting
+with doubling backoff, and runs two loops on the connection:
+
+* the sender, woken by new appends, high-watermark moves and freed budget,
+  walks its partitions: a cursor that does not know where the follower's log
+  ends sends an hw frame (the probe); a known cursor reads whole stored
+  batches from the log at the cursor (bytes as they are) and sends append
+  frames without waiting for answers, while the link's unacknowledged bytes
+  stay under ``REPLICATION_INFLIGHT_BYTES_MAX``; then an hw frame if the high
+  watermark moved past what the follower was told.
+* the receiver applies acks and rejects to the cursors (``SendCursor``) and
+  each ack to the replica (``set_follower_end``), which moves the high
+  watermark and releases produces waiting for acknowledgements.
+
+Every decision is in ``protocol``; this module moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+import aiohttp
+
+from ring import limits
+from ring.clock import Clock
+from ring.errors import BadRequest, OffsetOutOfRange, StorageError
+from ring.log import batch as batchfmt
+from ring.replication import protocol
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.replication")
+
+REPLICATE_PATH = "/peer/v1/replicate"
+H_SECRET = "Ring-Cluster-Secret"
+H_BROKER = "Ring-Broker"
+
+Key = tuple[str, int]
+
+
+class Streams:
+    def __init__(self, name: str, secret: str | None, clock: Clock, session: aiohttp.ClientSession,
+                 peer_url: Callable[[str], str | None], replica: Callable[[str, int], Replica | None]) -> None:
+        self.name = name
+        self.secret = secret
+        self.clock = clock
+        self.session = session
+        self.peer_url = peer_url
+        self.replica = replica
+        self.links: dict[str, FollowerLink] = {}
+        self._followers_of: dict[Key, list[str]] = {}
+
+    def assign(self, wanted: dict[str, set[Key]]) -> None:
+        """Follower -> partitions this broker leads that it replicates; links come and go to match."""
+        for name in list(self.links):
+            if name not in wanted:
+                self.links.pop(name).stop()
+        for name, keys in wanted.items():
+            link = self.links.get(name)
+            if link is None:
+                link = self.links[name] = FollowerLink(self, name)
+            link.set_partitions(keys)
+        self._followers_of = {}
+        for name, keys in wanted.items():
+            for key in keys:
+                self._followers_of.setdefault(key, []).append(name)
+
+    def notify(self, rep: Replica) -> None:
+        """New batches or a new high watermark on a partition we lead: wake its followers' senders."""
+        for name in self._followers_of.get((rep.topic, rep.index), ()):
+            link = self.links.get(name)
+            if link is not None:
+                link.wake.set()
+
+    def reprobe(self) -> None:
+        """Probe now the followers that did not know a partition yet (a topic was just announced)."""
+        now = self.clock.monotonic()
+        for link in self.links.values():
+            for cur in link.cursors.values():
+                if cur.next is None and cur.parked is None:
+                    cur.probe_at = min(cur.probe_at, now)
+            link.wake.set()
+
+    async def close(self) -> None:
+        links = list(self.links.values())
+        self.links.clear()
+        for link in links:
+            link.stop()
+        await asyncio.gather(*(link.task for link in links if link.task is not None), return_exceptions=True)
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        return {name: link.describe() for name, link in sorted(self.links.items())}
+
+
+class FollowerLink:
+    def __init__(self, streams: Streams, follower: str) -> None:
+        self.streams = streams
+        self.follower = follower
+        self.cursors: dict[Key, protocol.SendCursor] = {}
+        self.wake = asyncio.Event()
+        self.connected = False
+        self._retry_handle: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = asyncio.create_task(self._run(), name=f"replicate to {follower}")
+
+    def set_partitions(self, keys: set[Key]) -> None:
+        retry_s = limits.REPLICATION_PROBE_RETRY_MS / 1000
+        now = self.streams.clock.monotonic()
+        for key in list(self.cursors):
+            if key not in keys:
+                del self.cursors[key]
+        for key in keys:
+            if key not in self.cursors:
+                cur = self.cursors[key] = protocol.SendCursor(retry_s)
+                cur.reset(now)
+        self.wake.set()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+
+    def inflight_bytes(self) -> int:
+        return sum(c.inflight_bytes for c in self.cursors.values())
+
+    def describe(self) -> dict[str, object]:
+        return {"connected": self.connected, "inflight_bytes": self.inflight_bytes(),
+                "parked": {f"{t}/{p}": c.parked for (t, p), c in self.cursors.items() if c.parked}}
+
+    # --- connection ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
+        while True:
+            url = self.streams.peer_url(self.follower)
+            if url is not None:
+                try:
+                    await self._connected(url)
+                    delay_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    log.debug("replication link to %s: %s", self.follower, exc)
+                except BadRequest as exc:
+                    log.warning("replication link to %s: %s", self.follower, exc.message)
+                except Exception:  # a bug: say so, and keep the link alive
+                    log.exception("replication link to %s failed", self.follower)
+                finally:
+                    self.connected = False
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, limits.REPLICATION_RECONNECT_MS_MAX / 1000)
+
+    async def _connected(self, url: str) -> None:
+        headers = {H_SECRET: self.streams.secret or "", H_BROKER: self.streams.name}
+        async with self.streams.session.ws_connect(
+                url + REPLICATE_PATH, headers=headers, heartbeat=limits.REPLICATION_HEARTBEAT_S,
+                max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX) as ws:
+            self.connected = True
+            log.info("replicating to %s", self.follower)
+            now = self.streams.clock.monotonic()
+            for cur in self.cursors.values():
+                cur.reset(now)
+            self.wake.set()
+            sender = asyncio.create_task(self._send_loop(ws))
+            receiver = asyncio.create_task(self._receive_loop(ws))
+            try:
+                done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()  # raise what ended it
+            finally:
+                for t in (sender, receiver):
+                    t.cancel()
+                await asyncio.gather(sender, receiver, return_exceptions=True)
+
+    # --- sending -----------------------------------------------------------------------
+
+    async def _send_loop(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            retry_at: float | None = None
+            for key, cur in list(self.cursors.items()):
+                rep = self.streams.replica(*key)
+                if rep is None or not rep.is_leader or rep.deleted:
+                    continue
+                now = self.streams.clock.monotonic()
+                if cur.next is None:
+                    if cur.wants_probe(now):
+                        cur.probed(now)
+                        cur.hw_sent = rep.hw
+                        await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
+                    if cur.parked is None:
+                        retry_at = cur.probe_at if retry_at is None else min(retry_at, cur.probe_at)
+                    continue
+                await self._send_batches(ws, rep, cur)
+                if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
+                    cur.hw_sent = rep.hw
+                    await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
+            if retry_at is not None:
+                self._wake_at(retry_at)
+
+    async def _send_batches(self, ws: aiohttp.ClientWebSocketResponse, rep: Replica,
+                            cur: protocol.SendCursor) -> None:
+        while (cur.can_send() and cur.next < rep.log.end_offset and not rep.deleted
+               and self.inflight_bytes() < limits.REPLICATION_INFLIGHT_BYTES_MAX):
+            prev = cur.next
+            try:
+                data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX)
+            except OffsetOutOfRange:
+                cur.parked = f"the follower needs offset {prev}, below the leader's log start: needs repair"
+                log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
+                return
+            except StorageError as exc:
+                log.error("%s/%d to %s: reading the log failed: %s", rep.topic, rep.index, self.follower, exc)
+                return
+            end = prev
+            for h, _ in batchfmt.scan(data, verify=False):
+                if end == prev and h.base_offset != prev:
+                    cur.parked = f"the follower's end {prev} is not a batch boundary here: needs repair"
+                    log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
+                    return
+                end = h.next_offset
+            hw = rep.hw
+            cur.sent(prev, end, len(data))  # before the await: answers may arrive while it sends
+            cur.hw_sent = max(cur.hw_sent, hw)
+            await ws.send_bytes(protocol.encode(protocol.Append(rep.topic, rep.index, rep.epoch, prev, hw, data)))
+
+    def _wake_at(self, at_s: float) -> None:
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+        delay = max(0.0, at_s - self.streams.clock.monotonic())
+        self._retry_handle = asyncio.get_running_loop().call_later(delay, self.wake.set)
+
+    # --- receiving ---------------------------------------------------------------------
+
+    async def _receive_loop(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                if msg.type == aiohttp.WSMsgType.ERROR:
+                    raise aiohttp.ClientError(f"websocket error: {ws.exception()}")
+                continue
+            frame = protocol.decode(msg.data, limits.REPLICATION_MESSAGE_BYTES_MAX)
+            key = (frame.topic, frame.partition)
+            cur, rep = self.cursors.get(key), self.streams.replica(*key)
+            if cur is None or rep is None or not rep.is_leader:
+                continue
+            if isinstance(frame, protocol.Ack):
+                if frame.epoch == rep.epoch:
+                    cur.on_ack(frame.end_offset, rep.log.end_offset)
+                    rep.set_follower_end(self.follower, frame.end_offset)
+            elif isinstance(frame, protocol.Reject):
+                was = cur.parked
+                cur.on_reject(frame.end_offset, frame.reason, rep.log.end_offset, self.streams.clock.monotonic())
+                if cur.parked and not was:
+                    log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
+                else:
+                    log.debug("%s/%d to %s: rejected (%s) at %d", rep.topic, rep.index, self.follower,
+                              frame.reason, frame.end_offset)
+            else:
+                raise BadRequest(f"{self.follower} sent a leader's frame")
+            self.wake.set()
+        raise aiohttp.ClientError("the follower closed the link")
