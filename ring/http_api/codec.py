@@ -337,6 +337,14 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     deltas, keys, values, headers = zip(*items)
     if not set(map(type, deltas)) <= {int} or not set(map(type, values)) <= {bytes}:
         raise BadRequest("record timestamp deltas must be integers and values bytes")
+    # Fetch answers carry each timestamp as a 64-bit integer, and retention and
+    # time lookups trust max_timestamp: a batch that lies here would fail every
+    # fetch of its offsets, or hide from a time lookup, or never expire.
+    lowest, highest = h.first_timestamp + min(deltas), h.first_timestamp + max(deltas)
+    if not 0 <= lowest <= highest < _TIMESTAMP_MAX_MS:
+        raise BadRequest("record timestamps must be milliseconds since the epoch, in [0, 2**62)")
+    if h.max_timestamp != highest:
+        raise BadRequest("the batch's max_timestamp must be the largest of its record timestamps")
     if not set(map(type, keys)) <= {bytes, _NoneType} or not set(map(type, headers)) <= {dict, _NoneType}:
         raise BadRequest("record keys must be bytes or nil and headers maps or nil")
     if max(map(len, values)) > limits.MESSAGE_BYTES_MAX:
