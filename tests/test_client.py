@@ -1,7 +1,8 @@
 """ring.client against real broker processes: every record acknowledged and
 read back where its key says, batching knobs that change the request count,
-retries across a broker restart, and (with a cluster) produce requests that go
-straight to leaders and survive a killed broker."""
+retries across a broker restart, and with a 3-broker cluster: produce requests
+that go straight to leaders, a killed broker, and a 504 that is reported
+rather than retried."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ring import errors, localcluster
-from ring.client import AsyncClient, BrokersUnavailable, BufferFull, Client, RecordMetadata
+from ring.client import AsyncClient, BrokersUnavailable, BufferFull, Client, OutcomeUnknown, RecordMetadata
 from ring.hashing import partition_for_key
 from tests.brokers import TestBroker
 
@@ -298,3 +299,21 @@ async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas
                 assert fut.exception() is None and fut.result().partition == partition_for_key(k, 6)
         assert any(leaders[partition_for_key(k, 6)] == victim.url for k in futs)
         assert c.stats["retries"] > 0
+
+
+@needs_cluster
+async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
+    async with AsyncClient(cluster.urls, consistency="all", retries=3) as c:
+        await c.create_topic("unknown", partitions=3, replication_factor=3)
+        p = next(p["partition"] for p in (await c.describe("unknown"))["partitions"] if p["leader"] == "ring-0")
+        assert (await c.produce("unknown", b"first", partition=p)).offset == 0
+        cluster.brokers[1].pause()  # a follower that accepts connections and never acks
+        try:
+            with pytest.raises(OutcomeUnknown) as e:
+                await c.produce("unknown", b"maybe", partition=p)
+        finally:
+            cluster.brokers[1].resume()
+        assert e.value.extra["needed"] == 3 and c.stats["retries"] == 0
+        # It was stored after all: a retry would have written it twice.
+        got = await c.fetch("unknown", p, 0, wait_ms=2000)
+        assert [r.value for r in got.records] == [b"first", b"maybe"]
