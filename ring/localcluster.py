@@ -13,8 +13,9 @@ cluster secret (through ``RING_CLUSTER_SECRET``, so it stays out of ``ps``).
 cluster behind ``make cluster``: data in ``var/ring-N``, logs in
 ``var/ring-N.log``, PIDs in ``var/ring-N.pid``, client ports 9250/9260/9270
 and peer ports 9251/9261/9271, the secret from ``RING_CLUSTER_SECRET`` or a
-random one kept in ``var/cluster-secret``. ``stop`` signals only the PIDs in
-those files, and only if they still run that broker.
+random one kept in ``var/cluster-secret``; ``start`` returns once every broker
+answers ``/v1/status`` and sees the others up. ``stop`` signals only the PIDs
+in those files, and only if they still run that broker.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,7 +184,8 @@ class LocalCluster:
         return [b.url for b in self.brokers]
 
     def start(self, wait: bool = True) -> "LocalCluster":
-        """Start every broker, then wait for all (they find each other meanwhile)."""
+        """Start every broker; with ``wait``, return once each answers and sees
+        every other one up (so placement is the same everywhere)."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             for b in self.brokers:
@@ -190,10 +193,35 @@ class LocalCluster:
             if wait:
                 for b in self.brokers:
                     b.wait_ready()
+                self.wait_joined()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_joined(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every broker's GET /v1/cluster lists all ``size`` brokers up
+        (a build without /v1/cluster has nothing to wait for)."""
+        import json
+
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.brokers)
+        while pending:
+            b = pending[0]
+            try:
+                with urllib.request.urlopen(b.url + "/v1/cluster", timeout=2) as r:
+                    doc = json.load(r)
+                if sum(m.get("status") == "up" for m in doc.get("brokers", [])) >= self.size:
+                    pending.pop(0)
+                    continue
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{b.name} does not see all {self.size} brokers up within {timeout_s} s")
+            time.sleep(0.1)
 
     def stop(self) -> list[int | None]:
         """SIGTERM each broker and wait: exit codes, in order."""
@@ -268,6 +296,7 @@ def cluster_start(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_
             _pid_file(root, b.name).write_text(f"{b.proc.pid}\n")
         for b in cluster.brokers:
             b.wait_ready()
+        cluster.wait_joined()
     except (RuntimeError, TimeoutError, OSError) as exc:
         print(f"cluster did not start: {exc}", file=sys.stderr)
         for b in cluster.brokers:
