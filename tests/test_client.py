@@ -303,12 +303,15 @@ async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas
 
 @needs_cluster
 async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
-    async with AsyncClient(cluster.urls, consistency="all", retries=3) as c:
-        await c.create_topic("unknown", partitions=3, replication_factor=3)
+    # The client names no consistency: the topic's own ("all") applies.
+    async with AsyncClient(cluster.urls, retries=3) as c, \
+            AsyncClient(cluster.urls, consistency="one") as hasty:
+        await c.create_topic("unknown", partitions=3, replication_factor=3, consistency="all")
         p = next(p["partition"] for p in (await c.describe("unknown"))["partitions"] if p["leader"] == "ring-0")
         assert (await c.produce("unknown", b"first", partition=p)).offset == 0
         cluster.brokers[1].pause()  # a follower that accepts connections and never acks
         try:
+            assert (await hasty.produce("unknown", b"one", partition=p)).offset == 1
             with pytest.raises(OutcomeUnknown) as e:
                 await c.produce("unknown", b"maybe", partition=p)
         finally:
@@ -316,4 +319,4 @@ async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
         assert e.value.extra["needed"] == 3 and c.stats["retries"] == 0
         # It was stored after all: a retry would have written it twice.
         got = await c.fetch("unknown", p, 0, wait_ms=2000)
-        assert [r.value for r in got.records] == [b"first", b"maybe"]
+        assert [r.value for r in got.records] == [b"first", b"one", b"maybe"]

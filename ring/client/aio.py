@@ -50,7 +50,7 @@ class AsyncClient:
                  batch_bytes: int = limits.CLIENT_BATCH_BYTES_DEFAULT,
                  max_in_flight: int = limits.CLIENT_IN_FLIGHT_REQUESTS_DEFAULT,
                  partitioner: Partitioner | None = None,
-                 consistency: str = "quorum",
+                 consistency: str | None = None,
                  timeout_s: float = limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT,
                  retries: int = limits.CLIENT_RETRIES_MAX_DEFAULT,
                  retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
@@ -61,10 +61,11 @@ class AsyncClient:
                  clock: Clock | None = None) -> None:
         """``brokers``: URLs (or ``host:port``), a list or a comma-separated string;
         any one is enough to learn the rest. ``consistency`` (one|quorum|all) is
-        sent with every produce; ``compression`` (none|zstd|lz4) is applied per
+        sent with every produce; None leaves it to each topic's own setting
+        (quorum unless the topic says otherwise); ``compression`` (none|zstd|lz4) is applied per
         batch; ``auto_create`` creates unknown topics on first produce unless
         the brokers run with auto-create off."""
-        if consistency not in CONSISTENCIES:
+        if consistency is not None and consistency not in CONSISTENCIES:
             raise errors.BadRequest(f"consistency must be one of {', '.join(CONSISTENCIES)}")
         if compression not in batchfmt.CODECS:
             raise errors.BadRequest(f"compression must be one of {', '.join(batchfmt.CODECS)}")

@@ -16,7 +16,7 @@ A sender task asks the ``Accumulator`` for ready partitions (full batch,
 ``linger_ms`` waited, or a flush), encodes their batches with
 ``ring.log.batch.encode`` once, and posts them as
 ``application/vnd.ring.batch`` to ``{leader}/v1/topics/{t}/messages?
-partition=P&consistency=C``. Connection refused or broken, 429, 503 and "not
+partition=P[&consistency=C]``. Connection refused or broken, 429, 503 and "not
 leader" answers refresh the topology and retry after a doubling backoff (to
 another broker, which forwards, while the leader refuses connections), at
 most ``retries`` times and within the delivery timeout; batches of sticky
@@ -97,7 +97,7 @@ def make_record(value: Any, key: Any, headers: Any, timestamp: int | None, json:
 
 class Producer:
     def __init__(self, meta: Metadata, transport: Transport, clock: Clock, acc: Accumulator, *,
-                 max_in_flight: int, partitioner: Partitioner | None, consistency: str, retries: int,
+                 max_in_flight: int, partitioner: Partitioner | None, consistency: str | None, retries: int,
                  retry_backoff_ms: float, codec: int, resolve_topic: Callable[[str], Awaitable[Any]],
                  spawn: Callable[[Awaitable[Any]], asyncio.Task], stats: Counter[str]) -> None:
         self.meta = meta
@@ -106,7 +106,7 @@ class Producer:
         self.acc = acc
         self.max_in_flight = max_in_flight
         self.partitioner = partitioner
-        self.consistency = consistency
+        self._params_extra = {} if consistency is None else {"consistency": consistency}
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.codec = codec
@@ -294,7 +294,7 @@ class Producer:
             try:
                 reply = await self.transport.request(
                     "POST", url, f"/v1/topics/{quote(topic)}/messages",
-                    params={"partition": partition, "consistency": self.consistency},
+                    params={"partition": partition, **self._params_extra},
                     body=body, headers={"Content-Type": CT_BATCH, "Accept": "application/json"})
             except BrokerUnreachable as exc:
                 self.meta.mark_unreachable(url)
