@@ -152,6 +152,20 @@ async def test_buffer_bound_and_drain(broker: TestBroker, topic: str) -> None:
         assert all(f.result().partition == 0 for f in futs)
 
 
+def test_sync_produce_blocks_while_the_buffer_is_full(broker: TestBroker, topic: str) -> None:
+    from ring import limits
+
+    with Client(broker.url, buffer_bytes=limits.BATCH_BYTES_MAX, linger_ms=20) as c:
+        c.create_topic(topic, partitions=2)
+        value = b"y" * 200_000  # 30 of them: five times the buffer
+        futs = [c.produce(topic, value, key=b"k%d" % (i % 2)) for i in range(30)]
+        assert c.async_client.buffered_bytes <= limits.BATCH_BYTES_MAX
+        c.flush()
+        assert all(f.exception() is None for f in futs)  # waited for room, never BufferFull
+        assert sorted(f.result().offset for f in futs if f.result().partition == futs[0].result().partition) == \
+            list(range(15))
+
+
 async def test_bad_input_and_unknown_topics(make_broker) -> None:
     b = make_broker("--no-auto-create")
     async with AsyncClient(b.url) as c:
