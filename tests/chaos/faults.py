@@ -1,0 +1,261 @@
+"""The faults a scenario injects into a running ``ChaosCluster``, each written to the history as it happens.
+
+* ``kill`` / ``restart``: SIGKILL (a crash: the page cache survives, so
+  nothing written is lost) and a start on the same data directory.
+* ``pause`` / ``resume``: SIGSTOP and SIGCONT: the kernel still accepts
+  connections to a stopped broker, nothing answers (a zombie).
+* ``block`` / ``partition`` / ``isolate`` / ``heal``: the network's rules.
+* ``torn_kill``: power loss. The broker is stopped, then killed, and the last
+  segment of each of its partitions is cut at a random point after what is
+  known to be on disk, then it restarts. Under ``--fsync always`` the floor
+  is the replica's durable end as last seen: its own report just before the
+  stop and its leaders' record of its acknowledgements just after (both only
+  grow, so either is a lower bound). Under ``interval:<ms>`` anything written
+  in the last interval may be unsynced: the floor is the segment's size one
+  interval (plus a margin) before the stop, from a sampler that records
+  every broker's last-segment sizes a few times a second.
+* ``flip_bit``: one random bit of one closed segment of one replica, flipped
+  in place while the broker runs (silent disk corruption).
+
+Every fault's event text carries what is needed to reproduce it (broker,
+file, position, bit). ``heal_all`` undoes whatever is still in effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable
+
+from ring.errors import RingError
+from ring.log import batch as batchfmt
+from ring.log.fsync import FsyncPolicy
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.history import History
+
+SAMPLE_EVERY_S = 0.05
+SAMPLES_KEPT = 200  # 10 s of samples: more than any fsync interval a run uses
+INTERVAL_MARGIN_S = 0.1  # the interval syncer runs a little late on a busy machine
+PAUSE_BEFORE_KILL_S = 0.5  # lets acknowledgements already on the wire reach the leaders
+SEGMENT_SUFFIX = ".log"
+
+
+# --- pure helpers ------------------------------------------------------------------------
+
+
+def position_of_offset(data: bytes, offset: int) -> int:
+    """Byte position in a segment's bytes where batches at or after ``offset`` begin (whole batches only;
+    the segment's size when there are none)."""
+    pos = 0
+    try:
+        for h, pos in batchfmt.scan(data, verify=False):
+            if h.next_offset > offset:
+                return pos if h.base_offset >= offset else pos + h.size
+    except RingError:
+        return pos  # a torn tail already: cut from the last whole batch
+    return len(data)
+
+
+def choose_cut(floor: int, size: int, rng: random.Random) -> int:
+    """Where power loss ends the file: anywhere from the floor to the end."""
+    floor = max(0, min(floor, size))
+    return rng.randint(floor, size)
+
+
+def last_segment(directory: Path) -> Path | None:
+    segments = sorted(directory.glob("*" + SEGMENT_SUFFIX))
+    return segments[-1] if segments else None
+
+
+def closed_segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*" + SEGMENT_SUFFIX))[:-1]
+
+
+def flip(path: Path, position: int, bit: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ (1 << bit)]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# --- the sampler for interval fsync --------------------------------------------------------
+
+
+class SizeSampler:
+    """Every broker's last-segment (name, size) per partition, a few times a second, for the last few seconds."""
+
+    def __init__(self, cluster: ChaosCluster, topic: str, partitions: int) -> None:
+        self.cluster, self.topic, self.partitions = cluster, topic, partitions
+        self.samples: collections.deque[tuple[float, dict[tuple[int, int], tuple[str, int]]]] = \
+            collections.deque(maxlen=SAMPLES_KEPT)
+
+    def sample(self) -> None:
+        now, sizes = time.monotonic(), {}
+        for i in range(self.cluster.size):
+            for p in range(self.partitions):
+                seg = last_segment(self.cluster.partition_dir(i, self.topic, p))
+                if seg is not None:
+                    try:
+                        sizes[(i, p)] = (seg.name, seg.stat().st_size)
+                    except OSError:
+                        pass
+        self.samples.append((now, sizes))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        for _ in range(10_000_000):
+            if stop.is_set():
+                return
+            self.sample()
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    def at(self, when: float) -> dict[tuple[int, int], tuple[str, int]]:
+        """The latest sample taken at or before ``when`` (empty: none that old)."""
+        best: dict[tuple[int, int], tuple[str, int]] = {}
+        for t, sizes in self.samples:
+            if t <= when:
+                best = sizes
+        return best
+
+
+# --- the faults -----------------------------------------------------------------------------
+
+
+class Faults:
+    def __init__(self, cluster: ChaosCluster, topic: str, partitions: int, history: History,
+                 rng: random.Random, now: Callable[[], float], sampler: SizeSampler | None = None) -> None:
+        self.cluster, self.topic, self.partitions = cluster, topic, partitions
+        self.history, self.rng, self.now, self.sampler = history, rng, now, sampler
+        self.killed: set[int] = set()
+
+    def event(self, text: str) -> None:
+        self.history.events.append((round(self.now(), 3), text))
+
+    def name(self, i: int) -> str:
+        return self.cluster.brokers[i].name
+
+    async def a_leader(self) -> tuple[int, int]:
+        """(broker, partition): the leader of a random partition, as a live broker sees it now."""
+        p = self.rng.randrange(self.partitions)
+        leaders = await self.cluster.leaders(self.topic)
+        return leaders.get(p, p % self.cluster.size), p
+
+    async def kill(self, i: int) -> None:
+        self.cluster.kill(i)
+        self.killed.add(i)
+        self.event(f"SIGKILL {self.name(i)}")
+
+    async def restart(self, i: int) -> None:
+        self.event(f"restart {self.name(i)}")
+        await self.cluster.restart(i)
+        self.killed.discard(i)
+        self.event(f"{self.name(i)} ready")
+
+    def pause(self, i: int) -> None:
+        self.cluster.pause(i)
+        self.event(f"SIGSTOP {self.name(i)}")
+
+    def resume(self, i: int) -> None:
+        self.cluster.resume(i)
+        self.event(f"SIGCONT {self.name(i)}")
+
+    def block(self, src: int, dst: int) -> None:
+        self.cluster.network.block(src, dst)
+        self.event(f"{self.name(src)} cannot reach {self.name(dst)}")
+
+    def partition(self, a: int, b: int) -> None:
+        self.cluster.network.partition(a, b)
+        self.event(f"partition {self.name(a)} | {self.name(b)}")
+
+    def isolate(self, i: int) -> None:
+        self.cluster.network.isolate(i)
+        self.event(f"isolate {self.name(i)} from the other brokers")
+
+    def heal(self) -> None:
+        if self.cluster.network.blocked:
+            self.cluster.network.heal()
+            self.event("network healed")
+
+    async def heal_all(self) -> None:
+        self.heal()
+        for i in sorted(self.cluster.paused):
+            self.resume(i)
+        for i in sorted(self.killed):
+            await self.restart(i)
+
+    # --- power loss -----------------------------------------------------------------------
+
+    async def _durable_floors(self, i: int, own_view: list[dict] | None) -> dict[int, int]:
+        """Partition -> a lower bound of broker i's durable end: its own report (taken before the stop)
+        and what the live leaders recorded of its acknowledgements."""
+        name = self.name(i)
+        floors: dict[int, int] = {}
+        for p in own_view or []:
+            if p.get("replica_end_offsets", {}).get(name) is not None:
+                floors[p["partition"]] = p["replica_end_offsets"][name]
+        for j in range(self.cluster.size):
+            if j == i or not self.cluster.answering(j):
+                continue
+            for p in await self.cluster.describe(self.topic, j) or []:
+                seen = (p.get("replica_end_offsets") or {}).get(name)
+                if p.get("leader") == self.name(j) and seen is not None:
+                    floors[p["partition"]] = max(floors.get(p["partition"], 0), seen)
+        return floors
+
+    async def torn_kill(self, i: int) -> None:
+        """Power loss on broker i: stop, kill, cut each partition's unsynced tail, restart."""
+        policy = FsyncPolicy.parse(self.cluster.fsync)
+        own_view = await self.cluster.describe(self.topic, i)
+        self.pause(i)
+        stopped_at = time.monotonic()
+        await asyncio.sleep(PAUSE_BEFORE_KILL_S)
+        floors = await self._durable_floors(i, own_view) if policy.mode == "always" else {}
+        interval_s = (policy.interval_ms or 0) / 1000
+        before = self.sampler.at(stopped_at - interval_s - INTERVAL_MARGIN_S) if self.sampler else {}
+        await self.kill(i)
+        cuts = []
+        for p in range(self.partitions):
+            seg = last_segment(self.cluster.partition_dir(i, self.topic, p))
+            if seg is None:
+                continue
+            data = seg.read_bytes()
+            if policy.mode == "always":
+                floor = position_of_offset(data, floors.get(p, 0)) if p in floors else len(data)
+            elif policy.mode == "never":
+                floor = 0  # nothing was ever forced to disk
+            else:
+                sampled = before.get((i, p))
+                floor = sampled[1] if sampled and sampled[0] == seg.name else 0
+            cut = choose_cut(floor, len(data), self.rng)
+            if cut < len(data):
+                os.truncate(seg, cut)
+            cuts.append(f"{p}:{seg.name}@{cut}/{len(data)} (floor {floor})")
+        self.event(f"power loss on {self.name(i)} ({self.cluster.fsync}): cut " + ", ".join(cuts))
+        await self.restart(i)
+
+    # --- bit rot -----------------------------------------------------------------------------
+
+    async def flip_bit(self, i: int, p: int, wait_s: float) -> bool:
+        """Flip one random bit in a closed segment of broker i's replica of partition p, waiting (bounded)
+        for one to exist. False when none appeared in time."""
+        directory = self.cluster.partition_dir(i, self.topic, p)
+        deadline = time.monotonic() + wait_s
+        closed = closed_segments(directory)
+        while not closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            closed = closed_segments(directory)
+        if not closed:
+            self.event(f"no closed segment of {p} on {self.name(i)} to flip a bit in")
+            return False
+        seg = self.rng.choice(closed)
+        size = seg.stat().st_size
+        position, bit = self.rng.randrange(size), self.rng.randrange(8)
+        flip(seg, position, bit)
+        self.event(f"bit flip on {self.name(i)}: partition {p} {seg.name} byte {position} bit {bit} (of {size} bytes)")
+        return True

@@ -1,0 +1,177 @@
+"""The chaos scenarios: which faults, when, on which broker, for a full run (``make chaos``) or a short one.
+
+Each scenario is a schedule run against the live cluster while the workload
+runs; it injects faults only before the run's deadline and leaves healing
+what is still in effect to the harness. Victims are chosen with the run's
+seeded random source: usually the leader of a random partition as a live
+broker reports it, so whatever failover does, the faults keep landing on
+leaders. Timings come from the failure detector (a stopped broker is
+reported down 6-13 s after it stopped): pauses and partitions last longer
+than that, so the cluster has to notice. Short versions fit one fault (or one
+of each kind) into 12-20 s for ``make test``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from tests.chaos.faults import Faults
+
+WARMUP_S = 2.0  # load before the first fault, so there is something to lose
+DOWN_DETECTED_S = 14.0  # longer than the failure detector's 6-13 s
+
+
+@dataclass
+class Ctx:
+    faults: Faults
+    deadline: float  # time.monotonic() at which the workload stops
+    short: bool
+
+    @property
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, min(seconds, self.left_s)))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str  # one line, for the report
+    drive: Callable[[Ctx], Awaitable[None]]
+    partitions: bool = False  # needs a network that can cut links between brokers
+    fsync: str = "always"
+    duration_s: float = 60.0
+    short_s: float = 15.0
+
+
+async def no_faults(ctx: Ctx) -> None:
+    await ctx.sleep(ctx.left_s)
+
+
+async def leader_kill(ctx: Ctx) -> None:
+    """Every 10 s: SIGKILL the leader of a random partition, restart it 5 s later."""
+    period_s, down_s = 10.0, 5.0
+    await ctx.sleep(WARMUP_S)
+    for _ in range(100):
+        if ctx.left_s < down_s + 1:
+            return
+        began = time.monotonic()
+        victim, _ = await ctx.faults.a_leader()
+        await ctx.faults.kill(victim)
+        await ctx.sleep(down_s)
+        await ctx.faults.restart(victim)
+        if ctx.short:
+            return
+        await ctx.sleep(period_s - (time.monotonic() - began))
+
+
+async def leader_stop(ctx: Ctx) -> None:
+    """SIGSTOP the leader of a random partition for longer than failure detection, then SIGCONT; again
+    after 10 s while time is left."""
+    await ctx.sleep(WARMUP_S)
+    for _ in range(100):
+        if ctx.left_s < DOWN_DETECTED_S:
+            return
+        victim, _ = await ctx.faults.a_leader()
+        ctx.faults.pause(victim)
+        await ctx.sleep(DOWN_DETECTED_S if ctx.short else DOWN_DETECTED_S + 2)
+        ctx.faults.resume(victim)
+        if ctx.short:
+            return
+        await ctx.sleep(10.0)
+
+
+async def isolate(ctx: Ctx) -> None:
+    """Cut the leader of a random partition off from both other brokers (clients still reach it) for
+    15 s (10 s short), heal, again after 10 s."""
+    cut_s = 10.0 if ctx.short else 15.0
+    await ctx.sleep(WARMUP_S)
+    for _ in range(100):
+        if ctx.left_s < cut_s:
+            return
+        victim, _ = await ctx.faults.a_leader()
+        ctx.faults.isolate(victim)
+        await ctx.sleep(cut_s)
+        ctx.faults.heal()
+        if ctx.short:
+            return
+        await ctx.sleep(10.0)
+
+
+async def one_way(ctx: Ctx) -> None:
+    """The leader of a random partition cannot reach the others (they still reach it), heal; then the
+    others cannot reach it (it still reaches them), heal. 12 s each (6 s short)."""
+    cut_s, gap_s = (6.0, 1.0) if ctx.short else (12.0, 5.0)
+    await ctx.sleep(WARMUP_S)
+    for _ in range(100):
+        if ctx.left_s < 2 * cut_s + gap_s:
+            return
+        victim, _ = await ctx.faults.a_leader()
+        others = [j for j in range(ctx.faults.cluster.size) if j != victim]
+        for j in others:
+            ctx.faults.block(victim, j)
+        await ctx.sleep(cut_s)
+        ctx.faults.heal()
+        await ctx.sleep(gap_s)
+        for j in others:
+            ctx.faults.block(j, victim)
+        await ctx.sleep(cut_s)
+        ctx.faults.heal()
+        if ctx.short:
+            return
+        await ctx.sleep(gap_s)
+
+
+async def torn_kill(ctx: Ctx) -> None:
+    """Every 10 s: power loss on the leader of a random partition (stop, kill, cut each of its partitions'
+    unsynced tail, restart)."""
+    await ctx.sleep(WARMUP_S + 1)
+    for _ in range(100):
+        if ctx.left_s < 3:
+            return
+        began = time.monotonic()
+        victim, _ = await ctx.faults.a_leader()
+        await ctx.faults.torn_kill(victim)
+        if ctx.short:
+            return
+        await ctx.sleep(10.0 - (time.monotonic() - began))
+
+
+async def bit_flip(ctx: Ctx) -> None:
+    """Flip one bit in a closed segment of a random replica of a random partition; in the full run, kill
+    and restart that broker later (recovery trusts synced segments: reads must still catch it)."""
+    f = ctx.faults
+    await ctx.sleep(WARMUP_S + 2)
+    p = f.rng.randrange(f.partitions)
+    victim = f.rng.randrange(f.cluster.size)
+    if not await f.flip_bit(victim, p, wait_s=max(1.0, ctx.left_s / 2)):
+        return
+    if ctx.short:
+        return
+    await ctx.sleep(ctx.left_s / 2)
+    if ctx.left_s > 5:
+        await f.kill(victim)
+        await ctx.sleep(2.0)
+        await f.restart(victim)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("none", "no faults", no_faults, short_s=10.0),
+    Scenario("leader-kill", "SIGKILL a leader every 10 s, restart after 5 s", leader_kill, short_s=14.0),
+    Scenario("leader-stop", "SIGSTOP a leader for 16 s (14 s short), then SIGCONT", leader_stop, short_s=20.0),
+    Scenario("isolate", "a leader cut off from both other brokers for 15 s (10 s short)", isolate,
+             partitions=True, short_s=16.0),
+    Scenario("one-way", "a leader cannot reach the others, then they cannot reach it (12 s each, 6 s short)",
+             one_way, partitions=True, short_s=18.0),
+    Scenario("torn-always", "power loss on a leader every 10 s, tail cut after its durable end (fsync always)",
+             torn_kill, short_s=12.0),
+    Scenario("torn-interval", "power loss on a leader every 10 s, tail cut in the last fsync interval "
+             "(fsync interval:1000)", torn_kill, fsync="interval:1000", short_s=12.0),
+    Scenario("bit-flip", "one bit flipped in a closed segment of one replica (full run: then kill, restart)",
+             bit_flip, short_s=12.0),
+]}

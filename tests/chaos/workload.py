@@ -1,0 +1,208 @@
+"""The load of a chaos run: producers of unique values, one key each, and consumers that read everything.
+
+Each producer owns one key (chosen so the producers cover every partition)
+and sends one record per request, one request at a time, to a broker picked
+at random (so most requests are forwarded to the leader), at the run's
+consistency level, at most ``rate_per_producer_hz`` a second. Every value
+is unique (``<run>-<producer>-<n>``) and every attempt is a ``Write`` in the
+history with what the client could tell of its outcome: 200 is ``ok`` with
+the partition and offset; 503 and other 4xx mean nothing was written
+(``fail``), and so does a refused connection; 504, another 5xx, a timeout or
+a connection lost after sending are ``unknown``. Without idempotent
+producers a retry of an unknown outcome could write twice, so nothing is
+retried; when the broker's OpenAPI document lists ``producer_id`` and
+``sequence`` on produce, they are sent, and an unknown outcome is retried
+with the same value and sequence (at most ``RETRIES_UNKNOWN_MAX`` times).
+
+Consumers split the partitions between them and read each from a random
+broker, long-polling from the next offset; every record they get is a
+``Read``. Every loop is bounded by a deadline and a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import aiohttp
+import orjson
+
+from ring import limits
+from ring.errors import RingError
+from ring.hashing import partition_for_key
+from tests.chaos.cluster import CT_BATCHES, READ_BYTES_MAX, ChaosCluster, decode_batches
+from tests.chaos.history import CONSUMER, FAIL, OK, UNKNOWN, History, Read, Write
+
+# A produce can wait for replication acks, then for a forward's timeout: past that the outcome is unknown.
+PRODUCE_TIMEOUT_S = limits.PEER_REQUEST_TIMEOUT_S + 2.0
+FETCH_WAIT_MS = 300
+FETCH_TIMEOUT_S = 5.0
+BACKOFF_S = 0.1  # after a refusal, so a producer does not spin on instant 503s
+RETRIES_UNKNOWN_MAX = 3
+KEYS_SEARCH_MAX = 100_000
+
+
+@dataclass
+class Load:
+    topic: str
+    partitions: int
+    consistency: str
+    duration_s: float
+    producers: int = 9
+    consumers: int = 2
+    rate_per_producer_hz: float = 25.0
+    writes_per_producer_max: int = 50_000
+    run_tag: str = "r"
+
+
+def keys_for(producers: int, partitions: int) -> list[str]:
+    """A key per producer, producer i's key landing on partition i % partitions."""
+    keys: list[str] = []
+    for n in range(KEYS_SEARCH_MAX):
+        if len(keys) == producers:
+            break
+        key = f"key-{n}"
+        if partition_for_key(key.encode(), partitions) == len(keys) % partitions:
+            keys.append(key)
+    assert len(keys) == producers, "no key found for some partition"
+    return keys
+
+
+def classify(status: int | None) -> str:
+    """Outcome of a produce answered with ``status`` (None: no answer after sending)."""
+    if status == 200:
+        return OK
+    if status is not None and (status == 503 or 400 <= status < 500):
+        return FAIL
+    return UNKNOWN
+
+
+class Workload:
+    def __init__(self, cluster: ChaosCluster, load: Load, history: History, rng: random.Random,
+                 now: Callable[[], float], idempotent: bool = False) -> None:
+        self.cluster, self.load, self.history, self.rng, self.now = cluster, load, history, rng, now
+        self.idempotent = idempotent
+        self.keys = keys_for(load.producers, load.partitions)
+        self.stop = asyncio.Event()
+        self.session: aiohttp.ClientSession | None = None
+
+    async def run(self) -> None:
+        """Produce and consume until ``stop`` is set or the duration is over."""
+        deadline = time.monotonic() + self.load.duration_s
+        connector = aiohttp.TCPConnector(limit=self.load.producers + self.load.consumers + 4)
+        async with aiohttp.ClientSession(connector=connector) as self.session:
+            tasks = [asyncio.create_task(self._producer(i, deadline)) for i in range(self.load.producers)]
+            tasks += [asyncio.create_task(self._consumer(j, deadline)) for j in range(self.load.consumers)]
+            await asyncio.gather(*tasks)
+
+    def _target(self) -> int:
+        return self.rng.randrange(self.cluster.size)
+
+    async def _producer(self, i: int, deadline: float) -> None:
+        key, gap = self.keys[i], 1.0 / self.load.rate_per_producer_hz
+        seq = 0
+        for n in range(self.load.writes_per_producer_max):
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return
+            began = time.monotonic()
+            value = f"{self.load.run_tag}-{i}-{n}"
+            write = await self._write(i, key, value, seq)
+            self.history.writes.append(write)
+            if write.outcome == OK:
+                seq += 1
+            pause = gap - (time.monotonic() - began)
+            if write.outcome != OK:
+                pause = max(pause, BACKOFF_S)
+            if pause > 0:
+                await asyncio.sleep(pause)
+
+    async def _write(self, producer: int, key: str, value: str, seq: int) -> Write:
+        assert self.session is not None
+        params = {"key": key, "consistency": self.load.consistency}
+        if self.idempotent:
+            params |= {"producer_id": str(producer + 1), "sequence": str(seq)}
+        body = orjson.dumps([value])
+        start = self.now()
+        for _ in range(1 + (RETRIES_UNKNOWN_MAX if self.idempotent else 0)):
+            target = self._target()
+            name = self.cluster.brokers[target].name
+            url = f"{self.cluster.url(target)}/v1/topics/{self.load.topic}/messages"
+            status, error, doc = None, "", None
+            try:
+                async with self.session.post(url, data=body, params=params,
+                                             headers={"Content-Type": "application/json"},
+                                             timeout=aiohttp.ClientTimeout(total=PRODUCE_TIMEOUT_S, connect=3)) as r:
+                    status, raw = r.status, await r.read()
+                doc = orjson.loads(raw) if raw else None
+                if status != 200 and isinstance(doc, dict):
+                    error = str(doc.get("error", ""))
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # nothing was sent
+                return Write(value, key, producer, seq, start, self.now(), FAIL, broker=name,
+                             error=exc.__class__.__name__)
+            except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError) as exc:
+                error = exc.__class__.__name__
+            outcome = classify(status)
+            if outcome == OK:
+                assert isinstance(doc, dict) and doc.get("count") == 1, doc
+                return Write(value, key, producer, seq, start, self.now(), OK, doc["partition"],
+                             doc["base_offset"], name, status)
+            if outcome == FAIL:
+                return Write(value, key, producer, seq, start, self.now(), FAIL, broker=name, status=status,
+                             error=error)
+            if self.stop.is_set():
+                break
+        return Write(value, key, producer, seq, start, self.now(), UNKNOWN, broker=name, status=status, error=error)
+
+    async def _consumer(self, j: int, deadline: float) -> None:
+        mine = [p for p in range(self.load.partitions) if p % self.load.consumers == j]
+        if not mine:
+            return
+        next_offset = {p: 0 for p in mine}
+        for n in range(1_000_000):
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return
+            p = mine[n % len(mine)]
+            got = await self._fetch(p, next_offset[p])
+            if got is None:
+                self.history.fetches_failed += 1
+                await asyncio.sleep(BACKOFF_S)
+                continue
+            self.history.fetches_ok += 1
+            next_offset[p] = max(next_offset[p], got)
+
+    async def _fetch(self, p: int, offset: int) -> int | None:
+        """One long-poll from a random broker; the next offset, None when it failed."""
+        assert self.session is not None
+        i = self._target()
+        url = f"{self.cluster.url(i)}/v1/topics/{self.load.topic}/partitions/{p}/messages"
+        params = {"offset": str(offset), "max_bytes": str(READ_BYTES_MAX), "wait_ms": str(FETCH_WAIT_MS)}
+        try:
+            async with self.session.get(url, params=params, headers={"Accept": CT_BATCHES},
+                                        timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S, connect=3)) as r:
+                if r.status != 200:
+                    await r.read()
+                    return None
+                body, next_offset = await r.read(), int(r.headers["Ring-Next-Offset"])
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
+            return None
+        try:
+            records, _ = decode_batches(body, offset)
+        except RingError:
+            return None
+        at, name = self.now(), self.cluster.brokers[i].name
+        self.history.reads += [Read(CONSUMER, name, p, o, v, at) for o, v in records]
+        return next_offset
+
+
+async def broker_takes_producer_ids(cluster: ChaosCluster) -> bool:
+    """Whether produce documents ``producer_id`` and ``sequence`` (idempotent producers)."""
+    for i in range(cluster.size):
+        doc = await cluster.get_json(i, "/v1/openapi.json")
+        if doc:
+            op = doc.get("paths", {}).get("/v1/topics/{topic}/messages", {}).get("post", {})
+            names = {p.get("name") for p in op.get("parameters", [])}
+            return {"producer_id", "sequence"} <= names
+    return False
