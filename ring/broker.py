@@ -7,15 +7,12 @@ appends and reads are synchronous calls on that loop (``os.write``/
 ``os.pread``, no awaits in between, so one request's batches get consecutive
 offsets), and only fsyncs run in threads.
 
-Durability follows the fsync policy. With ``always`` appends are acknowledged
-after an fsync that covers them: the appends of one loop turn are grouped and
-ONE fsync in a thread covers all of them (group commit); while it runs, new
-appends to that partition wait, so an fsync never races an append. With
-``interval:<ms>`` a background task syncs partitions with unsynced bytes; with
-``never`` only a clean shutdown syncs. The high watermark of a partition (the
-end of what consumers may see) is the synced end under ``always`` and the
-appended end otherwise; fetches never return data at or above it, and
-long-polls wake when it moves.
+Durability follows the fsync policy (``ring.replication.commit``: group
+commit under ``always``, a background loop under ``interval:<ms>``, a clean
+shutdown under ``never``). The high watermark of a partition (the end of what
+consumers may see) is, alone, the durable end: the synced end under
+``always`` and the appended end otherwise; fetches never return data at or
+above it, and long-polls wake when it moves.
 
 This class is a single broker, a cluster of one: it leads every partition
 and its high watermark is its own durable end. ``ring.cluster.node`` builds
@@ -57,6 +54,7 @@ from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
 from ring.log.partition import PartitionLog
 from ring.replication import protocol
+from ring.replication.commit import GroupCommit
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.broker")
@@ -121,7 +119,7 @@ class Broker:
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._deleting: set[str] = set()
-        self.fsyncs = 0  # completed partition fsyncs, for status and for telling group commit works
+        self.commits = GroupCommit(config.fsync)
         self.previous_shutdown_clean = True
 
     # --- lifecycle ----------------------------------------------------------------
@@ -182,7 +180,7 @@ class Broker:
         """Start the background work: interval fsyncs and retention."""
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         if self.config.fsync.mode == "interval":
-            self._tasks.append(asyncio.create_task(self._interval_sync_loop(), name="fsync"))
+            self._tasks.append(asyncio.create_task(self.commits.interval_loop(self._all_replicas), name="fsync"))
 
     def begin_shutdown(self) -> None:
         """Stop waiting: long-polls answer with what they have, new produces get 503."""
@@ -200,8 +198,7 @@ class Broker:
         self._tasks.clear()
         # Syncs already asked for still run, so the produces waiting on them get
         # their answer; no new append can start (_check_open), so this ends.
-        while busy := [f for parts in self._parts.values() for part in parts.values()
-                       for f in (part.running_sync, part.next_sync) if f is not None]:
+        while busy := self.commits.busy(self._all_replicas()):
             await asyncio.wait(busy)
         clean = True
         for parts in self._parts.values():
@@ -217,6 +214,13 @@ class Broker:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    @property
+    def fsyncs(self) -> int:
+        return self.commits.fsyncs
+
+    def _all_replicas(self) -> list[Replica]:
+        return [part for parts in self._parts.values() for part in parts.values()]
 
     @property
     def clean_shutdown(self) -> bool:
@@ -265,8 +269,7 @@ class Broker:
                 part.wake()
                 part.fail_waiters(UnknownTopic(f"topic {name!r} was deleted", topic=name))
             for part in parts:
-                while part.running_sync is not None:
-                    await asyncio.wait({part.running_sync})
+                await self.commits.idle(part)
                 part.log.abandon()  # its files are about to go: no final fsync
             trash = self.data_dir / TRASH_DIR
             trash.mkdir(exist_ok=True)
@@ -391,8 +394,7 @@ class Broker:
 
     async def wait_writable(self, part: Replica) -> None:
         """Return when ``part`` may be appended to now (no fsync thread on it); raise if it never may."""
-        while part.running_sync is not None:  # the log is single-threaded: never beside an fsync
-            await asyncio.wait({part.running_sync})
+        await self.commits.idle(part)
         if part.deleted:
             raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
         if part.failed:
@@ -416,60 +418,7 @@ class Broker:
 
     async def make_durable(self, part: Replica, end: int) -> None:
         """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
-        if self.config.fsync.mode == "always":
-            await self._commit(part)
-        else:
-            part.set_durable(end)
-
-    async def _commit(self, part: Replica) -> None:
-        """Wait for an fsync that starts after this append (the group commit)."""
-        if part.next_sync is None:
-            part.next_sync = asyncio.get_running_loop().create_future()
-            # Started on the next loop turn, so every append of this turn rides along.
-            asyncio.get_running_loop().call_soon(self._start_sync, part)
-        await asyncio.shield(part.next_sync)
-
-    def _start_sync(self, part: Replica) -> None:
-        fut = part.next_sync
-        if fut is None or part.running_sync is not None:
-            return  # a running sync will start this one when it ends
-        part.next_sync = None
-        if part.deleted or part.failed:
-            fut.set_exception(StorageError(part.failed) if part.failed
-                              else UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic))
-            return
-        part.running_sync = fut
-        end = part.log.end_offset
-        loop = asyncio.get_running_loop()
-        thread = loop.run_in_executor(None, part.log.sync)
-        thread.add_done_callback(lambda t: self._sync_done(part, fut, end, t))
-
-    def _sync_done(self, part: Replica, fut: asyncio.Future[None], end: int,
-                   thread: asyncio.Future[None]) -> None:
-        part.running_sync = None
-        exc = thread.exception()
-        self.fsyncs += exc is None
-        if exc is not None:
-            part.failed = f"fsync of {part.topic}/{part.index} failed: {exc}"
-            log.error(part.failed)
-            fut.set_exception(StorageError(part.failed))
-        else:
-            if self.config.fsync.mode == "always":
-                part.set_durable(end)
-            fut.set_result(None)
-        if part.next_sync is not None:
-            self._start_sync(part)
-
-    async def _interval_sync_loop(self) -> None:
-        interval_s = self.config.fsync.interval_ms / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval_s)
-            for parts in list(self._parts.values()):
-                for part in list(parts.values()):
-                    if part.log.unsynced_bytes and part.next_sync is None and part.running_sync is None:
-                        part.next_sync = loop.create_future()
-                        self._start_sync(part)
+        await self.commits.make_durable(part, end)
 
     async def _retention_loop(self) -> None:
         while True:
@@ -553,8 +502,7 @@ class Broker:
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
         """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
         part = self._partition(topic, partition)
-        while part.running_sync is not None:  # the log is single-threaded: never beside an fsync
-            await asyncio.wait({part.running_sync})
+        await self.commits.idle(part)  # the log is single-threaded: never beside an fsync
         if part.deleted:
             raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
         if not 0 <= before_offset <= part.hw:
@@ -579,7 +527,7 @@ class Broker:
             "fsync": str(self.config.fsync),
             "auto_create": self.config.auto_create,
             "long_polls_open": self._long_polls,
-            "fsyncs": self.fsyncs,
+            "fsyncs": self.commits.fsyncs,
         }
 
     def cluster(self) -> dict[str, Any]:

@@ -208,8 +208,7 @@ class ClusterBroker(Broker):
                 rep.deleted = True
                 rep.wake()
                 rep.fail_waiters(Unavailable(f"{cfg.name}/{p} moved to other brokers"))
-                while rep.running_sync is not None:
-                    await asyncio.wait({rep.running_sync})
+                await self.commits.idle(rep)
                 rep.log.close()
             elif rep.replicas != held[p]:
                 rep.set_placement(held[p])

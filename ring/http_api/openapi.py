@@ -69,7 +69,7 @@ _CLUSTER = {
 }
 
 _CLUSTER_DOC = """Every broker gossip has told this one about, in token order, with its status as this broker
-sees it: up, suspect (phi >= 5), down (phi >= 8: about 6-13 s after a broker stops), joining, leaving, removed.
+sees it: up, suspect (phi >= 5), down (phi >= 8: about 5-13 s after a broker stops), joining, leaving, removed.
 A down broker keeps its place on the ring; its partitions run on their other replicas."""
 
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
@@ -132,7 +132,9 @@ def document() -> dict[str, Any]:
             "/v1/status": {"get": {
                 "summary": "Broker status", "operationId": "status",
                 "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
-                                         {"type": "object"})}}},
+                                         {"type": "object"}),
+                              "503": _ok("the same document while status is joining: the broker has not yet "
+                                         "seen the cluster (readiness)", {"type": "object"})}}},
             "/v1/cluster": {"get": {
                 "summary": "The brokers this broker knows and their state", "operationId": "cluster",
                 "description": _CLUSTER_DOC,

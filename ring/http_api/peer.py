@@ -30,6 +30,7 @@ import orjson
 from aiohttp import web
 
 from ring import limits
+from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unauthorized, Unavailable
 from ring.http_api import codec
 from ring.http_api.middleware import errors_middleware
@@ -105,7 +106,7 @@ async def replicate(request: web.Request) -> web.StreamResponse:
 async def produce(request: web.Request) -> web.Response:
     node = _node(request)
     q = request.query
-    topic = q.get("topic") or ""
+    topic = validate_topic_name(q.get("topic"))
     partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
     if partition is None:
         raise BadRequest("partition is required")

@@ -173,15 +173,18 @@ class Reject:
 Frame = Union[Append, Hw, Ack, Reject]
 _ARITY = {"append": 7, "hw": 5, "ack": 5, "reject": 6}
 _INT64_MAX = 2**63 - 1
+# Partitions and leader epochs are int32 where they are stored (topic configs, batch headers):
+# a frame must not make a replica adopt an epoch it could never stamp on a batch.
+_INT32_MAX = 2**31 - 1
 
 
 def encode(frame: Frame) -> bytes:
     return msgpack.packb(frame.to_wire(), use_bin_type=True)
 
 
-def _int(v: Any, what: str, lo: int = 0) -> int:
-    if type(v) is not int or not lo <= v <= _INT64_MAX:
-        raise BadRequest(f"malformed replication frame: {what} must be an integer >= {lo}")
+def _int(v: Any, what: str, lo: int = 0, hi: int = _INT64_MAX) -> int:
+    if type(v) is not int or not lo <= v <= hi:
+        raise BadRequest(f"malformed replication frame: {what} must be an integer in [{lo}, {hi}]")
     return v
 
 
@@ -197,7 +200,7 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
     kind, topic = w[0], w[1]
     if type(topic) is not str or not topic:
         raise BadRequest("malformed replication frame: topic must be a non-empty string")
-    partition, epoch = _int(w[2], "partition"), _int(w[3], "epoch")
+    partition, epoch = _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX)
     if kind == "append":
         if type(w[6]) is not bytes:
             raise BadRequest("malformed replication frame: data must be bytes")

@@ -11,7 +11,7 @@ its own majority: its high watermark is its durable end.
 The broker's event loop is the only caller. Long-polls wait on ``waiter``
 (resolved when hw moves); produces wait on ``wait_replicas`` until enough
 replicas hold their batches. The group-commit fields (``next_sync``,
-``running_sync``) belong to the broker, which serialises appends with fsyncs.
+``running_sync``) belong to ``commit.GroupCommit``, which serialises appends with fsyncs.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Replica:
             self.refresh()
 
     def set_follower_end(self, name: str, end: int) -> None:
-        if name in self.replicas and name != self.self_name and end > self.follower_ends.get(name, 0):
+        if name in self.replicas and name != self.self_name and end > self.follower_ends.get(name, -1):
             self.follower_ends[name] = end
             self.refresh()
 

@@ -1,0 +1,92 @@
+"""Durability of appends by the fsync policy, with group commit.
+
+With ``always`` an append is durable once an fsync that started after it has
+finished: the first append of a loop turn asks for a sync that starts on the
+next turn, so every append of that turn rides along and ONE fsync (in a
+thread) covers them all. While an fsync runs, nothing else touches that log
+(the log is single-threaded): appends, truncates and closes wait for it with
+``idle``. With ``interval:<ms>`` a background loop syncs the replicas with
+unsynced bytes; with ``never`` only a clean close syncs. Either way the
+replica's durable end (``Replica.set_durable``) is what replication counts:
+after the fsync under ``always``, at once otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Iterable
+
+from ring.errors import StorageError, UnknownTopic
+from ring.log.fsync import FsyncPolicy
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.broker")
+
+
+class GroupCommit:
+    def __init__(self, policy: FsyncPolicy) -> None:
+        self.policy = policy
+        self.fsyncs = 0  # completed replica fsyncs, for status and for telling group commit works
+
+    @staticmethod
+    async def idle(part: Replica) -> None:
+        """Return when no fsync thread runs on ``part``."""
+        while part.running_sync is not None:
+            await asyncio.wait({part.running_sync})
+
+    @staticmethod
+    def busy(parts: Iterable[Replica]) -> list[asyncio.Future[None]]:
+        """Syncs asked for or running on ``parts``: a clean close waits for them."""
+        return [f for part in parts for f in (part.running_sync, part.next_sync) if f is not None]
+
+    async def make_durable(self, part: Replica, end: int) -> None:
+        """Return once offsets below ``end`` are durable by the policy (``part.durable`` >= end)."""
+        if self.policy.mode != "always":
+            part.set_durable(end)
+            return
+        if part.next_sync is None:
+            part.next_sync = asyncio.get_running_loop().create_future()
+            # Started on the next loop turn, so every append of this turn rides along.
+            asyncio.get_running_loop().call_soon(self._start_sync, part)
+        await asyncio.shield(part.next_sync)
+
+    def _start_sync(self, part: Replica) -> None:
+        fut = part.next_sync
+        if fut is None or part.running_sync is not None:
+            return  # a running sync will start this one when it ends
+        part.next_sync = None
+        if part.deleted or part.failed:
+            fut.set_exception(StorageError(part.failed) if part.failed
+                              else UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic))
+            return
+        part.running_sync = fut
+        end = part.log.end_offset
+        thread = asyncio.get_running_loop().run_in_executor(None, part.log.sync)
+        thread.add_done_callback(lambda t: self._sync_done(part, fut, end, t))
+
+    def _sync_done(self, part: Replica, fut: asyncio.Future[None], end: int, thread: asyncio.Future[None]) -> None:
+        part.running_sync = None
+        exc = thread.exception()
+        self.fsyncs += exc is None
+        if exc is not None:
+            part.failed = f"fsync of {part.topic}/{part.index} failed: {exc}"
+            log.error(part.failed)
+            fut.set_exception(StorageError(part.failed))
+        else:
+            if self.policy.mode == "always":
+                part.set_durable(end)
+            fut.set_result(None)
+        if part.next_sync is not None:
+            self._start_sync(part)
+
+    async def interval_loop(self, replicas: Callable[[], Iterable[Replica]]) -> None:
+        """Policy ``interval``: sync every replica with unsynced bytes, every interval."""
+        assert self.policy.mode == "interval"
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.policy.interval_ms / 1000)
+            for part in list(replicas()):
+                if part.log.unsynced_bytes and part.next_sync is None and part.running_sync is None:
+                    part.next_sync = loop.create_future()
+                    self._start_sync(part)
