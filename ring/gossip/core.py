@@ -45,6 +45,8 @@ from ring.gossip.state import (
     _topic_name,
 )
 
+_INT64_MAX = 2**63 - 1
+
 # How often the driver ticks. The phi defaults are tuned for this.
 GOSSIP_INTERVAL_S = 1.0
 # phi at which a broker is reported "suspect": about 0.5 s before conviction
@@ -195,6 +197,9 @@ class GossipCore:
 
     def _replace_self(self, new: EndpointState) -> None:
         assert new.name == self.name
+        if new.version > _INT64_MAX:
+            # Versions are int64 on the wire: past the top, a new generation wins over any version.
+            new = replace(new, generation=new.generation + 1, version=0)
         self.state.endpoints[self.name] = new
 
     def _live_and_down(self, now_s: float) -> tuple[list[str], list[str]]:
@@ -262,7 +267,8 @@ class GossipCore:
     def _write_topic(self, name: str, config: dict[str, Any] | None, now_ms: int) -> TopicEntry:
         assert type(now_ms) is int and now_ms >= 0, now_ms
         old = self.state.topics.get(name)
-        ts = now_ms if old is None else max(now_ms, old.timestamp_ms + 1)
+        # Capped at int64 (the wire's bound): a peer's entry at the very top then wins ties.
+        ts = now_ms if old is None else min(max(now_ms, old.timestamp_ms + 1), _INT64_MAX)
         entry = TopicEntry(ts, self.name, config)
         self.state.topics[name] = entry
         return entry
