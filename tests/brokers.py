@@ -4,7 +4,9 @@
 data directory under a temporary root, waits until ``/v1/status`` answers,
 and stops it by PID with SIGTERM (clean) or SIGKILL (crash); ``restart``
 reuses the same directory. ``Http`` speaks to it with ``http.client`` so a
-test reads top to bottom without an event loop.
+test reads top to bottom without an event loop. ``TestCluster`` runs several
+brokers that gossip with each other (``ring.localcluster.LocalCluster``), each
+a ``Member`` with its client API, its peer port and the cluster secret.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Iterable
 import orjson
 
 from ring.localcluster import LocalBroker, free_port
+from ring.log import batch as batchfmt
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,3 +157,142 @@ class TestBroker:
 
     def raw_socket(self, timeout_s: float = 30.0) -> socket.socket:
         return socket.create_connection((self.local.host, self.local.port), timeout=timeout_s)
+
+
+# --- clusters -------------------------------------------------------------------------
+
+CLUSTER_WAIT_S = 40.0  # a cold start of three brokers on a busy 2-core machine, plus gossip rounds
+
+
+class Member:
+    """One broker of a ``TestCluster``: its client API, its peer port, and its process."""
+
+    def __init__(self, local: LocalBroker, peer_port: int, secret: str) -> None:
+        self.local = local
+        self.peer_port = peer_port
+        self.secret = secret
+
+    @property
+    def name(self) -> str:
+        return self.local.name
+
+    @property
+    def url(self) -> str:
+        return self.local.url
+
+    @property
+    def http(self) -> Http:
+        return Http(self.local.host, self.local.port)
+
+    @property
+    def peer(self) -> Http:
+        """The peer port, with no secret: add ``headers=self.auth`` to be let in."""
+        return Http(self.local.host, self.peer_port)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Ring-Cluster-Secret": self.secret}
+
+    def log_text(self) -> str:
+        path = self.local.log_path
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    def kill(self) -> None:
+        self.local.kill()
+
+    def pause(self) -> None:
+        self.local.pause()
+
+    def resume(self) -> None:
+        self.local.resume()
+
+    def restart(self) -> None:
+        """Start again on the same data directory and ports; returns once it has joined."""
+        self.local.kill()
+        self.local.start()
+
+    def cluster_view(self) -> dict[str, str]:
+        """Broker name -> status, as this broker sees it."""
+        r = self.http.get("/v1/cluster")
+        assert r.status == 200, r.body
+        return {b["name"]: b["status"] for b in r.json()["brokers"]}
+
+    def replica_log(self, topic: str, partition: int) -> tuple[bytes, int]:
+        """This broker's own stored batches of a partition up to its log end, and that end."""
+        chunks, offset, end = [], None, 0
+        for _ in range(10_000):  # bounded: each round returns at least one batch or ends
+            query = {"max_bytes": 1 << 20, **({} if offset is None else {"offset": offset})}
+            r = self.peer.get(f"/peer/v1/replicas/{topic}/{partition}", headers=self.auth, query=query)
+            assert r.status == 200, r.body
+            end = int(r.headers["Ring-Log-End-Offset"])
+            if not r.body:
+                break
+            chunks.append(r.body)
+            offset = max(h.next_offset for h, _ in batchfmt.scan(r.body, verify=False))
+            if offset >= end:
+                break
+        return b"".join(chunks), end
+
+
+class TestCluster:
+    """``size`` real brokers ring-0.. on loopback that gossip (seeds: every peer address) and
+    share a cluster secret; ``start`` returns once every broker sees every other one up."""
+
+    __test__ = False
+
+    def __init__(self, root: Path, size: int = 3, args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
+        from ring.localcluster import LocalCluster
+
+        self.local = LocalCluster(root, size, args=list(args),
+                                  env={"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+        assert self.local.peer_ports is None  # free ports, chosen in LocalCluster
+        peers = [int(b.args[b.args.index("--peer-listen") + 1].rpartition(":")[2]) for b in self.local.brokers]
+        self.members = [Member(b, p, self.local.secret or "") for b, p in zip(self.local.brokers, peers)]
+
+    def __getitem__(self, i: int) -> Member:
+        return self.members[i]
+
+    def __iter__(self):
+        return iter(self.members)
+
+    @property
+    def secret(self) -> str:
+        return self.local.secret or ""
+
+    def start(self) -> TestCluster:
+        self.local.start()
+        self.wait_statuses({m.name: "up" for m in self.members})
+        return self
+
+    def stop(self) -> None:
+        self.local.stop()
+
+    def kill(self) -> None:
+        self.local.kill()
+
+    def wait_statuses(self, expected: dict[str, str], observers: Iterable[Member] | None = None,
+                      timeout_s: float = CLUSTER_WAIT_S) -> float:
+        """Wait until every observer (default: every running member) reports each broker in
+        ``expected`` with that status; returns the seconds it took."""
+        import time
+
+        watchers = list(observers) if observers is not None else [
+            m for m in self.members if m.local.proc is not None and m.local.proc.poll() is None]
+        started = time.monotonic()
+        views: dict[str, dict[str, str]] = {}
+        while time.monotonic() - started < timeout_s:
+            try:
+                views = {m.name: m.cluster_view() for m in watchers}
+            except (OSError, AssertionError):
+                views = {}
+            if views and all(v.get(n) == s for v in views.values() for n, s in expected.items()):
+                return time.monotonic() - started
+            time.sleep(0.2)
+        raise TimeoutError(f"brokers did not reach {expected} within {timeout_s} s; last views {views}")
+
+    def leaders(self, topic: str) -> dict[int, str]:
+        doc = self.members[0].http.get(f"/v1/topics/{topic}").json()
+        return {p["partition"]: p["leader"] for p in doc["partitions"]}
+
+    def member(self, name: str) -> Member:
+        return next(m for m in self.members if m.name == name)

@@ -3,6 +3,8 @@
 ``broker`` is one process for the whole session, for tests that only add
 their own topics; ``make_broker`` starts private ones (killed, restarted or
 configured differently), stopped at the end of the test whatever happens.
+``shared_cluster`` and ``make_cluster`` do the same for 3-broker clusters
+(started once every broker sees every other one up).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.brokers import Http, TestBroker
+from tests.brokers import Http, TestBroker, TestCluster
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +51,29 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., TestBroker]]:
     yield make
     for b in started:
         b.kill()
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    """Three gossiping brokers for the whole session: for tests that neither kill nor pause one."""
+    c = TestCluster(tmp_path_factory.mktemp("shared-cluster"), 3, args=["--fsync", "interval:100"])
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., TestCluster]]:
+    """Private clusters (killed, paused, restarted), killed at the end of the test whatever happens."""
+    started: list[TestCluster] = []
+
+    def make(size: int = 3, *args: str) -> TestCluster:
+        c = TestCluster(tmp_path / f"cluster-{len(started)}", size, args=args)
+        started.append(c)
+        return c.start()
+
+    yield make
+    for c in started:
+        c.kill()
