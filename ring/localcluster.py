@@ -133,8 +133,7 @@ DEV_PORT_STEP = 10
 
 
 def supports_cluster_flags() -> bool:
-    """Whether this ``ring serve`` takes --peer-listen/--seeds (a standalone-only
-    build starts each broker alone instead)."""
+    """Whether this ``ring serve`` takes --peer-listen/--seeds."""
     from ring.cli import build_parser
 
     _, rest = build_parser().parse_known_args(["serve", "--peer-listen", "127.0.0.1:1", "--seeds", "127.0.0.1:1"])
@@ -169,11 +168,10 @@ class LocalCluster:
         if self.secret is None:
             self.secret = secrets.token_hex(16)
         seeds = ",".join(f"{self.host}:{p}" for p in peers)
-        clustered = supports_cluster_flags()
         self.brokers = []
         for i, (port, peer) in enumerate(zip(clients, peers)):
             name = f"ring-{i}"
-            flags = ["--peer-listen", f"{self.host}:{peer}", "--seeds", seeds] if clustered else []
+            flags = ["--peer-listen", f"{self.host}:{peer}", "--seeds", seeds]
             self.brokers.append(LocalBroker(
                 name, self.root / name, port, host=self.host, args=[*flags, *self.args],
                 env={CLUSTER_SECRET_ENV: self.secret, **self.env},
@@ -286,9 +284,6 @@ def cluster_start(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_
     if running:
         print(f"already running: {', '.join(running)} (make cluster-stop first)", file=sys.stderr)
         return 1
-    if not supports_cluster_flags():
-        print("warning: this `ring serve` has no --peer-listen/--seeds: starting standalone brokers",
-              file=sys.stderr)
     try:
         cluster.start(wait=False)
         for b in cluster.brokers:

@@ -10,11 +10,10 @@ import asyncio
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from ring import errors, localcluster
+from ring import errors
 from ring.client import AsyncClient, BrokersUnavailable, BufferFull, Client, OutcomeUnknown, RecordMetadata
 from ring.hashing import partition_for_key
 from tests.brokers import TestBroker
@@ -232,21 +231,15 @@ async def test_retries_are_bounded(make_broker) -> None:
 
 # --- against a 3-broker cluster ------------------------------------------------------
 
-needs_cluster = pytest.mark.skipif(
-    not localcluster.supports_cluster_flags(),
-    reason="waits for the cluster: `ring serve --peer-listen/--seeds` and GET /v1/cluster (ring/cluster.py)")
-
-
 @pytest.fixture
-def cluster(tmp_path: Path):
+def cluster(make_cluster):
     # Debug logging turns on each broker's access log: the brokers' own record
     # of which requests reached them.
-    c = localcluster.LocalCluster(tmp_path / "cluster", 3, args=["--log-level", "debug"])
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    return make_cluster(3, "--log-level", "debug")
+
+
+def _urls(cluster) -> list[str]:
+    return [m.url for m in cluster]
 
 
 async def _leaders(c: AsyncClient, topic: str) -> dict[int, str]:
@@ -258,9 +251,8 @@ _PRODUCE_LINE = re.compile(r'"POST /v1/topics/([^/?]+)/messages\?partition=(\d+)
 _FORWARD_LINE = re.compile(r'"POST /peer/v1/produce\?[^"]*topic=direct')
 
 
-@needs_cluster
 async def test_cluster_produce_goes_straight_to_each_leader(cluster) -> None:
-    async with AsyncClient(cluster.urls[0]) as c:  # one address is enough to learn the rest
+    async with AsyncClient(cluster[0].url) as c:  # one address is enough to learn the rest
         await c.create_topic("direct", partitions=6, replication_factor=3)
         leaders = await _leaders(c, "direct")
         assert len(set(leaders.values())) == 3, leaders  # leadership spread over the brokers
@@ -276,21 +268,20 @@ async def test_cluster_produce_goes_straight_to_each_leader(cluster) -> None:
         assert sum(map(len, stored.values())) == 900
     # the brokers' view: each one's access log shows produce requests only for partitions it leads
     seen = 0
-    for b in cluster.brokers:
-        for topic, partition in _PRODUCE_LINE.findall(b.log_path.read_text(errors="replace")):
+    for b in cluster:
+        for topic, partition in _PRODUCE_LINE.findall(b.log_text()):
             if topic == "direct":
                 assert leaders[int(partition)] == b.url, (b.name, partition)
                 seen += 1
         # and none reached a leader forwarded by another broker
-        assert not _FORWARD_LINE.search(b.log_path.read_text(errors="replace"))
+        assert not _FORWARD_LINE.search(b.log_text())
     assert seen == sum(n for (_, t, _), n in c.produce_requests.items() if t == "direct")
 
 
-@needs_cluster
 async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas(cluster) -> None:
-    victim = cluster.brokers[1]
+    victim = cluster[1]
     # the victim first: learning the topology must move on to another broker
-    async with AsyncClient([victim.url, *cluster.urls], retries=3, retry_backoff_ms=50) as c:
+    async with AsyncClient([victim.url, *_urls(cluster)], retries=3, retry_backoff_ms=50) as c:
         await c.create_topic("survive", partitions=6, replication_factor=3)
         leaders = await _leaders(c, "survive")
         before = await asyncio.gather(*(c.produce("survive", b"b%d" % i, key=b"k%d" % i) for i in range(300)))
@@ -315,21 +306,20 @@ async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas
         assert c.stats["retries"] > 0
 
 
-@needs_cluster
 async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
     # The client names no consistency: the topic's own ("all") applies.
-    async with AsyncClient(cluster.urls, retries=3) as c, \
-            AsyncClient(cluster.urls, consistency="one") as hasty:
+    async with AsyncClient(_urls(cluster), retries=3) as c, \
+            AsyncClient(_urls(cluster), consistency="one") as hasty:
         await c.create_topic("unknown", partitions=3, replication_factor=3, consistency="all")
         p = next(p["partition"] for p in (await c.describe("unknown"))["partitions"] if p["leader"] == "ring-0")
         assert (await c.produce("unknown", b"first", partition=p)).offset == 0
-        cluster.brokers[1].pause()  # a follower that accepts connections and never acks
+        cluster[1].pause()  # a follower that accepts connections and never acks
         try:
             assert (await hasty.produce("unknown", b"one", partition=p)).offset == 1
             with pytest.raises(OutcomeUnknown) as e:
                 await c.produce("unknown", b"maybe", partition=p)
         finally:
-            cluster.brokers[1].resume()
+            cluster[1].resume()
         assert e.value.extra["needed"] == 3 and c.stats["retries"] == 0
         # It was stored after all: a retry would have written it twice.
         got = await c.fetch("unknown", p, 0, wait_ms=2000)

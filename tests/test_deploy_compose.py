@@ -50,8 +50,6 @@ def test_three_brokers_and_a_spark_job_behind_a_profile(compose: dict) -> None:
 def test_broker_commands_parse_with_the_real_cli(compose: dict) -> None:
     for name in BROKERS:
         argv = compose["services"][name]["command"]
-        if not localcluster.supports_cluster_flags():
-            pytest.skip("waits for `ring serve --peer-listen/--seeds/--advertise` (the cluster work in ring/cli.py)")
         args, rest = cli.build_parser().parse_known_args(argv)
         assert rest == [], f"{name}: flags ring serve does not know: {rest}"
         assert args.command == "serve" and args.name == name
@@ -71,9 +69,7 @@ def test_same_flags_as_make_cluster(compose: dict, tmp_path: Path, monkeypatch: 
         compose_flags = set(_flags(compose["services"][name]["command"]))
         assert local_flags <= compose_flags
         # --advertise: in compose the service name, locally the listen host (the default)
-        assert compose_flags - local_flags <= {"--advertise", "--peer-listen", "--seeds"}
-        if localcluster.supports_cluster_flags():
-            assert compose_flags - local_flags == {"--advertise"}
+        assert compose_flags - local_flags == {"--advertise"}
         # the secret travels in the environment in both, never on a command line
         assert broker.env[SECRET_ENV] == "test-secret"
         assert "--cluster-secret" not in compose_flags | local_flags
