@@ -1,0 +1,144 @@
+"""The broker's own OpenAPI document, checked against a real broker process by schemathesis.
+
+Schemathesis reads ``GET /v1/openapi.json`` from a running ``ring serve`` and
+generates requests for every operation, both ones the document allows
+(positive) and ones it forbids (negative). Each answer must not be a 5xx and
+must match the document: a documented status code, a documented content type,
+a JSON body that validates against the response schema, documented headers.
+
+Half the requests name a topic that exists and holds records, so the success
+paths are exercised and not only 404s. Generation is derandomized (the same
+cases every run), each operation gets a fixed number of examples, and the
+whole test stops sending after a time budget. Generated values that would
+only make the run slow, not more thorough, are clamped: long-poll waits,
+partitions of new topics.
+
+Failures are collected over all operations and reported together, one per
+(operation, check), with the request that caused them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the dev extra")
+
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis.errors import Unsatisfiable  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from schemathesis import GenerationMode  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.errors import FailureGroup  # noqa: E402
+from schemathesis.specs.openapi.checks import (  # noqa: E402
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.brokers import TestBroker  # noqa: E402
+
+EXAMPLES_PER_OPERATION_AND_MODE = 20
+BUDGET_S = 50.0
+REQUEST_TIMEOUT_S = 10.0
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+          response_headers_conformance]
+TOPIC = "schemathesis-t"
+# The one topic the run must not delete: its records give fetches something to return.
+KEEP = {TOPIC}
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
+    """A private broker (the run creates topics the session broker's users should not see)."""
+    b = TestBroker(tmp_path_factory.mktemp("schemathesis"), args=["--fsync", "never"]).start()
+    try:
+        http = b.http
+        assert http.create_topic(TOPIC, partitions=2, replication_factor=1).status == 201
+        for part in (0, 1):
+            r = http.produce(TOPIC, b'[{"a": 1}, {"b": [2]}, "three"]', partition=part)
+            assert r.status == 200, r.body
+            r = http.produce(TOPIC, b"\xff\xfe raw bytes", "text/plain", partition=part, key="k\u00e9")
+            assert r.status == 200, r.body
+        yield b
+    finally:
+        b.stop()
+
+
+def _clamp(case: Any) -> Any:
+    """Keep generated values from making the run slow: no long-polls, no thousand-partition topics,
+    and never delete the topic the other operations read."""
+    q = case.query
+    if isinstance(q, dict) and isinstance(q.get("wait_ms"), int) and q["wait_ms"] > 20:
+        q["wait_ms"] = 20
+    body = case.body
+    if isinstance(body, dict) and isinstance(body.get("partitions"), int) and body["partitions"] > 4:
+        body["partitions"] = 4
+    if case.method.upper() == "DELETE" and isinstance(case.path_parameters, dict):
+        if case.path_parameters.get("topic") in KEEP:
+            case.path_parameters["topic"] = "no-such-topic"
+    return case
+
+
+def _strategy(operation: Any, mode: GenerationMode) -> st.SearchStrategy[Any]:
+    path = operation.path
+    fixed: dict[str, Any] = {}
+    if "{topic}" in path:
+        fixed["topic"] = TOPIC
+    if "{partition}" in path:
+        fixed["partition"] = 0
+    plain = operation.as_strategy(generation_mode=mode)
+    if not fixed:
+        return plain.map(_clamp)
+    known = operation.as_strategy(generation_mode=mode, path_parameters=fixed)
+    return st.one_of(plain, known).map(_clamp)
+
+
+def _run_operation(operation: Any, mode: GenerationMode, base_url: str, deadline: float,
+                   record: Callable[[str, str], None]) -> int:
+    sent = 0
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION_AND_MODE, derandomize=True, database=None, deadline=None,
+              phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                     HealthCheck.data_too_large])
+    @given(_strategy(operation, mode))
+    def run(case: Any) -> None:
+        nonlocal sent
+        if time.monotonic() > deadline:
+            return
+        sent += 1
+        try:
+            case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=REQUEST_TIMEOUT_S)
+        except FailureGroup as group:
+            for failure in group.exceptions:
+                record(f"{operation.label} ({mode.value}): {failure.title}", f"{failure}\n{case.as_curl_command()}")
+
+    try:
+        run()
+    except Unsatisfiable:
+        if mode == GenerationMode.POSITIVE:
+            raise
+        return -1  # nothing of this operation can be made invalid (no parameters, no body)
+    return sent
+
+
+def test_the_broker_answers_as_its_openapi_document_says(api: TestBroker) -> None:
+    schema = schemathesis.openapi.from_url(api.url + "/v1/openapi.json", timeout=REQUEST_TIMEOUT_S)
+    operations = [r.ok() for r in schema.get_all_operations()]
+    assert len(operations) >= 10, [op.label for op in operations]
+    # DELETE last: the other operations read the topic it might remove.
+    operations.sort(key=lambda op: op.method.upper() == "DELETE")
+    failures: dict[str, str] = {}
+    deadline = time.monotonic() + BUDGET_S
+    sent: dict[str, int] = {}
+    for op in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            sent[f"{op.label} {mode.value}"] = _run_operation(op, mode, api.url, deadline, failures.setdefault)
+    assert not failures, "\n\n".join(f"{k}\n{v}" for k, v in sorted(failures.items()))
+    starved = [k for k, n in sent.items() if n == 0]
+    assert not starved, f"the time budget ran out before these were tried: {starved}"
+    assert "Traceback" not in api.log_text(), api.log_text()[-3000:]
