@@ -176,6 +176,82 @@ PEER_CONNECTIONS_MAX = 64
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
 
 
+# --- consumer groups (ring.groups) -------------------------------------------
+
+# Partitions of the internal offsets topic: each is one coordinator's shard of
+# the groups, so this many brokers at most share the coordinating work
+# (Kafka uses 50; a ring cluster is small and each partition is a directory on RF brokers).
+OFFSETS_TOPIC_PARTITIONS = 8
+# Replicas of each offsets partition (capped at the ring size, like any topic):
+# committed offsets survive the loss of any one broker, and with consistency
+# quorum commits go on while one is down.
+OFFSETS_TOPIC_REPLICATION_FACTOR = 3
+# Segments of the offsets topic: small, so retention frees space soon after
+# checkpoints made older records useless.
+OFFSETS_TOPIC_SEGMENT_BYTES = 16 * MiB
+# Offsets records are kept this long (whole segments); checkpoints are far more
+# frequent, so the latest checkpoint is never deleted. Kafka keeps offsets 7 days.
+OFFSETS_TOPIC_RETENTION_MS = 7 * 24 * 3600 * 1000
+# A group that has had no member and no commit for this long is left out of the
+# next checkpoint and so forgotten (Kafka's offsets.retention.minutes).
+GROUP_OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000
+# A coordinator writes a checkpoint of its groups after this many records ...
+# so a new coordinator replays at most this many records past the checkpoint.
+GROUP_CHECKPOINT_RECORDS = 10_000
+# ... or after this long, whichever comes first: well under the retention above.
+GROUP_CHECKPOINT_INTERVAL_MS = 24 * 3600 * 1000
+# Groups one offsets partition holds: all live in the coordinator's memory and
+# in every checkpoint.
+GROUPS_PER_PARTITION_MAX = 10_000
+# Members of one group: the assignment is recomputed for all of them on every
+# join or leave, and every member is in each membership record.
+GROUP_MEMBERS_MAX = 256
+# Topics one member subscribes to: bounds a membership record and an assignment.
+GROUP_MEMBER_TOPICS_MAX = 64
+# Group names and consumer ids: path segments and record keys, so the topic-name
+# alphabet, and short enough to log.
+GROUP_NAME_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,249}")
+# A member that sends no request for this long leaves the group (a rebalance);
+# any request counts, and a poll in progress keeps it alive. Kafka's default is 45 s;
+# ring's polls are the heartbeat, so a shorter wait finds dead consumers sooner.
+GROUP_SESSION_TIMEOUT_MS_DEFAULT = 10_000
+# Shortest and longest session timeout a member may ask for: shorter than a
+# second convicts consumers that merely paused for garbage collection; longer
+# than five minutes leaves partitions unread for too long after a crash.
+GROUP_SESSION_TIMEOUT_MS_MIN = 1_000
+GROUP_SESSION_TIMEOUT_MS_MAX = 300_000
+# How often a coordinator looks for expired members, changed partition counts
+# and due checkpoints: a fraction of the shortest session timeout.
+GROUP_TICK_MS = 250
+# Partitions one group poll long-polls at once when none has records; each
+# holds one of the broker's LONG_POLLS_OPEN_MAX slots while it waits.
+GROUP_POLL_WAIT_PARTITIONS_MAX = 32
+# PolarStreams-style consumers (consumer id -> group) each broker remembers; the
+# least recently used are forgotten first and must register again (409).
+POLAR_CONSUMERS_MAX = 10_000
+# A consumer group of a topic whose partitions are "auto" has had more members
+# than partitions for this long before the topic grows (one partition per
+# waiting member): joins and leaves in a rolling restart do not grow it.
+AUTO_PARTITIONS_GRACE_MS = 60_000
+
+# --- idempotent producers (ring.replication.idempotence) ---------------------
+
+# Batches remembered per producer id and partition, for answering a retry with
+# the original offsets: Kafka's max.in.flight.requests for idempotence is 5.
+PRODUCER_BATCHES_KEPT = 5
+# Producer ids remembered per partition; beyond it the least recently used is
+# forgotten, and a retry of its batches is no longer recognised. Bounds the
+# table's memory: a few hundred bytes per id.
+PRODUCER_IDS_PER_PARTITION_MAX = 1_000
+# A leader that has no producer table for a partition (after a restart or a
+# failover) rebuilds it from the batch headers written in this window, newest
+# last; retries come within a client's delivery timeout (30 s), so an hour is
+# ample and keeps the scan of a busy partition short.
+PRODUCER_STATE_WINDOW_MS = 3_600_000
+# Bytes of stored batches read per step of that rebuild; the loop yields between
+# steps so other partitions are served meanwhile.
+PRODUCER_STATE_SCAN_BYTES = 4 * MiB
+
 # --- Spark (sparkio) ---------------------------------------------------------
 
 # How long a Spark task waits for offsets the planner saw below the high
