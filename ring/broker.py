@@ -121,6 +121,7 @@ class Broker:
         self._deleting: set[str] = set()
         self.commits = GroupCommit(config.fsync)
         self.previous_shutdown_clean = True
+        self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
 
     # --- lifecycle ----------------------------------------------------------------
 

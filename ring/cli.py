@@ -2,7 +2,7 @@
 
 Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
-``RING_LOG_LEVEL``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
+``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
 ``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
 visible to every user of the machine.
@@ -31,7 +31,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ring import __version__, limits
+from ring import __version__, limits, logging_setup
 
 log = logging.getLogger("ring")
 
@@ -92,6 +92,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse produce to unknown topics (env RING_AUTO_CREATE=false)")
     p.add_argument("--log-level", type=str.lower, default=_env("LOG_LEVEL", "info"),
                    choices=["debug", "info", "warning", "error"], help="(env RING_LOG_LEVEL; default info)")
+    logging_setup.add_arguments(p)  # --log-format text|json (env RING_LOG_FORMAT)
     p.add_argument("--peer-listen", type=parse_listen, default=_env("PEER_LISTEN", "") or None,
                    help="HOST:PORT of the peer API (gossip, replication); default the client host and port + 1 "
                         "(env RING_PEER_LISTEN)")
@@ -147,8 +148,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         print(f"ring serve: {exc}", file=sys.stderr)
         return 2
     data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging_setup.configure(args.log_level, args.log_format)
     from ring.broker import BrokerConfig
 
     host, port = args.listen

@@ -13,11 +13,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ring import limits
+from ring import limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import codec, openapi
+from ring.http_api import admin, codec, openapi
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
 from ring.replication import protocol
@@ -171,4 +171,6 @@ def make_app(broker: Broker) -> web.Application:
     app[BROKER_KEY] = broker
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
+    admin.install(app, broker)  # the admin page at /
+    broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
     return app

@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ring import __version__, limits
+from ring import __version__, limits, metrics
+from ring.http_api import admin
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -129,6 +130,7 @@ def document() -> dict[str, Any]:
         "info": {"title": "ring", "version": __version__,
                  "description": "A distributed, replicated event log served over plain HTTP."},
         "paths": {
+            **admin.OPENAPI_PATHS, **metrics.OPENAPI_PATHS,
             "/v1/status": {"get": {
                 "summary": "Broker status", "operationId": "status",
                 "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
