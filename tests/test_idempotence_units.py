@@ -1,0 +1,156 @@
+"""Idempotent producers' table: duplicates answered with the original offsets, old retries refused,
+LRU-bounded producer ids, and a table rebuilt from a real partition log's batch headers that judges
+exactly like the one kept while appending (what a new leader relies on)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ring import limits
+from ring.clock import ManualClock
+from ring.errors import Conflict
+from ring.log import batch as batchfmt
+from ring.log.config import LogConfig
+from ring.log.partition import PartitionLog
+from ring.replication.idempotence import Duplicate, ProducerStates, ProducerTable
+
+
+def header(pid: int, seq: int, n: int) -> batchfmt.BatchHeader:
+    return batchfmt.read_header(batch(pid, seq, n))
+
+
+NOW_MS = ManualClock().wall_ms()
+
+
+def batch(pid: int, seq: int, n: int) -> bytearray:
+    return batchfmt.encode([(None, None, b"v%d" % i, None) for i in range(n)], now_ms=NOW_MS, producer_id=pid,
+                           base_sequence=seq)
+
+
+def test_a_retry_gets_the_original_offsets() -> None:
+    t = ProducerTable()
+    t.record(7, 0, 3, 100)
+    t.record(7, 3, 2, 103)
+    assert t.judge("t", 0, [header(7, 3, 2)]) == Duplicate(103, 2)
+    assert t.judge("t", 0, [header(7, 0, 3), header(7, 3, 2)]) == Duplicate(100, 5)
+    assert t.judge("t", 0, [header(7, 5, 1)]) is None  # the next one
+    assert t.judge("t", 0, [header(7, 50, 1)]) is None  # gaps are allowed
+    assert t.judge("t", 0, [header(8, 0, 1)]) is None  # another producer
+    assert t.judge("t", 0, [header(-1, -1, 4)]) is None  # not idempotent
+
+
+def test_old_or_reordered_sequences_are_refused() -> None:
+    t = ProducerTable(batches_kept=2)
+    for i in range(4):
+        t.record(1, i * 10, 10, i * 10)
+    with pytest.raises(Conflict) as info:
+        t.judge("t", 0, [header(1, 0, 10)])  # written, but no longer remembered
+    assert info.value.extra["reason"] == "out_of_order_sequence"
+    with pytest.raises(Conflict):
+        t.judge("t", 0, [header(1, 35, 2)])  # inside the last batch, not matching it
+    with pytest.raises(Conflict) as info:
+        t.judge("t", 0, [header(1, 30, 10), header(1, 40, 1)])  # half duplicate, half new
+    assert info.value.extra["reason"] == "partial_duplicate"
+    with pytest.raises(Conflict):
+        t.judge("t", 0, [header(1, 60, 2), header(1, 50, 2)])  # backwards within a request
+
+
+def test_producer_ids_are_bounded_least_recently_used_first() -> None:
+    t = ProducerTable(ids_max=3)
+    for pid in (1, 2, 3):
+        t.record(pid, 0, 1, pid)
+    t.record(1, 1, 1, 10)  # 1 is used again: 2 is now the oldest
+    t.record(4, 0, 1, 11)
+    assert len(t) == 3 and t.evicted == 1 and t.batches(2) == []
+    assert t.judge("t", 0, [header(2, 0, 1)]) is None  # forgotten: written again
+
+
+def _log(tmp: Path, clock: ManualClock) -> PartitionLog:
+    return PartitionLog(tmp, LogConfig(segment_bytes=4096), clock)
+
+
+class Part:
+    """The few fields of a replica ProducerStates reads: a real log, its epoch and identity."""
+
+    def __init__(self, plog: PartitionLog, epoch: int = 1) -> None:
+        self.topic, self.index, self.log, self.epoch = "t", 0, plog, epoch
+
+
+def _append(states: ProducerStates, part: Part, batches: list[bytearray]) -> Duplicate | tuple[int, int]:
+    asyncio.run(states.prepare(part, batches))
+    dup = states.check(part, batches)
+    if dup is not None:
+        return dup
+    base = part.log.end_offset
+    for b in batches:
+        part.log.append(b, part.epoch)
+    states.appended(part, batches, base)
+    return base, part.log.end_offset - base
+
+
+def test_a_new_leader_rebuilds_the_table_from_the_log(tmp_path: Path) -> None:
+    clock = ManualClock()
+    plog = _log(tmp_path, clock)
+    leader = ProducerStates(clock)
+    part = Part(plog)
+    assert _append(leader, part, [batch(5, 0, 3)]) == (0, 3)
+    assert _append(leader, part, [batch(-1, -1, 2)]) == (3, 2)
+    assert _append(leader, part, [batch(5, 3, 1), batch(6, 0, 2)]) == (5, 3)
+    assert _append(leader, part, [batch(5, 3, 1), batch(6, 0, 2)]) == Duplicate(5, 3)
+    # Another broker's states over the same log (a failover): same judgement, nothing appended.
+    other = ProducerStates(clock)
+    assert _append(other, Part(plog, epoch=2), [batch(5, 0, 3)]) == Duplicate(0, 3)
+    assert _append(other, Part(plog, epoch=2), [batch(6, 0, 2)]) == Duplicate(6, 2)
+    assert plog.end_offset == 8
+    # Appends the table did not see (a follower's replicated ones) are caught up before judging.
+    plog.append(batch(9, 0, 1), 2)
+    assert _append(other, Part(plog, epoch=2), [batch(9, 0, 1)]) == Duplicate(8, 1)
+    plog.close()
+
+
+def test_the_rebuild_window_starts_at_old_enough_records(tmp_path: Path) -> None:
+    clock = ManualClock()
+    plog = _log(tmp_path, clock)
+    plog.append(batch(1, 0, 1), 1)
+    clock.advance(limits.PRODUCER_STATE_WINDOW_MS / 1000 + 60)
+    states = ProducerStates(clock)
+    # The only batch of producer 1 is older than the window: a retry of it is not recognised.
+    assert _append(states, Part(plog), [batch(1, 0, 1)]) == (1, 1)
+    plog.close()
+
+
+ops = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.booleans()), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops)
+def test_rebuilt_and_live_tables_agree(tmp_path_factory, steps) -> None:
+    clock = ManualClock()
+    plog = _log(tmp_path_factory.mktemp("idem"), clock)
+    live = ProducerStates(clock)
+    part = Part(plog)
+    next_seq = {pid: 0 for pid in range(4)}
+    sent: list[tuple[int, int, int]] = []
+    for pid, n, retry in steps:
+        if retry and sent:
+            p, s, c = sent[-1]
+            got = _append(live, part, [batch(p, s, c)])
+            assert isinstance(got, Duplicate)
+        else:
+            got = _append(live, part, [batch(pid, next_seq[pid], n)])
+            assert isinstance(got, tuple)
+            sent.append((pid, next_seq[pid], n))
+            next_seq[pid] += n
+    end = plog.end_offset
+    assert end == sum(c for _, _, c in sent)  # nothing was written twice
+    rebuilt = ProducerStates(clock)
+    for p, s, c in sent[-limits.PRODUCER_BATCHES_KEPT:]:
+        assert _append(rebuilt, Part(plog, epoch=3), [batch(p, s, c)]) == \
+            _append(live, part, [batch(p, s, c)])
+    assert plog.end_offset == end
+    plog.close()
