@@ -224,7 +224,8 @@ well_formed_records = st.tuples(
     st.sampled_from([0, 0, 1, 1000] + INT_EDGES) | st.integers(-(2**63), 2**64 - 1),
     st.none() | st.binary(max_size=6),
     st.binary(max_size=8) | st.sampled_from([b"{}", b"[1]", b"1e400", b"\xff", b'"\\ud800"']),
-    st.none() | st.dictionaries(st.text(max_size=4), st.none() | st.binary(max_size=4), max_size=3),
+    st.none() | st.dictionaries(st.text(max_size=4) | st.sampled_from(["é" * 200, "h" * 257]),
+                                st.none() | st.binary(max_size=4), max_size=3),
 ).map(list)
 malformed_records = st.lists(anything, max_size=5) | anything
 record_lists = st.lists(st.sampled_from([0, 1, 2, 3, 4]).flatmap(
@@ -269,8 +270,11 @@ def _serve_back(batches: list[bytearray]) -> None:
         data += b
     data = bytes(data)
     for h, pos in B.scan(data):
-        stamps = [r.timestamp for r in B.decode(data, pos)[1]]
+        recs = B.decode(data, pos)[1]
+        stamps = [r.timestamp for r in recs]
         assert all(0 <= t < 2**62 for t in stamps) and h.max_timestamp == max(stamps)
+        for r in recs:  # the same header rules as for msgpack records and the client
+            assert all(0 < len(n.encode()) <= limits.HEADER_NAME_BYTES_MAX for n in r.headers or {}), r.headers
     selected, next_offset = codec.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
     assert next_offset == offset and len(selected) == offset
     for accept in (codec.CT_JSON, codec.CT_NDJSON, codec.CT_MSGPACK):
@@ -310,6 +314,18 @@ def test_stored_batch_timestamps_must_be_sound() -> None:
     for deltas, first, max_ts in [([0], 0, 0), ([0, 7, 3], T0, T0 + 7), ([5, -5], T0, T0 + 5), ([0], 2**62 - 1, 2**62 - 1)]:
         got = codec.decode_produce(codec.CT_BATCH, one(deltas, first, max_ts), None)
         _serve_back(got.batches)
+
+
+def test_stored_batch_header_names_follow_the_msgpack_rules() -> None:
+    """Found by the fuzzer: stored batches took empty header names and counted names in characters."""
+    def with_headers(headers: dict) -> bytes:
+        return _frame(msgpack.packb([[0, None, b"v", headers]]), count=1)
+
+    for bad in ({"": b"x"}, {"\u00e9" * 200: None}, {"h" * (limits.HEADER_NAME_BYTES_MAX + 1): b""}):
+        with pytest.raises(BadRequest):
+            codec.decode_produce(codec.CT_BATCH, with_headers(bad), None)
+    ok = {"h" * limits.HEADER_NAME_BYTES_MAX: b"", "\u00e9" * (limits.HEADER_NAME_BYTES_MAX // 2): None}
+    _serve_back(codec.decode_produce(codec.CT_BATCH, with_headers(ok), None).batches)
 
 
 def _valid_batches() -> st.SearchStrategy[bytes]:

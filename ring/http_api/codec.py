@@ -319,8 +319,9 @@ def _check_stored_headers(headers: Iterable[dict]) -> None:
             raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
         if not set(map(type, hdrs)) <= {str} or not set(map(type, hdrs.values())) <= {bytes, _NoneType}:
             raise BadRequest("stored record headers must map strings to bytes or nil")
-        if max(map(len, hdrs)) > limits.HEADER_NAME_BYTES_MAX:
-            raise BadRequest(f"a header name is over {limits.HEADER_NAME_BYTES_MAX} bytes")
+        # The rule of msgpack records and the client: non-empty names, counted in UTF-8 bytes.
+        if not all(hdrs) or max(len(name.encode()) for name in hdrs) > limits.HEADER_NAME_BYTES_MAX:
+            raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
 
 
 def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
