@@ -1,4 +1,5 @@
-"""The ``ring`` command: ``serve`` runs a broker, ``bench`` and ``demo`` try one out.
+"""The ``ring`` command: ``serve`` runs a broker, ``bench`` and ``demo`` try one out;
+the client subcommands (topics, produce, consume, groups, cluster) are ``ring.commands``.
 
 Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_cmd_bench)
     demo = sub.add_parser("demo", help="start a broker, produce a clickstream, read it back")
     demo.set_defaults(func=_cmd_demo)
+    from ring import commands  # topics, produce, consume, groups, cluster
+
+    commands.register(sub)
     return parser
 
 

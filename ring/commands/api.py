@@ -1,0 +1,127 @@
+"""Blocking JSON calls to any broker, for the commands the client library does
+not cover (consumer groups, offsets by time) and for telling "no broker
+answers" (exit 3) from "the broker said no" (exit 1).
+
+``Api.call`` sends one request to the broker that answered last, then to the
+others in the order given: a refused or broken connection, a 429 or a 503
+moves on to the next broker, and a round over all of them is retried a few
+times with a doubling pause (any broker relays a group request to its
+coordinator, so any one will do). Other error answers are raised at once as
+the matching ``ring.errors`` class, with the body's fields. Connections are
+kept open per broker for the command's lifetime.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+import urllib.parse
+from typing import Any, Mapping
+
+import orjson
+
+from ring import errors, limits
+from ring.client.transport import BrokersUnavailable, BrokerUnreachable, Reply, error_from
+
+# Rounds over every broker for an answer that says "not now" (503, 429): a
+# coordinator moving or a leader being elected settles within a few seconds.
+ROUNDS_MAX = 4
+ROUND_PAUSE_S = 0.25  # doubled each round: 0.25, 0.5, 1 s
+PROBE_TIMEOUT_S = 2.0  # a broker on a LAN that cannot accept a connection in this is down
+_RETRY_STATUSES = frozenset({429, 502, 503})
+
+
+class Api:
+    def __init__(self, urls: list[str], token: str | None = None, *, timeout_s: float | None = None) -> None:
+        assert urls
+        self.urls = list(urls)
+        self.headers = {"Accept": "application/json", "User-Agent": "ring-cli"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout_s = timeout_s or limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+        self._good: str | None = None  # the broker that answered last
+
+    def _order(self) -> list[str]:
+        return [self._good, *(u for u in self.urls if u != self._good)] if self._good else list(self.urls)
+
+    def _connection(self, url: str, timeout_s: float) -> http.client.HTTPConnection:
+        conn = self._conns.get(url)
+        if conn is None:
+            parts = urllib.parse.urlsplit(url)
+            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+            self._conns[url] = conn
+        conn.timeout = timeout_s
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout_s)
+        return conn
+
+    def send(self, url: str, method: str, path: str, body: bytes | None = None,
+             timeout_s: float | None = None) -> Reply:
+        """One request to one broker; ``BrokerUnreachable`` when no answer comes."""
+        headers = dict(self.headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        base = urllib.parse.urlsplit(url).path.rstrip("/")
+        conn = self._connection(url, timeout_s or self.timeout_s)
+        try:
+            conn.request(method, base + path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            self._conns.pop(url, None)
+            raise BrokerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}".rstrip(": "),
+                                    broker=url) from None
+        if resp.getheader("Connection", "").lower() == "close":
+            conn.close()
+            self._conns.pop(url, None)
+        return Reply(resp.status, {k: v for k, v in resp.getheaders()}, data, url)
+
+    def call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, doc: Any = None,
+             ok: tuple[int, ...] = (200,), timeout_s: float | None = None) -> Any:
+        """The JSON answer of the first broker that gives a useful one."""
+        if query:
+            path += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        body = None if doc is None else orjson.dumps(doc)
+        last = "no broker tried"
+        reached = False
+        for attempt in range(ROUNDS_MAX):
+            if attempt:
+                time.sleep(ROUND_PAUSE_S * 2 ** (attempt - 1))
+            for url in self._order():
+                try:
+                    reply = self.send(url, method, path, body, timeout_s)
+                except BrokerUnreachable as exc:
+                    last = exc.message
+                    continue
+                reached = True
+                if reply.status in ok:
+                    self._good = url
+                    return reply.json()
+                if reply.status in _RETRY_STATUSES:
+                    last = f"{url}: {reply.status} {reply.error_doc().get('message', '')}".rstrip()
+                    continue
+                raise error_from(reply, f"{method} {path}")
+            if not reached:
+                break  # nobody listens: no point waiting for a round that cannot differ
+        if not reached:
+            raise BrokerUnreachable(f"cannot reach any broker ({', '.join(self.urls)}); last: {last}")
+        raise BrokersUnavailable(f"{method} {path}: no broker could answer after {ROUNDS_MAX} rounds; last: {last}")
+
+    def probe(self) -> str | None:
+        """The first broker that answers anything at all (even 401), or None."""
+        for url in self._order():
+            try:
+                self.send(url, "GET", "/v1/status", timeout_s=PROBE_TIMEOUT_S)
+            except BrokerUnreachable:
+                continue
+            self._good = url
+            return url
+        return None
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
