@@ -1,118 +1,146 @@
-"""`make demo`: start a local broker, produce a clickstream, read it back.
+"""`make demo`: a local 3-broker cluster, a clickstream, a Spark job over it.
 
-Everything goes through the public HTTP API exactly as curl would use it:
-JSON arrays of events keyed by user, then JSON fetches of every partition from
-offset 0 to the high watermark. The broker runs as a real process and is
-stopped at the end, whatever happens.
+1. Starts three brokers (``ring-0..2``) as real processes on loopback that
+   find each other through seeds, and waits until each sees the others up.
+2. Produces a web clickstream (users, sessions, pages; ``ring.clickstream``)
+   with the Python client: JSON events keyed by user, sent in stored batches
+   straight to each partition's leader, acknowledged at quorum (replication
+   factor 3), with a progress bar.
+3. Runs the Spark job of ``sparkio.pipeline`` (the same code as
+   ``examples/clickstream_job.py``) through the ``ring`` data source: page
+   views, sessions, users and top pages per minute. Prints the table and
+   writes the aggregates back to the topic ``clicks-per-minute``.
+4. Reads one aggregate back from the cluster and stops the brokers, whatever
+   happened.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
-
 from ring import clickstream
-from ring.localcluster import LocalBroker, free_port
+from ring.client import AsyncClient
+from ring.client.batcher import BufferFull
+from ring.localcluster import LocalCluster
 
-EVENTS = 5_000
+EVENTS = int(os.environ.get("RING_DEMO_EVENTS", "300000"))
 TOPIC = "clicks"
+OUT_TOPIC = "clicks-per-minute"
 PARTITIONS = 6
-BATCH = 250  # events per produce request, all with the same key (user)
+ROWS_SHOWN = 12
 
 
-def _bar(done: int, total: int, width: int = 30) -> str:
-    filled = width * done // max(total, 1)
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+class Progress:
+    """A progress bar on a terminal, a line every 20 % otherwise."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.label, self.done = total, label, 0
+        self.tty = sys.stdout.isatty()
+        self.t0 = time.perf_counter()
+        self._next_pct = 20
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        pct = 100 * self.done // max(self.total, 1)
+        rate = self.done / max(time.perf_counter() - self.t0, 1e-9)
+        if self.tty:
+            bar = "#" * (pct * 30 // 100)
+            print(f"\r  {self.label} [{bar:<30}] {self.done:>8}/{self.total} {rate:>9,.0f}/s",
+                  end="", flush=True)
+        elif pct >= self._next_pct:
+            print(f"  {self.label}: {self.done}/{self.total} ({pct} %, {rate:,.0f}/s)", flush=True)
+            self._next_pct = pct - pct % 20 + 20
+
+    def finish(self) -> float:
+        if self.tty:
+            print()
+        return time.perf_counter() - self.t0
 
 
-async def _produce(session: aiohttp.ClientSession, url: str, events: list[dict]) -> int:
-    by_user: dict[str, list[dict]] = collections.defaultdict(list)
-    for e in events:
-        by_user[e["user"]].append(e)
-    sent = 0
-    tty = sys.stdout.isatty()
-    for user, evs in by_user.items():
-        for i in range(0, len(evs), BATCH):
-            chunk = evs[i : i + BATCH]
-            async with session.post(
-                f"{url}/v1/topics/{TOPIC}/messages", params={"key": user}, json=chunk
-            ) as r:
-                body = await r.json()
-                if r.status != 200:
-                    raise RuntimeError(f"produce failed: {r.status} {body}")
-            sent += len(chunk)
-            if tty:
-                print("\r  producing " + _bar(sent, len(events)), end="", flush=True)
-    if tty:
-        print()
-    return sent
+async def produce(urls: list[str]) -> tuple[int, float]:
+    async with AsyncClient(urls, consistency="quorum", linger_ms=10) as client:
+        await client.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, exist_ok=True)
+        progress = Progress(EVENTS, "producing")
+        pending: list[asyncio.Future] = []
+        for event in clickstream.events(EVENTS):
+            while True:
+                try:
+                    pending.append(client.produce(TOPIC, key=event["user"], json=event, timestamp=event["ts"]))
+                    break
+                except BufferFull:
+                    await client.drain()
+            if len(pending) >= 5_000:
+                await asyncio.gather(*pending)
+                progress.advance(len(pending))
+                pending.clear()
+        await client.flush()
+        await asyncio.gather(*pending)
+        progress.advance(len(pending))
+        return EVENTS, progress.finish()
 
 
-async def _read_all(session: aiohttp.ClientSession, url: str) -> list[dict]:
-    records = []
-    for p in range(PARTITIONS):
-        offset = 0
-        while True:
-            async with session.get(
-                f"{url}/v1/topics/{TOPIC}/partitions/{p}/messages",
-                params={"offset": offset, "max_records": 2000},
-            ) as r:
-                body = await r.json()
-                if r.status != 200:
-                    raise RuntimeError(f"fetch failed: {r.status} {body}")
-            records.extend(body["records"])
-            offset = body["next_offset"]
-            if offset >= body["high_watermark"]:
-                break
-    return records
+async def read_back_one(urls: list[str]) -> dict | None:
+    async with AsyncClient(urls) as client:
+        topic = await client.describe(OUT_TOPIC)
+        for p in topic["partitions"]:
+            if p["high_watermark"] > p["earliest_offset"]:
+                got = await client.fetch(OUT_TOPIC, p["partition"], p["earliest_offset"], max_records=1)
+                if got.records:
+                    r = got.records[0]
+                    return {"partition": p["partition"], "offset": r.offset,
+                            "key": r.key.decode() if r.key else None, "value": r.value.decode()[:120]}
+    return None
 
 
-async def _run(url: str) -> None:
-    events = list(clickstream.events(EVENTS))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{url}/v1/topics", json={"name": TOPIC, "partitions": PARTITIONS}) as r:
-            if r.status not in (200, 201):
-                raise RuntimeError(f"create topic failed: {r.status} {await r.text()}")
+def run_spark(brokers: str):
+    from sparkio.pipeline import clickstream_job, format_table
+    from sparkio.session import local_session
+
+    print("\nstarting a local Spark session (local[2]) and running the clickstream job ...", flush=True)
+    spark = local_session("ring-demo")
+    try:
         t0 = time.perf_counter()
-        sent = await _produce(session, url, events)
-        t1 = time.perf_counter()
-        records = await _read_all(session, url)
-        t2 = time.perf_counter()
-        async with session.get(f"{url}/v1/topics/{TOPIC}") as r:
-            topic = await r.json()
-
-    values = [r["value"] for r in records]
-    assert sorted(v["ts"] for v in values) == sorted(e["ts"] for e in events), "read back != produced"
-    pages = collections.Counter(v["page"] for v in values)
-    sessions = {v["session"] for v in values}
-    print(f"\nproduced {sent} events in {t1 - t0:.2f} s, read back {len(records)} in {t2 - t1:.2f} s")
-    print(f"{len({v['user'] for v in values})} users, {len(sessions)} sessions, "
-          f"{len(values) / len(sessions):.1f} page views per session")
-    print("\nrecords per partition:")
-    for p in topic["partitions"]:
-        print(f"  partition {p['partition']}: offsets {p['earliest_offset']}..{p['high_watermark']}")
-    print("\ntop pages:")
-    for page, n in pages.most_common(8):
-        print(f"  {page:<24} {n:>6}")
+        result = clickstream_job(spark, brokers, topic=TOPIC, out_topic=OUT_TOPIC, top_n=3, show=False)
+        seconds = time.perf_counter() - t0
+    finally:
+        spark.stop()
+    rows = result.rows
+    print(f"\n{result.events:,} page views in {len(rows)} minutes, read by Spark in {seconds:.1f} s "
+          f"through the ring data source\n")
+    shown = rows if len(rows) <= ROWS_SHOWN else rows[: ROWS_SHOWN // 2] + rows[-ROWS_SHOWN // 2 :]
+    table = format_table(shown).splitlines()
+    if len(rows) > ROWS_SHOWN:
+        table.insert(1 + ROWS_SHOWN // 2, f"{'...':<18} ({len(rows) - ROWS_SHOWN} more minutes)")
+    print("\n".join(table))
+    print(f"\nwrote {result.written} per-minute aggregates to topic {OUT_TOPIC!r}")
+    return result
 
 
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="ring-demo-"))
-    broker = LocalBroker("ring-0", root / "ring-0", free_port(), args=["--fsync", "interval:200"])
-    print(f"starting broker ring-0 on {broker.url} (data in {root})")
+    cluster = LocalCluster(root, 3, args=["--fsync", "interval:200"])
+    print(f"starting brokers {', '.join(b.name for b in cluster.brokers)} "
+          f"on {', '.join(cluster.urls)} (data in {root})", flush=True)
     try:
-        broker.start()
-        asyncio.run(_run(broker.url))
+        cluster.start()
+        print("cluster is up: every broker sees the other two\n", flush=True)
+        sent, seconds = asyncio.run(produce(cluster.urls))
+        print(f"produced {sent:,} events in {seconds:.1f} s ({sent / seconds:,.0f} events/s, "
+              f"quorum of 3 replicas)")
+        result = run_spark(",".join(cluster.urls))
+        assert result.events == sent, f"Spark read {result.events} events, {sent} were produced"
+        sample = asyncio.run(read_back_one(cluster.urls))
+        if sample:
+            print(f"one of them, read back from the cluster: {sample}")
     finally:
-        code = broker.stop()
-        print(f"\nbroker stopped (exit code {code})")
+        codes = cluster.stop()
+        print(f"\ncluster stopped (exit codes {codes})")
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
