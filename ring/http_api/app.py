@@ -17,7 +17,7 @@ from ring import limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import admin, codec, openapi
+from ring.http_api import admin, codec, groups_api, openapi
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
 from ring.replication import protocol
@@ -99,14 +99,21 @@ async def produce(request: web.Request) -> web.Response:
     consistency = request.query.get("consistency") or None  # None: the topic's default
     if consistency is not None:
         protocol.parse_consistency(consistency)  # 400 before reading the body
+    producer_id = codec.int_param(request.query, "producer_id", None, 0, _INT64_MAX)
+    sequence = codec.int_param(request.query, "sequence", None, 0, _INT32_MAX)
+    if (producer_id is None) != (sequence is None):
+        raise BadRequest("producer_id and sequence go together (an idempotent produce)")
     ctype = codec.produce_type(request)  # 415 before reading a byte of the body
     line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
     body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
     decoded = codec.decode_produce(ctype, body, key)
     if isinstance(decoded, codec.Batches):
+        if producer_id is not None:
+            raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
         return _json((await broker.produce_batches(topic, partition, key, decoded.batches, consistency)).to_json())
     results = await broker.produce_records(topic, partition, decoded.records, decoded.sizes,
-                                           decoded.values_are_json, decoded.keyed, consistency)
+                                           decoded.values_are_json, decoded.keyed, consistency,
+                                           None if producer_id is None else (producer_id, sequence))
     if len(results) == 1:
         return _json(results[0].to_json())
     return _json({"results": [r.to_json() for r in results]})
@@ -173,4 +180,5 @@ def make_app(broker: Broker) -> web.Application:
         app.router.add_route(method, path, handler)
     admin.install(app, broker)  # the admin page at /
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
+    groups_api.register(app)  # consumer groups and the PolarStreams aliases
     return app

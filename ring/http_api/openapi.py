@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from ring import __version__, limits, metrics
-from ring.http_api import admin
+from ring.http_api import admin, groups_openapi
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -130,7 +130,7 @@ def document() -> dict[str, Any]:
         "info": {"title": "ring", "version": __version__,
                  "description": "A distributed, replicated event log served over plain HTTP."},
         "paths": {
-            **admin.OPENAPI_PATHS, **metrics.OPENAPI_PATHS,
+            **admin.OPENAPI_PATHS, **metrics.OPENAPI_PATHS, **groups_openapi.OPENAPI_PATHS,
             "/v1/status": {"get": {
                 "summary": "Broker status", "operationId": "status",
                 "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
@@ -175,6 +175,13 @@ def document() -> dict[str, Any]:
                            "replicas that must hold the records before the answer: one (the leader), quorum "
                            "(a majority of the replication factor) or all; default: the topic's consistency "
                            "setting (quorum unless set)"),
+                    _param("producer_id", "query", {"type": "integer", "minimum": 0},
+                           "an idempotent producer's id (with sequence): a retry of a request already written is "
+                           "answered with the original offsets and written once"),
+                    _param("sequence", "query", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                           "the sequence of the request's first record, per partition (with producer_id); must "
+                           "grow from request to request, gaps allowed; an older one that matches none of the "
+                           f"producer's last {limits.PRODUCER_BATCHES_KEPT} batches is refused with 409"),
                 ],
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": {}},
@@ -184,7 +191,9 @@ def document() -> dict[str, Any]:
                     "text/plain": {"schema": {"type": "string"}},
                 }},
                 "responses": {"200": _ok("where the records went", _PRODUCED), "400": _BAD, "404": _NOT_FOUND,
-                              "408": _err("body not sent in time"), "413": _err("body, line or record too large"),
+                              "408": _err("body not sent in time"), "409": _err("an idempotent produce whose sequence is not after the producer's last one "
+                                          "(and matches none it remembers), or half a retry: nothing was written"),
+                              "413": _err("body, line or record too large"),
                               "415": _err("unsupported Content-Type"),
                               "503": _err("too few live replicas for the consistency level (the body says how many "
                                           "are alive and needed; nothing was written), the partition's leader is "

@@ -1,0 +1,201 @@
+"""A group member's poll: records from the partitions it holds, from where it left off, long-polling when none.
+
+The coordinator reads on the member's behalf through the broker's own fetch
+(any replica, below the high watermark; proxied when this broker holds no
+replica), so a consumer needs one URL and no partition bookkeeping. Each
+partition is read from the member's position (past its previous poll), else
+the group's committed offset, else the member's reset policy (earliest or
+latest, pinned at the first poll so later records are not missed). A
+committed offset that retention or truncation left behind starts again at
+the earliest offset, as Kafka's ``auto.offset.reset`` would.
+
+The starting partition rotates from poll to poll so one busy partition cannot
+starve the others. When nothing is there, up to ``GROUP_POLL_WAIT_PARTITIONS_MAX``
+partitions are long-polled at once and the first with records answers; a
+rebalance of the group ends the wait early (the member then hears that its
+generation is stale). Polls of one member run one at a time, and a poll is
+answered only if the group is still at the generation it started in: records
+read across a rebalance are not handed out, positions stay where they were,
+and the member is told to join again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from ring import limits
+from ring.errors import Conflict, RingError, Unavailable
+from ring.groups.assignment import TopicPartition
+from ring.groups.driver import Coordinator
+from ring.groups.group import Group, Member
+from ring.log import batch as batchfmt
+from ring.log.batch import Record
+
+log = logging.getLogger("ring.groups")
+
+
+@dataclass(frozen=True)
+class Polled:
+    records: list[tuple[str, int, Record, bool]]  # (topic, partition, record, value is JSON)
+    generation: int
+
+
+@dataclass
+class _MemberSlot:
+    lock: asyncio.Lock
+    users: int = 0
+    rotation: int = 0
+
+
+def select(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[list[tuple[Record, bool]], int]:
+    """Records in ``[offset, high_watermark)`` of stored batches, at most ``max_records``; the next offset."""
+    out: list[tuple[Record, bool]] = []
+    next_offset = offset
+    for h, pos in batchfmt.scan(data, verify=False):  # the log checked every CRC on read
+        if h.next_offset <= offset:
+            continue
+        if h.base_offset >= high_watermark or len(out) >= max_records:
+            break
+        _, recs = batchfmt.decode(data, pos, verify=False)
+        for rec in recs:
+            if rec.offset < offset:
+                continue
+            if rec.offset >= high_watermark or len(out) >= max_records:
+                break
+            out.append((rec, h.values_are_json))
+            next_offset = rec.offset + 1
+    return out, next_offset
+
+
+class Poller:
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coord = coordinator
+        self.broker = coordinator.broker
+        self._slots: dict[tuple[str, str], _MemberSlot] = {}
+
+    async def poll(self, group: str, member_id: str, generation: int | None, max_records: int, wait_ms: int,
+                   auto_commit: bool) -> Polled:
+        key = (group, member_id)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _MemberSlot(asyncio.Lock())
+        slot.users += 1
+        try:
+            async with slot.lock:
+                return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit)
+        finally:
+            slot.users -= 1
+            if slot.users == 0:
+                self._slots.pop(key, None)
+
+    async def _member(self, group: str, member_id: str, generation: int | None) -> tuple[Group, Member]:
+        _, _, g = await self.coord.group(group)
+        g = g or Group(group)
+        return g, g.member(member_id, generation, self.coord.clock.monotonic())
+
+    async def _poll(self, slot: _MemberSlot, group: str, member_id: str, generation: int | None,
+                    max_records: int, wait_ms: int, auto_commit: bool) -> Polled:
+        clock = self.coord.clock
+        g, m = await self._member(group, member_id, generation)
+        gen = g.generation
+        if auto_commit and m.positions:
+            # The previous poll's records were processed (the member asks for more): commit them.
+            await self.coord.change(group, lambda g: g.propose_poll_commit(
+                g.member(member_id, gen, clock.monotonic()), clock.wall_ms()))
+            g, m = await self._member(group, member_id, gen)
+        m.polling += 1
+        try:
+            records, positions = await self._read(slot, g, m, max_records, wait_ms)
+        finally:
+            m.polling -= 1
+            m.last_seen = clock.monotonic()
+        g2, m2 = await self._member(group, member_id, gen)
+        if g2 is not g or m2 is not m:
+            raise Unavailable(f"the coordinator of group {group!r} reloaded its state during the poll; poll again",
+                              group=group)
+        m.positions.update(positions)
+        return Polled(records, gen)
+
+    async def _read(self, slot: _MemberSlot, g: Group, m: Member, max_records: int,
+                    wait_ms: int) -> tuple[list[tuple[str, int, Record, bool]], dict[TopicPartition, int]]:
+        tps = list(m.spec.assignment)
+        if not tps:
+            if wait_ms > 0:  # nothing to read until a rebalance gives this member something
+                await asyncio.wait({self.coord.rebalanced(g.name)}, timeout=wait_ms / 1000)
+            return [], {}
+        slot.rotation += 1
+        k = slot.rotation % len(tps)
+        tps = tps[k:] + tps[:k]
+        positions: dict[TopicPartition, int] = {}
+        records: list[tuple[str, int, Record, bool]] = []
+        failures: list[RingError] = []
+        for tp in tps:
+            if len(records) >= max_records:
+                break
+            try:
+                start = await self._start(g, m, tp, positions)
+                got, nxt = await self._fetch(tp, start, max_records - len(records), 0, positions)
+            except RingError as exc:
+                failures.append(exc)
+                continue
+            records.extend((tp[0], tp[1], r, j) for r, j in got)
+            positions[tp] = nxt
+        if failures and len(failures) == len(tps):
+            raise failures[0]
+        if records or wait_ms <= 0:
+            return records, positions
+        return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], positions, max_records, wait_ms)
+
+    async def _wait(self, g: Group, tps: list[TopicPartition], positions: dict[TopicPartition, int],
+                    max_records: int, wait_ms: int) -> tuple[list[tuple[str, int, Record, bool]],
+                                                             dict[TopicPartition, int]]:
+        waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, wait_ms, None)): tp
+                 for tp in tps if tp in positions}
+        rebalance = self.coord.rebalanced(g.name)
+        try:
+            await asyncio.wait([*waits, rebalance], timeout=wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        records: list[tuple[str, int, Record, bool]] = []
+        for task, tp in waits.items():
+            if task.cancelled() or task.exception() is not None or len(records) >= max_records:
+                continue
+            got, nxt = task.result()
+            got = got[: max_records - len(records)]
+            if got:
+                records.extend((tp[0], tp[1], r, j) for r, j in got)
+                positions[tp] = got[-1][0].offset + 1
+        return records, positions
+
+    async def _start(self, g: Group, m: Member, tp: TopicPartition, positions: dict[TopicPartition, int]) -> int:
+        start = g.start_offset(m, tp)
+        if start is None:
+            doc = await self.broker.offsets(tp[0], tp[1], m.spec.reset)
+            start = int(doc["offset"])
+            positions[tp] = start  # pinned: "latest" means from this poll on
+        return start
+
+    async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, wait_ms: int,
+                     positions: dict[TopicPartition, int] | None) -> tuple[list[tuple[Record, bool]], int]:
+        """Records of one partition from ``offset``; an offset out of range starts at the nearer end."""
+        for _ in range(2):
+            try:
+                res = await self.broker.fetch(tp[0], tp[1], offset, limits.FETCH_BYTES_DEFAULT, wait_ms)
+            except RingError as exc:
+                if exc.status != 416:
+                    raise
+                earliest, latest = exc.extra.get("earliest"), exc.extra.get("latest")
+                moved = earliest if isinstance(earliest, int) and offset < earliest else latest
+                if not isinstance(moved, int):
+                    raise
+                log.info("%s/%d: offset %d is out of range; reading from %d", tp[0], tp[1], offset, moved)
+                offset = moved
+                if positions is not None:
+                    positions[tp] = offset
+                continue
+            return select(res.data, offset, max_records, res.high_watermark)
+        raise Conflict(f"{tp[0]}/{tp[1]}: no readable offset found", topic=tp[0], partition=tp[1])
+

@@ -1,0 +1,193 @@
+"""Consumer-group operations on the coordinator, as JSON-ready answers: join, leave, poll, commit, reset, describe.
+
+``Groups`` is what the HTTP layer calls once it knows this broker coordinates
+the group (``Coordinator.locate``). Each operation validates its input, makes
+its change through ``Coordinator.change`` (persisted before it is applied or
+answered) and describes the result. Lag is the partition's high watermark
+minus the committed offset, read from this broker's replica or, where it
+holds none, from a replica (``Broker.offsets``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ring import limits
+from ring.catalog import validate_topic_name
+from ring.errors import BadRequest, RingError, UnknownPartition
+from ring.groups.driver import Coordinator
+from ring.groups.group import RESET_POLICIES, Commit, Group
+from ring.groups.poller import Polled, Poller
+from ring.metrics import GroupLag
+
+RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
+
+
+def validate_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not limits.GROUP_NAME_PATTERN.fullmatch(value) or value in (".", ".."):
+        shown = repr(value)[:60] if isinstance(value, str) else type(value).__name__
+        raise BadRequest(f"invalid {what} {shown}: use 1-249 of A-Z a-z 0-9 . _ - : @", field=what)
+    return value
+
+
+def _tps(items: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p} for t, p in items]
+
+
+class Groups:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.coord = Coordinator(broker)
+        self.poller = Poller(self.coord)
+
+    # --- membership ---------------------------------------------------------------------
+
+    async def join(self, group: str, consumer: str, topics: list[str], session_timeout_ms: int,
+                   client: str | None, reset: str) -> dict[str, Any]:
+        if not topics or len(topics) > limits.GROUP_MEMBER_TOPICS_MAX:
+            raise BadRequest(f"topics must list 1-{limits.GROUP_MEMBER_TOPICS_MAX} topic names")
+        topics = sorted({validate_topic_name(t) for t in topics})
+        if reset not in RESET_POLICIES:
+            raise BadRequest(f"reset must be one of {', '.join(RESET_POLICIES)}")
+        clock = self.coord.clock
+        await self.coord.change(group, lambda g: g.propose_join(
+            consumer, topics, session_timeout_ms, client, reset, self.coord.partitions_of(topics),
+            clock.monotonic(), clock.wall_ms()))
+        g = await self.coord.existing(group)
+        m = g.member(consumer, None, clock.monotonic())
+        doc: dict[str, Any] = {"group": group, "consumer": consumer, "generation": g.generation,
+                               "assignment": _tps(m.spec.assignment), "members": len(g.members),
+                               "session_timeout_ms": m.spec.session_timeout_ms}
+        if not m.spec.assignment:
+            total = sum(self.coord.partitions_of(topics).values())
+            doc["idle"] = True
+            doc["message"] = (f"group {group!r} has {len(g.members)} consumers for {total} partitions of "
+                              f"{', '.join(topics)}: {consumer} gets none until a rebalance gives it some")
+        return doc
+
+    async def leave(self, group: str, consumer: str, commit: bool) -> dict[str, Any]:
+        clock = self.coord.clock
+        _, _, g = await self.coord.group(group)
+        (g or Group(group)).member(consumer, None, clock.monotonic())  # 409 when not a member
+        committed: list[Any] = []
+        if commit:
+            events = await self.coord.change(group, lambda g: g.propose_poll_commit(
+                g.member(consumer, None, clock.monotonic()), clock.wall_ms()))
+            committed = [o for e in events if isinstance(e, Commit) for o in e.offsets]
+        await self.coord.change(group, lambda g: g.propose_leave(
+            consumer, clock.wall_ms(), self.coord.partitions_of(g.subscribed())))
+        g = await self.coord.existing(group)
+        return {"group": group, "consumer": consumer, "left": True, "generation": g.generation,
+                "committed": [{"topic": t, "partition": p, "offset": o} for t, p, o in committed]}
+
+    # --- records and offsets ----------------------------------------------------------------
+
+    async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
+                   auto_commit: bool) -> Polled:
+        return await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+
+    async def commit(self, group: str, consumer: str | None, generation: int | None,
+                     offsets: list[tuple[str, int, int]]) -> dict[str, Any]:
+        if not offsets:
+            raise BadRequest("offsets must list at least one {topic, partition, offset}")
+        for t, p, _ in offsets:
+            validate_topic_name(t)
+            self._check_partition(t, p)
+        clock = self.coord.clock
+        await self.coord.change(group, lambda g: g.propose_commit(consumer, generation, offsets,
+                                                                  clock.monotonic(), clock.wall_ms()))
+        g = await self.coord.existing(group)
+        return {"group": group, "generation": g.generation,
+                "committed": [{"topic": t, "partition": p, "offset": g.committed[(t, p)]} for t, p, _ in offsets]}
+
+    async def commit_positions(self, group: str, consumer: str, generation: int | None) -> list[tuple[str, int, int]]:
+        """Commit where the member's previous poll left off (a poll's implicit commit, on its own)."""
+        clock = self.coord.clock
+        _, _, g = await self.coord.group(group)
+        (g or Group(group)).member(consumer, generation, clock.monotonic())  # 409 before anything else
+        events = await self.coord.change(group, lambda g: g.propose_poll_commit(
+            g.member(consumer, generation, clock.monotonic()), clock.wall_ms()))
+        return [o for e in events if isinstance(e, Commit) for o in e.offsets]
+
+    def _check_partition(self, topic: str, partition: int) -> int:
+        cfg = self.broker.catalog.get(topic)
+        if type(partition) is not int or not 0 <= partition < cfg.partitions:
+            raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition!r}",
+                                   topic=topic, partition=partition)
+        return cfg.partitions
+
+    async def reset(self, group: str, topic: str, to: str, value: int | None,
+                    partition: int | None) -> dict[str, Any]:
+        """Move the group's committed offsets of ``topic`` (one partition or all) and drop read positions."""
+        if to not in RESET_TARGETS:
+            raise BadRequest(f"to must be one of {', '.join(RESET_TARGETS)}")
+        if to in ("offset", "timestamp") and (type(value) is not int or value < 0):
+            raise BadRequest(f"reset to {to} needs a non-negative integer value")
+        count = self.broker.catalog.get(validate_topic_name(topic)).partitions
+        parts = range(count) if partition is None else [partition]
+        if partition is not None:
+            self._check_partition(topic, partition)
+        offsets = []
+        for p in parts:
+            if to == "offset":
+                offsets.append((topic, p, value))
+                continue
+            where = to if to in ("earliest", "latest") else str(value)
+            doc = await self.broker.offsets(topic, p, where)
+            offsets.append((topic, p, int(doc["offset"])))
+        clock = self.coord.clock
+        await self.coord.change(group, lambda g: g.propose_reset(offsets, clock.wall_ms()))
+        return {"group": group, "topic": topic, "to": to,
+                "offsets": [{"partition": p, "offset": o} for _, p, o in offsets]}
+
+    # --- views -------------------------------------------------------------------------------
+
+    async def _high_watermark(self, topic: str, partition: int) -> int | None:
+        rep = getattr(self.broker, "replica", lambda t, p: None)(topic, partition)
+        if rep is not None:
+            return rep.hw
+        try:
+            return int((await self.broker.offsets(topic, partition, "latest"))["offset"])
+        except (RingError, KeyError, ValueError, TypeError):
+            return None
+
+    async def describe_group(self, g: Group) -> dict[str, Any]:
+        now = self.coord.clock.monotonic()
+        members = [{"member": m.id, "consumer": m.id, "client": m.spec.client, "topics": list(m.spec.topics),
+                    "assignment": _tps(m.spec.assignment), "session_timeout_ms": m.spec.session_timeout_ms,
+                    "idle_ms": int((now - m.last_seen) * 1000), "reset": m.spec.reset}
+                   for m in sorted(g.members.values(), key=lambda m: m.id)]
+        tps = set(g.committed)
+        for t, n in self.coord.partitions_of(g.subscribed()).items():
+            tps.update((t, p) for p in range(n))
+        owners = {tp: m.id for m in g.members.values() for tp in m.spec.assignment}
+        offsets = []
+        for t, p in sorted(tps):
+            committed = g.committed.get((t, p))
+            hw = await self._high_watermark(t, p) if t in self.broker.catalog else None
+            lag = None if hw is None else max(0, hw - (committed or 0))
+            offsets.append({"topic": t, "partition": p, "committed": committed, "high_watermark": hw,
+                            "lag": lag, "consumer": owners.get((t, p))})
+        return {"group": g.name, "state": g.state(), "generation": g.generation,
+                "coordinator": self.broker.config.name, "members": members, "offsets": offsets}
+
+    async def describe(self, group: str) -> dict[str, Any]:
+        return await self.describe_group(await self.coord.existing(group))
+
+    def lag_rows(self) -> list[Any]:
+        """(group, topic, partition, committed, high watermark, members) for the metrics scrape: the
+        groups this broker coordinates, partitions it holds a replica of (no I/O)."""
+        rows = []
+        replica = getattr(self.broker, "replica", lambda t, p: None)
+        for shard in self.coord.loaded_shards():
+            for g in shard.groups.values():
+                tps = set(g.committed) | {(t, p) for t, n in self.coord.partitions_of(g.subscribed()).items()
+                                          for p in range(n)}
+                for t, p in sorted(tps):
+                    rep = replica(t, p)
+                    if rep is not None:
+                        rows.append(GroupLag(g.name, t, p, g.committed.get((t, p)), rep.hw, len(g.members)))
+        return rows
+
+    async def list_local(self) -> list[dict[str, Any]]:
+        return [await self.describe_group(g) for _, g in await self.coord.local_groups()]

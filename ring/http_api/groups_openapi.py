@@ -1,0 +1,172 @@
+"""OpenAPI path items of the consumer-group routes (``groups_api.ROUTES``), merged into ``openapi.document()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ring import limits
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _err(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if schema is not None:
+        out["content"] = {"application/json": {"schema": schema}}
+    return out
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": schema,
+            "description": description}
+
+
+_NAME = {"type": "string", "pattern": limits.GROUP_NAME_PATTERN.pattern}
+_GROUP = _param("group", "path", _NAME, "consumer group name")
+_CONSUMER = _param("consumer", "path", _NAME, "consumer (member) id, chosen by the consumer")
+_TOPIC = _param("topic", "path", {"type": "string", "pattern": limits.TOPIC_NAME_PATTERN.pattern}, "topic name")
+_BAD = _err("malformed request")
+_STALE = _err("stale generation, unknown member or a partition not held: the body has rejoin: true, the "
+              "group's generation and a reason (unknown_member, stale_generation, not_assigned); join again")
+_DOWN = _err("the group's coordinator is down or moving, or too few replicas of the offsets partition are "
+             "alive; retry after Retry-After")
+_TP = {"type": "object", "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"}}}
+_OFFSET = {"type": "object", "required": ["topic", "partition", "offset"],
+           "properties": {"topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0},
+                          "offset": {"type": "integer", "minimum": 0,
+                                     "description": "the next offset to read (one past the last processed)"}}}
+_RECORD = {"type": "object", "properties": {
+    "topic": {"type": "string"}, "partition": {"type": "integer"}, "offset": {"type": "integer"},
+    "key": {"type": ["string", "null"]}, "value": {"description": "the JSON event as produced, a UTF-8 string, "
+                                                                  "or base64 (value_encoding)"},
+    "timestamp": {"type": "integer"}, "headers": {"type": "object"}}}
+_GROUP_DOC = {"type": "object", "properties": {
+    "group": {"type": "string"}, "state": {"enum": ["empty", "stable"]}, "generation": {"type": "integer"},
+    "coordinator": {"type": "string"},
+    "members": {"type": "array", "items": {"type": "object", "properties": {
+        "member": {"type": "string"}, "client": {"type": ["string", "null"]}, "topics": {"type": "array"},
+        "assignment": {"type": "array", "items": _TP}, "session_timeout_ms": {"type": "integer"},
+        "idle_ms": {"type": "integer"}}}},
+    "offsets": {"type": "array", "items": {"type": "object", "properties": {
+        "topic": {"type": "string"}, "partition": {"type": "integer"}, "committed": {"type": ["integer", "null"]},
+        "high_watermark": {"type": ["integer", "null"]}, "lag": {"type": ["integer", "null"]},
+        "consumer": {"type": ["string", "null"]}}}}}}
+_CONSUMER_ID = _param("consumerId", "query", _NAME, "the consumer's id", required=True)
+
+_POLL_DOC = """Records from the partitions the group assigned to this consumer, from where its previous poll
+left off (else the committed offset, else its reset policy), at most max_records. Long-polls up to wait_ms
+when there is nothing. Unless auto_commit=false, first commits the positions the previous poll reached
+(at-least-once: poll again only after processing). Answered only if the group is still at the generation
+the poll started in; otherwise 409 (join again)."""
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/v1/groups": {"get": {
+        "summary": "Consumer groups of the cluster", "operationId": "listGroups",
+        "description": "Every group, asked of every live broker (each answers for the groups it coordinates); "
+                       "brokers that did not answer are listed in unreachable.",
+        "parameters": [_param("local", "query", {"type": "boolean"},
+                              "only the groups this broker coordinates")],
+        "responses": {"200": _ok("groups", {"type": "object", "properties": {
+            "groups": {"type": "array", "items": _GROUP_DOC}, "unreachable": {"type": "array"}}})}}},
+    "/v1/groups/{group}": {"get": {
+        "summary": "Describe a group: members, assignment, committed offsets and lag per partition",
+        "operationId": "describeGroup", "parameters": [_GROUP],
+        "responses": {"200": _ok("the group", _GROUP_DOC), "404": _err("no such group"), "503": _DOWN}}},
+    "/v1/groups/{group}/members": {"post": {
+        "summary": "Join a group (or heartbeat: joining again with the same topics changes nothing)",
+        "operationId": "joinGroup", "parameters": [_GROUP],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["consumer", "topics"], "properties": {
+                "consumer": _NAME, "topics": {"type": "array", "items": {"type": "string"},
+                                              "maxItems": limits.GROUP_MEMBER_TOPICS_MAX},
+                "session_timeout_ms": {"type": "integer", "minimum": limits.GROUP_SESSION_TIMEOUT_MS_MIN,
+                                       "maximum": limits.GROUP_SESSION_TIMEOUT_MS_MAX,
+                                       "default": limits.GROUP_SESSION_TIMEOUT_MS_DEFAULT},
+                "reset": {"enum": ["earliest", "latest"], "default": "earliest",
+                          "description": "where partitions without a committed offset start"},
+                "client": {"type": "string", "description": "a label shown in describe"}}}}}},
+        "responses": {"200": _ok("the consumer's generation and assignment; idle: true and a message when the "
+                                 "group has more consumers than partitions", {"type": "object", "properties": {
+                                     "generation": {"type": "integer"},
+                                     "assignment": {"type": "array", "items": _TP},
+                                     "idle": {"type": "boolean"}, "message": {"type": "string"}}}),
+                      "400": _BAD, "429": _err("the group is full"), "503": _DOWN}}},
+    "/v1/groups/{group}/members/{consumer}/poll": {"post": {
+        "summary": "Poll the consumer's partitions (long-poll)", "operationId": "pollGroup",
+        "description": _POLL_DOC, "parameters": [
+            _GROUP, _CONSUMER,
+            _param("max_records", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_RECORDS_MAX,
+                                            "default": limits.FETCH_RECORDS_DEFAULT}, "records at most"),
+            _param("wait_ms", "query", {"type": "integer", "minimum": 0, "maximum": limits.LONG_POLL_WAIT_MS_MAX,
+                                        "default": 0}, "long-poll this long when there is nothing"),
+            _param("generation", "query", {"type": "integer"}, "the generation the consumer joined in: a "
+                                                               "stale one is refused with 409"),
+            _param("auto_commit", "query", {"type": "boolean", "default": True},
+                   "commit the previous poll's positions first")],
+        "responses": {"200": _ok("records and the group's generation", {"type": "object", "properties": {
+            "records": {"type": "array", "items": _RECORD}, "generation": {"type": "integer"}}}),
+            "400": _BAD, "409": _STALE, "503": _DOWN}}},
+    "/v1/groups/{group}/members/{consumer}": {"delete": {
+        "summary": "Leave a group (a rebalance)", "operationId": "leaveGroup",
+        "parameters": [_GROUP, _CONSUMER, _param("commit", "query", {"type": "boolean", "default": True},
+                                                 "commit the previous poll's positions first")],
+        "responses": {"200": _ok("left, and what was committed", {"type": "object"}), "409": _STALE,
+                      "503": _DOWN}}},
+    "/v1/groups/{group}/offsets": {"post": {
+        "summary": "Commit offsets", "operationId": "commitOffsets", "parameters": [_GROUP],
+        "description": "A member commits partitions it holds (generation optional; a stale one is refused). "
+                       "Without offsets, commits where the consumer's previous poll left off. Without a "
+                       "consumer, only a group with no members accepts a commit.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object", "properties": {
+            "consumer": _NAME, "generation": {"type": "integer"},
+            "offsets": {"type": "array", "items": _OFFSET}}}}}},
+        "responses": {"200": _ok("the committed offsets", {"type": "object"}), "400": _BAD,
+                      "404": _err("unknown topic or partition"), "409": _STALE, "503": _DOWN,
+                      "504": _err("the offsets partition's replicas did not acknowledge in time")}}},
+    "/v1/groups/{group}/offsets/{topic}": {"put": {
+        "summary": "Reset a group's offsets of a topic", "operationId": "resetOffsets",
+        "parameters": [_GROUP, _TOPIC],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["to"], "properties": {
+                "to": {"enum": ["earliest", "latest", "offset", "timestamp"]},
+                "value": {"type": "integer", "description": "the offset, or ms since the epoch"},
+                "partition": {"type": "integer", "description": "one partition; default every partition"}}}}}},
+        "responses": {"200": _ok("the new committed offsets; members read from them on their next poll",
+                                 {"type": "object"}), "400": _BAD, "404": _err("unknown topic or partition"),
+                      "503": _DOWN}}},
+    "/v1/consumer/register": {"put": {
+        "summary": "PolarStreams alias: register a consumer (join its group)", "operationId": "polarRegister",
+        "parameters": [_CONSUMER_ID,
+                       _param("group", "query", _NAME, "group name (default: default)"),
+                       _param("topic", "query", {"type": "array", "items": {"type": "string"}},
+                              "topics, repeated: topic=a&topic=b"),
+                       _param("onNewGroup", "query", {"enum": ["startFromLatest", "startFromEarliest"]},
+                              "where partitions without a committed offset start (default latest)")],
+        "responses": {"200": _ok("registered on every live broker"), "400": _BAD, "503": _DOWN}}},
+    "/v1/consumer/poll": {"post": {
+        "summary": "PolarStreams alias: poll without waiting (commits the previous poll)",
+        "operationId": "polarPoll", "parameters": [_CONSUMER_ID],
+        "responses": {"200": _ok("[{topic, token, rangeIndex, version, startOffset, values}]",
+                                 {"type": "array", "items": {"type": "object"}}),
+                      "204": {"description": "nothing to read"},
+                      "409": _err("not registered here (or stale): register again"), "503": _DOWN}}},
+    "/v1/consumer/commit": {"post": {
+        "summary": "PolarStreams alias: commit the previous poll's positions", "operationId": "polarCommit",
+        "parameters": [_CONSUMER_ID],
+        "responses": {"200": {"description": "never: see 204"}, "204": {"description": "committed"},
+                      "409": _err("not registered: register again")}}},
+    "/v1/consumer/goodbye": {"post": {
+        "summary": "PolarStreams alias: commit and leave", "operationId": "polarGoodbye",
+        "parameters": [_CONSUMER_ID],
+        "responses": {"200": _ok("left"), "409": _err("not registered")}}},
+    "/v1/topic/{topic}/messages": {"post": {
+        "summary": "PolarStreams alias of POST /v1/topics/{topic}/messages", "operationId": "polarProduce",
+        "parameters": [_TOPIC, _param("partitionKey", "query", {"type": "string"}, "the records' key")],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {}},
+                                                      "application/x-ndjson": {"schema": {"type": "string"}}}},
+        "responses": {"200": _ok("where the records went", {"type": "object"}), "400": _BAD}}},
+}
