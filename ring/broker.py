@@ -55,6 +55,7 @@ from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
 from ring.log.partition import PartitionLog
 from ring.replication import protocol
 from ring.replication.commit import GroupCommit
+from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.broker")
@@ -120,6 +121,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._deleting: set[str] = set()
         self.commits = GroupCommit(config.fsync)
+        self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
 
@@ -339,15 +341,25 @@ class Broker:
 
     async def produce_records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
                               sizes: list[int], values_are_json: bool, keyed: bool,
-                              consistency: str | None = None) -> list[ProduceResult]:
+                              consistency: str | None = None,
+                              producer: tuple[int, int] | None = None) -> list[ProduceResult]:
         """Frame records into batches (per partition, cut at BATCH_BYTES_MAX) and append them.
 
         Without ``keyed`` every record has the same key (or none), so the whole
         request lands on one partition; with it, records are grouped by the
         partition of their own key, keeping their order within each partition.
+        ``producer`` (id, sequence) makes the batches idempotent: each gets the
+        id and the sequence of its first record, counted from ``sequence`` per
+        partition; unkeyed records then go to the partition of the producer id,
+        so a retry lands where the first try did.
         """
         self._check_open()
         cfg = await self._topic_for_produce(topic)
+        pinned = None
+        if producer is not None:
+            if producer[1] + len(records) > 2**31 - 1:
+                raise BadRequest("sequence + records must stay below 2**31")
+            pinned = partition if partition is not None else partition_for_key(b"%d" % producer[0], cfg.partitions)
         groups: dict[int, list[int]] = {}
         if keyed and partition is None:
             unkeyed_target: int | None = None
@@ -356,20 +368,25 @@ class Broker:
                     p = partition_for_key(rec[1], cfg.partitions)
                 else:
                     if unkeyed_target is None:
-                        unkeyed_target = self._choose_partition(cfg, None, None)
+                        unkeyed_target = pinned if pinned is not None else self._choose_partition(cfg, None, None)
                     p = unkeyed_target
                 groups.setdefault(p, []).append(i)
         else:
-            p = self._choose_partition(cfg, partition, records[0][1])
+            target = partition if partition is not None or records[0][1] is not None else pinned
+            p = self._choose_partition(cfg, target, records[0][1])
             groups[p] = list(range(len(records)))
         now_ms = self.clock.wall_ms()
         codec = batchfmt.CODECS[cfg.compression]
-        framed = {
-            p: [batchfmt.encode([records[i] for i in chunk], now_ms=now_ms, codec=codec,
-                                values_are_json=values_are_json)
-                for chunk in _cut(idx, sizes)]
-            for p, idx in groups.items()
-        }
+        framed: dict[int, list[bytearray]] = {}
+        for p, idx in groups.items():
+            seq = -1 if producer is None else producer[1]
+            framed[p] = []
+            for chunk in _cut(idx, sizes):
+                framed[p].append(batchfmt.encode([records[i] for i in chunk], now_ms=now_ms, codec=codec,
+                                                 values_are_json=values_are_json,
+                                                 producer_id=-1 if producer is None else producer[0],
+                                                 base_sequence=seq))
+                seq += len(chunk) if producer is not None else 0
         level = protocol.parse_consistency(consistency, cfg.consistency)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
@@ -404,12 +421,18 @@ class Broker:
 
     async def _append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
         """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
+        await self.producers.prepare(part, batches)  # idempotent batches: their producer table is ready
         await self.wait_writable(part)
+        dup = self.producers.check(part, batches)  # no await from here to the append
+        if dup is not None:  # a retry of batches written before: their offsets, nothing appended
+            await self.make_durable(part, dup.base_offset + dup.count)
+            return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
         base = part.log.end_offset
         for b in batches:
             part.log.append(b, part.epoch)
         end = part.log.end_offset
         assert end - base == sum(batchfmt.read_header(b).record_count for b in batches)
+        self.producers.appended(part, batches, base)
         self._appended(part)
         await self.make_durable(part, end)
         return ProduceResult(part.topic, part.index, base, end - base)
