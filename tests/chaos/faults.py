@@ -241,19 +241,21 @@ class Faults:
 
     # --- bit rot -----------------------------------------------------------------------------
 
-    async def flip_bit(self, i: int, p: int, wait_s: float) -> bool:
-        """Flip one random bit in a closed segment of broker i's replica of partition p, waiting (bounded)
-        for one to exist. False when none appeared in time."""
-        directory = self.cluster.partition_dir(i, self.topic, p)
+    async def flip_bit(self, i: int, wait_s: float) -> bool:
+        """Flip one random bit in a random closed segment of a random partition of broker i (one that has
+        closed segments), waiting (bounded) for one to exist. False when none appeared in time."""
         deadline = time.monotonic() + wait_s
-        closed = closed_segments(directory)
-        while not closed and time.monotonic() < deadline:
+        for _ in range(10_000):
+            closed = {p: segs for p in range(self.partitions)
+                      if (segs := closed_segments(self.cluster.partition_dir(i, self.topic, p)))}
+            if closed or time.monotonic() >= deadline:
+                break
             await asyncio.sleep(0.2)
-            closed = closed_segments(directory)
         if not closed:
-            self.event(f"no closed segment of {p} on {self.name(i)} to flip a bit in")
+            self.event(f"no closed segment on {self.name(i)} to flip a bit in")
             return False
-        seg = self.rng.choice(closed)
+        p = self.rng.choice(sorted(closed))
+        seg = self.rng.choice(closed[p])
         size = seg.stat().st_size
         position, bit = self.rng.randrange(size), self.rng.randrange(8)
         flip(seg, position, bit)

@@ -12,10 +12,12 @@ every broker is stopped before it returns, and every wait is bounded: the
 whole run by ``RUN_BUDGET_S`` beyond its duration.
 
 After the load stops and the faults are healed, the harness waits (bounded)
-until every broker sees every other one up and every partition's replicas
-hold the same batches, then reads every partition through every broker's
-client API and every replica's own log: the final drain. Replicas that still
-differ are what the checker calls divergent.
+until every broker sees every other one up, then writes once to every
+partition (retrying until acknowledged: is the cluster writable again?),
+waits until every partition's replicas hold the same batches, then reads
+every partition through every broker's client API and every replica's own
+log: the final drain. Replicas that still differ are what the checker calls
+divergent.
 """
 
 from __future__ import annotations
@@ -44,9 +46,12 @@ from tests.chaos.workload import Load, Workload, broker_takes_producer_ids
 
 TOPIC = "chaos"
 PARTITIONS = 6
-SEGMENT_BYTES = 8 * 1024  # small, so closed segments exist within seconds (bit flips, torn tails)
+SEGMENT_BYTES = 4 * 1024  # small, so closed segments exist within seconds (bit flips, torn tails)
 SETTLE_S = 60.0  # after healing: every broker up everywhere (a restarted broker rejoins in seconds)
-CONVERGE_S = 20.0  # then: replicas identical
+PROBE_S = 30.0  # then: a write to every partition is acknowledged again (10 s in short runs)
+PROBE_SHORT_S = 10.0
+CONVERGE_S = 20.0  # then: replicas identical (8 s in short runs: divergence does not heal by waiting)
+CONVERGE_SHORT_S = 8.0
 RUN_BUDGET_S = 240.0  # start, healing, settling, draining, stopping: beyond this a run is stuck
 TRANSPORTS = ("loopback", "netns", "proxy")
 
@@ -127,20 +132,28 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
     load_task = asyncio.create_task(workload.run())
     try:
         await scenario.drive(Ctx(faults, deadline, spec.short))
-        await asyncio.wait_for(asyncio.shield(load_task), max(0.0, deadline - time.monotonic()) + 30)
+        await asyncio.wait_for(asyncio.shield(load_task), max(0.0, deadline - time.monotonic()) + 15)
     finally:
         workload.stop.set()
         sampler_stop.set()
         await asyncio.gather(load_task, sampler_task, return_exceptions=True)
     history.events.append((round(now(), 3), "load stopped"))
     await faults.heal_all()
+    history.events.append((round(now(), 3), "healed"))
     began = time.monotonic()
     up = await cluster.wait_all_up(SETTLE_S)
     history.meta["settle_s"] = round(time.monotonic() - began, 1)
     history.events.append((round(now(), 3), "every broker sees every broker up" if up else
                            f"brokers still not all up after {SETTLE_S:g} s"))
-    history.meta["converge_s"] = await _converge(cluster, now)
+    history.meta["writable_after_heal_s"] = await workload.probe(PROBE_SHORT_S if spec.short else PROBE_S)
+    history.events.append((round(now(), 3), "every partition writable again"
+                           if history.meta["writable_after_heal_s"] is not None else
+                           "some partition still refuses writes"))
+    history.meta["converge_s"] = await _converge(cluster, now, CONVERGE_SHORT_S if spec.short else CONVERGE_S)
+    history.events.append((round(now(), 3), "replicas identical" if history.meta["converge_s"] is not None
+                           else "replicas still differ"))
     await _drain(cluster, history, now)
+    history.events.append((round(now(), 3), "drained"))
     result["drained"] = True
     history.meta["partitions"] = {i: await cluster.describe(TOPIC, i) for i in range(cluster.size)}
 
@@ -150,10 +163,10 @@ async def _copies(cluster: ChaosCluster, now) -> list[tuple[ReplicaCopy, list]]:
             for p in range(PARTITIONS) for i in range(cluster.size)]
 
 
-async def _converge(cluster: ChaosCluster, now) -> float | None:
+async def _converge(cluster: ChaosCluster, now, timeout_s: float) -> float | None:
     """Seconds until every partition's replicas hold the same batches; None if they never did in time."""
     began = time.monotonic()
-    while time.monotonic() - began < CONVERGE_S:
+    while time.monotonic() - began < timeout_s:
         copies = [c for c, _ in await _copies(cluster, now)]
         by_p: dict[int, set] = {}
         for c in copies:

@@ -84,6 +84,7 @@ class Proxy:
         self._healed: dict[int, asyncio.Event] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.refused = 0
 
     async def start(self) -> None:
@@ -92,11 +93,15 @@ class Proxy:
                                                             reuse_address=True))
 
     async def close(self) -> None:
+        """Stop listening and end every connection (aborted, not cancelled: handlers finish on their own)."""
         for s in self._servers:
             s.close()
-        for t in list(self._conns):
-            t.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
+        for src in list(self.faults):
+            self.set_fault(src, None)
+        for w in list(self._writers):
+            w.transport.abort()
+        if self._conns:
+            await asyncio.wait(list(self._conns), timeout=5)
         for s in self._servers:
             await s.wait_closed()
 
@@ -124,6 +129,7 @@ class Proxy:
             writer.transport.abort()
             return
         self._conns.add(task)
+        self._writers.add(writer)
         upstream: asyncio.StreamWriter | None = None
         try:
             peer = writer.get_extra_info("peername")[:2]
@@ -132,6 +138,7 @@ class Proxy:
             await self._gate(src, writer)  # a blocked source does not even reach the broker
             up_reader, upstream = await asyncio.wait_for(
                 asyncio.open_connection(self.target_host, local[1]), CONNECT_TIMEOUT_S)
+            self._writers.add(upstream)
             await asyncio.gather(self._pump(reader, upstream, src, writer), self._pump(up_reader, writer, None, writer))
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
@@ -139,6 +146,7 @@ class Proxy:
             self._conns.discard(task)
             for w in (writer, upstream):
                 if w is not None:
+                    self._writers.discard(w)
                     w.transport.abort()
 
     async def _gate(self, src: int | None, conn: asyncio.StreamWriter) -> None:

@@ -35,12 +35,16 @@ def _row(res: dict[str, Any]) -> str:
     cells.append(f"{100 * r['availability']:.1f}%" if "availability" in r else "–")
     cells.append(f"{r['longest_outage_s']:.1f}" if "longest_outage_s" in r else "–")
     cells.append(str(r.get("divergent_partitions", "–")) if drained else "–")
+    writable = (res.get("meta") or {}).get("writable_after_heal_s")
+    cells.append("–" if not drained else ("never" if writable is None else f"{writable:.1f}"))
     notes = []
     for key, label in (("failed_but_read", "refused yet read"), ("vanished", "read then vanished"),
                        ("inconsistent_visible", "client-visible inconsistent offsets"),
                        ("drain_errors", "final reads failed")):
         if r.get(key):
             notes.append(f"{r[key]} {label}")
+    if (res.get("meta") or {}).get("idempotent_producers"):
+        notes.append("idempotent producers")
     if res.get("error"):
         notes.append("run error (see below)")
     cells.append("; ".join(notes))
@@ -50,7 +54,7 @@ def _row(res: dict[str, Any]) -> str:
 def render(results: list[dict[str, Any]], command: str, date: str) -> str:
     results = sorted(results, key=lambda x: (x["spec"]["scenario"], LEVEL_ORDER.get(x["spec"]["consistency"], 9)))
     head = ["scenario", "consistency", "network", *(label for _, label in COLUMNS), "availability",
-            "longest outage (s)", "divergent partitions", "notes"]
+            "longest outage (s)", "divergent partitions", "writable after heal (s)", "notes"]
     lines = [f"Measured {date} with `{command}`.", "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += [_row(r) for r in results]

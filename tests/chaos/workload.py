@@ -10,9 +10,11 @@ the partition and offset; 503 and other 4xx mean nothing was written
 (``fail``), and so does a refused connection; 504, another 5xx, a timeout or
 a connection lost after sending are ``unknown``. Without idempotent
 producers a retry of an unknown outcome could write twice, so nothing is
-retried; when the broker's OpenAPI document lists ``producer_id`` and
-``sequence`` on produce, they are sent, and an unknown outcome is retried
-with the same value and sequence (at most ``RETRIES_UNKNOWN_MAX`` times).
+retried. When the broker's OpenAPI document lists ``producer_id`` and
+``sequence`` on produce, they are sent, and a write that was not
+acknowledged is retried with the same value and sequence (at most
+``RETRIES_MAX`` more times, not after a 4xx); a write whose outcome stays
+unknown retires its producer id (``Session``).
 
 Consumers split the partitions between them and read each from a random
 broker, long-polling from the next offset; every record they get is a
@@ -22,10 +24,11 @@ broker, long-polling from the next offset; every record they get is a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import aiohttp
 import orjson
@@ -39,9 +42,11 @@ from tests.chaos.history import CONSUMER, FAIL, OK, UNKNOWN, History, Read, Writ
 # A produce can wait for replication acks, then for a forward's timeout: past that the outcome is unknown.
 PRODUCE_TIMEOUT_S = limits.PEER_REQUEST_TIMEOUT_S + 2.0
 FETCH_WAIT_MS = 300
-FETCH_TIMEOUT_S = 5.0
+FETCH_TIMEOUT_S = 3.0
+END_GRACE_S = 2.0  # at the end of the run, requests still waiting get this long, then are abandoned
 BACKOFF_S = 0.1  # after a refusal, so a producer does not spin on instant 503s
-RETRIES_UNKNOWN_MAX = 3
+RETRIES_MAX = 3  # idempotent producers only: further attempts of one value
+NOT_SENT = "not sent"  # the connection failed before the request left: nothing was written
 KEYS_SEARCH_MAX = 100_000
 
 
@@ -71,6 +76,22 @@ def keys_for(producers: int, partitions: int) -> list[str]:
     return keys
 
 
+@dataclass
+class Session:
+    """An idempotent producer's id and next sequence. After an unknown outcome the producer gives up on
+    that value and starts a new id: reusing its sequence for another value would be answered as a
+    duplicate of whatever was written under it."""
+
+    producer_id: int
+    seq: int = 0
+
+    def after(self, outcome: str, ids: Iterator[int]) -> None:
+        if outcome == OK:
+            self.seq += 1
+        elif outcome == UNKNOWN:
+            self.producer_id, self.seq = next(ids), 0
+
+
 def classify(status: int | None) -> str:
     """Outcome of a produce answered with ``status`` (None: no answer after sending)."""
     if status == 200:
@@ -86,6 +107,7 @@ class Workload:
         self.cluster, self.load, self.history, self.rng, self.now = cluster, load, history, rng, now
         self.idempotent = idempotent
         self.keys = keys_for(load.producers, load.partitions)
+        self._ids = itertools.count(1)  # idempotent producer ids, fresh per cluster
         self.stop = asyncio.Event()
         self.session: aiohttp.ClientSession | None = None
 
@@ -98,63 +120,102 @@ class Workload:
             tasks += [asyncio.create_task(self._consumer(j, deadline)) for j in range(self.load.consumers)]
             await asyncio.gather(*tasks)
 
+    async def probe(self, timeout_s: float) -> float | None:
+        """After healing: one write to every partition (under the producers' keys, as producers
+        1000 + p), retried until each is acknowledged. Seconds until all were; None if not in time."""
+        began = time.monotonic()
+        keys = keys_for(self.load.partitions, self.load.partitions)
+        pending = list(range(self.load.partitions))
+        ids = {p: Session(next(self._ids)) for p in pending}
+        async with aiohttp.ClientSession() as self.session:
+            for n in range(10_000):
+                if not pending or time.monotonic() - began > timeout_s:
+                    break
+                p = pending[0]
+                w = await self._write(1000 + p, keys[p], f"{self.load.run_tag}-probe-{p}-{n}", ids[p])
+                self.history.writes.append(w)
+                ids[p].after(w.outcome, self._ids)
+                if w.outcome == OK:
+                    pending.pop(0)
+                else:
+                    await asyncio.sleep(BACKOFF_S)
+        return None if pending else round(time.monotonic() - began, 1)
+
     def _target(self) -> int:
         return self.rng.randrange(self.cluster.size)
 
     async def _producer(self, i: int, deadline: float) -> None:
         key, gap = self.keys[i], 1.0 / self.load.rate_per_producer_hz
-        seq = 0
+        session = Session(next(self._ids))
         for n in range(self.load.writes_per_producer_max):
             if self.stop.is_set() or time.monotonic() >= deadline:
                 return
             began = time.monotonic()
             value = f"{self.load.run_tag}-{i}-{n}"
-            write = await self._write(i, key, value, seq)
+            write = await self._write_until(deadline + END_GRACE_S, i, key, value, session)
             self.history.writes.append(write)
-            if write.outcome == OK:
-                seq += 1
+            session.after(write.outcome, self._ids)
             pause = gap - (time.monotonic() - began)
             if write.outcome != OK:
                 pause = max(pause, BACKOFF_S)
             if pause > 0:
                 await asyncio.sleep(pause)
 
-    async def _write(self, producer: int, key: str, value: str, seq: int) -> Write:
+    async def _write_until(self, give_up: float, producer: int, key: str, value: str, session: Session) -> Write:
+        """``_write``, abandoned (outcome unknown) if it has not finished by ``give_up`` (monotonic)."""
+        start = self.now()
+        task = asyncio.create_task(self._write(producer, key, value, session))
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - time.monotonic()))
+        if task in done:
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return Write(value, key, producer, session.seq, start, self.now(), UNKNOWN,
+                     error="abandoned: the run ended")
+
+    async def _write(self, producer: int, key: str, value: str, session: Session) -> Write:
+        """One logical write: a single attempt, or with idempotent producers attempts of the same value and
+        sequence until one is acknowledged, a 4xx refuses it, or the attempts run out. Its outcome is
+        unknown if any attempt's was and none succeeded."""
         assert self.session is not None
         params = {"key": key, "consistency": self.load.consistency}
         if self.idempotent:
-            params |= {"producer_id": str(producer + 1), "sequence": str(seq)}
-        body = orjson.dumps([value])
-        start = self.now()
-        for _ in range(1 + (RETRIES_UNKNOWN_MAX if self.idempotent else 0)):
+            params |= {"producer_id": str(session.producer_id), "sequence": str(session.seq)}
+        body, start = orjson.dumps([value]), self.now()
+        unknown, status, error, name = False, None, "", ""
+        for _ in range(1 + (RETRIES_MAX if self.idempotent else 0)):
             target = self._target()
             name = self.cluster.brokers[target].name
-            url = f"{self.cluster.url(target)}/v1/topics/{self.load.topic}/messages"
-            status, error, doc = None, "", None
-            try:
-                async with self.session.post(url, data=body, params=params,
-                                             headers={"Content-Type": "application/json"},
-                                             timeout=aiohttp.ClientTimeout(total=PRODUCE_TIMEOUT_S, connect=3)) as r:
-                    status, raw = r.status, await r.read()
-                doc = orjson.loads(raw) if raw else None
-                if status != 200 and isinstance(doc, dict):
-                    error = str(doc.get("error", ""))
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # nothing was sent
-                return Write(value, key, producer, seq, start, self.now(), FAIL, broker=name,
-                             error=exc.__class__.__name__)
-            except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError) as exc:
-                error = exc.__class__.__name__
-            outcome = classify(status)
+            status, doc, error = await self._attempt(target, body, params)
+            outcome = FAIL if error == NOT_SENT else classify(status)
             if outcome == OK:
                 assert isinstance(doc, dict) and doc.get("count") == 1, doc
-                return Write(value, key, producer, seq, start, self.now(), OK, doc["partition"],
+                return Write(value, key, producer, session.seq, start, self.now(), OK, doc["partition"],
                              doc["base_offset"], name, status)
-            if outcome == FAIL:
-                return Write(value, key, producer, seq, start, self.now(), FAIL, broker=name, status=status,
-                             error=error)
-            if self.stop.is_set():
+            unknown = unknown or outcome == UNKNOWN
+            if self.stop.is_set() or (status is not None and 400 <= status < 500):
                 break
-        return Write(value, key, producer, seq, start, self.now(), UNKNOWN, broker=name, status=status, error=error)
+            await asyncio.sleep(BACKOFF_S)
+        return Write(value, key, producer, session.seq, start, self.now(), UNKNOWN if unknown else FAIL,
+                     broker=name, status=status, error=error)
+
+    async def _attempt(self, target: int, body: bytes, params: dict[str, str]) -> tuple[int | None, object, str]:
+        """(status, answer, error) of one produce request; error NOT_SENT when the request never left."""
+        assert self.session is not None
+        url = f"{self.cluster.url(target)}/v1/topics/{self.load.topic}/messages"
+        try:
+            async with self.session.post(url, data=body, params=params, headers={"Content-Type": "application/json"},
+                                         timeout=aiohttp.ClientTimeout(total=PRODUCE_TIMEOUT_S, connect=3)) as r:
+                status, raw = r.status, await r.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            return None, None, NOT_SENT
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return None, None, exc.__class__.__name__
+        try:
+            doc = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            return status, None, "not JSON"
+        return status, doc, str(doc.get("error", "")) if status != 200 and isinstance(doc, dict) else ""
 
     async def _consumer(self, j: int, deadline: float) -> None:
         mine = [p for p in range(self.load.partitions) if p % self.load.consumers == j]
