@@ -13,7 +13,7 @@ addresses (its own may be among them). The ordinal suffix of its name
 (``ring-0``, ``ring-1`` ...) gives its ring token unless ``--token`` is set;
 a name without one and no ``--token`` is refused at start. The peer port
 (default: the client port + 1) refuses every request without the cluster
-secret. A stopped broker is reported down by the others about 5-13 s after
+secret. A stopped broker is reported down by the others about 4-13 s after
 it stopped (phi accrual, threshold 8, 1 s gossip), up again within a gossip
 round or two of its return.
 

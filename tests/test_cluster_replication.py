@@ -19,12 +19,12 @@ NAMES = ["ring-0", "ring-1", "ring-2"]
 WAIT_S = 15.0
 
 
-def _read_all(m: Member, topic: str, partition: int, expected: int) -> dict[int, object]:
-    """Records of a partition from one broker, waiting (bounded) for its high watermark to reach ``expected``."""
+def _read_all(m: Member, topic: str, partition: int, end: int) -> dict[int, object]:
+    """Records of a partition from one broker, waiting (bounded) until it served offsets below ``end``."""
     out: dict[int, object] = {}
     deadline = time.monotonic() + WAIT_S
     offset = 0
-    while len(out) < expected and time.monotonic() < deadline:
+    while offset < end and time.monotonic() < deadline:
         r = m.http.fetch(topic, partition, offset=offset, max_records=10_000, wait_ms=500)
         assert r.status == 200, (m.name, r.body)
         doc = r.json()

@@ -19,7 +19,7 @@ in this run.
 
 Failure detection is the core's phi accrual: with the defaults (threshold 8,
 1 s gossip) a stopped broker (SIGKILL or SIGSTOP) is reported ``down`` by
-every other broker about 5-13 s after it stopped (``suspect`` about half a
+every other broker about 4-13 s after it stopped (``suspect`` about half a
 second earlier), and ``up`` again within a gossip round or two of its return.
 """
 

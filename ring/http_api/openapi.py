@@ -70,7 +70,7 @@ _CLUSTER = {
 }
 
 _CLUSTER_DOC = """Every broker gossip has told this one about, in token order, with its status as this broker
-sees it: up, suspect (phi >= 5), down (phi >= 8: about 5-13 s after a broker stops), joining, leaving, removed.
+sees it: up, suspect (phi >= 5), down (phi >= 8: about 4-13 s after a broker stops), joining, leaving, removed.
 A down broker keeps its place on the ring; its partitions run on their other replicas."""
 
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
