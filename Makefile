@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,spark
 
-.PHONY: venv demo test bench cluster cluster-stop clean
+.PHONY: venv system-deps demo test bench cluster cluster-stop clean
 
 venv: $(STAMP)
 
@@ -18,7 +18,25 @@ $(STAMP): setup.cfg pyproject.toml
 demo: venv
 	$(BIN)/python -m ring.demo
 
-test: venv
+# System packages some tests drive for real: Chromium (the admin page, via
+# Playwright with the system browser), iproute2 and iptables (network
+# partitions in namespaces), curl (the README's examples). Installed with
+# apt-get when we are root and they are missing; otherwise those tests skip
+# and say why. CI (CI=true) insists: a missing package fails the run.
+SYSTEM_DEPS := chromium:chromium ip:iproute2 iptables:iptables curl:curl
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do \
+	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+	      || { [ "$$CI" != true ] || exit 1; }; \
+	  elif [ "$$CI" = true ]; then echo "missing system packages:$$missing" >&2; exit 1; \
+	  else echo "note: missing$$missing; the tests that need them will skip"; fi; \
+	fi
+
+test: venv system-deps
 	$(BIN)/python -m pytest
 
 bench: venv
