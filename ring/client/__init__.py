@@ -9,22 +9,26 @@
 
 Records are batched per partition and sent straight to each partition's
 leader; see ``ring.client.aio`` for batching, partitioning and retries.
+Consumer groups: ``GroupConsumer`` / ``AsyncGroupConsumer`` (``ring.client.consumer``).
 """
 
 from ring.client.aio import AsyncClient, Partitioner
 from ring.client.batcher import BufferFull
+from ring.client.consumer import AsyncGroupConsumer, GroupConsumer
 from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
 from ring.client.sync import Client
 from ring.client.transport import BrokersUnavailable, BrokerUnreachable, OutcomeUnknown
 
 __all__ = [
     "AsyncClient",
+    "AsyncGroupConsumer",
     "BrokerUnreachable",
     "BrokersUnavailable",
     "BufferFull",
     "Client",
     "ConsumerRecord",
     "FetchResult",
+    "GroupConsumer",
     "OutcomeUnknown",
     "Partitioner",
     "RecordMetadata",

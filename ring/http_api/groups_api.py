@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
 import aiohttp
+import msgpack
 import orjson
 from aiohttp import web
 
@@ -151,8 +152,15 @@ async def poll(request: web.Request) -> web.Response:
     generation = codec.int_param(q, "generation", None, 0, 2**62)
     auto_commit = _flag(request, "auto_commit", True)
 
+    as_msgpack = codec.fetch_type(request.headers.get("Accept")) == codec.CT_MSGPACK
+
     async def local() -> web.Response:
         got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+        if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
+            body = msgpack.packb({"generation": got.generation, "records": [
+                {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
+                use_bin_type=True)
+            return web.Response(body=body, content_type=codec.CT_MSGPACK)
         return _json(_poll_doc(got))
 
     return await _at_coordinator(request, group, None, local, wait_ms)
