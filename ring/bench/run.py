@@ -34,7 +34,7 @@ import orjson
 
 from ring.bench import cases as casemod
 from ring.bench import procs, profile, stats
-from ring.bench.system import RingSystem, http_json
+from ring.bench.system import RingSystem, ensure_packages, http_json
 
 E2E_RATE = casemod.E2E_RATE_PER_S
 DEFAULT_OUTPUT = Path("docs/BENCHMARKS.md")
@@ -103,6 +103,19 @@ def machine() -> str:
             f"Linux {platform.release()}, Python {platform.python_version()}")
 
 
+def ring_commit() -> str:
+    """The commit of the ring source being measured (and whether it has local changes)."""
+    here = Path(__file__).resolve().parent.parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", "ring"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + (" with uncommitted changes under ring/" if dirty else "")) if sha else "unknown"
+
+
 def _module_version(name: str) -> str:
     try:
         from importlib.metadata import version
@@ -128,6 +141,8 @@ class Bench:
         self.rows: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.extra: dict[str, Any] = {}
+        self.failed_parts: list[str] = []
+        self.versions: dict[str, str] = {}
 
     def say(self, line: str) -> None:
         print(line, flush=True)
@@ -340,6 +355,10 @@ class Bench:
                 leader_url = urls[leader]
                 break
             time.sleep(0.2)
+        why = ensure_packages({"wrk": "wrk"})
+        if why:
+            self.note(f"wrk ceiling skipped: {why}")
+            return
         self.extra["wrk"] = ceilings.wrk_produce(leader_url, topic, 0, make_records(1)[0][1], self.root,
                                                  max(1.0, s.ceiling_s * 2), s.window)
 
@@ -347,7 +366,11 @@ class Bench:
         from ring.bench import single
 
         self.say("single-broker part: stored batches and JSON on one broker")
-        self.extra["single"] = single.run_part(self.settings.single_records, fsync=self.args.fsync)
+        try:
+            self.extra["single"] = single.run_part(self.settings.single_records, fsync=self.args.fsync)
+        except Exception as exc:  # a failed part is reported; the figures already measured are kept
+            self.failed_parts.append(f"single-broker part failed: {exc}")
+            self.note(self.failed_parts[-1])
 
     # --- all of it -------------------------------------------------------------------
 
@@ -356,16 +379,21 @@ class Bench:
         try:
             self.start_systems()
             self.versions = {n: s.version() for n, s in self.systems.items()}
+            self.versions["commit"] = ring_commit()
             self.measure_idle(1.0 if self.args.quick else 5.0)
             self.run_cases()
             if "ceiling" in self.groups:
-                self.run_ceilings()
+                self.part(self.run_ceilings, "ceilings")
         finally:
             self.stop_systems()
         if "single" in self.groups:
             self.run_single()
         shutil.rmtree(self.root, ignore_errors=True)
         self.extra["seconds"] = time.time() - t0
+        raw = Path(tempfile.gettempdir()) / "ring-bench-rows.json"
+        raw.write_bytes(orjson.dumps({"rows": self.rows, "extra": self.extra, "notes": self.notes},
+                                     option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+        self.say(f"every run's figures: {raw}")
         from ring.bench import render
 
         text = render.markdown(self)
@@ -373,7 +401,14 @@ class Bench:
         print(text)
         if self.args.output is not None:
             render.write(self, text)
-        return 0 if all(r.get("ok") for r in self.rows) else 1
+        return 0 if all(r.get("ok") for r in self.rows) and not self.failed_parts else 1
+
+    def part(self, fn: Any, name: str) -> None:
+        try:
+            fn()
+        except Exception as exc:  # reported beside the figures already measured
+            self.failed_parts.append(f"{name} failed: {type(exc).__name__}: {exc}")
+            self.note(self.failed_parts[-1])
 
 
 def _interrupt(signum: int, frame: Any) -> None:

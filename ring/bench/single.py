@@ -205,6 +205,10 @@ def run_part(records: int = 200_000, batch: int = 100, window: int = 32, fsync: 
             runner = asyncio.Runner()
         with runner:
             return runner.run(_run(broker.url, args, workdir))
+    except Exception as exc:
+        log = workdir / "ring-0.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+        raise RuntimeError(f"{exc}; broker log: {' | '.join(tail)[-600:]}") from exc
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
