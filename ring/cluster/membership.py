@@ -54,8 +54,6 @@ GOSSIP_PATH = "/peer/v1/gossip"
 # A seed that never answers holds a starting broker back this long after its
 # first successful exchange (the others may simply know nothing of it yet).
 JOIN_SETTLE_S = 5.0
-# Load (disk bytes, partitions led) is refreshed every this many rounds.
-LOAD_EVERY_TICKS = 5
 
 
 def pack(wire: Any) -> bytes:
@@ -89,7 +87,6 @@ class Membership:
         self._joined = False
         self._announcing: asyncio.Task[None] | None = None
         self._dirty = False
-        self._ticks = 0
         self.ring: Ring = Ring()
         self._ring_key: tuple = ()
         self._restore()
@@ -152,9 +149,9 @@ class Membership:
             await asyncio.sleep(GOSSIP_INTERVAL_S)
 
     def tick(self) -> None:
-        self._ticks += 1
-        if self._ticks % LOAD_EVERY_TICKS == 1:
-            self.core.set_load(self._load())
+        load = self._load()
+        if load != self.core.self_state.load:  # gossiped with this round's heartbeat
+            self.core.set_load(load)
         for out in self.core.tick(self.now()):
             self._spawn_exchange(out.to_addr, out.message)
         self._check_joined()
