@@ -55,3 +55,11 @@ cluster-stop:
 
 clean:
 	rm -rf $(VENV) var build *.egg-info .pytest_cache .hypothesis
+
+# Faults against three real brokers with a checker (tests/chaos): every scenario at
+# consistency one, quorum and all; writes the table in docs/RELIABILITY.md. Partitions
+# use network namespaces and iptables when run as root (apt-get install iproute2
+# iptables), else a fault-injecting proxy. CHAOS_ARGS="--short --scenario none" etc.
+.PHONY: chaos
+chaos: venv
+	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)

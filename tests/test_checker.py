@@ -1,17 +1,23 @@
 """The chaos checker on hand-made histories: a clean history is clean, and each anomaly is counted
 where it happens (and nowhere else); a history generated from a correct log is always clean and
-stays so through JSON, and removing or moving one acknowledged record is always caught."""
+stays so through JSON, and removing or moving one acknowledged record is always caught. Also the
+harness's other pure parts: where a power loss may cut, producer keys, outcomes, producer ids."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ring.hashing import partition_for_key
+from ring.log import batch as batchfmt
 from tests.chaos.checker import check
+from tests.chaos.faults import choose_cut, position_of_offset
 from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, REPLICA, UNKNOWN, History, Read, ReplicaCopy, Write
+from tests.chaos.workload import Session, classify, keys_for
 
 ZEROS = dict(lost=0, unexpected=0, duplicated=0, recovered=0, failed_but_read=0, vanished=0,
              inconsistent_offsets=0, inconsistent_visible=0, order_violations=0, divergent_partitions=0)
@@ -220,3 +226,53 @@ def test_dropping_or_moving_one_acknowledged_record_is_caught(h: History, data) 
     else:
         h.reads.append(Read(FINAL, "ring-2", victim.partition, victim.offset + 1000, victim.value))
         assert check(h).duplicated == 1
+
+
+# --- the harness's other pure parts ---------------------------------------------------------------------
+
+def _segment(*counts: int) -> tuple[bytes, list[int]]:
+    """Stamped batches of ``counts`` records each, back to back; and where each starts."""
+    data, starts, base = bytearray(), [], 0
+    for n in counts:
+        b = batchfmt.encode([(None, None, b"x" * 10, None)] * n, now_ms=1)
+        batchfmt.stamp(b, 0, base, 1)
+        starts.append(len(data))
+        data += b
+        base += n
+    return bytes(data), starts
+
+
+def test_the_cut_floor_is_the_first_whole_batch_at_or_after_the_durable_end() -> None:
+    data, starts = _segment(3, 2, 1)  # offsets 0-2, 3-4, 5
+    assert position_of_offset(data, 0) == 0
+    assert position_of_offset(data, 3) == starts[1]
+    assert position_of_offset(data, 4) == starts[2]  # inside a batch: keep it whole
+    assert position_of_offset(data, 5) == starts[2]
+    assert position_of_offset(data, 6) == position_of_offset(data, 99) == len(data)
+    torn = data[: starts[2] + 5]
+    assert position_of_offset(torn, 6) == starts[2]
+
+
+def test_a_cut_lands_between_the_floor_and_the_end() -> None:
+    rng = random.Random(3)
+    cuts = {choose_cut(10, 20, rng) for _ in range(200)}
+    assert min(cuts) == 10 and max(cuts) == 20
+    assert choose_cut(30, 20, rng) == 20 and choose_cut(-5, 0, rng) == 0
+
+
+def test_producer_keys_cover_every_partition_and_outcomes_follow_the_status() -> None:
+    keys = keys_for(9, 6)
+    assert len(set(keys)) == 9
+    assert [partition_for_key(k.encode(), 6) for k in keys] == [i % 6 for i in range(9)]
+    assert [classify(s) for s in (200, 503, 400, 409, 429, 504, 500, 502, None)] == \
+        [OK, FAIL, FAIL, FAIL, FAIL, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN]
+
+
+def test_an_idempotent_producer_retires_its_id_after_an_unknown_outcome() -> None:
+    ids = iter(range(10, 20))
+    s = Session(next(ids))
+    s.after(OK, ids)
+    s.after(FAIL, ids)  # nothing was written under sequence 1: the next value takes it
+    assert (s.producer_id, s.seq) == (10, 1)
+    s.after(UNKNOWN, ids)
+    assert (s.producer_id, s.seq) == (11, 0)

@@ -50,13 +50,14 @@ SEGMENT_SUFFIX = ".log"
 def position_of_offset(data: bytes, offset: int) -> int:
     """Byte position in a segment's bytes where batches at or after ``offset`` begin (whole batches only;
     the segment's size when there are none)."""
-    pos = 0
+    whole = 0  # the end of the last whole batch seen
     try:
         for h, pos in batchfmt.scan(data, verify=False):
             if h.next_offset > offset:
                 return pos if h.base_offset >= offset else pos + h.size
+            whole = pos + h.size
     except RingError:
-        return pos  # a torn tail already: cut from the last whole batch
+        return whole  # a torn tail already: nothing after the last whole batch was acknowledged
     return len(data)
 
 
