@@ -67,8 +67,8 @@ def all_cases() -> list[Case]:
         *produce_cases(),
         *latency_cases(),
         Case(id="consume-fetch", group="consume", label="consume from offset 0 (fetch)", op="consume"),
-        Case(id="consume-group", group="consume", label="consume from offset 0 (group poll)", op="consume",
-             peers=False),
+        Case(id="consume-group", group="consume", label="consume from offset 0 (group poll, ring only)",
+             op="consume_group", peers=False),
         Case(id="e2e", group="e2e", label=f"end-to-end, produce to long-poll delivery, {E2E_RATE_PER_S} rec/s",
              op="e2e", metric="latency"),
     ]

@@ -28,6 +28,7 @@ POOL_REQUESTS = 64  # pre-encoded request bodies per partition, reused in rotati
 LEADERS_WAIT_S = 30.0
 FETCH_BYTES = 4 << 20
 LONG_POLL_MS = 500
+GROUP_POLL_RECORDS = 10_000  # the broker's FETCH_RECORDS_MAX
 
 
 class RingDriver:
@@ -156,6 +157,39 @@ class RingDriver:
                 offset = nxt
 
         await asyncio.gather(*(part(p) for p in range(self.partitions)))
+        return got
+
+    async def consume_group(self, expected: int, seconds_max: float) -> int:
+        """One member of a fresh consumer group polls (msgpack, as ring.client's
+        consumer does, committing the previous poll each time) until it has
+        ``expected`` records or ``seconds_max`` passed."""
+        import msgpack
+
+        assert self.session is not None
+        group, consumer = f"{self.topic}-g", "bench-consumer"
+        base = f"{self.urls[0]}/v1/groups/{group}/members"
+        deadline = time.perf_counter() + seconds_max
+        got = 0
+        generation = None
+        while got < expected and time.perf_counter() < deadline:
+            if generation is None:
+                status, doc = await self._json("POST", base, json={
+                    "consumer": consumer, "topics": [self.topic], "reset": "earliest"})
+                if status != 200:
+                    raise RuntimeError(f"join: {status} {doc}")
+                generation = doc["generation"]
+            async with self.session.post(
+                f"{base}/{consumer}/poll", headers={"Accept": "application/msgpack"},
+                params={"max_records": str(GROUP_POLL_RECORDS), "wait_ms": "200", "generation": str(generation)},
+            ) as r:
+                body = await r.read()
+                if r.status == 409:  # a rebalance: join again
+                    generation = None
+                    continue
+                if r.status != 200:
+                    raise RuntimeError(f"poll {r.status}: {body[:200]!r}")
+            got += len(msgpack.unpackb(body, raw=False)["records"])
+        await self._json("DELETE", f"{base}/{consumer}")
         return got
 
     async def e2e_start(self, delivered: Callable[[bytes], None]) -> None:

@@ -9,7 +9,7 @@ the same request shapes, all bounded in count and in time:
 - ``produce``: ``window`` requests in flight (``window`` 1: latency with one in
   flight), or paced open-loop at ``rate`` requests/s (latency at a chosen load);
 - ``consume``: fill the topic with batched produce (not measured), then read
-  it all from offset 0;
+  it all from offset 0 (``consume_group``: as one member of a consumer group);
 - ``e2e``: a paced producer and a consumer in the same process; latency from
   the send to the delivery of each record.
 
@@ -182,13 +182,13 @@ async def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if spec.get("rate"):
                 return await paced(send, spec["rate"], spec["requests_max"], spec["seconds_max"])
             return await windowed(send, spec["window"], spec["requests_max"], spec["seconds_max"])
-        if op == "consume":
+        if op in ("consume", "consume_group"):
             send = driver.sender(100, False)
             fill = await windowed(send, spec["window"], spec["fill_records"] // 100, spec["seconds_max"])
             if fill["errors"]:
                 raise RuntimeError(f"filling the topic failed: {fill['last_error']}")
             t0 = time.perf_counter()
-            got = await driver.consume(fill["records"], spec["seconds_max"])
+            got = await getattr(driver, op)(fill["records"], spec["seconds_max"])
             seconds = time.perf_counter() - t0
             return {"records": got, "seconds": seconds, "rec_s": got / seconds if seconds > 0 else None,
                     "expected": fill["records"], "errors": 0, "lat_ms": stats.latency_summary([])}

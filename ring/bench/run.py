@@ -220,7 +220,7 @@ class Bench:
                 if not top:
                     return None
                 spec["rate"] = top / 2 / case.records_per_request
-        elif case.op == "consume":
+        elif case.op in ("consume", "consume_group"):
             spec.update(fill_records=s.fill_records, seconds_max=s.consume_s, window=s.window_batched)
         elif case.op == "e2e":
             spec.update(rate=E2E_RATE, requests_max=int(E2E_RATE * s.e2e_s), seconds_max=s.e2e_s, window=1)
@@ -284,11 +284,10 @@ class Bench:
         for case, rep, system in casemod.plan(self.cases, have, self.settings.reps):
             if rep == 0 and system == "ring":
                 self.say(f"{case.label}")
-            if case.id == "consume-group":
+            if case.op == "consume_group" and not group_api:
                 if rep == 0:
-                    self.note("consume (group poll): skipped — " + (
-                        "the broker has POST /v1/groups/{g}/members but the bench has no group-poll loop yet"
-                        if group_api else "this broker has no consumer-group API (POST /v1/groups/{g}/members)"))
+                    self.note("consume (group poll): skipped — this broker has no consumer-group API "
+                              "(POST /v1/groups/{g}/members)")
                 continue
             spec = self.spec(case, rep, system)
             if spec is None:
