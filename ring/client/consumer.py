@@ -155,8 +155,14 @@ class AsyncGroupConsumer:
     # --- reading ------------------------------------------------------------------------
 
     async def poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
-        """The next records of this consumer's partitions (long-polling up to ``wait_ms``); with
-        ``auto_commit``, the broker first commits where the previous poll ended."""
+        """The next records of this consumer's partitions (long-polling up to ``wait_ms``), all counted
+        as handed out; with ``auto_commit``, the broker first commits where the previous poll ended."""
+        records = await self._poll(max_records, wait_ms)
+        for r in records:
+            self.mark(r)
+        return records
+
+    async def _poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
         await self.start()
         wait = self.wait_ms if wait_ms is None else wait_ms
         path = f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}/poll"
@@ -189,7 +195,7 @@ class AsyncGroupConsumer:
         while not self._buffer:
             if self._closed:
                 raise StopAsyncIteration
-            self._buffer.extend(await self.poll())
+            self._buffer.extend(await self._poll())
         record = self._buffer.popleft()
         self.mark(record)
         return record
@@ -266,7 +272,7 @@ class GroupConsumer:
         while not self._buffer:
             if self._consumer._closed:
                 raise StopIteration
-            self._buffer.extend(self.poll())
+            self._buffer.extend(self._call(self._consumer._poll()))
         record = self._buffer.popleft()
         self._consumer.mark(record)
         return record
