@@ -61,14 +61,8 @@ EXISTING = {"topic": TOPIC, "partition": 0, "group": "schemathesis-g", "consumer
 _UNANCHORED = ("its name parameters use the name pattern unanchored (JSON Schema patterns match anywhere, so "
                "'x/?' passes): anchor them as '^(?:...)$'")
 _NO_400 = "add \"400\": _BAD to its responses (bad names and parameters are answered 400)"
-# Operation -> what to change in the document (ring/http_api/groups_openapi.py, admin.py).
+# Operation -> what to change in the document (ring/http_api/admin.py).
 KNOWN_MISMATCHES = {
-    "GET /v1/groups": f"400 for a bad 'local' parameter: {_NO_400}",
-    "GET /v1/groups/{group}": f"400 for a bad group name: {_NO_400}; and {_UNANCHORED}",
-    "DELETE /v1/groups/{group}/members/{consumer}": f"400 for bad names: {_NO_400}; and {_UNANCHORED}",
-    "POST /v1/consumer/commit": f"400 for a bad consumerId: {_NO_400}; and {_UNANCHORED}",
-    "POST /v1/consumer/goodbye": f"400 for a bad consumerId: {_NO_400}; and {_UNANCHORED}",
-    "POST /v1/consumer/poll": f"400 for a bad consumerId: {_NO_400}; and {_UNANCHORED}",
     "GET /admin/{file}": "index.html is served as text/html: add \"text/html\" to the 200 content of adminFile",
     "GET /admin/brokers/{broker}/topics/{topic}": f"400 for a bad topic name: {_NO_400} of adminRelayTopic, "
                                                   "and give its topic parameter the anchored topic pattern",

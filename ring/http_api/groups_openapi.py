@@ -25,10 +25,16 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str, requ
             "description": description}
 
 
-_NAME = {"type": "string", "pattern": limits.GROUP_NAME_PATTERN.pattern}
+def _anchored(pattern: str) -> str:
+    # JSON Schema patterns match anywhere in the string: anchor them to mean the whole name.
+    return f"^(?:{pattern})$"
+
+
+_NAME = {"type": "string", "pattern": _anchored(limits.GROUP_NAME_PATTERN.pattern)}
 _GROUP = _param("group", "path", _NAME, "consumer group name")
 _CONSUMER = _param("consumer", "path", _NAME, "consumer (member) id, chosen by the consumer")
-_TOPIC = _param("topic", "path", {"type": "string", "pattern": limits.TOPIC_NAME_PATTERN.pattern}, "topic name")
+_TOPIC = _param("topic", "path", {"type": "string", "pattern": _anchored(limits.TOPIC_NAME_PATTERN.pattern)},
+                "topic name")
 _BAD = _err("malformed request")
 _STALE = _err("stale generation, unknown member or a partition not held: the body has rejoin: true, the "
               "group's generation and a reason (unknown_member, stale_generation, not_assigned); join again")
@@ -71,11 +77,13 @@ OPENAPI_PATHS: dict[str, Any] = {
         "parameters": [_param("local", "query", {"type": "boolean"},
                               "only the groups this broker coordinates")],
         "responses": {"200": _ok("groups", {"type": "object", "properties": {
-            "groups": {"type": "array", "items": _GROUP_DOC}, "unreachable": {"type": "array"}}})}}},
+            "groups": {"type": "array", "items": _GROUP_DOC}, "unreachable": {"type": "array"}}}),
+            "400": _BAD}}},
     "/v1/groups/{group}": {"get": {
         "summary": "Describe a group: members, assignment, committed offsets and lag per partition",
         "operationId": "describeGroup", "parameters": [_GROUP],
-        "responses": {"200": _ok("the group", _GROUP_DOC), "404": _err("no such group"), "503": _DOWN}}},
+        "responses": {"200": _ok("the group", _GROUP_DOC), "400": _BAD, "404": _err("no such group"),
+                      "503": _DOWN}}},
     "/v1/groups/{group}/members": {"post": {
         "summary": "Join a group (or heartbeat: joining again with the same topics changes nothing)",
         "operationId": "joinGroup", "parameters": [_GROUP],
@@ -114,8 +122,8 @@ OPENAPI_PATHS: dict[str, Any] = {
         "summary": "Leave a group (a rebalance)", "operationId": "leaveGroup",
         "parameters": [_GROUP, _CONSUMER, _param("commit", "query", {"type": "boolean", "default": True},
                                                  "commit the previous poll's positions first")],
-        "responses": {"200": _ok("left, and what was committed", {"type": "object"}), "409": _STALE,
-                      "503": _DOWN}}},
+        "responses": {"200": _ok("left, and what was committed", {"type": "object"}), "400": _BAD,
+                      "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/offsets": {"post": {
         "summary": "Commit offsets", "operationId": "commitOffsets", "parameters": [_GROUP],
         "description": "A member commits partitions it holds (generation optional; a stale one is refused). "
@@ -152,17 +160,17 @@ OPENAPI_PATHS: dict[str, Any] = {
         "operationId": "polarPoll", "parameters": [_CONSUMER_ID],
         "responses": {"200": _ok("[{topic, token, rangeIndex, version, startOffset, values}]",
                                  {"type": "array", "items": {"type": "object"}}),
-                      "204": {"description": "nothing to read"},
+                      "204": {"description": "nothing to read"}, "400": _BAD,
                       "409": _err("not registered here (or stale): register again"), "503": _DOWN}}},
     "/v1/consumer/commit": {"post": {
         "summary": "PolarStreams alias: commit the previous poll's positions", "operationId": "polarCommit",
         "parameters": [_CONSUMER_ID],
         "responses": {"200": {"description": "never: see 204"}, "204": {"description": "committed"},
-                      "409": _err("not registered: register again")}}},
+                      "400": _BAD, "409": _err("not registered: register again"), "503": _DOWN}}},
     "/v1/consumer/goodbye": {"post": {
         "summary": "PolarStreams alias: commit and leave", "operationId": "polarGoodbye",
         "parameters": [_CONSUMER_ID],
-        "responses": {"200": _ok("left"), "409": _err("not registered")}}},
+        "responses": {"200": _ok("left"), "400": _BAD, "409": _err("not registered"), "503": _DOWN}}},
     "/v1/topic/{topic}/messages": {"post": {
         "summary": "PolarStreams alias of POST /v1/topics/{topic}/messages", "operationId": "polarProduce",
         "parameters": [_TOPIC, _param("partitionKey", "query", {"type": "string"}, "the records' key")],
