@@ -327,6 +327,44 @@ CLIENT_CONNECTIONS_MAX = 128
 CLIENT_TOPIC_PROPAGATION_S_MAX = 10.0
 
 
+# --- security and abuse (ring.auth, ring.tls, ring.http_api.server) ---------
+
+# Tokens in one --auth-tokens file: every request's token is compared with all
+# of them (constant time, no early exit), so the count bounds that work.
+AUTH_TOKENS_MAX = 10_000
+# The identity one broker passes to another with a forwarded request
+# (Ring-Principal, JSON of the token's name and grants): under one header line.
+PRINCIPAL_HEADER_BYTES_MAX = 4 * KiB
+# Connections one client port holds open at once; the next is answered 503 and
+# closed. Each costs a file descriptor, buffers and a handler: a client that
+# opens thousands (idle, or each long-polling) cannot take the broker's memory
+# or its descriptors (a default ulimit is 1024-65536). Brokers talk to each
+# other on the peer port, which has its own bound below.
+CLIENT_CONNECTIONS_OPEN_MAX = 2_000
+# Connections the peer port holds open: every other broker's gossip, forwards,
+# proxies and replication links, PEER_CONNECTIONS_MAX from each of BROKERS_MAX
+# would be far more than a real cluster; a few hundred brokers' worth.
+PEER_CONNECTIONS_OPEN_MAX = 4_000
+# A TLS client must finish its handshake within this: a handshake that never
+# ends is slowloris one layer down, holding a socket before any header arrives.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# A response must be taken by the client within this once it is ready: a
+# client that never reads its fetch answer holds the answer's bytes (up to
+# FETCH_BYTES_MAX) and a connection; then the connection is closed. Longer
+# than the longest long-poll so a slow but live link still gets its answer.
+RESPONSE_SEND_TIMEOUT_S = 60.0
+# Request bodies being received at once on one broker, in bytes (declared by
+# Content-Length; a chunked body counts as REQUEST_BYTES_MAX): beyond it a
+# request is answered 429 with Retry-After before its body is read. Without it
+# CLIENT_CONNECTIONS_OPEN_MAX slow 16 MiB uploads would ask for 32 GiB.
+REQUEST_BODY_BYTES_IN_FLIGHT_MAX = 256 * MiB
+# Produces a broker forwards to leaders at once (each holds its batches until
+# the leader answers, up to PEER_REQUEST_TIMEOUT_S); beyond it 429 with
+# Retry-After, so a stalled leader cannot make every other broker pile up
+# requests for it.
+FORWARDS_IN_FLIGHT_MAX = 512
+
+
 def markdown_table() -> str:
     """The README's limits table: every UPPER_CASE constant with its why-comment."""
     import ast
@@ -373,6 +411,9 @@ def validate() -> None:
     assert CLIENT_BATCH_BYTES_MAX <= CLIENT_REQUEST_BYTES_MAX <= REQUEST_BYTES_MAX - BATCH_BYTES_MAX
     assert CLIENT_REQUEST_RECORDS_MAX <= RECORDS_PER_REQUEST_MAX
     assert CLIENT_RETRY_BACKOFF_MS <= CLIENT_RETRY_BACKOFF_MS_MAX
+    assert RESPONSE_SEND_TIMEOUT_S * 1000 > LONG_POLL_WAIT_MS_MAX
+    assert REQUEST_BODY_BYTES_IN_FLIGHT_MAX >= REQUEST_BYTES_MAX
+    assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX
 
 
 validate()

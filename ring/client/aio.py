@@ -58,13 +58,17 @@ class AsyncClient:
                  buffer_bytes: int = limits.CLIENT_BUFFER_BYTES_DEFAULT,
                  compression: str = "none",
                  auto_create: bool = True,
+                 token: str | None = None,
+                 ca_file: str | None = None,
                  clock: Clock | None = None) -> None:
         """``brokers``: URLs (or ``host:port``), a list or a comma-separated string;
         any one is enough to learn the rest. ``consistency`` (one|quorum|all) is
         sent with every produce; None leaves it to each topic's own setting
         (quorum unless the topic says otherwise); ``compression`` (none|zstd|lz4) is applied per
         batch; ``auto_create`` creates unknown topics on first produce unless
-        the brokers run with auto-create off."""
+        the brokers run with auto-create off. ``token`` is sent as
+        ``Authorization: Bearer`` (brokers with --auth-tokens); ``ca_file`` is the
+        PEM CA that ``https://`` brokers' certificates are checked against."""
         if consistency is not None and consistency not in CONSISTENCIES:
             raise errors.BadRequest(f"consistency must be one of {', '.join(CONSISTENCIES)}")
         if compression not in batchfmt.CODECS:
@@ -87,6 +91,8 @@ class AsyncClient:
         self.buffer_bytes = buffer_bytes
         self.codec = batchfmt.CODECS[compression]
         self.auto_create = auto_create
+        self._token = token
+        self._ca_file = ca_file
         self.clock = clock or SystemClock()
         # Counters for tests and operators (requests, batches, records, retries ...).
         self.stats: Counter[str] = Counter()
@@ -104,7 +110,7 @@ class AsyncClient:
         if self._closed:
             raise errors.Unavailable("the client is closed")
         if self._meta is None:
-            self._transport = Transport(make_session(), self.timeout_s)
+            self._transport = Transport(make_session(token=self._token, ca_file=self._ca_file), self.timeout_s)
             self._meta = Metadata(self.bootstrap, self._transport, self.clock,
                                   retries=self.retries, backoff_ms=self.retry_backoff_ms)
             acc = Accumulator(linger_ms=self.linger_ms, batch_bytes=self.batch_bytes,

@@ -8,6 +8,11 @@ raises ``BrokerUnreachable``. ``classify`` decides, from a status and the
 to give up, or to report that the outcome is unknown. ``error_from`` turns an
 error answer into the matching ``ring.errors`` class with the body's fields
 (``earliest`` on a 416, ``alive``/``needed`` on a 503 ...).
+
+``make_session`` takes the security options: ``token`` is sent as
+``Authorization: Bearer`` on every request, and ``https://`` broker URLs are
+checked against ``ca_file`` (a private CA's PEM) or else the system's CAs
+(which ``SSL_CERT_FILE`` can also point at a file).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Mapping
 import aiohttp
 import orjson
 
-from ring import errors, limits
+from ring import errors, limits, tls
 
 CT_JSON = "application/json"
 CT_BATCH = "application/vnd.ring.batch"
@@ -109,12 +114,15 @@ def error_from(reply: Reply, what: str) -> errors.RingError:
     return cls(f"{what}: {reply.status} {doc.get('message', '')}".rstrip(), **extra)
 
 
-def make_session(connections_max: int = limits.CLIENT_CONNECTIONS_MAX) -> aiohttp.ClientSession:
+def make_session(connections_max: int = limits.CLIENT_CONNECTIONS_MAX, *, token: str | None = None,
+                 ca_file: str | None = None) -> aiohttp.ClientSession:
+    ssl_context = tls.client_context(ca_file) if ca_file else True  # True: the system's CAs for https
     connector = aiohttp.TCPConnector(limit=connections_max, limit_per_host=0, ttl_dns_cache=300,
-                                     keepalive_timeout=limits.KEEPALIVE_TIMEOUT_S / 2)
+                                     keepalive_timeout=limits.KEEPALIVE_TIMEOUT_S / 2, ssl=ssl_context)
     # Half the broker's keep-alive: the client closes an idle connection before
     # the broker does, so a request never lands on a socket being closed.
-    return aiohttp.ClientSession(connector=connector, auto_decompress=False,
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, headers=headers,
                                  json_serialize=lambda o: orjson.dumps(o).decode())
 
 

@@ -8,23 +8,35 @@ with its status, code and fields (``Relayed``), so the client sees what the
 leader said. A connection that fails before the request was sent is a 503
 (nothing happened); one that fails after is a 504 for a produce (the leader
 may have appended: the outcome is unknown).
+
+Every request one broker makes to another goes through a session from
+``make_session``: with TLS it connects with ``TlsConfig.outgoing_context``
+(the peer CA checks the other broker and our certificate is shown), and a
+request hook stamps each request with the cluster secret and, when it is
+made while serving a client, that client's identity (``Ring-Principal``,
+from ``auth.CURRENT``), so the other broker acts for the same client
+without seeing its token. At most ``FORWARDS_IN_FLIGHT_MAX`` produces are
+forwarded at once; beyond that a client gets 429 and retries.
 """
 
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import orjson
 
-from ring import limits
-from ring.errors import RequestTimeout, RingError, Unavailable
+from ring import auth, limits
+from ring.errors import Overloaded, RequestTimeout, RingError, Unavailable
+from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.cluster")
 
 H_SECRET = "Ring-Cluster-Secret"
 H_BROKER = "Ring-Broker"
+H_PRINCIPAL = "Ring-Principal"
 H_HIGH_WATERMARK = "Ring-High-Watermark"
 CT_BATCH = "application/vnd.ring.batch"
 CT_BATCHES = "application/vnd.ring.batches"
@@ -55,14 +67,47 @@ async def _raise_for(resp: aiohttp.ClientResponse, who: str) -> None:
     raise Relayed(resp.status, body, resp.headers.get("Retry-After"))
 
 
+def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S,
+                 connections_max: int = limits.PEER_CONNECTIONS_MAX) -> aiohttp.ClientSession:
+    """A session for talking to other brokers (either port); see the module's docstring."""
+
+    async def stamp(_session: aiohttp.ClientSession, _ctx: SimpleNamespace,
+                    params: aiohttp.TraceRequestStartParams) -> None:
+        headers = params.headers  # the very headers the request is about to send
+        if H_SECRET not in headers:
+            headers[H_SECRET] = secret or ""
+        principal = auth.CURRENT.get()
+        if principal is not None and H_PRINCIPAL not in headers:
+            headers[H_PRINCIPAL] = principal.to_header()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(stamp)
+    ssl_context = tls.outgoing_context()
+    connector = aiohttp.TCPConnector(limit=connections_max, ssl=ssl_context if ssl_context is not None else True)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                 trace_configs=[trace])
+
+
 class PeerClient:
     def __init__(self, name: str, secret: str | None, session: aiohttp.ClientSession) -> None:
         self.name = name
         self.secret = secret
         self.session = session
+        self.forwards_in_flight = 0
 
     async def forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
                               batches: list[bytearray]) -> dict[str, Any]:
+        if self.forwards_in_flight >= limits.FORWARDS_IN_FLIGHT_MAX:
+            raise Overloaded(f"{self.forwards_in_flight} produces are being forwarded to leaders already; "
+                             "retry later", topic=topic, partition=partition)
+        self.forwards_in_flight += 1
+        try:
+            return await self._forward_produce(leader, peer_url, topic, partition, level, batches)
+        finally:
+            self.forwards_in_flight -= 1
+
+    async def _forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
+                               batches: list[bytearray]) -> dict[str, Any]:
         headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_BATCH}
         params = {"topic": topic, "partition": str(partition), "consistency": level}
         try:

@@ -50,7 +50,8 @@ def error_response(status: int, body: dict[str, Any], retry_after_s: float | Non
 
 
 def ring_error_response(exc: RingError) -> web.Response:
-    return error_response(exc.status, exc.to_json(), exc.retry_after_s)
+    # An error class may name headers of its own (a 401's WWW-Authenticate).
+    return error_response(exc.status, exc.to_json(), exc.retry_after_s, getattr(exc, "headers", None))
 
 
 def http_error_response(status: int, message: str | None = None,

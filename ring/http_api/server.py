@@ -10,6 +10,14 @@ handler runs (bad request line, over-long header) in the API's JSON shape.
 A byte counts as the start of a new request when the previous request's body
 was fully received before that byte arrived; body bytes never arm the timer,
 nor do the frames of a connection upgraded to a websocket.
+
+Three more bounds hold a hostile or broken client in check: at most
+``connections_max`` connections are open at once (the next one gets a 503
+with ``Retry-After`` and is closed before its request is read); an answer
+the client does not take within ``RESPONSE_SEND_TIMEOUT_S`` (a fetcher that
+never reads) gets its connection aborted, dropping the buffered bytes; and
+with TLS the handshake must end within ``TLS_HANDSHAKE_TIMEOUT_S``. Request
+bodies have their own deadline (``BODY_READ_TIMEOUT_S``, in ``codec``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from typing import Any
+
+import orjson
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -31,21 +42,58 @@ log = logging.getLogger("ring.http")
 class GuardedHandler(RequestHandler):
     """aiohttp's connection handler plus a header deadline and JSON protocol errors."""
 
-    def __init__(self, *args: Any, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S,
+                 connections_max: int = limits.CLIENT_CONNECTIONS_OPEN_MAX,
+                 send_timeout_s: float = limits.RESPONSE_SEND_TIMEOUT_S, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timeout_s = header_timeout_s
+        self._connections_max = connections_max
+        self._send_timeout_s = send_timeout_s
         self._header_timer: asyncio.TimerHandle | None = None
         self._last_payload: Any = None  # body stream of the newest parsed request
+        self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        manager = self._manager
+        if manager is not None and len(manager.connections) >= self._connections_max:
+            self._refuse(transport)
+            return
         super().connection_made(transport)
         self._arm()
 
+    def _refuse(self, transport: asyncio.BaseTransport) -> None:
+        """Over the connection bound: a 503 the client can read, then close; the request is never read."""
+        self._refused = True
+        log.warning("refusing a connection: %d are open (the bound)", self._connections_max)
+        body = orjson.dumps({"error": "unavailable", "message": f"{self._connections_max} connections are open "
+                                                                "on this broker; retry later"})
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(head + body)
+        transport.close()
+
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused:
+            return
         self._disarm()
         super().connection_lost(exc)
 
+    async def finish_response(self, request: Any, resp: Any, start_time: float | None) -> tuple[Any, bool]:
+        try:
+            async with asyncio.timeout(self._send_timeout_s):
+                return await super().finish_response(request, resp, start_time)
+        except TimeoutError:
+            log.info("aborting a connection whose client did not take its answer within %g s",
+                     self._send_timeout_s)
+            if self.transport is not None:
+                self.transport.abort()  # close() would wait for the unread bytes to drain: forever
+            self.force_close()
+            return resp, True
+
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if not data:
             return super().data_received(data)
         if self._upgraded or self._payload_parser is not None:
@@ -96,12 +144,18 @@ class Server:
     """The app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
 
     def __init__(self, app: web.Application, host: str, port: int,
-                 header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, access_log: bool = False) -> None:
+                 header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, access_log: bool = False,
+                 ssl_context: ssl.SSLContext | None = None,
+                 connections_max: int = limits.CLIENT_CONNECTIONS_OPEN_MAX,
+                 send_timeout_s: float = limits.RESPONSE_SEND_TIMEOUT_S) -> None:
         self.app = app
         self.host = host
         self.port = port
         self._header_timeout_s = header_timeout_s
         self._access_log = access_log
+        self.ssl_context = ssl_context
+        self._connections_max = connections_max
+        self._send_timeout_s = send_timeout_s
         self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
 
@@ -118,19 +172,24 @@ class Server:
         manager = self._runner.server
         assert manager is not None
         loop = asyncio.get_running_loop()
-        handler_kwargs = {**kwargs, "header_timeout_s": self._header_timeout_s}
+        handler_kwargs = {**kwargs, "header_timeout_s": self._header_timeout_s,
+                          "connections_max": self._connections_max, "send_timeout_s": self._send_timeout_s}
 
         def factory() -> GuardedHandler:
             return GuardedHandler(manager, loop=loop, **handler_kwargs)
 
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_S}
         self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True,
-                                                family=socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+                                                family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                                                **tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close connections."""

@@ -1,0 +1,219 @@
+"""Who may call which client route: the authentication middleware and its rule table.
+
+With no tokens file every request is let in (``ANONYMOUS``, local use). With
+one, a request needs ``Authorization: Bearer TOKEN`` for a token in the file,
+and the token's grants must allow the route's rule, else 401 (no or unknown
+token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
+
+    open            GET /, /admin/{file}, /v1/status, /v1/openapi.json
+    authenticated   GET /v1/cluster, /v1/topics, /v1/groups; DELETE a group member (leave)
+    describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
+    produce         POST /v1/topics/{topic}/messages (and the PolarStreams alias)
+    consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
+                    other group routes need consume on some topic here, and consume on each
+                    topic they name or return (checked by the handler: ``require``)
+    admin           POST /v1/topics (admin on the new name), DELETE /v1/topics/{topic},
+                    truncate {topic}; GET /metrics (admin on any topic); decommissioning a
+                    broker (admin on every topic: a grant whose topics include '*')
+
+A route missing from ``RULES`` needs admin on every topic, so a new route is
+closed until someone decides; a test checks every route has a rule.
+
+Brokers call each other's client ports too (proxied reads, group requests
+sent to the coordinator). Such a request carries the cluster secret
+(``Ring-Cluster-Secret``), and with ``--peer-ca`` the connection must also
+present a certificate that CA signed; it then acts as the identity in
+``Ring-Principal`` (the original client's, checked by the first broker), or
+as the broker itself without one. A client cannot claim an identity: the
+``Ring-Principal`` header counts only beside a valid secret, and a wrong
+secret is a 401. The identity being served is also in ``auth.CURRENT`` (a context
+variable) so that a broker's outgoing requests carry it (``ring.cluster.peers``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from ring import auth, tls
+from ring.errors import Forbidden, Unauthorized
+from ring.http_api.peer import secret_matches
+
+log = logging.getLogger("ring.http")
+
+H_SECRET = "Ring-Cluster-Secret"
+H_PRINCIPAL = "Ring-Principal"
+PRINCIPAL = "ring.principal"  # request[PRINCIPAL]: the auth.Principal being served
+
+OPEN = "open"
+AUTHENTICATED = "authenticated"
+DESCRIBE = "describe"  # any permission on match_info["topic"]
+TOPIC_PRODUCE = "produce"  # on match_info["topic"]
+TOPIC_CONSUME = "consume"
+TOPIC_ADMIN = "admin"
+SOME_CONSUME = "consume on some topic"  # the handler checks the topics it learns
+SOME_ADMIN = "admin on some topic"
+ALL_ADMIN = "admin on every topic"
+
+RULES: dict[tuple[str, str], str] = {
+    ("GET", "/"): OPEN,
+    ("GET", "/admin/{file}"): OPEN,
+    ("GET", "/v1/status"): OPEN,
+    ("GET", "/v1/openapi.json"): OPEN,
+    ("GET", "/v1/cluster"): AUTHENTICATED,
+    ("GET", "/v1/topics"): AUTHENTICATED,
+    ("POST", "/v1/topics"): SOME_ADMIN,  # and admin on the new name: app.create_topic
+    ("GET", "/v1/topics/{topic}"): DESCRIBE,
+    ("GET", "/admin/brokers/{broker}/topics/{topic}"): DESCRIBE,
+    ("DELETE", "/v1/topics/{topic}"): TOPIC_ADMIN,
+    ("POST", "/v1/topics/{topic}/messages"): TOPIC_PRODUCE,
+    ("POST", "/v1/topic/{topic}/messages"): TOPIC_PRODUCE,
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/messages"): TOPIC_CONSUME,
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): TOPIC_CONSUME,
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate"): TOPIC_ADMIN,
+    ("GET", "/metrics"): SOME_ADMIN,
+    ("GET", "/v1/groups"): AUTHENTICATED,
+    ("GET", "/v1/groups/{group}"): AUTHENTICATED,
+    ("POST", "/v1/groups/{group}/members"): SOME_CONSUME,
+    ("POST", "/v1/groups/{group}/members/{consumer}/poll"): SOME_CONSUME,
+    ("DELETE", "/v1/groups/{group}/members/{consumer}"): AUTHENTICATED,
+    ("POST", "/v1/groups/{group}/offsets"): SOME_CONSUME,
+    ("PUT", "/v1/groups/{group}/offsets/{topic}"): TOPIC_CONSUME,
+    ("PUT", "/v1/consumer/register"): SOME_CONSUME,
+    ("POST", "/v1/consumer/poll"): SOME_CONSUME,
+    ("POST", "/v1/consumer/commit"): SOME_CONSUME,
+    ("POST", "/v1/consumer/goodbye"): AUTHENTICATED,
+    ("POST", "/v1/cluster/brokers/{name}/decommission"): ALL_ADMIN,
+}
+# aiohttp adds HEAD beside every GET; it answers what GET would, so it needs what GET needs.
+
+
+def rule_for(method: str, path: str) -> str:
+    if method == "HEAD":
+        method = "GET"
+    return RULES.get((method, path), ALL_ADMIN)
+
+
+def permitted(principal: auth.Principal, rule: str, topic: str | None) -> bool:
+    """Whether ``principal`` may call a route with ``rule`` (``topic`` from its path)."""
+    if rule in (OPEN, AUTHENTICATED):
+        return True
+    if rule == DESCRIBE:
+        return topic is not None and principal.allows_any(topic)
+    if rule in (TOPIC_PRODUCE, TOPIC_CONSUME, TOPIC_ADMIN):
+        return topic is not None and principal.allows(rule, topic)
+    if rule == SOME_CONSUME:
+        return principal.allows(auth.CONSUME)
+    if rule == SOME_ADMIN:
+        return principal.allows(auth.ADMIN)
+    assert rule == ALL_ADMIN, rule
+    return principal.everything or any(auth.ADMIN in g.permissions and "*" in g.topics for g in principal.grants)
+
+
+_ON_PATH_TOPIC = (DESCRIBE, TOPIC_PRODUCE, TOPIC_CONSUME, TOPIC_ADMIN)
+
+
+class TokenRequired(Unauthorized):
+    """401 that tells the client which scheme to use (RFC 6750)."""
+
+    headers = {"WWW-Authenticate": 'Bearer realm="ring"'}
+
+
+def principal_of(request: web.BaseRequest) -> auth.Principal:
+    """The identity a handler is serving; ANONYMOUS when authentication is off."""
+    return request.get(PRINCIPAL) or auth.ANONYMOUS
+
+
+def require(request: web.BaseRequest, permission: str, topics: Iterable[str]) -> None:
+    """For handlers that learn topics from a body or a group: 403 unless each is allowed."""
+    principal = principal_of(request)
+    for topic in topics:
+        if not principal.allows(permission, topic):
+            raise Forbidden(f"{principal.name} may not {permission} topic {topic!r}"[:300],
+                            permission=permission, topic=topic[:300])
+
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+
+
+def describe_security(doc: dict) -> dict:
+    """Add the bearer scheme to an OpenAPI document: open routes need nothing, the others
+    a token (when the broker runs with --auth-tokens) and may answer 401 and 403."""
+    components = doc.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http", "scheme": "bearer",
+        "description": "a client token from the broker's --auth-tokens file; brokers without one ignore it"}
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for path, item in doc.get("paths", {}).items():
+        for method, op in item.items():
+            if method not in _METHODS:
+                continue
+            rule = rule_for(method.upper(), path)
+            if rule == OPEN:
+                op["security"] = []
+                continue
+            # Optional in the document: a broker without a tokens file takes requests without one.
+            op["security"] = [{"bearer": []}, {}]
+            op["description"] = (op.get("description", "") + f"\n\nNeeds (with --auth-tokens): {rule}.").strip()
+            responses = op.setdefault("responses", {})
+            responses.setdefault("401", {"description": "no client token, or an unknown one", **error})
+            responses.setdefault("403", {"description": f"the token lacks {rule}", **error})
+    return doc
+
+
+def make_middleware(tokens: auth.TokenTable | None, secret: str | None, mutual_tls: bool):
+    """The client app's access middleware; ``tokens`` None turns authentication off."""
+
+    def from_broker(request: web.Request) -> auth.Principal:
+        if not secret_matches(secret, request.headers.get(H_SECRET)):
+            log.warning("refused a request from %s with a wrong cluster secret: %s %s",
+                        request.remote, request.method, request.path)
+            raise Unauthorized("wrong cluster secret")
+        if mutual_tls and not tls.peer_certificate_verified(request.transport):
+            log.warning("refused a broker request from %s without a certificate from the peer CA",
+                        request.remote)
+            raise Unauthorized("a broker's request needs its certificate (signed by the peer CA)")
+        carried = request.headers.get(H_PRINCIPAL)
+        return auth.Principal.from_header(carried) if carried else auth.BROKER
+
+    def identify(request: web.Request) -> auth.Principal:
+        assert tokens is not None
+        if H_SECRET in request.headers:
+            return from_broker(request)
+        token = auth.parse_bearer(request.headers.get("Authorization"))
+        if token is None:
+            raise TokenRequired("this broker needs a client token: Authorization: Bearer TOKEN")
+        principal = tokens.authenticate(token)
+        if principal is None:
+            raise TokenRequired("unknown client token")
+        return principal
+
+    @web.middleware
+    async def access_middleware(request: web.Request,
+                                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                                ) -> web.StreamResponse:
+        if tokens is None:
+            return await handler(request)
+        route = request.match_info.route
+        resource = route.resource
+        if resource is None:  # no such route (404/405): nothing to protect
+            return await handler(request)
+        rule = rule_for(request.method, resource.canonical)
+        if rule == OPEN:
+            return await handler(request)
+        principal = identify(request)
+        topic = request.match_info.get("topic")
+        if not permitted(principal, rule, topic):
+            what = f"{rule} on topic {topic!r}" if rule in _ON_PATH_TOPIC else rule
+            raise Forbidden(f"{principal.name} may not {request.method} {resource.canonical}: it needs {what}"[:400],
+                            needs=rule)
+        request[PRINCIPAL] = principal
+        reset = auth.CURRENT.set(principal)
+        try:
+            return await handler(request)
+        finally:
+            auth.CURRENT.reset(reset)
+
+    return access_middleware
