@@ -339,3 +339,26 @@ def test_generations_only_grow_and_replay_matches(ops) -> None:
     r = replayed.groups["g"]
     assert (r.generation, r.committed) == (g.generation, g.committed)
     assert {m: x.spec for m, x in r.members.items()} == {m: x.spec for m, x in g.members.items()}
+
+
+# --- auto partitions ----------------------------------------------------------------------------
+
+
+def test_demand_is_the_largest_group_per_topic() -> None:
+    from ring.groups.autogrow import demand
+
+    assert demand([[["a"], ["a", "b"]], [["a"], ["a"], ["a"]], [["b"]]]) == {"a": 3, "b": 1}
+
+
+def test_auto_topics_grow_after_the_grace_only() -> None:
+    from ring.groups.autogrow import AutoGrowth
+
+    g = AutoGrowth(grace_ms=1000)
+    assert g.observe({"t": 5}, {"t": 3}, ["t"], 0) == {}
+    assert g.observe({"t": 5}, {"t": 3}, ["t"], 500) == {}
+    assert g.observe({"t": 3}, {"t": 3}, ["t"], 900) == {}  # a member came back: the wait starts over
+    assert g.observe({"t": 5}, {"t": 3}, ["t"], 1000) == {}
+    assert g.observe({"t": 5}, {"t": 3}, ["t"], 2000) == {"t": 5}
+    assert g.observe({"t": 5, "u": 9}, {"t": 3, "u": 1}, ["t"], 9000) == {}  # u is not auto; t restarts
+    assert g.observe({"t": 2 * limits.TOPIC_PARTITIONS_MAX}, {"t": 3}, ["t"], 20_000) == {
+        "t": limits.TOPIC_PARTITIONS_MAX}

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 from ring import limits
 from ring.catalog import TopicConfig
 from ring.errors import Conflict, NotFound, Overloaded, RingError, Unavailable
+from ring.groups.autogrow import AutoGrowth, demand
 from ring.groups.codec import checkpoint_of
 from ring.groups.group import Event, Group, Members
 from ring.groups.shard import Shard
@@ -80,7 +81,8 @@ class Coordinator:
         self._creating: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._rebalanced: dict[str, asyncio.Future[None]] = {}  # group -> resolved at its next rebalance
-        self.on_tick: list[Callable[[], Any]] = []  # extra timer work (auto partitions)
+        self.growth = AutoGrowth()
+        self._cannot_grow: set[str] = set()  # topics already reported as not growable here
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -308,8 +310,27 @@ class Coordinator:
                     await self.change(name, lambda g: self._expire_or_refresh(g))
             if shard.checkpoint_due(now_ms):
                 await self.checkpoint(p)
-        for hook in self.on_tick:
-            await hook()
+        await self._grow_auto_topics()
+
+    async def _grow_auto_topics(self) -> None:
+        """Grow ``auto`` topics some group here has had more members than partitions of, for the grace."""
+        catalog = self.broker.catalog
+        auto = [cfg.name for cfg in catalog if getattr(cfg, "auto_partitions", False)]
+        if not auto and not self.growth._since:
+            return
+        wanted = demand([m.spec.topics for m in g.members.values()]
+                        for shard in self.loaded_shards() for g in shard.groups.values())
+        partitions = {t: catalog.get(t).partitions for t in auto}
+        for topic, count in self.growth.observe(wanted, partitions, auto, self.clock.wall_ms()).items():
+            grow = getattr(self.broker, "grow_topic", None)
+            if grow is None:
+                if topic not in self._cannot_grow:
+                    self._cannot_grow.add(topic)
+                    log.warning("topic %s should grow to %d partitions, but this cluster cannot grow topics yet",
+                                topic, count)
+                continue
+            log.info("growing auto topic %s from %d to %d partitions", topic, partitions[topic], count)
+            await grow(topic, count)
 
     def _expire_or_refresh(self, g: Group) -> Members | None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
