@@ -137,8 +137,11 @@ class Coordinator:
             return rep.leader
         return self.broker.describe_topic(cfg.name)["partitions"][p]["leader"]
 
-    async def locate(self, group: str) -> Remote | None:
-        """None when this broker coordinates ``group``, else the coordinator's address."""
+    async def locate(self, group: str, create: bool = True) -> Remote | None:
+        """None when this broker coordinates ``group``, else the coordinator's address. Without
+        ``create`` a cluster that has no offsets topic yet has no groups: 404."""
+        if not create and self._offsets_config() is None:
+            raise NotFound(f"no consumer group {group!r}", group=group)
         cfg = await self.ensure_topic()
         p = self.partition_of(group, cfg)
         leader = self._leader(cfg, p)
