@@ -162,3 +162,17 @@ def test_polarstreams_consumer_api(shared_cluster: TestCluster, topic: str) -> N
     assert c[1].http.post("/v1/consumer/goodbye", query={"consumerId": "polar-1"}).status == 200
     assert c[1].http.post("/v1/consumer/poll", query={"consumerId": "polar-1"}).status == 409
     assert c[0].http.get("/v1/groups/polar-app").json()["members"] == []
+
+
+def test_group_lag_is_in_the_coordinators_metrics(shared_cluster: TestCluster, topic: str) -> None:
+    c = shared_cluster
+    fill(c, topic, 10, partitions=2)
+    with GroupConsumer(urls(c), "metered", topic, wait_ms=200) as consumer:
+        assert len(consumer.poll(max_records=4)) == 4
+        lines = [ln for m in c for ln in m.http.get("/metrics").body.decode().splitlines()
+                 if ln.startswith("ring_group_") and 'group="metered"' in ln]
+    members = [ln for ln in lines if ln.startswith("ring_group_members")]
+    lags = {ln.split('partition="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
+            for ln in lines if ln.startswith("ring_group_lag_records")}
+    assert members and members[0].endswith(" 1.0")  # one coordinator reports it
+    assert sorted(lags) == ["0", "1"] and sum(lags.values()) == 10  # nothing committed yet: all of it
