@@ -11,8 +11,7 @@ proxy otherwise; the namespace and proxy mechanics are also checked on their
 own, without brokers.
 
 ``test_a_leader_that_lost_its_unsynced_tail_...`` reproduces, step by step, a
-bug the torn-tail scenarios found (see its docstring); it is expected to fail
-until the leader reconciles its log with its followers' after a restart.
+bug the torn-tail scenarios found (see its docstring), so it cannot come back.
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ from tests.chaos.scenarios import SCENARIOS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NETNS_UNAVAILABLE = netns.unavailable_reason()
-TORN_TAIL_BUG = ("a leader restarted after losing its unsynced tail reuses offsets its followers hold and counts "
-                 "their end offsets as acknowledgements (see test_a_leader_that_lost_its_unsynced_tail_...)")
 FAULT_MARKS = {  # what each scenario's events must show, so a scenario that injected nothing cannot pass
     "none": None, "leader-kill": "SIGKILL", "leader-stop": "SIGSTOP", "isolate": "isolate",
     "one-way": "cannot reach", "torn-always": "power loss", "torn-interval": "power loss", "bit-flip": "bit flip",
@@ -61,15 +58,7 @@ def _summary(res: dict) -> str:
     return f"error={res.get('error')!r}\ncounts={counts}\nexamples={r.get('examples')}\nevents={res.get('events')}"
 
 
-def _scenario_params():
-    for name in SCENARIOS:
-        marks = []
-        if name.startswith("torn-"):  # the cut lands at a random point: the bug shows in most runs, not all
-            marks.append(pytest.mark.xfail(reason=TORN_TAIL_BUG, strict=False))
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("name", list(_scenario_params()))
+@pytest.mark.parametrize("name", list(SCENARIOS))
 def test_short_scenario_at_quorum_keeps_what_quorum_promises(name: str, tmp_path: Path) -> None:
     spec = RunSpec(name, "quorum", str(tmp_path / name), short=True, seed=7, transport=_transport(name))
     res = run_isolated(spec)
@@ -97,7 +86,7 @@ def test_short_scenario_at_quorum_keeps_what_quorum_promises(name: str, tmp_path
 
 
 class Precondition(Exception):
-    """The reproduction could not set its scene: not the bug (the xfail expects AssertionError only)."""
+    """The reproduction could not set its scene (not the bug it is about)."""
 
 
 def _require(ok: bool, what: object) -> None:
@@ -160,15 +149,14 @@ async def _leader_loses_tail_then_writes(root: Path) -> tuple[History, dict[str,
         await c.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=TORN_TAIL_BUG)
 def test_a_leader_that_lost_its_unsynced_tail_must_not_ack_writes_its_followers_do_not_hold(tmp_path: Path) -> None:
     """Power loss on a partition's leader under fsync=interval loses its last unsynced records; its two
     followers still hold them (they were acknowledged at quorum). Restarted on its shorter log, the leader
-    appends new records at the offsets its followers already fill with other records, and acknowledges
-    them at quorum because the followers' end offsets are past them: each new record is then on the
-    leader alone (lost if that broker fails), and two acknowledged values share each of those offsets.
-    Once the leader's log passes the followers' end, every quorum write to the partition times out
-    (the followers refuse to append after a diverged log). Found by torn-always and torn-interval."""
+    must take back what its followers hold beyond its end before it appends. Found by torn-always and
+    torn-interval against 916050b: the leader appended new records at offsets its followers already
+    filled with other records and acknowledged them at quorum (the followers' end offsets were past
+    them), so each new record sat on the leader alone and two acknowledged values shared each of those
+    offsets; once its log passed the followers' end, every quorum write timed out."""
     history, copies = asyncio.run(_leader_loses_tail_then_writes(tmp_path))
     acked = [w for w in history.writes if w.outcome == OK]
     assert len(acked) == 25, "every write was acknowledged in the end"

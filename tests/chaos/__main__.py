@@ -8,7 +8,8 @@ allows it (root, iproute2, iptables), else through the fault-injecting proxy
 (``--transport`` forces one). The exit status is 1 when a run at quorum or
 all lost an acknowledged write, gave two values for one offset or broke a
 key's order. ``one SPEC`` runs a single spec and is how the harness runs
-itself inside a namespace.
+itself inside a namespace; ``check HISTORY.json.gz ...`` runs the checker
+again on saved histories.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gzip
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests.chaos import netns
-from tests.chaos.harness import RunSpec, run, run_isolated
+from tests.chaos.checker import check
+from tests.chaos.harness import REPO_ROOT, RunSpec, run, run_isolated
+from tests.chaos.history import History
 from tests.chaos.report import render, update_doc
 from tests.chaos.scenarios import SCENARIOS
 
@@ -37,11 +42,29 @@ def _transport(choice: str, needs_partitions: bool) -> str:
     return choice
 
 
+def _revision() -> str:
+    """The commit measured, and whether ring/ had uncommitted changes then."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ring"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown revision"
+    return f"{head} (with uncommitted changes in ring/)" if dirty else head
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["one"]:
         spec = RunSpec(**json.loads(argv[1]))
         asyncio.run(run(spec))
+        return 0
+    if argv[:1] == ["check"]:  # replay the checker on a saved history
+        for path in argv[1:]:
+            with gzip.open(path, "rt") as f:
+                report = check(History.from_json(json.load(f)))
+            print(json.dumps(report.to_json(), indent=1))
         return 0
     p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
@@ -78,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", ERROR {res['error']}" if res.get("error") else ""), flush=True)
             results.append(res)
     command = "make chaos" if not argv else "python -m tests.chaos " + " ".join(argv)
-    section = render(results, command, datetime.date.today().isoformat())
+    section = render(results, command, datetime.date.today().isoformat(), _revision())
     if args.no_doc:
         print(section)
     else:

@@ -51,11 +51,12 @@ def _row(res: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def render(results: list[dict[str, Any]], command: str, date: str) -> str:
+def render(results: list[dict[str, Any]], command: str, date: str, revision: str = "") -> str:
     results = sorted(results, key=lambda x: (x["spec"]["scenario"], LEVEL_ORDER.get(x["spec"]["consistency"], 9)))
     head = ["scenario", "consistency", "network", *(label for _, label in COLUMNS), "availability",
             "longest outage (s)", "divergent partitions", "writable after heal (s)", "notes"]
-    lines = [f"Measured {date} with `{command}`.", "",
+    on = f" on {revision}" if revision else ""
+    lines = [f"Measured {date}{on} with `{command}`.", "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += [_row(r) for r in results]
     lines += ["", "Scenarios:", ""]
