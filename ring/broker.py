@@ -57,6 +57,7 @@ from ring.replication import protocol
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
+from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.broker")
 
@@ -82,6 +83,7 @@ class BrokerConfig:
     cluster_secret: str | None = None
     token: int | None = None  # None: from the name's ordinal suffix
     advertise: str | None = None  # host other brokers and clients use; None: the listen host
+    tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
 
 
 @dataclass(frozen=True)
@@ -559,7 +561,7 @@ class Broker:
         ordinal = ordinal_from_name(self.config.name)
         token = self.config.token if self.config.token is not None else (
             broker_token(ordinal) if ordinal is not None else None)
-        url = f"http://{self.config.advertise or self.config.host}:{self.config.port}"
+        url = f"{self.config.tls.scheme}://{self.config.advertise or self.config.host}:{self.config.port}"
         return {"brokers": [{"name": self.config.name, "token": token, "status": "up", "phi": 0.0,
                              "client_url": url, "peer_url": None, "generation": None,
                              "load": {"partitions_led": sum(len(p) for p in self._parts.values())}}],

@@ -4,9 +4,13 @@ the client subcommands (topics, produce, consume, groups, cluster) are ``ring.co
 Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
-``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``); a flag on the
+``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, and for security
+``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
-visible to every user of the machine.
+visible to every user of the machine. ``--tls-cert``/``--tls-key`` serve
+both ports over TLS, ``--peer-ca`` makes brokers authenticate each other
+with certificates (mutual TLS), ``--auth-tokens FILE`` requires client
+tokens (docs/SECURITY.md).
 
 A broker is a cluster of one unless ``--seeds`` names other brokers' peer
 addresses (its own may be among them). The ordinal suffix of its name
@@ -106,6 +110,16 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise", default=_env("ADVERTISE", "") or None,
                    help="host other brokers and clients reach this broker at; default the listen host "
                         "(env RING_ADVERTISE)")
+    p.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None,
+                   help="PEM certificate (chain) both ports serve TLS with; plaintext without it (env RING_TLS_CERT)")
+    p.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None,
+                   help="PEM private key of --tls-cert (env RING_TLS_KEY)")
+    p.add_argument("--peer-ca", type=Path, default=_env("PEER_CA", "") or None,
+                   help="PEM CA that signed every broker's --tls-cert: the peer port requires a certificate "
+                        "it signed, and brokers check each other against it (env RING_PEER_CA)")
+    p.add_argument("--auth-tokens", type=Path, default=_env("AUTH_TOKENS", "") or None,
+                   help="file of client token digests and their permissions; clients then need "
+                        "'Authorization: Bearer TOKEN' (env RING_AUTH_TOKENS; docs/SECURITY.md)")
     p.set_defaults(func=_cmd_serve)
 
 
@@ -155,9 +169,18 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     logging_setup.configure(args.log_level, args.log_format)
     from ring.broker import BrokerConfig
 
+    from ring.tls import TlsConfig
+
+    tls = TlsConfig(args.tls_cert, args.tls_key, args.peer_ca)
+    try:
+        tls.check()
+        tokens = _load_tokens(args.auth_tokens)
+    except ValueError as exc:
+        print(f"ring serve: {exc}", file=sys.stderr)
+        return 2
     host, port = args.listen
     peer_host, peer_port = args.peer_listen or (host, None)  # None: the client port + 1
-    config = BrokerConfig(name=args.name, data_dir=data_dir, host=host, port=port,
+    config = BrokerConfig(tls=tls, name=args.name, data_dir=data_dir, host=host, port=port,
                           fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
                           peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
                           token=args.token, advertise=args.advertise)
@@ -174,10 +197,26 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         uvloop = None
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
     with runner:
-        return runner.run(serve(config, access_log=args.log_level == "debug"))
+        return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens))
 
 
-async def serve(config, access_log: bool = False) -> int:
+def _load_tokens(path: Path | None):
+    """The --auth-tokens file as a ``ring.auth.TokenTable``; None without one. ValueError if unusable."""
+    if path is None:
+        return None
+    from ring.auth import TokenTable
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read --auth-tokens {path}: {exc}") from None
+    table = TokenTable.parse(text, str(path))
+    if not len(table):
+        raise ValueError(f"--auth-tokens {path} holds no token: every client request would be refused")
+    return table
+
+
+async def serve(config, access_log: bool = False, tokens=None) -> int:
     """Run one broker until SIGTERM/SIGINT; returns the exit code."""
     import random
 
@@ -194,8 +233,14 @@ async def serve(config, access_log: bool = False) -> int:
     default_peer = config.peer_port is None
     peer_port = (config.port + 1 if config.port else 0) if default_peer else config.peer_port
     peer_server = Server(make_peer_app(broker, config.cluster_secret), config.peer_host, peer_port,
-                         access_log=access_log)
-    server = Server(make_app(broker), config.host, config.port, access_log=access_log)
+                         access_log=access_log, ssl_context=config.tls.peer_port_context(),
+                         connections_max=limits.PEER_CONNECTIONS_OPEN_MAX)
+    server = Server(make_app(broker, tokens), config.host, config.port, access_log=access_log,
+                    ssl_context=config.tls.client_port_context())
+    if tokens is None:
+        log.info("no --auth-tokens: every client request is let in")
+    else:
+        log.info("client authentication on: %d tokens", len(tokens))
     for srv in (peer_server, server):
         try:
             await srv.start()

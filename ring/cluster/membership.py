@@ -36,13 +36,14 @@ import msgpack
 
 from ring import limits
 from ring.clock import Clock
-from ring.cluster import placement
+from ring.cluster import peers, placement
 from ring.errors import BadRequest, StorageError
 from ring.gossip.core import GOSSIP_INTERVAL_S, Ack, Ack2, GossipCore, Message, Syn, message_from_wire
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring
 from ring.log.fsync import write_atomically
 from ring.replication.protocol import ALIVE_STATUSES
+from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.cluster")
 
@@ -72,8 +73,9 @@ class Membership:
     def __init__(self, self_state: EndpointState, seeds: list[str], secret: str | None, clock: Clock,
                  rng: random.Random, data_dir: Path,
                  on_change: Callable[[bool, bool], None] = lambda ring, topics: None,
-                 load: Callable[[], dict[str, Any]] = dict) -> None:
+                 load: Callable[[], dict[str, Any]] = dict, tls: TlsConfig = PLAINTEXT) -> None:
         self.name = self_state.name
+        self.tls = tls  # every broker of a cluster speaks TLS, or none does: it makes the URLs' scheme
         self.clock = clock
         self.secret = secret
         self.core = GossipCore(self_state, seeds, rng)
@@ -122,9 +124,7 @@ class Membership:
     # --- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limits.PEER_CONNECTIONS_MAX),
-            timeout=aiohttp.ClientTimeout(total=limits.GOSSIP_REQUEST_TIMEOUT_S))
+        self._session = peers.make_session(self.secret, self.tls, limits.GOSSIP_REQUEST_TIMEOUT_S)
         self._task = asyncio.create_task(self._loop(), name="gossip")
 
     async def close(self) -> None:
@@ -173,7 +173,7 @@ class Membership:
     async def _post(self, addr: str, msg: Message) -> bytes:
         assert self._session is not None
         headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_MSGPACK}
-        async with self._session.post(f"http://{addr}{GOSSIP_PATH}", data=pack(msg.to_wire()),
+        async with self._session.post(f"{self.tls.scheme}://{addr}{GOSSIP_PATH}", data=pack(msg.to_wire()),
                                       headers=headers) as resp:
             body = await resp.content.read(limits.GOSSIP_MESSAGE_BYTES_MAX + 1)
             if resp.status >= 300:
@@ -271,19 +271,19 @@ class Membership:
 
     def client_url(self, name: str) -> str | None:
         ep = self.endpoint(name)
-        return f"http://{ep.client_addr}" if ep is not None else None
+        return f"{self.tls.scheme}://{ep.client_addr}" if ep is not None else None
 
     def peer_url(self, name: str) -> str | None:
         ep = self.endpoint(name)
-        return f"http://{ep.peer_addr}" if ep is not None else None
+        return f"{self.tls.scheme}://{ep.peer_addr}" if ep is not None else None
 
     def brokers(self) -> list[dict[str, Any]]:
         now = self.now()
         out = []
         for name, ep in sorted(self.core.state.endpoints.items(), key=lambda kv: kv[1].token):
             out.append({"name": name, "token": ep.token, "status": self.status(name),
-                        "phi": round(self.core.phi(name, now), 3), "client_url": f"http://{ep.client_addr}",
-                        "peer_url": f"http://{ep.peer_addr}", "generation": ep.generation,
+                        "phi": round(self.core.phi(name, now), 3), "client_url": f"{self.tls.scheme}://{ep.client_addr}",
+                        "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
                         "load": dict(ep.load)})
         return out
 

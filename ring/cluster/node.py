@@ -40,7 +40,7 @@ from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster import placement
 from ring.cluster.membership import Membership
-from ring.cluster.peers import PeerClient
+from ring.cluster.peers import PeerClient, make_session
 from ring.errors import Conflict, RequestTimeout, Unavailable, UnknownPartition
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
@@ -104,7 +104,7 @@ class ClusterBroker(Broker):
                            generation=self.clock.wall_ms(), status="joining")
         seeds = [s.strip() for s in self.config.seeds if s.strip()]
         self.membership = Membership(me, seeds, self.config.cluster_secret, self.clock, self.rng, self.data_dir,
-                                     on_change=self._cluster_changed, load=self._load)
+                                     on_change=self._cluster_changed, load=self._load, tls=self.config.tls)
         if not self.membership.topics():
             for cfg in self.catalog:  # a data directory from before the cluster: its topics join the catalogue
                 self.membership.put_topic(cfg.name, cfg.to_json())
@@ -115,9 +115,7 @@ class ClusterBroker(Broker):
     async def start(self) -> None:
         await super().start()
         assert self.membership is not None
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limits.PEER_CONNECTIONS_MAX),
-            timeout=aiohttp.ClientTimeout(total=limits.PEER_REQUEST_TIMEOUT_S))
+        self._session = make_session(self.config.cluster_secret, self.config.tls)  # TLS, secret, identity
         self.peers = PeerClient(self.name, self.config.cluster_secret, self._session)
         self.streams = Streams(self.name, self.config.cluster_secret, self.clock, self._session,
                                self.membership.peer_url, self.replica)

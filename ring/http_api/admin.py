@@ -10,9 +10,10 @@ One thing the public API cannot give a page: each replica's lag is known
 only to the partition's leader, which may be another broker, and a page may
 only call its own origin. ``GET /admin/brokers/{broker}/topics/{topic}``
 therefore asks broker ``{broker}`` (by the client URL gossip gives for it)
-for ``GET /v1/topics/{topic}`` and relays its answer, with the caller's
-``Authorization`` header. Only that one read, only to brokers in the cluster
-view, with a bounded time and answer size.
+for ``GET /v1/topics/{topic}`` and relays its answer; the request carries the
+cluster secret and the caller's identity (``ring.cluster.peers``), not its
+token. Only that one read, only to brokers in the cluster view, with a
+bounded time and answer size.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aiohttp import web
 
 from ring import limits
 from ring.catalog import validate_topic_name
+from ring.cluster import peers
 from ring.errors import NotFound, PayloadTooLarge, Unavailable
 
 log = logging.getLogger("ring.admin")
@@ -71,9 +73,8 @@ class Admin:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=RELAY_TIMEOUT_S),
-                connector=aiohttp.TCPConnector(limit=limits.PEER_CONNECTIONS_MAX))
+            config = self.broker.config
+            self._session = peers.make_session(config.cluster_secret, config.tls, RELAY_TIMEOUT_S)
         return self._session
 
     async def close(self, _app: web.Application | None = None) -> None:
@@ -113,8 +114,6 @@ async def relay_topic(request: web.Request) -> web.Response:
     if not url:
         raise NotFound(f"no broker {name[:80]!r} in the cluster view", broker=name[:80])
     headers = {"Accept": "application/json"}
-    if "Authorization" in request.headers:
-        headers["Authorization"] = request.headers["Authorization"]
     try:
         async with admin.session().get(f"{url}/v1/topics/{topic}", headers=headers) as resp:
             body = await resp.content.read(RELAY_BYTES_MAX + 1)

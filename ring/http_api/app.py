@@ -13,11 +13,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ring import limits, metrics
+from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import admin, codec, groups_api, openapi
+from ring.http_api import access, admin, codec, groups_api, openapi
+from ring.http_api.budget import BodyBudget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
 from ring.replication import protocol
@@ -75,6 +76,7 @@ async def create_topic(request: web.Request) -> web.Response:
     broker = _broker(request)
     body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
+    access.require(request, auth.ADMIN, [cfg.name])
     return _json(await broker.add_topic(cfg), status=201)
 
 
@@ -171,10 +173,13 @@ ROUTES = [
 ]
 
 
-def make_app(broker: Broker) -> web.Application:
+def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Application:
+    """The client API; ``tokens`` (from --auth-tokens) turns client authentication on."""
     # client_max_size is a backstop: every body is read by codec.read_body,
     # which counts bytes itself with the limit of its route.
-    app = web.Application(middlewares=[errors_middleware], client_max_size=limits.REQUEST_BYTES_MAX)
+    guard = access.make_middleware(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
+    app = web.Application(middlewares=[errors_middleware, guard, BodyBudget().middleware()],
+                          client_max_size=limits.REQUEST_BYTES_MAX)
     app[BROKER_KEY] = broker
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)

@@ -30,13 +30,13 @@ import msgpack
 import orjson
 from aiohttp import web
 
-from ring import limits
+from ring import auth, limits
 from ring.errors import BadRequest, Conflict, RingError, Unavailable
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
 from ring.hashing import partition_token
-from ring.http_api import codec
+from ring.http_api import access, codec
 from ring.http_api.groups_openapi import OPENAPI_PATHS
 
 log = logging.getLogger("ring.groups")
@@ -124,6 +124,7 @@ async def join(request: web.Request) -> web.Response:
         topics = [topics]
     if not isinstance(topics, list):
         raise BadRequest("topics must be a list of topic names")
+    access.require(request, auth.CONSUME, [t for t in topics if isinstance(t, str)])  # --auth-tokens
     timeout = doc.get("session_timeout_ms", limits.GROUP_SESSION_TIMEOUT_MS_DEFAULT)
     if type(timeout) is not int or not limits.GROUP_SESSION_TIMEOUT_MS_MIN <= timeout <= limits.GROUP_SESSION_TIMEOUT_MS_MAX:
         raise BadRequest(f"session_timeout_ms must be an integer in [{limits.GROUP_SESSION_TIMEOUT_MS_MIN}, "
@@ -156,6 +157,7 @@ async def poll(request: web.Request) -> web.Response:
 
     async def local() -> web.Response:
         got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+        access.require(request, auth.CONSUME, {t for t, _, _, _ in got.records})  # whoever joined the member
         if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
             body = msgpack.packb({"generation": got.generation, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
@@ -218,6 +220,7 @@ async def commit(request: web.Request) -> web.Response:
 
         return await _at_coordinator(request, group, raw, positions)
     offsets = _offsets(doc.get("offsets"))
+    access.require(request, auth.CONSUME, {t for t, _, _ in offsets})
 
     async def local() -> web.Response:
         return _json(await _groups(request).commit(group, consumer, generation, offsets))
@@ -313,6 +316,7 @@ async def polar_register(request: web.Request) -> web.Response:
     if request.headers.get(H_POLAR_NOTE):
         return web.Response(status=200)
     topics = request.query.getall("topic", [])
+    access.require(request, auth.CONSUME, topics)
     reset = "earliest" if request.query.get("onNewGroup") == "startFromEarliest" else "latest"
     native = request.clone(method="POST", rel_url=f"/v1/groups/{group}/members")
     body = orjson.dumps({"consumer": consumer, "topics": topics, "reset": reset, "client": "polar",
@@ -354,6 +358,7 @@ async def polar_poll(request: web.Request) -> web.Response:
 
     async def local() -> web.Response:
         got = await _groups(request).poll(group, consumer, None, limits.FETCH_RECORDS_DEFAULT, 0, True)
+        access.require(request, auth.CONSUME, {t for t, _, _, _ in got.records})
         return _json(_poll_doc(got))
 
     answer = await _at_coordinator(native, group, None, local)

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from ring import __version__, limits, metrics
-from ring.http_api import admin, groups_openapi
+from ring.http_api import access, admin, groups_openapi
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -125,6 +125,10 @@ are always set. With wait_ms the request long-polls until a record at or after `
 
 @lru_cache(maxsize=1)
 def document() -> dict[str, Any]:
+    return access.describe_security(_document())
+
+
+def _document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "ring", "version": __version__,
