@@ -23,8 +23,8 @@ from ring.errors import Overloaded
 
 
 class BodyBudget:
-    def __init__(self, bytes_max: int = limits.REQUEST_BODY_BYTES_IN_FLIGHT_MAX) -> None:
-        self.bytes_max = bytes_max
+    def __init__(self, bytes_max: int | None = None) -> None:
+        self.bytes_max = limits.REQUEST_BODY_BYTES_IN_FLIGHT_MAX if bytes_max is None else bytes_max
         self.used = 0
         self.refused = 0  # for tests and metrics: requests answered 429 here
 
