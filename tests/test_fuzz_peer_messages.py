@@ -30,7 +30,7 @@ from ring.gossip.core import Ack, Ack2, GossipCore, Syn, message_from_wire
 from ring.gossip.state import STATUSES, ClusterState, Digest, EndpointState, TopicEntry
 from ring.replication import protocol
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64_MAX = 2**63 - 1
 INT_EDGES = [0, 1, -1, 2**31 - 1, 2**31, 2**62, INT64_MAX, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1]
 NOW_S = 100.0

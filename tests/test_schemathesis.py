@@ -47,8 +47,8 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 from tests.brokers import TestBroker  # noqa: E402
 
 EXAMPLES_PER_OPERATION_AND_MODE = 12
-BUDGET_S = 45.0
-KNOWN_BUDGET_S = 12.0
+BUDGET_S = 35.0
+KNOWN_BUDGET_S = 8.0
 REQUEST_TIMEOUT_S = 10.0
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           response_headers_conformance]
