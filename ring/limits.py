@@ -176,6 +176,54 @@ PEER_CONNECTIONS_MAX = 64
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
 
 
+# --- failover, repair and membership changes ----------------------------------
+
+# The election loop looks at every replica this often: a lost leader is
+# noticed within a tick of gossip convicting it.
+ELECTION_TICK_MS = 100
+# Replicas stand in preference order: each one behind the first live,
+# caught-up replica waits this much longer, so the natural order wins races.
+ELECTION_RANK_STEP_MS = 1_500
+# A candidacy that won no majority is retried after this long (doubling up to
+# ELECTION_RETRY_MS_MAX), so two candidates do not keep splitting the votes.
+ELECTION_RETRY_MS = 400
+# Longest wait between two candidacies of one replica.
+ELECTION_RETRY_MS_MAX = 3_000
+# A replica back from an unclean shutdown stands only after this long when no
+# caught-up replica is alive to lead (a whole cluster that crashed).
+ELECTION_UNCLEAN_FALLBACK_MS = 5_000
+# One vote request to one peer: well under a gossip round, so a stalled voter
+# does not hold a candidacy that already has its majority elsewhere.
+VOTE_REQUEST_TIMEOUT_S = 1.0
+# A leader that stopped claiming its partition in gossip (it stepped down, or
+# restarted and leads nothing) is given up after this long; three gossip
+# rounds also cover a new leader whose claim has not arrived yet.
+LEADER_CLAIM_GRACE_MS = 3_000
+# A produce that finds no leader (an election is running) waits this long
+# for one before the 503; a failover itself takes the failure detector's 5-13 s.
+LEADER_WAIT_MS = 3_000
+# A leader keeps a partition at least this long before handing it back to
+# its natural leader, so leadership does not flap while a broker settles.
+HANDOFF_MIN_LEAD_MS = 3_000
+# Handing over, the leader stops appending and waits this long for the new
+# leader to hold its whole log; if it does not, the leader goes on leading.
+HANDOFF_CATCHUP_MS = 2_000
+# After a handover that did not happen, the next try waits this long.
+HANDOFF_RETRY_MS = 10_000
+# Leader-epoch history entries sent in a sync frame: years of failovers; an
+# older follower epoch than these is treated as sharing nothing (refetched).
+LEADER_EPOCHS_SENT_MAX = 1_000
+# A broker down this long is taken off the ring and its partitions get new
+# replicas (ring serve --down-grace-s); Cassandra needs an operator for this.
+DOWN_GRACE_S_DEFAULT = 300.0
+# Anti-entropy compares each replica's committed segments with its leader's
+# this often (ring serve --repair-interval-s); reading every byte is not free.
+REPAIR_INTERVAL_S_DEFAULT = 60.0
+# Checksummed ranges (segments) one comparison covers: the newest ones first.
+REPAIR_RANGES_MAX = 4_096
+# Bytes read per checksum step: the loop yields to requests between steps.
+REPAIR_CHUNK_BYTES = 1 * MiB
+
 # --- consumer groups (ring.groups) -------------------------------------------
 
 # Partitions of the internal offsets topic: each is one coordinator's shard of

@@ -7,13 +7,21 @@ replicas), each partition's preference list (RF capped at the ring size),
 which partitions this broker holds, what the local catalogue must add or
 drop to match the gossiped one, and when a starting broker has seen enough
 of the cluster to take part in it.
+
+Membership changes: a broker is taken off the ring when it is decommissioned
+or has been down longer than the grace period (``removed_brokers``,
+``past_grace``). A partition's voter set (the replicas that count for
+quorum, the high watermark and elections) then moves toward the new
+preference list one member at a time (``next_voters``): a new replica joins
+once it holds everything committed, and only then does a replica that is no
+longer placed leave, so any two consecutive voter sets share a majority.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ring.catalog import TopicConfig
 from ring.errors import BadRequest
@@ -25,15 +33,16 @@ log = logging.getLogger("ring.cluster")
 RING_STATUSES = ("joining", "normal", "leaving")
 
 
-def placement_ring(endpoints: Iterable[EndpointState]) -> Ring:
-    """The ring of every broker that is joining, normal or leaving, down or not.
+def placement_ring(endpoints: Iterable[EndpointState], removed: Iterable[str] = ()) -> Ring:
+    """The ring of every broker that is joining, normal or leaving, down or not, and not removed.
 
     Two brokers claiming one token cannot both be placed: the one with the
     smaller name keeps it (every broker picks the same) and the clash is logged.
     """
     by_token: dict[int, str] = {}
+    gone = set(removed)
     for ep in sorted(endpoints, key=lambda e: e.name):
-        if ep.status not in RING_STATUSES:
+        if ep.status not in RING_STATUSES or ep.name in gone:
             continue
         other = by_token.get(ep.token)
         if other is not None:
@@ -96,3 +105,52 @@ def joined(has_other_seeds: bool, exchanged: bool, seeds_known: bool, since_firs
     if not exchanged:
         return False
     return seeds_known or since_first_exchange_s >= settle_s
+
+
+# -- membership changes ----------------------------------------------------------------
+
+
+def removed_brokers(endpoints: Iterable[EndpointState], removals: Iterable[Mapping[str, int]]) -> set[str]:
+    """Brokers taken off the ring: named with their current generation (or a later one) in any
+    broker's gossiped ``removed`` map. A broker restarted after its removal has a newer generation
+    and joins again."""
+    by_name = {ep.name: ep for ep in endpoints}
+    out: set[str] = set()
+    for removal in removals:
+        for name, generation in removal.items():
+            ep = by_name.get(name)
+            if ep is not None and generation >= ep.generation:
+                out.add(name)
+    return out
+
+
+def past_grace(down_since_s: Mapping[str, float], now_s: float, grace_s: float) -> list[str]:
+    """Brokers continuously down for at least ``grace_s``."""
+    return sorted(n for n, since in down_since_s.items() if now_s - since >= grace_s)
+
+
+def next_voters(voters: Sequence[str], replicas: Sequence[str], leader: str,
+                filled: Callable[[str], bool]) -> list[str]:
+    """One step of a partition's voter set toward its preference list (the same list when done).
+
+    First a placed replica that is not a voter yet joins, once ``filled``
+    (it holds everything committed); only when none is waiting does one voter
+    that is no longer placed leave (never the leader: it hands the partition
+    over first). One change per step keeps a majority of the old set inside
+    every majority of the new one.
+    """
+    current = [v for v in voters]
+    waiting = [r for r in replicas if r not in current]
+    for r in waiting:
+        if filled(r):
+            return _ordered(current + [r], replicas)
+    if not waiting:
+        for v in current:
+            if v not in replicas and v != leader:
+                return _ordered([x for x in current if x != v], replicas)
+    return _ordered(current, replicas)
+
+
+def _ordered(voters: Iterable[str], replicas: Sequence[str]) -> list[str]:
+    vs = set(voters)
+    return [r for r in replicas if r in vs] + sorted(vs - set(replicas))

@@ -151,6 +151,23 @@ class PartitionLog:
     def _check_open(self) -> None:
         assert not self._closed, "the log is closed"
 
+    def segment_bases(self) -> list[int]:
+        """Base offset of every segment, oldest first (anti-entropy compares replicas segment by segment)."""
+        return list(self._bases)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Record that leader epoch ``epoch`` begins at the log end, before any batch of it.
+
+        A newly elected leader does this at once (and a follower when it
+        reaches that offset), so the history shows the epoch even while no
+        batch carries it: elections and repair compare histories.
+        """
+        self._check_open()
+        if epoch < self._epochs.latest_epoch:
+            raise Conflict(f"leader epoch {epoch} is older than this log's epoch {self._epochs.latest_epoch}",
+                           expected_epoch=self._epochs.latest_epoch, got_epoch=epoch)
+        self._epochs.assign(epoch, self.end_offset)
+
     # --- appending ---------------------------------------------------------------
 
     def append(self, batch_buf: bytearray, leader_epoch: int) -> BatchHeader:
@@ -447,6 +464,17 @@ class PartitionLog:
         if self._bases[0] > self._start_offset:
             self._start_offset = self._bases[0]
             self._epochs.truncate_from_start(self._start_offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Drop every record and the epoch history; the log continues empty at ``offset`` (at or past
+        its end): a replica whose leader's log starts beyond everything this one holds."""
+        self._check_open()
+        if offset < self.end_offset:
+            raise OffsetOutOfRange(f"cannot restart the log at {offset}: it ends at {self.end_offset}",
+                                   earliest=self._start_offset, latest=self.end_offset)
+        self._replace_all_with_empty(offset)
+        self._epochs.truncate_from_end(0)
+        self.sync()
 
     def truncate_after(self, offset: int) -> None:
         """Remove every record at offsets >= ``offset`` (replica repair), synced before returning.
