@@ -84,6 +84,8 @@ class BrokerConfig:
     token: int | None = None  # None: from the name's ordinal suffix
     advertise: str | None = None  # host other brokers and clients use; None: the listen host
     tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
+    down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
+    repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds
 
 
 @dataclass(frozen=True)

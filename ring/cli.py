@@ -110,6 +110,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise", default=_env("ADVERTISE", "") or None,
                    help="host other brokers and clients reach this broker at; default the listen host "
                         "(env RING_ADVERTISE)")
+    p.add_argument("--down-grace-s", type=float,
+                   default=float(_env("DOWN_GRACE_S", str(limits.DOWN_GRACE_S_DEFAULT))),
+                   help="a broker down this long is taken off the ring and its partitions re-replicated "
+                        "(env RING_DOWN_GRACE_S; default 300)")
+    p.add_argument("--repair-interval-s", type=float,
+                   default=float(_env("REPAIR_INTERVAL_S", str(limits.REPAIR_INTERVAL_S_DEFAULT))),
+                   help="anti-entropy: compare replicas' committed segments this often (env RING_REPAIR_INTERVAL_S; "
+                        "default 60)")
     p.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None,
                    help="PEM certificate (chain) both ports serve TLS with; plaintext without it (env RING_TLS_CERT)")
     p.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None,
@@ -183,7 +191,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     config = BrokerConfig(tls=tls, name=args.name, data_dir=data_dir, host=host, port=port,
                           fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
                           peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
-                          token=args.token, advertise=args.advertise)
+                          token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
+                          repair_interval_s=args.repair_interval_s)
     from ring.cluster.node import token_of
 
     try:

@@ -89,24 +89,35 @@ def test_high_watermark_is_held_by_a_majority(ends: list[int], missing: int) -> 
     assert p.high_watermark(raised, rf) >= hw
 
 
-def test_leader_is_the_first_of_the_preference_list() -> None:
-    assert p.choose_leader(["ring-2", "ring-0", "ring-1"]) == "ring-2"
-    with pytest.raises(AssertionError):
-        p.choose_leader([])
+def test_leader_high_watermark_waits_for_the_leaders_own_epoch_on_a_majority() -> None:
+    # A new leader whose epoch began at 10: older batches on a majority are not yet committed by it.
+    assert p.leader_high_watermark([12, 9, 9], 3, epoch_start=10, current=5) == 5
+    assert p.leader_high_watermark([12, 10, 9], 3, epoch_start=10, current=5) == 10
+    assert p.leader_high_watermark([12, 12, 11], 3, epoch_start=10, current=5) == 12
+    assert p.leader_high_watermark([7], 1, epoch_start=0, current=3) == 7
 
 
 # -- the follower's accept/reject rule -----------------------------------------
 
 
-def test_follower_accepts_only_a_contiguous_frame_from_its_leader() -> None:
-    assert p.judge_append(my_epoch=1, my_end=10, leader_is_sender=True, frame_epoch=1, prev_end=10) is None
-    assert p.judge_append(1, 10, True, 2, 10) is None  # a newer epoch is fine
+def test_follower_accepts_only_a_contiguous_frame_from_the_leader_it_synced_with() -> None:
+    assert p.judge_append(my_epoch=1, my_end=10, following=True, frame_epoch=1, prev_end=10) is None
     assert p.judge_append(2, 10, True, 1, 10) == p.STALE_EPOCH
     assert p.judge_append(1, 10, True, 1, 12) == p.GAP
     assert p.judge_append(1, 10, True, 1, 8) == p.OVERLAP
     assert p.judge_append(1, 10, False, 1, 10) == p.NOT_FOLLOWER
-    # a stale epoch is reported before an offset mismatch: the sender must learn it is deposed
+    assert p.judge_append(1, 10, False, 2, 10) == p.NOT_FOLLOWER  # a newer epoch: sync first
+    # a stale epoch is reported before anything else: the sender must learn it is deposed
     assert p.judge_append(3, 10, True, 2, 99) == p.STALE_EPOCH
+    assert p.judge_append(3, 10, False, 2, 10) == p.STALE_EPOCH
+
+
+def test_sync_is_taken_from_one_leader_per_epoch() -> None:
+    assert p.judge_sync(2, "a", "a", 2) is None  # the leader we follow, again (a reconnect)
+    assert p.judge_sync(2, None, "b", 2) is None  # we voted in 2 but did not know who won
+    assert p.judge_sync(2, "a", "b", 2) == p.NOT_FOLLOWER
+    assert p.judge_sync(2, "a", "b", 3) is None  # a newer epoch: follow its leader
+    assert p.judge_sync(3, "a", "b", 2) == p.STALE_EPOCH
 
 
 @SETTINGS
@@ -120,6 +131,8 @@ def test_follower_rule_accepts_iff_epoch_fresh_and_offsets_contiguous(my_epoch, 
 
 
 @pytest.mark.parametrize("frame", [
+    p.Sync("t", 3, 4, 8, 10, 0, 12, ((1, 0), (3, 7), (4, 10)), ("ring-0", "ring-1", "ring-2")),
+    p.Sync("t", 0, 1, 0, 0, 0, 0, (), ("ring-0",)),
     p.Append("t", 3, 1, 10, 8, b"\x00batches"),
     p.Hw("topic.a", 0, 2, 77),
     p.Ack("t", 1, 1, 12),
@@ -139,6 +152,11 @@ def test_frames_round_trip(frame) -> None:
     __import__("msgpack").packb(["reject", "t", 1, 1, 0, "because"]),
     __import__("msgpack").packb(["nope", "t", 1, 1, 0]),
     __import__("msgpack").packb({"ack": 1}),
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"\x00" * 5, "a"]),  # history not whole pairs
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", ""]),  # no voters
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", "a\na"]),  # a voter twice
+    __import__("msgpack").packb(["sync", "t", 1, 1, 5, 0, 0, 3, b"", "a"]),  # hw past the log end
+    p.encode(p.Sync("t", 1, 2, 0, 0, 0, 9, ((2, 0), (1, 5)), ("a",))),  # history going back
 ])
 def test_malformed_frames_are_bad_requests(raw: bytes) -> None:
     with pytest.raises(BadRequest):

@@ -26,6 +26,7 @@ second earlier), and ``up`` again within a gossip round or two of its return.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from pathlib import Path
@@ -36,8 +37,8 @@ import msgpack
 
 from ring import limits
 from ring.clock import Clock
-from ring.cluster import peers, placement
-from ring.errors import BadRequest, StorageError
+from ring.cluster import leaders, peers, placement
+from ring.errors import BadRequest, NotFound, StorageError
 from ring.gossip.core import GOSSIP_INTERVAL_S, Ack, Ack2, GossipCore, Message, Syn, message_from_wire
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring
@@ -48,6 +49,7 @@ from ring.tls import PLAINTEXT, TlsConfig
 log = logging.getLogger("ring.cluster")
 
 STATE_FILE = "cluster-state.json"
+REMOVED_FILE = "removed-brokers.json"
 H_SECRET = "Ring-Cluster-Secret"
 H_BROKER = "Ring-Broker"
 CT_MSGPACK = "application/msgpack"
@@ -73,9 +75,15 @@ class Membership:
     def __init__(self, self_state: EndpointState, seeds: list[str], secret: str | None, clock: Clock,
                  rng: random.Random, data_dir: Path,
                  on_change: Callable[[bool, bool], None] = lambda ring, topics: None,
-                 load: Callable[[], dict[str, Any]] = dict, tls: TlsConfig = PLAINTEXT) -> None:
+                 load: Callable[[], dict[str, Any]] = dict,
+                 down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT, tls: TlsConfig = PLAINTEXT) -> None:
         self.name = self_state.name
         self.tls = tls  # every broker of a cluster speaks TLS, or none does: it makes the URLs' scheme
+        self.down_grace_s = down_grace_s
+        self._extra: dict[str, Any] = {}
+        self._down_since: dict[str, float] = {}
+        self._removed: set[str] = set()
+        self.removed_path = Path(data_dir) / REMOVED_FILE
         self.clock = clock
         self.secret = secret
         self.core = GossipCore(self_state, seeds, rng)
@@ -92,6 +100,7 @@ class Membership:
         self.ring: Ring = Ring()
         self._ring_key: tuple = ()
         self._restore()
+        self._restore_removed()
         self._ring_changed()
         self._check_joined()
 
@@ -110,6 +119,18 @@ class Membership:
         saved.endpoints.pop(self.name, None)  # ours is this run's
         # Straight into the state, not through the core: these are not heartbeats.
         self.core.state.absorb(saved)
+
+    def _restore_removed(self) -> None:
+        try:
+            doc = json.loads(self.removed_path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("ignoring unreadable %s: %s", self.removed_path, exc)
+            return
+        removed = leaders.decode_removed(doc)
+        if removed:
+            self.set_extra("removed", removed)
 
     def save_if_dirty(self) -> None:
         if not self._dirty:
@@ -155,6 +176,10 @@ class Membership:
         for out in self.core.tick(self.now()):
             self._spawn_exchange(out.to_addr, out.message)
         self._check_joined()
+        self._check_grace()
+        if self._ring_changed():
+            self._dirty = True
+            self.on_change(True, False)
 
     def now(self) -> float:
         return self.clock.monotonic()
@@ -246,11 +271,13 @@ class Membership:
 
     def _ring_changed(self) -> bool:
         eps = self.core.state.endpoints.values()
-        key = tuple(sorted((e.name, e.token, e.status) for e in eps))
+        self._removed = placement.removed_brokers(
+            eps, [leaders.decode_removed(e.extra.get("removed")) for e in eps])
+        key = (tuple(sorted((e.name, e.token, e.status) for e in eps)), tuple(sorted(self._removed)))
         if key == self._ring_key:
             return False
         self._ring_key = key
-        ring = placement.placement_ring(eps)
+        ring = placement.placement_ring(eps, self._removed)
         changed = ring != self.ring
         self.ring = ring
         self._dirty = True
@@ -258,6 +285,8 @@ class Membership:
 
     def status(self, name: str) -> str:
         """up, suspect, down, joining, leaving or removed, as this broker sees it."""
+        if name in self._removed:
+            return "removed"
         st = self.core.status_of(name, self.now())
         if name != self.name and st not in ("removed", "down") and self.core.detector.detector(name) is None:
             return "down"  # known from the saved state only: not heard from in this run
@@ -286,6 +315,58 @@ class Membership:
                         "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
                         "load": dict(ep.load)})
         return out
+
+    # --- our gossiped extras, removals --------------------------------------------------------
+
+    def set_extra(self, key: str, value: Any) -> None:
+        """Gossip ``value`` under ``key`` in our entry's extra (a new version only when it changed)."""
+        if self._extra.get(key) == value:
+            return
+        if value:
+            self._extra[key] = value
+        else:
+            self._extra.pop(key, None)
+        self.core.set_extra(dict(self._extra))
+
+    def removed(self) -> set[str]:
+        return set(self._removed)
+
+    def remove(self, name: str) -> None:
+        """Take ``name`` (at its current generation) off the ring; saved and gossiped."""
+        ep = self.endpoint(name)
+        if ep is None:
+            raise NotFound(f"unknown broker {name!r}")
+        mine = dict(leaders.decode_removed(self._extra.get("removed")))
+        if mine.get(name) == ep.generation:
+            return
+        mine[name] = ep.generation
+        try:
+            write_atomically(self.removed_path, json.dumps(mine, sort_keys=True).encode())
+        except OSError as exc:
+            raise StorageError(f"saving {self.removed_path}: {exc}") from exc
+        self.set_extra("removed", mine)
+        log.warning("broker %s (generation %d) is removed from the ring", name, ep.generation)
+        if self._ring_changed():
+            self._dirty = True
+            self.on_change(True, False)
+
+    def _check_grace(self) -> None:
+        """Remove brokers down longer than the grace period, while a majority of the ring is up here."""
+        now = self.now()
+        ring_names = [n for _, n in self.ring.brokers]
+        for name in ring_names:
+            if name != self.name and self.status(name) == "down":
+                self._down_since.setdefault(name, now)
+            else:
+                self._down_since.pop(name, None)
+        up = sum(1 for n in ring_names if self.alive(n))
+        if up * 2 <= len(ring_names):
+            return
+        for name in placement.past_grace(self._down_since, now, self.down_grace_s):
+            log.warning("%s has been down for %.0f s (grace %.0f s)", name, now - self._down_since[name],
+                        self.down_grace_s)
+            self._down_since.pop(name, None)
+            self.remove(name)
 
     # --- the topic catalogue -----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import access, admin, codec, groups_api, openapi
+from ring.http_api import access, admin, cluster_api, codec, groups_api, openapi
 from ring.http_api.budget import BodyBudget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
@@ -186,4 +186,5 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Appli
     admin.install(app, broker)  # the admin page at /
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
     groups_api.register(app)  # consumer groups and the PolarStreams aliases
+    cluster_api.register(app)  # membership changes (decommission)
     return app

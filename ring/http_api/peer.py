@@ -17,6 +17,14 @@ broker alone). Routes:
 * ``GET /peer/v1/replicas/{topic}/{partition}``: this replica's own stored
   batches up to its log end (not the high watermark), for comparing replicas;
   ``Ring-Log-Start-Offset`` and ``Ring-Log-End-Offset`` headers.
+* ``POST /peer/v1/vote``: a (pre-)vote request for a partition (msgpack,
+  ``ring.replication.election``); the answer is the vote, saved before it is sent.
+* ``POST /peer/v1/transfer?topic=&partition=&epoch=``: the leader of that
+  epoch asks this broker to take the partition over (stand at once).
+* ``POST /peer/v1/resync?topic=&partition=``: a follower that cut its log for
+  repair asks its leader to sync it again.
+* ``GET /peer/v1/checksums/{topic}/{partition}?upto=``: checksums of this
+  replica's committed ranges (anti-entropy, ``ring.repair``).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import logging
 import weakref
 from typing import Awaitable, Callable
 
+import msgpack
 import orjson
 from aiohttp import web
 
@@ -35,7 +44,7 @@ from ring.errors import BadRequest, Unauthorized, Unavailable
 from ring.http_api import codec
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
-from ring.replication import follower, protocol
+from ring.replication import election, follower, protocol
 
 log = logging.getLogger("ring.peer")
 
@@ -149,12 +158,75 @@ async def read_replica(request: web.Request) -> web.Response:
                         headers={"Ring-Log-Start-Offset": str(start), "Ring-Log-End-Offset": str(end)})
 
 
+def _key(request: web.Request) -> tuple[str, int]:
+    q = request.query
+    topic = validate_topic_name(q.get("topic"))
+    partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
+    if partition is None:
+        raise BadRequest("partition is required")
+    return topic, partition
+
+
+async def vote(request: web.Request) -> web.Response:
+    node = _node(request)
+    body = await codec.read_body(request, 64 * 1024)
+    try:
+        wire = msgpack.unpackb(body, raw=False, max_array_len=16, max_map_len=0, max_str_len=4096)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequest(f"malformed vote: {exc}") from None
+    reply = node.leadership.on_vote(election.request_from_wire(wire))
+    return web.Response(body=msgpack.packb(reply.to_wire(), use_bin_type=True), content_type="application/msgpack")
+
+
+async def transfer(request: web.Request) -> web.Response:
+    node = _node(request)
+    topic, partition = _key(request)
+    epoch = codec.int_param(request.query, "epoch", None, 0, _INT32_MAX)
+    sender = request.headers.get(H_BROKER)
+    if epoch is None or not sender:
+        raise BadRequest("a transfer needs the epoch and the leader's name (header Ring-Broker)")
+    started = node.leadership.on_transfer(sender, topic, partition, epoch)
+    return web.Response(status=200 if started else 409, body=orjson.dumps({"started": started}),
+                        content_type="application/json")
+
+
+async def resync(request: web.Request) -> web.Response:
+    node = _node(request)
+    topic, partition = _key(request)
+    rep = node.replica(topic, partition)
+    ok = rep is not None and rep.is_leader and node.streams is not None
+    if ok:
+        node.streams.resync(rep)
+    return web.Response(status=200 if ok else 409, body=orjson.dumps({"resynced": ok}),
+                        content_type="application/json")
+
+
+async def checksums(request: web.Request) -> web.Response:
+    node = _node(request)
+    raw = request.match_info["partition"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 10 or int(raw) > _INT32_MAX:
+        raise BadRequest("partition must be a non-negative 32-bit integer")
+    rep = node.replica(validate_topic_name(request.match_info["topic"]), int(raw))
+    if rep is None:
+        raise Unavailable(f"{node.name} holds no replica of {request.match_info['topic']}/{raw}")
+    upto = codec.int_param(request.query, "upto", rep.hw, 0, _INT64_MAX)
+    sums = await node.repair.sums(rep, upto)
+    bad = next((r.base for r in sums if r.digest is None), None)
+    if bad is not None:
+        node.damaged(rep, bad)
+    return web.Response(body=orjson.dumps([r.to_wire() for r in sums]), content_type="application/json")
+
+
 ROUTES = [
     ("POST", "/peer/v1/gossip", gossip),
     ("GET", "/peer/v1/replicate", replicate),
     ("POST", "/peer/v1/produce", produce),
     ("GET", "/peer/v1/status", status),
     ("GET", "/peer/v1/replicas/{topic}/{partition}", read_replica),
+    ("POST", "/peer/v1/vote", vote),
+    ("POST", "/peer/v1/transfer", transfer),
+    ("POST", "/peer/v1/resync", resync),
+    ("GET", "/peer/v1/checksums/{topic}/{partition}", checksums),
 ]
 
 

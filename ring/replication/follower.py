@@ -6,10 +6,12 @@ leave in the same order through a bounded queue drained by one writer: an
 accepted append is answered with an ack once its batches are durable by this
 broker's fsync policy (group commit with ``always``; the next frames are
 read meanwhile, so the leader's pipeline stays full), a refused one at once
-with a reject naming this replica's end offset. The accept/reject rule is
-``protocol.judge_append``; the append itself is the log's
-``append_replicated``, which checks every batch (CRC, contiguous offsets,
-epochs) before writing any.
+with a reject naming this replica's end offset. A sync (the leader's first
+frame for a partition) makes this replica follow the sender in its epoch,
+cutting its log back to where it agrees with the leader's first. What each
+frame does is ``steps`` (``on_sync``, ``on_append``, ``on_hw``); the append
+itself is the log's ``append_replicated``, which checks every batch (CRC,
+contiguous offsets, epochs) before writing any.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Awaitable, Protocol
 from aiohttp import WSMsgType, web
 
 from ring import limits
-from ring.errors import BadRequest, Conflict, CorruptBatch, RingError, StorageError
-from ring.replication import protocol
+from ring.errors import BadRequest, Conflict, CorruptBatch, OffsetOutOfRange, RingError, StorageError
+from ring.replication import protocol, steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.replication")
@@ -37,11 +39,11 @@ class Host(Protocol):
 
     def replica(self, topic: str, partition: int) -> Replica | None: ...
 
-    async def wait_writable(self, part: Replica) -> None: ...
+    async def wait_idle(self, part: Replica) -> None: ...
 
     async def make_durable(self, part: Replica, end: int) -> None: ...
 
-    def set_epoch(self, part: Replica, epoch: int) -> None: ...
+    def leadership_changed(self, part: Replica) -> None: ...
 
 
 async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
@@ -52,7 +54,9 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
             if msg.type != WSMsgType.BINARY:
                 continue
             frame = protocol.decode(msg.data, limits.REPLICATION_MESSAGE_BYTES_MAX)
-            if isinstance(frame, protocol.Append):
+            if isinstance(frame, protocol.Sync):
+                answer = _done(await _sync(frame, leader, host))
+            elif isinstance(frame, protocol.Append):
                 answer = await _append(frame, leader, host)
             elif isinstance(frame, protocol.Hw):
                 answer = _done(_hw(frame, leader, host))
@@ -80,48 +84,47 @@ def _done(frame: protocol.Frame) -> asyncio.Future[protocol.Frame]:
     return fut
 
 
-def _reject(frame: protocol.Append | protocol.Hw, rep: Replica | None, reason: str) -> protocol.Reject:
+async def _sync(frame: protocol.Sync, leader: str, host: Host) -> protocol.Frame:
+    rep = host.replica(frame.topic, frame.partition)
     if rep is None:
-        return protocol.Reject(frame.topic, frame.partition, frame.epoch, -1, reason)
-    return protocol.Reject(frame.topic, frame.partition, rep.epoch, rep.log.end_offset, reason)
-
-
-def _leads(rep: Replica, leader: str) -> bool:
-    return rep.leader == leader and not rep.is_leader
+        return steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
+    try:
+        await host.wait_idle(rep)
+    except RingError:
+        return steps.reject_storage(rep, frame.epoch)
+    before = (rep.leader, rep.epoch)
+    try:
+        answer = steps.on_sync(rep, leader, frame)  # no await: the log is as the verdict saw it
+    except (StorageError, OffsetOutOfRange, Conflict) as exc:
+        log.error("%s/%d: following %s failed: %s", rep.topic, rep.index, leader, exc.message)
+        answer = steps.reject_storage(rep, frame.epoch)
+    if (rep.leader, rep.epoch) != before:
+        host.leadership_changed(rep)
+    return answer
 
 
 def _hw(frame: protocol.Hw, leader: str, host: Host) -> protocol.Frame:
     rep = host.replica(frame.topic, frame.partition)
     if rep is None:
-        return _reject(frame, None, protocol.UNKNOWN_PARTITION)
-    if not _leads(rep, leader):
-        return _reject(frame, rep, protocol.NOT_FOLLOWER)
-    if frame.epoch < rep.epoch:
-        return _reject(frame, rep, protocol.STALE_EPOCH)
-    rep.set_leader_hw(frame.hw)
-    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+        return steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
+    return steps.on_hw(rep, leader, frame)
 
 
 async def _append(frame: protocol.Append, leader: str, host: Host) -> Awaitable[protocol.Frame]:
     rep = host.replica(frame.topic, frame.partition)
     if rep is None:
-        return _done(_reject(frame, None, protocol.UNKNOWN_PARTITION))
+        return _done(steps.reject_unknown(frame.topic, frame.partition, frame.epoch))
     try:
-        await host.wait_writable(rep)
+        await host.wait_idle(rep)
     except RingError:
-        return _done(_reject(frame, rep, protocol.STORAGE))
-    # No await from here to the append: the verdict holds for the log as it is written.
-    verdict = protocol.judge_append(rep.epoch, rep.log.end_offset, _leads(rep, leader), frame.epoch, frame.prev_end)
-    if verdict is not None:
-        return _done(_reject(frame, rep, verdict))
-    if frame.epoch > rep.epoch:
-        host.set_epoch(rep, frame.epoch)
+        return _done(steps.reject_storage(rep, frame.epoch))
     try:
-        end = rep.log.append_replicated(frame.data)
+        end = steps.on_append(rep, leader, frame)  # no await from the verdict to the append
     except (CorruptBatch, Conflict, StorageError) as exc:
         log.error("%s/%d from %s: refused replicated batches: %s", rep.topic, rep.index, leader, exc.message)
-        return _done(_reject(frame, rep, protocol.STORAGE))
-    rep.set_leader_hw(frame.hw)
+        return _done(steps.reject_storage(rep, frame.epoch))
+    if isinstance(end, protocol.Reject):
+        return _done(end)
     return asyncio.ensure_future(_ack_when_durable(frame, rep, end, host))
 
 
@@ -129,5 +132,5 @@ async def _ack_when_durable(frame: protocol.Append, rep: Replica, end: int, host
     try:
         await host.make_durable(rep, end)
     except RingError:
-        return _reject(frame, rep, protocol.STORAGE)
+        return steps.reject_storage(rep, frame.epoch)
     return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)

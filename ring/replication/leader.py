@@ -7,16 +7,17 @@ with doubling backoff, and runs two loops on the connection:
 
 * the sender, woken by new appends, high-watermark moves and freed budget,
   walks its partitions: a cursor that does not know where the follower's log
-  ends sends an hw frame (the probe); a known cursor reads whole stored
+  ends sends a sync frame (the probe: epoch, history, voters); a known cursor reads whole stored
   batches from the log at the cursor (bytes as they are) and sends append
   frames without waiting for answers, while the link's unacknowledged bytes
   stay under ``REPLICATION_INFLIGHT_BYTES_MAX``; then an hw frame if the high
   watermark moved past what the follower was told.
 * the receiver applies acks and rejects to the cursors (``SendCursor``) and
   each ack to the replica (``set_follower_end``), which moves the high
-  watermark and releases produces waiting for acknowledgements.
+  watermark and releases produces waiting for acknowledgements. A follower
+  that answers with a newer epoch deposes this leader (``on_newer_epoch``).
 
-Every decision is in ``protocol``; this module moves bytes.
+Every decision is in ``protocol`` and ``steps``; this module moves bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ring import limits
 from ring.clock import Clock
 from ring.errors import BadRequest, OffsetOutOfRange, StorageError
 from ring.log import batch as batchfmt
-from ring.replication import protocol
+from ring.replication import protocol, steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.replication")
@@ -45,8 +46,12 @@ Key = tuple[str, int]
 
 class Streams:
     def __init__(self, name: str, secret: str | None, clock: Clock, session: aiohttp.ClientSession,
-                 peer_url: Callable[[str], str | None], replica: Callable[[str, int], Replica | None]) -> None:
+                 peer_url: Callable[[str], str | None], replica: Callable[[str, int], Replica | None],
+                 on_newer_epoch: Callable[[Replica, int], None] = lambda rep, epoch: None,
+                 on_damage: Callable[[Replica, int], None] = lambda rep, offset: None) -> None:
         self.name = name
+        self.on_newer_epoch = on_newer_epoch
+        self.on_damage = on_damage
         self.secret = secret
         self.clock = clock
         self.session = session
@@ -75,6 +80,16 @@ class Streams:
         for name in self._followers_of.get((rep.topic, rep.index), ()):
             link = self.links.get(name)
             if link is not None:
+                link.wake.set()
+
+    def resync(self, rep: Replica) -> None:
+        """Send every follower of ``rep`` a sync again (its voter set changed)."""
+        now = self.clock.monotonic()
+        for name in self._followers_of.get((rep.topic, rep.index), ()):
+            link = self.links.get(name)
+            cur = link.cursors.get((rep.topic, rep.index)) if link is not None else None
+            if cur is not None:
+                cur.reset(now)
                 link.wake.set()
 
     def reprobe(self) -> None:
@@ -191,11 +206,13 @@ class FollowerLink:
                     if cur.wants_probe(now):
                         cur.probed(now)
                         cur.hw_sent = rep.hw
-                        await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
+                        await ws.send_bytes(protocol.encode(steps.sync_frame(rep)))
                     if cur.parked is None:
                         retry_at = cur.probe_at if retry_at is None else min(retry_at, cur.probe_at)
                     continue
                 await self._send_batches(ws, rep, cur)
+                if cur.next is None and cur.parked is None:
+                    retry_at = cur.probe_at if retry_at is None else min(retry_at, cur.probe_at)
                 if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
                     cur.hw_sent = rep.hw
                     await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
@@ -210,17 +227,21 @@ class FollowerLink:
             try:
                 data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX)
             except OffsetOutOfRange:
-                cur.parked = f"the follower needs offset {prev}, below the leader's log start: needs repair"
-                log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
+                log.warning("%s/%d to %s: offset %d is below the log start; syncing again", rep.topic, rep.index,
+                            self.follower, prev)
+                cur.reset(self.streams.clock.monotonic() + limits.REPLICATION_PROBE_RETRY_MS / 1000)
                 return
             except StorageError as exc:
                 log.error("%s/%d to %s: reading the log failed: %s", rep.topic, rep.index, self.follower, exc)
+                self.streams.on_damage(rep, prev)
+                cur.reset(self.streams.clock.monotonic() + limits.REPLICATION_PROBE_RETRY_MS / 1000)
                 return
             end = prev
             for h, _ in batchfmt.scan(data, verify=False):
                 if end == prev and h.base_offset != prev:
-                    cur.parked = f"the follower's end {prev} is not a batch boundary here: needs repair"
-                    log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
+                    log.warning("%s/%d to %s: the follower's end %d is not a batch boundary here; syncing again",
+                                rep.topic, rep.index, self.follower, prev)
+                    cur.reset(self.streams.clock.monotonic() + limits.REPLICATION_PROBE_RETRY_MS / 1000)
                     return
                 end = h.next_offset
             hw = rep.hw
@@ -247,19 +268,16 @@ class FollowerLink:
             cur, rep = self.cursors.get(key), self.streams.replica(*key)
             if cur is None or rep is None or not rep.is_leader:
                 continue
-            if isinstance(frame, protocol.Ack):
-                if frame.epoch == rep.epoch:
-                    cur.on_ack(frame.end_offset, rep.log.end_offset)
-                    rep.set_follower_end(self.follower, frame.end_offset)
+            was = cur.parked
+            newer = steps.on_answer(rep, cur, self.follower, frame, self.streams.clock.monotonic())
+            if newer is not None:
+                log.warning("%s/%d: follower %s is in epoch %d, past ours (%d)", rep.topic, rep.index,
+                            self.follower, newer, rep.epoch)
+                self.streams.on_newer_epoch(rep, newer)
+            elif cur.parked and not was:
+                log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
             elif isinstance(frame, protocol.Reject):
-                was = cur.parked
-                cur.on_reject(frame.end_offset, frame.reason, rep.log.end_offset, self.streams.clock.monotonic())
-                if cur.parked and not was:
-                    log.warning("%s/%d to %s: %s", rep.topic, rep.index, self.follower, cur.parked)
-                else:
-                    log.debug("%s/%d to %s: rejected (%s) at %d", rep.topic, rep.index, self.follower,
-                              frame.reason, frame.end_offset)
-            else:
-                raise BadRequest(f"{self.follower} sent a leader's frame")
+                log.debug("%s/%d to %s: rejected (%s) at %d", rep.topic, rep.index, self.follower,
+                          frame.reason, frame.end_offset)
             self.wake.set()
         raise aiohttp.ClientError("the follower closed the link")

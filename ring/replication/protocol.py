@@ -3,29 +3,36 @@
 Everything a leader or follower decides lives here, with no I/O, clock or
 asyncio: how many acknowledgements a consistency level needs, whether enough
 replicas are alive to try, the high watermark (the majority-th largest
-durable end over the replica set), which replica leads, whether a follower
-accepts an append frame, and the leader's per-(follower, partition) send
-cursor (``SendCursor``). The drivers (``leader.py``, ``follower.py``) only
-move bytes and call these.
+durable end over the voter set, counted only once the leader's own epoch is
+on a majority), whether a follower accepts a frame, and the leader's
+per-(follower, partition) send cursor (``SendCursor``). The drivers
+(``leader.py``, ``follower.py``) only move bytes and call these; who leads is
+decided by elections (``election.py``).
 
 Frames travel as msgpack arrays on one websocket per (leader, follower) pair::
 
-    leader -> follower  ["append", topic, partition, epoch, prev_end, hw, data]
+    leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters]
+                        ["append", topic, partition, epoch, prev_end, hw, data]
                         ["hw", topic, partition, epoch, hw]
     follower -> leader  ["ack", topic, partition, epoch, end_offset]
                         ["reject", topic, partition, epoch, end_offset, reason]
 
-A follower answers every frame exactly once, in the order received: an
-append with an ack of its durable end once the batches are durable by its
-fsync policy (or a reject), an hw frame with an ack of its durable end (the
-leader's first hw frame for a partition is the probe that tells it where the
-follower's log ends). ``prev_end`` is the offset the frame's first batch
-starts at: the follower accepts only a frame that continues its log exactly,
-from a leader epoch no older than its own.
+A follower answers every frame exactly once, in the order received. A
+leader's first frame for a partition on a link is a sync: it names the
+leader's epoch, where that epoch began in its log, its log's bounds, its
+leader-epoch history (packed) and the partition's voter set. The follower
+adopts the epoch and the sender as its leader (refusing an older epoch),
+cuts its log where it diverges from the leader's (``ring.repair``), and
+acks its durable end, where the leader's cursor then starts. An append is
+accepted only from the leader the follower synced with, in that epoch,
+continuing its log exactly (``prev_end``); an ack names the follower's
+durable end once the batches are durable by its fsync policy. A stale epoch
+is refused before anything else, so a deposed leader learns it at once.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -110,17 +117,38 @@ def replicas_reaching(ends: Iterable[int], offset: int) -> int:
     return sum(1 for e in ends if e >= offset)
 
 
-def choose_leader(replicas: Sequence[str]) -> str:
-    """The leader of a partition: its natural leader, the first of the preference list.
+def leader_high_watermark(ends: Sequence[int], voters: int, epoch_start: int, current: int) -> int:
+    """The leader's high watermark: ``high_watermark`` over the voters, but only once it reaches
+    ``epoch_start`` (where this leader's epoch began in its log).
 
-    The one place leadership is decided; failover (electing the next live
-    replica under a new epoch) replaces this.
+    Offsets a previous leader wrote are committed by this leader only
+    together with its own epoch's start (Raft's current-term rule): a
+    majority holding an older epoch's batch is not enough, since a replica
+    with a newer last epoch could still be elected without it.
     """
-    assert replicas, "a partition without replicas has no leader"
-    return replicas[0]
+    hw = high_watermark(ends, voters)
+    return hw if hw >= epoch_start else current
 
 
 # -- frames ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sync:
+    topic: str
+    partition: int
+    epoch: int
+    hw: int
+    epoch_start: int  # where the leader's epoch begins in its log
+    log_start: int
+    log_end: int
+    history: tuple[tuple[int, int], ...]  # the leader's (epoch, first offset), oldest first
+    voters: tuple[str, ...]
+
+    def to_wire(self) -> list[Any]:
+        packed = b"".join(_HISTORY_ENTRY.pack(e, o) for e, o in self.history)
+        return ["sync", self.topic, self.partition, self.epoch, self.hw, self.epoch_start, self.log_start,
+                self.log_end, packed, "\n".join(self.voters)]
 
 
 @dataclass(frozen=True)
@@ -170,8 +198,10 @@ class Reject:
         return ["reject", self.topic, self.partition, self.epoch, self.end_offset, self.reason]
 
 
-Frame = Union[Append, Hw, Ack, Reject]
-_ARITY = {"append": 7, "hw": 5, "ack": 5, "reject": 6}
+Frame = Union[Sync, Append, Hw, Ack, Reject]
+_ARITY = {"sync": 10, "append": 7, "hw": 5, "ack": 5, "reject": 6}
+_HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
+_VOTERS_BYTES_MAX = 64 * 1024
 _INT64_MAX = 2**63 - 1
 # Partitions and leader epochs are int32 where they are stored (topic configs, batch headers):
 # a frame must not make a replica adopt an epoch it could never stamp on a batch.
@@ -191,16 +221,18 @@ def _int(v: Any, what: str, lo: int = 0, hi: int = _INT64_MAX) -> int:
 def decode(raw: bytes, max_bytes: int) -> Frame:
     """Parse one frame; BadRequest on anything malformed."""
     try:
-        w = msgpack.unpackb(raw, raw=False, max_bin_len=max_bytes, max_str_len=4096, max_array_len=8,
-                            max_map_len=0, max_ext_len=0)
+        w = msgpack.unpackb(raw, raw=False, max_bin_len=max_bytes, max_str_len=_VOTERS_BYTES_MAX,
+                            max_array_len=10, max_map_len=0, max_ext_len=0)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadRequest(f"malformed replication frame: {exc}") from None
     if type(w) is not list or not w or type(w[0]) is not str or _ARITY.get(w[0]) != len(w):
-        raise BadRequest("malformed replication frame: not an append, hw, ack or reject array")
+        raise BadRequest("malformed replication frame: not a sync, append, hw, ack or reject array")
     kind, topic = w[0], w[1]
     if type(topic) is not str or not topic:
         raise BadRequest("malformed replication frame: topic must be a non-empty string")
     partition, epoch = _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX)
+    if kind == "sync":
+        return _sync(topic, partition, epoch, w)
     if kind == "append":
         if type(w[6]) is not bytes:
             raise BadRequest("malformed replication frame: data must be bytes")
@@ -214,22 +246,55 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
     return Reject(topic, partition, epoch, _int(w[4], "end_offset", -1), w[5])
 
 
+def _sync(topic: str, partition: int, epoch: int, w: list[Any]) -> Sync:
+    hw, epoch_start, log_start, log_end = (_int(w[i], n) for i, n in
+                                           ((4, "hw"), (5, "epoch_start"), (6, "log_start"), (7, "log_end")))
+    if type(w[8]) is not bytes or len(w[8]) % _HISTORY_ENTRY.size:
+        raise BadRequest("malformed replication frame: history must be packed (epoch, offset) pairs")
+    history = tuple(_HISTORY_ENTRY.iter_unpack(w[8]))
+    if any(e < 0 or o < 0 for e, o in history) or any(
+            a[0] >= b[0] or a[1] >= b[1] for a, b in zip(history, history[1:])):
+        raise BadRequest("malformed replication frame: history must grow strictly in epoch and offset")
+    if type(w[9]) is not str or len(w[9]) > _VOTERS_BYTES_MAX:
+        raise BadRequest("malformed replication frame: voters must be a string")
+    voters = tuple(v for v in w[9].split("\n") if v)
+    if not voters or len(set(voters)) != len(voters):
+        raise BadRequest("malformed replication frame: voters must name distinct brokers")
+    if not log_start <= log_end or hw > log_end or epoch_start > log_end:
+        raise BadRequest("malformed replication frame: sync offsets out of order")
+    return Sync(topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters)
+
+
 # -- the follower's rule ---------------------------------------------------
 
 
-def judge_append(my_epoch: int, my_end: int, leader_is_sender: bool, frame_epoch: int,
+def judge_sync(my_epoch: int, my_leader: str | None, sender: str, frame_epoch: int) -> str | None:
+    """Why a follower refuses a sync, or None to follow ``sender`` in ``frame_epoch``.
+
+    An epoch has one leader: in its own epoch a follower takes a sync only
+    from the leader it already follows, or from anyone when it knows no
+    leader of that epoch yet (it voted, or heard of the epoch, but not who won).
+    """
+    if frame_epoch < my_epoch:
+        return STALE_EPOCH
+    if frame_epoch == my_epoch and my_leader not in (None, sender):
+        return NOT_FOLLOWER
+    return None
+
+
+def judge_append(my_epoch: int, my_end: int, following: bool, frame_epoch: int,
                  prev_end: int) -> str | None:
     """Why a follower refuses an append frame, or None to accept it.
 
-    ``leader_is_sender``: the follower's own placement names the sender as
-    the partition's leader (and not itself). The order matters: a stale epoch
-    is refused before the offsets are looked at, so a deposed leader learns
-    it is deposed rather than being asked to resend.
+    ``following``: the follower synced with the sender in ``frame_epoch``.
+    The order matters: a stale epoch is refused before anything else, so a
+    deposed leader learns it is deposed (and steps down) rather than being
+    asked to probe or resend.
     """
-    if not leader_is_sender:
-        return NOT_FOLLOWER
     if frame_epoch < my_epoch:
         return STALE_EPOCH
+    if not following:
+        return NOT_FOLLOWER
     if prev_end > my_end:
         return GAP
     if prev_end < my_end:

@@ -1,12 +1,20 @@
-"""One partition replica held by this broker: its log and the state replication keeps beside it.
+"""One partition replica held by this broker: its log and the state replication and elections keep beside it.
 
-A ``Replica`` knows its preference list (``replicas``), its leader and epoch,
-its own durable end (what the fsync policy has made safe), and the high
-watermark (``hw``): what consumers may see. On the leader the high watermark
-is ``protocol.high_watermark`` over its own durable end and the ends its
-followers acknowledged; on a follower it is the leader's high watermark as
-last told, capped at its own log end. A replica alone (a single broker) is
-its own majority: its high watermark is its durable end.
+A ``Replica`` knows its preference list (``replicas``, from placement), its
+voter set (``voters``: the replicas that count for quorum, the high watermark
+and elections; a new replica joins it once filled), its ballot (``epoch``,
+``voted_for``), its leader (None while it knows of none), its own durable end
+(what the fsync policy has made safe), and the high watermark (``hw``): what
+consumers may see. On the leader the high watermark is
+``protocol.leader_high_watermark`` over its own durable end and the ends its
+followers acknowledged in its epoch; on a follower it is the leader's high
+watermark as last told, capped at its own log end. A replica alone (a single
+broker) is its own majority: its high watermark is its durable end.
+
+A follower is ``aligned`` once it has taken its leader's sync in the current
+epoch (its log cut back to where it agrees with the leader's); it accepts
+appends only then. ``caught_up`` is False after an unclean shutdown until the
+replica has reached a leader's log end: such a replica is not elected before.
 
 The broker's event loop is the only caller. Long-polls wait on ``waiter``
 (resolved when hw moves); produces wait on ``wait_replicas`` until enough
@@ -21,12 +29,14 @@ from typing import Callable
 
 from ring.log.partition import PartitionLog
 from ring.replication import protocol
+from ring.replication.election import Ballot, LogKey
 
 
 class Replica:
-    __slots__ = ("topic", "index", "log", "self_name", "replicas", "leader", "epoch", "durable", "hw",
-                 "follower_ends", "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed",
-                 "_ack_waiters", "on_hw")
+    __slots__ = ("topic", "index", "log", "self_name", "replicas", "voters", "leader", "epoch", "voted_for",
+                 "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
+                 "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "on_hw",
+                 "frozen", "damaged_at")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -34,9 +44,16 @@ class Replica:
         self.index = index
         self.log = plog
         self.self_name = self_name
-        self.replicas: list[str] = [self_name]
-        self.leader = self_name
+        self.replicas: list[str] = list(replicas or [self_name])
+        self.voters: list[str] = list(self.replicas)
+        # Alone, a replica leads from the start; a clustered broker clears this and elects.
+        self.leader: str | None = self_name
         self.epoch = epoch
+        self.voted_for: str | None = None
+        self.epoch_start = 0  # leader: where its epoch began in its log; follower: the leader's, from its sync
+        self.aligned = True
+        self.caught_up = True
+        self.catch_up_to: int | None = None  # a leader's log end this replica must reach to count as caught up
         # What survived to this open counts as durable: it was read back from disk.
         self.durable: int = plog.end_offset
         self.hw: int = plog.end_offset if hw is None else min(hw, plog.end_offset)
@@ -49,16 +66,24 @@ class Replica:
         self.failed: str | None = None  # an fsync failed: what was acknowledged may be gone
         self._ack_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self.on_hw: Callable[[Replica], None] | None = None  # told when hw moves (leaders tell followers)
-        self.set_placement(replicas or [self_name])
+        self.frozen = False  # a leader handing its partition over takes no new appends
+        self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
 
-    # --- placement ------------------------------------------------------------------
+    # --- placement and leadership -----------------------------------------------------
 
     def set_placement(self, replicas: list[str]) -> None:
-        assert self.self_name in replicas, (self.self_name, replicas)
         self.replicas = list(replicas)
-        self.leader = protocol.choose_leader(self.replicas)
-        self.follower_ends = {r: e for r, e in self.follower_ends.items() if r in self.replicas}
         self.refresh()
+
+    def set_voters(self, voters: list[str]) -> None:
+        assert voters, "a partition needs voters"
+        self.voters = list(voters)
+        self.follower_ends = {r: e for r, e in self.follower_ends.items() if r in self.members()}
+        self.refresh()
+
+    def members(self) -> list[str]:
+        """Every broker that holds this partition or should: placed replicas, then voters not placed."""
+        return self.replicas + [v for v in self.voters if v not in self.replicas]
 
     @property
     def is_leader(self) -> bool:
@@ -66,23 +91,58 @@ class Replica:
 
     @property
     def rf(self) -> int:
-        return len(self.replicas)
+        return len(self.voters)
+
+    @property
+    def ballot(self) -> Ballot:
+        return Ballot(self.epoch, self.voted_for)
+
+    @property
+    def key(self) -> LogKey:
+        """(last epoch, log end): what elections compare."""
+        return (self.log.latest_epoch, self.log.end_offset)
+
+    def lead(self) -> None:
+        """This replica won the election for ``epoch`` (its log has begun that epoch)."""
+        self.leader = self.self_name
+        self.epoch_start = self.log.end_offset
+        self.follower_ends = {}
+        self.aligned = True
+        self.frozen = False
+        self.refresh()
+
+    def unlead(self, leader: str | None, exc: BaseException) -> None:
+        """Stop leading or following; produces still waiting for acknowledgements get ``exc``."""
+        self.leader = leader
+        self.aligned = False
+        self.frozen = False
+        self.follower_ends = {}
+        self.fail_waiters(exc)
+
+    def truncated(self) -> None:
+        """The log was cut (repair): nothing past its new end is durable or visible here."""
+        end = self.log.end_offset
+        self.durable = min(self.durable, end)
+        if self.hw > end:
+            self.hw = end
+        if self.catch_up_to is not None:
+            self.caught_up = False
 
     def replica_ends(self) -> dict[str, int | None]:
-        """Each replica's durable end as known here (None: not known)."""
+        """Each member's durable end as known here (None: not known)."""
         if not self.is_leader:
-            return {r: (self.durable if r == self.self_name else None) for r in self.replicas}
-        return {r: (self.durable if r == self.self_name else self.follower_ends.get(r)) for r in self.replicas}
+            return {r: (self.durable if r == self.self_name else None) for r in self.members()}
+        return {r: (self.durable if r == self.self_name else self.follower_ends.get(r)) for r in self.members()}
 
     # --- progress -------------------------------------------------------------------
 
     def set_durable(self, end: int) -> None:
         if end > self.durable:
-            self.durable = end
+            self.durable = min(end, self.log.end_offset)
             self.refresh()
 
     def set_follower_end(self, name: str, end: int) -> None:
-        if name in self.replicas and name != self.self_name and end > self.follower_ends.get(name, -1):
+        if name in self.members() and name != self.self_name and end > self.follower_ends.get(name, -1):
             self.follower_ends[name] = end
             self.refresh()
 
@@ -92,11 +152,11 @@ class Replica:
             self.refresh()
 
     def _ends(self) -> list[int]:
-        return [self.durable] + [self.follower_ends.get(r, 0) for r in self.replicas if r != self.self_name]
+        return [self.durable] + [self.follower_ends.get(r, 0) for r in self.voters if r != self.self_name]
 
     def refresh(self) -> None:
         if self.is_leader:
-            hw = protocol.high_watermark(self._ends(), self.rf)
+            hw = protocol.leader_high_watermark(self._ends(), max(1, len(self.voters)), self.epoch_start, self.hw)
         else:
             hw = self.leader_hw
         self.advance(min(hw, self.log.end_offset))
@@ -119,7 +179,7 @@ class Replica:
     # --- waiting for acknowledgements ------------------------------------------------
 
     def wait_replicas(self, end: int, needed: int) -> asyncio.Future[None]:
-        """A future resolved once ``needed`` replicas (this one included) durably hold offsets below ``end``."""
+        """A future resolved once ``needed`` voters (this one included) durably hold offsets below ``end``."""
         fut = asyncio.get_running_loop().create_future()
         if protocol.replicas_reaching(self._ends(), end) >= needed:
             fut.set_result(None)

@@ -1,0 +1,228 @@
+"""Where a clustered broker's produces and reads go: to the leader, to a replica, or here.
+
+``Routing`` is the part of ``ClusterBroker`` that overrides the single
+broker's produce and read paths. A produce for a partition goes to its
+leader as this broker knows it (``Leadership.leader_of``): appended here when
+this broker leads, else forwarded to the leader's peer port. While no leader
+is known (an election is running) or a forward comes back ``not_leader``
+(leadership just moved; nothing was written), it waits for leadership to
+change and tries again, for up to ``LEADER_WAIT_MS`` in all; a partition
+that cannot elect (fewer than a majority of its voters alive) is refused at
+once. The leader appends only while it leads and is not handing the
+partition over, and answers once the consistency level's number of voters
+hold the batches; if it loses the lead meanwhile the answer is 504 (outcome
+unknown). Reads are served from this broker's replica up to its high
+watermark; a partition held elsewhere, or whose copy here failed a check
+(it is being repaired), is read from a live replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from ring import limits
+from ring.broker import Broker, FetchResult, ProduceResult
+from ring.catalog import TopicConfig, validate_topic_name
+from ring.cluster.peers import Relayed
+from ring.errors import RequestTimeout, StorageError, Unavailable, UnknownPartition
+from ring.replication import election, protocol
+from ring.replication.replica import Replica
+
+
+class NotLeader(Unavailable):
+    """This broker does not lead the partition (now): nothing was written; ``leader`` hints where to go."""
+
+    code = "not_leader"
+
+
+class Routing(Broker):
+    # Provided by ClusterBroker.
+    membership: Any
+    peers: Any
+    leadership: Any
+    rng: Any
+    name: str
+
+    def replica(self, topic: str, partition: int) -> Replica | None:
+        return self._parts.get(topic, {}).get(partition)
+
+    def _check_joined(self) -> None:
+        self._check_open()
+        if self.membership is None or not self.membership.joined:
+            raise Unavailable(f"{self.name} is still joining the cluster; retry")
+
+    # --- produce -------------------------------------------------------------------------
+
+    async def _topic_for_produce(self, topic: str) -> TopicConfig:
+        self._check_joined()
+        return await super()._topic_for_produce(topic)
+
+    def _unkeyed_partition(self, cfg: TopicConfig) -> int:
+        led = sorted(p for p, r in self._parts.get(cfg.name, {}).items() if r.is_leader and not r.frozen)
+        n = next(self._round_robin.setdefault(cfg.name, itertools.count()))
+        return led[n % len(led)] if led else n % cfg.partitions
+
+    def _status_of(self, name: str) -> str:
+        return "up" if name == self.name else self.membership.status(name)
+
+    def _voters(self, cfg: TopicConfig, p: int) -> list[str]:
+        rep = self.replica(cfg.name, p)
+        return rep.voters if rep is not None else self._replicas(cfg, p)
+
+    async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                 level: str) -> ProduceResult:
+        deadline = self.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
+        hint: str | None = None
+        while True:
+            leader = hint or self.leadership.leader_of(cfg.name, p)
+            hint = None
+            try:
+                if leader == self.name:
+                    return await self.produce_as_leader(cfg.name, p, batches, level)
+                if leader is not None and self.membership.alive(leader):
+                    url = self.membership.peer_url(leader)
+                    assert url is not None
+                    doc = await self.peers.forward_produce(leader, url, cfg.name, p, level, batches)
+                    return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
+                voters = self._voters(cfg, p)
+                alive = protocol.count_alive(voters, self._status_of)
+                if alive < election.majority(len(voters)):
+                    protocol.check_alive(cfg.name, p, alive, len(voters), "quorum")  # raises: no election can win
+                why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
+            except (NotLeader, Relayed) as exc:
+                if isinstance(exc, Relayed) and exc.code != NotLeader.code:
+                    raise
+                hint = exc.extra.get("leader") if isinstance(exc.extra.get("leader"), str) else None
+                hint = hint if hint != leader else None
+                why = exc.message
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                raise Unavailable(f"{why} (an election may be running); retry", topic=cfg.name, partition=p,
+                                  leader=leader)
+            if hint is None:
+                await self.leadership.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
+        """Append as the leader once enough voters are alive; answer once enough hold the batches."""
+        self._check_joined()
+        rep = self.replica(topic, p)
+        deadline = self.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
+        while rep is not None and rep.is_leader and rep.frozen and self.clock.monotonic() < deadline:
+            await self.leadership.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
+        self._check_leading(rep, topic, p)
+        assert rep is not None
+        needed = protocol.check_alive(topic, p, protocol.count_alive(rep.voters, self._status_of), rep.rf, level)
+        result = await self._append(rep, batches)
+        end = result.base_offset + result.count
+        try:
+            await asyncio.wait_for(asyncio.shield(rep.wait_replicas(end, needed)),
+                                   limits.REPLICATION_ACK_TIMEOUT_MS / 1000)
+        except TimeoutError:
+            have = protocol.replicas_reaching(
+                [e if e is not None else 0 for r, e in rep.replica_ends().items() if r in rep.voters], end)
+            raise RequestTimeout(
+                f"{topic}/{p}: {have} of {needed} replicas acknowledged offsets {result.base_offset}-{end - 1} "
+                f"within {limits.REPLICATION_ACK_TIMEOUT_MS} ms (consistency={level}); the outcome is unknown",
+                topic=topic, partition=p, acknowledged=have, needed=needed) from None
+        return result
+
+    def _check_leading(self, rep: Replica | None, topic: str, p: int) -> None:
+        if rep is None or not rep.is_leader or rep.frozen or rep.deleted:
+            hint = self.leadership.leader_of(topic, p)
+            raise NotLeader(f"{self.name} does not lead {topic}/{p} now (leader: {hint}); retry",
+                            topic=topic, partition=p, leader=hint if hint != self.name else None)
+
+    async def wait_writable(self, part: Replica) -> None:
+        """The leader's append path: writable, and still leading once it is (no await after this)."""
+        await super().wait_writable(part)
+        self._check_leading(part, part.topic, part.index)
+
+    async def wait_idle(self, part: Replica) -> None:
+        """The follower's path: no fsync runs on the log, and it may be written."""
+        await Broker.wait_writable(self, part)
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def _remote_partition(self, topic: str, partition: int) -> list[str] | None:
+        """None when this broker serves the partition; else the client URLs of live replicas to ask."""
+        self._check_joined()
+        cfg = self.catalog.get(validate_topic_name(topic))
+        if not 0 <= partition < cfg.partitions:
+            raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
+                                   topic=topic, partition=partition)
+        rep = self.replica(topic, partition)
+        if rep is not None and rep.damaged_at is None:
+            return None
+        return self._replica_urls(cfg, partition, topic)
+
+    def _replica_urls(self, cfg: TopicConfig, partition: int, topic: str) -> list[str]:
+        names = list(dict.fromkeys(self._replicas(cfg, partition) + self._voters(cfg, partition)))
+        urls = [self.membership.client_url(r) for r in names if r != self.name and self.membership.alive(r)]
+        urls = [u for u in urls if u]
+        if not urls:
+            raise Unavailable(f"no other replica of {topic}/{partition} is alive ({', '.join(names)})",
+                              topic=topic, partition=partition)
+        return urls
+
+    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> FetchResult:
+        remote = self._remote_partition(topic, partition)
+        if remote is None:
+            try:
+                return await super().fetch(topic, partition, offset, max_bytes, wait_ms)
+            except StorageError as exc:
+                rep = self.replica(topic, partition)
+                if rep is not None:
+                    self.damaged(rep, exc.extra.get("offset", offset or 0))
+                remote = self._replica_urls(self.catalog.get(topic), partition, topic)
+        data, hw = await self.peers.fetch(self.rng.choice(remote), topic, partition, offset, max_bytes, wait_ms)
+        return FetchResult(topic, partition, offset or 0, data, hw, -1)
+
+    def damaged(self, rep: Replica, offset: int) -> None:
+        """A stored batch of ``rep`` failed its check: never serve it, repair it (ClusterBroker)."""
+
+    def _partition(self, topic: str, partition: int) -> Replica:
+        rep = self.replica(topic, partition)
+        if rep is None:
+            super()._partition(topic, partition)  # UnknownTopic / UnknownPartition first
+            raise Unavailable(f"{self.name} holds no replica of {topic}/{partition}; ask one that does",
+                              topic=topic, partition=partition)
+        return rep
+
+    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        remote = self._remote_partition(topic, partition)
+        if remote is None:
+            return super().offset_for_timestamp(topic, partition, timestamp)
+        return await self.peers.json("GET", self.rng.choice(remote),
+                                     f"/v1/topics/{topic}/partitions/{partition}/offsets", {"timestamp": timestamp})
+
+    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
+        """On the leader's log; followers keep their records below it until their own retention."""
+        self._check_joined()
+        self.catalog.get(validate_topic_name(topic))
+        leader = self.leadership.leader_of(topic, partition)
+        if leader == self.name:
+            return await super().truncate(topic, partition, before_offset)
+        url = self.membership.client_url(leader) if leader is not None else None
+        if url is None or not self.membership.alive(leader):
+            raise Unavailable(f"the leader ({leader}) of {topic}/{partition} is not reachable; retry",
+                              topic=topic, partition=partition)
+        return await self.peers.json("POST", url, f"/v1/topics/{topic}/partitions/{partition}/truncate",
+                                     body={"before_offset": before_offset})
+
+    def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
+        """This broker's own stored batches of a partition up to its log end (not the high
+        watermark), for comparing replicas: (data, start offset, end offset)."""
+        rep = self.replica(validate_topic_name(topic), partition)
+        if rep is None:
+            raise UnknownPartition(f"{self.name} holds no replica of {topic}/{partition}",
+                                   topic=topic, partition=partition)
+        start = rep.log.start_offset if offset is None else offset
+        if start >= rep.log.end_offset:
+            return b"", rep.log.start_offset, rep.log.end_offset
+        return bytes(rep.log.read(start, max_bytes)), rep.log.start_offset, rep.log.end_offset
+
+    def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:
+        raise NotImplementedError  # ClusterBroker: the preference list

@@ -1,0 +1,190 @@
+"""Repair on a broker: anti-entropy rounds, and refetching a replica's damaged range from its leader.
+
+Every ``repair_interval_s`` (``ring serve --repair-interval-s``) each follower
+replica asks its leader for the checksums of its committed ranges (``GET
+/peer/v1/checksums/{topic}/{partition}``, cut at the leader's segment
+boundaries, below both high watermarks) and checksums the same ranges of its
+own log; ``entropy.plan`` says who is damaged. A leader checksums its own
+committed ranges in the same round, so damage on a leader is found even when
+no follower asks.
+
+Damage found there, or by a read that hit a batch failing its check (a
+client fetch, or the leader's own replication sender), marks the replica
+``damaged_at``: from then on its reads are served by another replica, never
+from here. A damaged leader hands its partition to a caught-up voter first
+(``Leadership``). A follower cuts its log at the start of the damaged
+segment and asks its leader to sync it again (``POST /peer/v1/resync``), so
+replication refetches everything from there; once its log is back at the
+end it had, the mark is cleared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+
+from ring import limits
+from ring.errors import StorageError
+from ring.repair import entropy
+from ring.replication.replica import Replica
+
+if TYPE_CHECKING:
+    from ring.cluster.node import ClusterBroker
+
+log = logging.getLogger("ring.repair")
+
+H_SECRET = "Ring-Cluster-Secret"
+H_BROKER = "Ring-Broker"
+Key = tuple[str, int]
+# How often a replica being repaired is looked at (cut it, ask for a sync, see it refilled).
+REPAIR_POLL_S = 0.2
+
+
+class Repair:
+    def __init__(self, node: ClusterBroker) -> None:
+        self.node = node
+        self._loop_task: asyncio.Task[None] | None = None
+        self._fixing: dict[Key, asyncio.Task[None]] = {}
+        self.rounds = 0
+        self.repaired = 0
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name="anti-entropy")
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._loop_task, *self._fixing.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def describe(self) -> list[str]:
+        return sorted(f"{t}/{p}" for t, p in self._fixing)
+
+    # --- damage ------------------------------------------------------------------------------
+
+    def damaged(self, rep: Replica, offset: int) -> None:
+        """``rep`` holds a damaged batch at ``offset``: stop serving it from here and repair it."""
+        key = (rep.topic, rep.index)
+        if rep.damaged_at is None or offset < rep.damaged_at:
+            rep.damaged_at = offset
+        if key not in self._fixing and not self.node._closing:
+            log.error("%s/%d on %s: stored data damaged near offset %d; repairing from another replica",
+                      rep.topic, rep.index, self.node.name, offset)
+            task = asyncio.create_task(self._fix(rep), name=f"repair {rep.topic}/{rep.index}")
+            self._fixing[key] = task
+            task.add_done_callback(lambda t: self._fixing.pop(key, None) if self._fixing.get(key) is t else None)
+
+    async def _fix(self, rep: Replica) -> None:
+        target = rep.log.end_offset
+        while not rep.deleted and rep.is_leader:  # a leader hands over first (Leadership does)
+            await asyncio.sleep(REPAIR_POLL_S)
+        if rep.deleted or rep.damaged_at is None:
+            return
+        await self.node.commits.idle(rep)
+        bases = [b for b in rep.log.segment_bases() if b <= rep.damaged_at]
+        for base in reversed(bases or [rep.log.start_offset]):
+            try:
+                rep.log.truncate_after(base)
+                break
+            except StorageError as exc:
+                log.warning("%s/%d: cutting at %d failed (%s); trying an earlier segment", rep.topic, rep.index,
+                            base, exc.message)
+        else:
+            log.error("%s/%d: no segment could be cut; reads stay with other replicas", rep.topic, rep.index)
+            return
+        rep.truncated()
+        log.warning("%s/%d: cut at %d to refetch from the leader (had up to %d)", rep.topic, rep.index,
+                    rep.log.end_offset, target)
+        while not rep.deleted and rep.log.end_offset < target:
+            if rep.leader is not None and not rep.is_leader:
+                await self._ask_resync(rep)
+            for _ in range(10):
+                if rep.deleted or rep.log.end_offset >= target:
+                    break
+                await asyncio.sleep(REPAIR_POLL_S)
+        if not rep.deleted:
+            rep.damaged_at = None
+            self.repaired += 1
+            log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.node.name, rep.log.end_offset)
+
+    async def _ask_resync(self, rep: Replica) -> None:
+        await self._peer("POST", rep.leader, "/peer/v1/resync",
+                         {"topic": rep.topic, "partition": str(rep.index)})
+
+    # --- anti-entropy rounds -------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        interval = self.node.config.repair_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            for rep in list(self.node.replicas()):
+                if rep.deleted or rep.damaged_at is not None or self.node._closing:
+                    continue
+                try:
+                    await self.check(rep)
+                except Exception:  # a bug: say so, and keep checking the others
+                    log.exception("anti-entropy of %s/%d failed", rep.topic, rep.index)
+            self.rounds += 1
+
+    async def sums(self, rep: Replica, upto: int) -> list[entropy.RangeSum]:
+        """Checksums of this replica's committed ranges below ``upto``, cut at its segments."""
+        end = min(upto, rep.hw, rep.log.end_offset)
+        spans = entropy.leader_ranges(rep.log.segment_bases(), rep.log.start_offset, end, limits.REPAIR_RANGES_MAX)
+        return await self._sums(rep, spans)
+
+    async def _sums(self, rep: Replica, spans: list[tuple[int, int]]) -> list[entropy.RangeSum]:
+        out = []
+        for base, end in spans:
+            if rep.deleted or not (rep.log.start_offset <= base and end <= rep.log.end_offset):
+                continue
+            out.append(entropy.range_sum(rep.log.read, base, end, limits.REPAIR_CHUNK_BYTES))
+            await asyncio.sleep(0)  # one range at a time: requests go on meanwhile
+        return out
+
+    async def check(self, rep: Replica) -> entropy.Plan | None:
+        """One comparison: a leader checks its own copy; a follower compares with its leader's."""
+        if rep.is_leader:
+            mine = await self.sums(rep, rep.hw)
+            bad = next((r.base for r in mine if r.digest is None), None)
+            if bad is not None:
+                self.damaged(rep, bad)
+            return None
+        if rep.leader is None or not rep.aligned:
+            return None
+        raw = await self._peer("GET", rep.leader, f"/peer/v1/checksums/{rep.topic}/{rep.index}",
+                               {"upto": str(rep.hw)})
+        if raw is None:
+            return None
+        try:
+            theirs = entropy.sums_from_wire(orjson.loads(raw), limits.REPAIR_RANGES_MAX)
+        except ValueError as exc:
+            log.warning("%s/%d: malformed checksums from %s: %s", rep.topic, rep.index, rep.leader, exc)
+            return None
+        mine = await self._sums(rep, [(r.base, r.end) for r in theirs])
+        plan = entropy.plan(theirs, mine)
+        if plan.truncate_at is not None:
+            log.error("%s/%d: range from %d differs from leader %s's copy", rep.topic, rep.index,
+                      plan.truncate_at, rep.leader)
+            self.damaged(rep, plan.truncate_at)
+        return plan
+
+    async def _peer(self, method: str, name: str | None, path: str, params: dict[str, str]) -> bytes | None:
+        ms, session = self.node.membership, self.node.session
+        url = ms.peer_url(name) if ms is not None and name is not None else None
+        if url is None or session is None:
+            return None
+        headers = {H_SECRET: self.node.config.cluster_secret or "", H_BROKER: self.node.name}
+        try:
+            async with session.request(method, url + path, params=params, headers=headers) as resp:
+                body = await resp.read()
+                return body if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.debug("%s %s: %r", name, path, exc)
+            return None
+
+    def to_wire(self, sums: list[entropy.RangeSum]) -> list[Any]:
+        return [r.to_wire() for r in sums]

@@ -1,0 +1,234 @@
+"""What a replica does with each replication or election message, as synchronous steps on a ``Replica``.
+
+The decisions are the pure functions of ``protocol``, ``election`` and
+``ring.repair.divergence``; these steps apply them to a replica and its log
+(truncating, appending, persisting the ballot) in the order safety needs:
+the ballot is saved before any answer that depends on it, and a follower
+cuts its log back to where it agrees with its leader before it acknowledges
+anything in the leader's epoch. They never await: the async drivers
+(``follower.py``, ``leader.py``, ``ring.cluster.leadership``) call them
+between their I/O, and the simulation (tests/sim) calls the very same steps
+on a simulated network and clock. A caller must not run a step beside an
+fsync of the same log (``GroupCommit.idle`` first).
+
+The ballot and the voter set live in ``replica-state`` in the partition
+directory (JSON, replaced atomically with an fsync).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import orjson
+
+from ring import limits
+from ring.errors import BadRequest, RequestTimeout
+from ring.log.checkpoint import read_offset
+from ring.log.fsync import write_atomically
+from ring.repair.divergence import divergence_point
+from ring.replication import election, protocol
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.replication")
+
+STATE_FILE = "replica-state"
+OLD_EPOCH_FILE = "replica-epoch"  # before elections: the epoch alone
+
+
+# --- the persisted ballot and voters ---------------------------------------------------
+
+
+def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None]:
+    """The saved ballot and voter set (None: never saved); a damaged file counts as none."""
+    try:
+        doc = orjson.loads((directory / STATE_FILE).read_bytes())
+        epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
+        if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
+                and type(voters) is list and voters and all(type(v) is str for v in voters):
+            return election.Ballot(epoch, voted_for), voters
+        log.error("ignoring malformed %s", directory / STATE_FILE)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
+    epoch = read_offset(directory / OLD_EPOCH_FILE)
+    return election.Ballot(epoch or 0, None), None
+
+
+def save_state(rep: Replica) -> None:
+    doc = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
+    write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
+
+
+def stepped_down(rep: Replica, epoch: int) -> RequestTimeout:
+    return RequestTimeout(
+        f"{rep.self_name} stopped leading {rep.topic}/{rep.index} (epoch {epoch} began elsewhere) before enough "
+        "replicas acknowledged; the outcome is unknown", topic=rep.topic, partition=rep.index)
+
+
+def adopt_epoch(rep: Replica, epoch: int, leader: str | None = None) -> bool:
+    """Move to a newer epoch (saved); a leader steps down. Returns whether anything changed."""
+    if epoch <= rep.epoch:
+        return False
+    was_leader = rep.is_leader
+    rep.epoch, rep.voted_for = epoch, None
+    save_state(rep)
+    rep.unlead(leader, stepped_down(rep, epoch))
+    if was_leader:
+        log.warning("%s/%d: %s steps down, epoch %d began", rep.topic, rep.index, rep.self_name, epoch)
+    return True
+
+
+# --- the follower ----------------------------------------------------------------------------
+
+
+def following(rep: Replica, sender: str, epoch: int) -> bool:
+    return not rep.is_leader and rep.leader == sender and rep.epoch == epoch and rep.aligned
+
+
+def _reject(rep: Replica | None, topic: str, partition: int, epoch: int, reason: str) -> protocol.Reject:
+    if rep is None:
+        return protocol.Reject(topic, partition, epoch, -1, reason)
+    return protocol.Reject(topic, partition, rep.epoch, rep.log.end_offset, reason)
+
+
+def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
+    """Follow ``sender`` in the frame's epoch: cut the log where it diverges from the leader's, ack."""
+    verdict = protocol.judge_sync(rep.epoch, rep.leader, sender, frame.epoch)
+    if verdict is not None:
+        return _reject(rep, frame.topic, frame.partition, frame.epoch, verdict)
+    adopt_epoch(rep, frame.epoch)
+    rep.leader = sender
+    if list(frame.voters) != rep.voters:
+        rep.set_voters(list(frame.voters))
+        save_state(rep)
+    cut = divergence_point(rep.log.epochs(), rep.log.end_offset, frame.history, frame.log_end)
+    if cut < rep.log.end_offset:
+        log.warning("%s/%d: dropping offsets %d-%d, which diverge from leader %s (epoch %d)", rep.topic,
+                    rep.index, cut, rep.log.end_offset - 1, sender, frame.epoch)
+        rep.log.truncate_after(cut)
+        rep.truncated()
+    if rep.log.end_offset < frame.log_start:
+        rep.log.restart_at(frame.log_start)  # everything we hold is below the leader's log start
+        rep.truncated()
+    rep.epoch_start = frame.epoch_start
+    rep.aligned = True
+    if not rep.caught_up:
+        rep.catch_up_to = frame.log_end
+    _progress(rep)
+    rep.set_leader_hw(frame.hw)
+    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+
+
+def _progress(rep: Replica) -> None:
+    """After the log grew or was aligned: begin the leader's epoch where it began; note catching up."""
+    end = rep.log.end_offset
+    if end == rep.epoch_start and rep.log.latest_epoch < rep.epoch:
+        rep.log.begin_epoch(rep.epoch)
+    if not rep.caught_up and rep.catch_up_to is not None and end >= rep.catch_up_to:
+        rep.caught_up = True
+        log.info("%s/%d caught up with leader %s at offset %d", rep.topic, rep.index, rep.leader, end)
+
+
+def on_append(rep: Replica, sender: str, frame: protocol.Append) -> protocol.Reject | int:
+    """Append the leader's batches; the new log end, or the reject to send."""
+    verdict = protocol.judge_append(rep.epoch, rep.log.end_offset, following(rep, sender, frame.epoch),
+                                    frame.epoch, frame.prev_end)
+    if verdict is not None:
+        return _reject(rep, frame.topic, frame.partition, frame.epoch, verdict)
+    end = rep.log.append_replicated(frame.data)  # CorruptBatch / Conflict / StorageError: the caller rejects
+    _progress(rep)
+    rep.set_leader_hw(frame.hw)
+    return end
+
+
+def on_hw(rep: Replica, sender: str, frame: protocol.Hw) -> protocol.Frame:
+    if frame.epoch < rep.epoch:
+        return _reject(rep, frame.topic, frame.partition, frame.epoch, protocol.STALE_EPOCH)
+    if not following(rep, sender, frame.epoch):
+        return _reject(rep, frame.topic, frame.partition, frame.epoch, protocol.NOT_FOLLOWER)
+    rep.set_leader_hw(frame.hw)
+    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+
+
+def reject_unknown(topic: str, partition: int, epoch: int) -> protocol.Reject:
+    return _reject(None, topic, partition, epoch, protocol.UNKNOWN_PARTITION)
+
+
+def reject_storage(rep: Replica, epoch: int) -> protocol.Reject:
+    return _reject(rep, rep.topic, rep.index, epoch, protocol.STORAGE)
+
+
+# --- the leader ------------------------------------------------------------------------------
+
+
+def sync_frame(rep: Replica) -> protocol.Sync:
+    assert rep.is_leader
+    history = tuple(rep.log.epochs()[-limits.LEADER_EPOCHS_SENT_MAX:])
+    return protocol.Sync(rep.topic, rep.index, rep.epoch, rep.hw, rep.epoch_start, rep.log.start_offset,
+                         rep.log.end_offset, history, tuple(rep.voters))
+
+
+def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: protocol.Frame,
+              now_s: float) -> int | None:
+    """A follower's ack or reject, applied to its cursor and to the replica; returns a newer epoch
+    the follower is in (the caller steps this leader down), else None."""
+    if isinstance(frame, protocol.Ack):
+        if frame.epoch == rep.epoch:
+            cursor.on_ack(frame.end_offset, rep.log.end_offset)
+            rep.set_follower_end(follower, frame.end_offset)
+        return None
+    if isinstance(frame, protocol.Reject):
+        if frame.epoch > rep.epoch and frame.reason in (protocol.STALE_EPOCH, protocol.NOT_FOLLOWER):
+            return frame.epoch
+        cursor.on_reject(frame.end_offset, frame.reason, rep.log.end_offset, now_s)
+        return None
+    raise BadRequest(f"{follower} sent a leader's frame")
+
+
+# --- elections -------------------------------------------------------------------------------
+
+
+def vote_request(rep: Replica, pre: bool, transfer: bool = False) -> election.VoteRequest:
+    """The request of a candidacy round. A real round first moves to the next epoch and votes for
+    itself, saved before any request leaves."""
+    if not pre:
+        epoch = rep.epoch + 1
+        was_leader = rep.is_leader
+        rep.epoch, rep.voted_for = epoch, rep.self_name
+        save_state(rep)
+        rep.unlead(None, stepped_down(rep, epoch))
+        if was_leader:
+            log.info("%s/%d: %s stands again for epoch %d", rep.topic, rep.index, rep.self_name, epoch)
+    last_epoch, end = rep.key
+    return election.VoteRequest(rep.topic, rep.index, rep.epoch + 1 if pre else rep.epoch, rep.self_name,
+                                last_epoch, end, pre, transfer)
+
+
+def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool) -> election.VoteReply:
+    """Judge a vote; the ballot is saved (and a leader steps down) before the reply is returned."""
+    me = election.Voter(rep.self_name, rep.ballot, rep.key, frozenset(rep.voters), leader_alive, rep.is_leader)
+    verdict = election.judge_vote(me, req)
+    if verdict.ballot is not None:
+        newer, was_leader = verdict.ballot.epoch > rep.epoch, rep.is_leader
+        rep.epoch, rep.voted_for = verdict.ballot.epoch, verdict.ballot.voted_for
+        save_state(rep)
+        if newer:
+            rep.unlead(None, stepped_down(rep, rep.epoch))
+            if was_leader:
+                log.warning("%s/%d: %s steps down for %s's candidacy in epoch %d", rep.topic, rep.index,
+                            rep.self_name, req.candidate, rep.epoch)
+    return verdict.reply
+
+
+def win(rep: Replica, epoch: int) -> bool:
+    """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile."""
+    if rep.epoch != epoch or rep.voted_for != rep.self_name or rep.leader is not None:
+        return False
+    rep.log.begin_epoch(epoch)
+    rep.lead()
+    rep.caught_up = True  # the leader's log is what the others catch up with
+    log.info("%s/%d: %s leads epoch %d from offset %d", rep.topic, rep.index, rep.self_name, epoch,
+             rep.epoch_start)
+    return True

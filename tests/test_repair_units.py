@@ -1,0 +1,215 @@
+"""Repair decisions: where a follower diverges from its leader, and what anti-entropy checksums say.
+
+The divergence point is checked against brute force on logs built the way a
+cluster builds them (each epoch's leader keeps a prefix of an earlier
+leader's log and appends its own batches), including epochs that begin with
+no batch. The follower steps (``steps.on_sync``) are run on real partition
+logs: a returning leader's unreplicated suffix is cut, a follower behind the
+leader's log start restarts there. Checksums are taken from real logs, one
+with a bit flipped in a closed segment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ring.clock import ManualClock
+from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.log import batch as B
+from ring.repair import divergence as d
+from ring.repair import entropy
+from ring.replication import protocol, steps
+from ring.replication.replica import Replica
+
+SETTINGS = settings(max_examples=200, deadline=None)
+T0 = 1_700_000_000_000
+
+
+# -- divergence ------------------------------------------------------------------------------
+
+
+def history_of(epochs: list[int], begun: int | None = None) -> list[tuple[int, int]]:
+    """(epoch, first offset) of a log whose offset i holds a batch of epoch epochs[i]; ``begun``: an epoch
+    recorded at the log end with no batch yet."""
+    out: list[tuple[int, int]] = []
+    for i, e in enumerate(epochs):
+        if not out or out[-1][0] != e:
+            out.append((e, i))
+    if begun is not None and (not out or begun > out[-1][0]):
+        out.append((begun, len(epochs)))
+    return out
+
+
+def brute(mine: list[int], theirs: list[int]) -> int:
+    n = 0
+    while n < len(mine) and n < len(theirs) and mine[n] == theirs[n]:
+        n += 1
+    return n
+
+
+@st.composite
+def leader_logs(draw):
+    """The log of each epoch's leader: a prefix of an earlier leader's log plus its own batches."""
+    logs: dict[int, list[int]] = {0: []}
+    for epoch in range(1, draw(st.integers(1, 8)) + 1):
+        parent = draw(st.sampled_from(sorted(logs)))
+        cut = draw(st.integers(0, len(logs[parent])))
+        logs[epoch] = logs[parent][:cut] + [epoch] * draw(st.integers(0, 4))
+    return logs
+
+
+@SETTINGS
+@given(leader_logs(), st.data())
+def test_divergence_point_is_the_longest_common_prefix(logs, data) -> None:
+    epochs = sorted(e for e in logs if e)
+    a, b = data.draw(st.sampled_from(epochs)), data.draw(st.sampled_from(epochs))
+    mine = logs[a][: data.draw(st.integers(0, len(logs[a])))]  # a follower holds a prefix of a leader's log
+    mine_begun = a if len(mine) == len(logs[a]) and data.draw(st.booleans()) else None
+    theirs = logs[b]
+    got = d.divergence_point(history_of(mine, mine_begun), len(mine), history_of(theirs, b), len(theirs))
+    assert got == brute(mine, theirs), (mine, theirs)
+
+
+def test_divergence_examples() -> None:
+    # the returning old leader: it wrote 3 batches in epoch 1 nobody else has; the new leader began epoch 2 at 5
+    assert d.divergence_point([(1, 0)], 8, [(1, 0), (2, 5)], 9) == 5
+    # a follower that is merely behind keeps everything
+    assert d.divergence_point([(1, 0), (2, 5)], 7, [(1, 0), (2, 5)], 9) == 7
+    # a follower that saw an epoch the leader never had
+    assert d.divergence_point([(1, 0), (3, 4)], 6, [(1, 0), (2, 5)], 9) == 4
+    # nothing in common
+    assert d.divergence_point([(2, 0)], 3, [(1, 0), (3, 1)], 4) == 0
+    assert d.divergence_point([], 0, [(1, 0)], 4) == 0
+    assert d.epoch_end([(1, 0), (3, 4)], 9, 2) == (1, 4)
+    assert d.epoch_end([(1, 0), (3, 4)], 9, 3) == (3, 9)
+    assert d.epoch_end([(1, 5)], 9, 0) == (-1, -1)
+
+
+# -- following a leader on real logs --------------------------------------------------------
+
+
+def mk(path: Path, segment_bytes: int = 1024) -> PartitionLog:
+    return PartitionLog(path, LogConfig(segment_bytes=segment_bytes, index_interval_bytes=128,
+                                        fsync=FsyncPolicy("never")), ManualClock(T0))
+
+
+def put(log: PartitionLog, epoch: int, n: int = 1, tag: str = "v") -> None:
+    for i in range(n):
+        log.append(B.encode([(T0, None, f"{tag}{i}".encode() * 4, None)], now_ms=T0), epoch)
+
+
+def replica(log: PartitionLog, name: str, epoch: int) -> Replica:
+    rep = Replica("t", 0, log, name, ["a", "b", "c"], epoch=epoch)
+    rep.leader, rep.aligned = None, False
+    return rep
+
+
+def sync_of(leader: Replica) -> protocol.Sync:
+    return steps.sync_frame(leader)
+
+
+def test_a_returning_leader_cuts_its_unreplicated_suffix_and_follows(tmp_path: Path) -> None:
+    old = mk(tmp_path / "a")
+    new = mk(tmp_path / "b")
+    put(old, 1, 5, "x")
+    new.append_replicated(old.read(0, 1 << 20, upto=None)[: _bytes_upto(old, 3)])  # b got the first 3
+    put(old, 1, 2, "lost")  # a wrote 2 more in epoch 1, then died
+    b = replica(new, "b", 2)
+    b.voted_for = "b"
+    assert steps.win(b, 2) and b.is_leader and b.epoch_start == 3
+    put(new, 2, 4, "y")
+    a = replica(old, "a", 1)
+    ack = steps.on_sync(a, "b", sync_of(b))
+    assert isinstance(ack, protocol.Ack) and ack.epoch == 2
+    assert a.leader == "b" and a.epoch == 2 and a.aligned and old.end_offset == 3
+    frame = protocol.Append("t", 0, 2, 3, 0, new.read(3, 1 << 20))
+    assert steps.on_append(a, "b", frame) == new.end_offset == 7
+    assert old.read(0, 1 << 20) == new.read(0, 1 << 20)  # the very same bytes
+    assert old.epochs() == new.epochs()
+    # the deposed leader's frames are now refused as stale, so it learns at once
+    stale = steps.on_hw(a, "b", protocol.Hw("t", 0, 1, 0))
+    assert isinstance(stale, protocol.Reject) and stale.reason == protocol.STALE_EPOCH and stale.epoch == 2
+
+
+def _bytes_upto(log: PartitionLog, offset: int) -> int:
+    data = log.read(0, 1 << 20)
+    return sum(h.size for h, _ in B.scan(data) if h.next_offset <= offset)
+
+
+def test_a_follower_reaching_an_empty_epoch_records_it(tmp_path: Path) -> None:
+    lead = replica(mk(tmp_path / "a"), "a", 1)
+    put(lead.log, 1, 2)
+    lead.voted_for = "a"
+    lead.epoch = 3
+    assert steps.win(lead, 3) and lead.log.epochs() == [(1, 0), (3, 2)]
+    f = replica(mk(tmp_path / "b"), "b", 0)
+    steps.on_sync(f, "a", sync_of(lead))
+    assert f.log.latest_epoch == -1  # nothing yet
+    steps.on_append(f, "a", protocol.Append("t", 0, 3, 0, 0, lead.log.read(0, 1 << 20)))
+    assert f.log.epochs() == [(1, 0), (3, 2)] and f.key == lead.key
+
+
+def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) -> None:
+    lead = replica(mk(tmp_path / "a"), "a", 1)
+    put(lead.log, 1, 40)
+    lead.log.truncate_before(30)
+    lead.voted_for = "a"
+    lead.epoch = 2
+    assert steps.win(lead, 2)
+    f = replica(mk(tmp_path / "b"), "b", 0)
+    put(f.log, 1, 3)
+    ack = steps.on_sync(f, "a", sync_of(lead))
+    assert isinstance(ack, protocol.Ack) and f.log.start_offset == f.log.end_offset == lead.log.start_offset
+    steps.on_append(f, "a", protocol.Append("t", 0, 2, f.log.end_offset, 0, lead.log.read(f.log.end_offset, 1 << 20)))
+    assert f.log.end_offset == lead.log.end_offset
+
+
+def test_a_vote_is_saved_and_survives_a_reopen(tmp_path: Path) -> None:
+    rep = replica(mk(tmp_path / "a"), "b", 3)
+    from ring.replication import election
+
+    r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "a", -1, 0), leader_alive=False)
+    assert r.granted and rep.ballot == election.Ballot(4, "a")
+    assert steps.load_state(tmp_path / "a") == (election.Ballot(4, "a"), ["a", "b", "c"])
+    r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "c", -1, 0), leader_alive=False)
+    assert not r.granted and r.reason == election.ALREADY_VOTED
+
+
+# -- anti-entropy --------------------------------------------------------------------------
+
+
+def test_checksums_find_a_flipped_bit_and_say_who_holds_it(tmp_path: Path) -> None:
+    a, b = mk(tmp_path / "a"), mk(tmp_path / "b")
+    put(a, 1, 60)
+    b.append_replicated(a.read(0, 1 << 20))
+    assert a.segment_bases() == b.segment_bases() and len(a.segment_bases()) > 3
+    spans = entropy.leader_ranges(a.segment_bases(), a.start_offset, a.end_offset, 100)
+    assert spans[0][0] == 0 and spans[-1][1] == a.end_offset
+    assert entropy.leader_ranges(a.segment_bases(), 0, a.end_offset, 2) == spans[-2:]
+    sums_a = entropy.range_sums(a.read, spans, a.start_offset, a.end_offset, 300)
+    sums_b = entropy.range_sums(b.read, spans, b.start_offset, b.end_offset, 300)
+    assert sums_a == sums_b and all(r.digest for r in sums_a)
+    assert entropy.plan(sums_a, sums_b) == entropy.Plan(checked=len(spans))
+    # flip a bit in b's second segment
+    b.close()
+    seg = sorted((tmp_path / "b").glob("*.log"))[1]
+    raw = bytearray(seg.read_bytes())
+    raw[40] ^= 0x10
+    seg.write_bytes(bytes(raw))
+    b = mk(tmp_path / "b")
+    sums_b = entropy.range_sums(b.read, spans, b.start_offset, b.end_offset, 300)
+    assert sums_b[1].digest is None and sums_b[0] == sums_a[0]
+    assert entropy.plan(sums_a, sums_b).truncate_at == spans[1][0]
+    assert entropy.plan(sums_b, sums_a).leader_damaged_at == spans[1][0]  # the other way round
+    assert entropy.sums_from_wire([r.to_wire() for r in sums_b], 100) == sums_b
+
+
+def test_malformed_checksum_lists_are_refused() -> None:
+    import pytest
+
+    for bad in ({}, [[0, 0, None]], [[0, 5, "short"]], [[0, 5]], [["0", 5, None]], [[0, 1, None]] * 3):
+        with pytest.raises(ValueError):
+            entropy.sums_from_wire(bad, 2)
