@@ -14,6 +14,7 @@ kept open per broker for the command's lifetime.
 from __future__ import annotations
 
 import http.client
+import ssl
 import time
 import urllib.parse
 from typing import Any, Mapping
@@ -32,13 +33,16 @@ _RETRY_STATUSES = frozenset({429, 502, 503})
 
 
 class Api:
-    def __init__(self, urls: list[str], token: str | None = None, *, timeout_s: float | None = None) -> None:
+    def __init__(self, urls: list[str], token: str | None = None, *, timeout_s: float | None = None,
+                 ca_file: str | None = None) -> None:
         assert urls
         self.urls = list(urls)
         self.headers = {"Accept": "application/json", "User-Agent": "ring-cli"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout_s = timeout_s or limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT
+        self.ca_file = ca_file
+        self._tls: ssl.SSLContext | None = None  # made on the first https:// broker
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self._good: str | None = None  # the broker that answered last
 
@@ -49,8 +53,15 @@ class Api:
         conn = self._conns.get(url)
         if conn is None:
             parts = urllib.parse.urlsplit(url)
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+            host = parts.hostname or "127.0.0.1"
+            if parts.scheme == "https":
+                if self._tls is None:
+                    from ring import tls
+
+                    self._tls = tls.client_context(self.ca_file)
+                conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout_s, context=self._tls)
+            else:
+                conn = http.client.HTTPConnection(host, parts.port, timeout=timeout_s)
             self._conns[url] = conn
         conn.timeout = timeout_s
         if conn.sock is not None:

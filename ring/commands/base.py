@@ -4,10 +4,12 @@ reporting, and output for people (aligned tables) or machines (``--json``).
 Each subcommand is a function ``(ctx, args) -> int`` wrapped by ``command``,
 which turns failures into exit codes the shell can test: 0 done, 1 the API
 refused (its JSON error's message goes to stderr), 2 bad usage (as argparse
-itself exits), 3 no broker could be reached, 130 interrupted. A broken pipe
+itself exits), 3 no broker could be reached, 130 interrupted (143 on
+SIGTERM, after the same orderly ending as Ctrl-C). A broken pipe
 (``ring consume t | head``) ends the command quietly with 0: the reader
 wanted no more. ``--brokers`` (``RING_BROKERS``) lists any brokers of the
-cluster; ``--token`` (``RING_TOKEN``) is sent as ``Authorization: Bearer``.
+cluster; ``--token`` (``RING_TOKEN``) is sent as ``Authorization: Bearer``;
+``--ca-file`` (``RING_CA_FILE``) checks ``https://`` brokers against a private CA.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -30,9 +34,11 @@ EXIT_API = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 BROKERS_ENV = "RING_BROKERS"
 TOKEN_ENV = "RING_TOKEN"
+CA_FILE_ENV = "RING_CA_FILE"
 BROKERS_DEFAULT = "http://127.0.0.1:9250"
 
 # The client library's messages read "GET /v1/topics/x: 404 unknown topic 'x'";
@@ -42,6 +48,15 @@ _PREFIXED = re.compile(r"^.*?: (\d{3}) ?(.*)$", re.DOTALL)
 
 class UsageError(Exception):
     """The command line is wrong (exit 2): said before anything is sent."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so a command ends as on Ctrl-C: the
+    producer flushes, a group member commits what it printed and leaves."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 class Unreachable(errors.Unavailable):
@@ -60,6 +75,9 @@ def common_options() -> argparse.ArgumentParser:
                         f"default {BROKERS_DEFAULT})")
     g.add_argument("--token", metavar="TOKEN", default=argparse.SUPPRESS,
                    help=f"client token, sent as 'Authorization: Bearer TOKEN' (env {TOKEN_ENV})")
+    g.add_argument("--ca-file", metavar="PEM", default=argparse.SUPPRESS,
+                   help=f"CA certificate that https:// brokers are checked against (env {CA_FILE_ENV}; "
+                        "default the system's CAs)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="machine output: JSON on stdout (records as NDJSON), errors as JSON on stderr")
     return p
@@ -74,6 +92,7 @@ class Context:
     brokers: list[str]
     token: str | None
     json: bool
+    ca_file: str | None = None
     stdout: Any = field(default_factory=lambda: sys.stdout)
     stderr: Any = field(default_factory=lambda: sys.stderr)
 
@@ -87,7 +106,10 @@ class Context:
         except errors.BadRequest as exc:
             raise UsageError(f"--brokers: {exc.message}") from None
         token = getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or None
-        return cls(prog, brokers, token, bool(getattr(args, "json", False)))
+        ca_file = getattr(args, "ca_file", None) or os.environ.get(CA_FILE_ENV) or None
+        if ca_file is not None and not os.path.isfile(ca_file):
+            raise UsageError(f"--ca-file: no such file {ca_file!r}")
+        return cls(prog, brokers, token, bool(getattr(args, "json", False)), ca_file)
 
     # --- talking to brokers -------------------------------------------------------------
 
@@ -95,22 +117,22 @@ class Context:
         """Blocking JSON calls with failover (``ring.commands.api.Api``)."""
         from ring.commands.api import Api
 
-        return Api(self.brokers, self.token, timeout_s=timeout_s)
+        return Api(self.brokers, self.token, timeout_s=timeout_s, ca_file=self.ca_file)
 
     def reachable(self) -> None:
         """Fail fast with exit 3 when no broker answers, instead of after the client's retries."""
         if self.api().probe() is None:
             raise Unreachable(f"cannot reach any broker: {', '.join(self.brokers)}")
 
+    def client_options(self, **options: Any) -> dict[str, Any]:
+        return {"token": self.token, "ca_file": self.ca_file, **options}
+
     def client(self, **options: Any):
-        """A started sync ``ring.client.Client`` that sends the token."""
+        """A sync ``ring.client.Client`` with the command's token and CA (use it in ``with``)."""
         from ring.client import Client
 
         self.reachable()
-        client = Client(self.brokers, **options)
-        if self.token:
-            client._call(authorize(client.async_client, self.token))
-        return client
+        return Client(self.brokers, **self.client_options(**options))
 
     # --- output ----------------------------------------------------------------------------
 
@@ -125,15 +147,6 @@ class Context:
     def note(self, text: str) -> None:
         """A remark for the person, never for a pipe reading stdout."""
         self.stderr.write(text + "\n")
-
-
-async def authorize(client: Any, token: str) -> None:
-    """Make an ``AsyncClient`` send the bearer token on every request.
-
-    The client takes no token of its own yet: its session is built on first
-    use, so build it and give it the header (run on the client's loop)."""
-    client._start()
-    client._transport.session.headers["Authorization"] = f"Bearer {token}"
 
 
 def quote(name: str) -> str:
@@ -195,6 +208,8 @@ def command(handler: Callable[[Context, argparse.Namespace], int]) -> Callable[[
         # The client library warns through logging; a command shows warnings only, tersely.
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.WARNING, format=f"{prog}: %(message)s", stream=sys.stderr)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
         try:
             return handler(ctx, args)
         except UsageError as exc:
@@ -209,6 +224,8 @@ def command(handler: Callable[[Context, argparse.Namespace], int]) -> Callable[[
             if _is_connection_failure(exc) and ctx.api().probe() is None:
                 return EXIT_UNREACHABLE
             return EXIT_API
+        except Terminated:
+            return EXIT_TERMINATED
         except KeyboardInterrupt:
             ctx.stderr.write("\n")
             return EXIT_INTERRUPTED
@@ -218,6 +235,9 @@ def command(handler: Callable[[Context, argparse.Namespace], int]) -> Callable[[
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             return EXIT_OK
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return run
 

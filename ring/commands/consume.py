@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from ring import errors, limits
-from ring.commands.base import EXIT_OK, Context, UsageError, add_command, authorize, quote
+from ring.commands.base import EXIT_OK, Context, UsageError, add_command, quote
 from ring.commands.positions import Position, parse_position
 from ring.commands.progress import Progress
 
@@ -145,10 +145,7 @@ async def _read(ctx: Context, args: argparse.Namespace, starts: dict[int, int | 
     remaining = args.max if args.max is not None else -1
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=2 * len(starts) + 2)  # bounded: readers wait for the writer
 
-    async with AsyncClient(ctx.brokers) as client:
-        if ctx.token:
-            await authorize(client, ctx.token)
-
+    async with AsyncClient(ctx.brokers, **ctx.client_options()) as client:
         async def reader(p: int, offset: int | None) -> None:
             try:
                 while True:

@@ -146,7 +146,8 @@ def _send(client: Any, args: argparse.Namespace, value: bytes, line_no: int) -> 
     try:
         event = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise errors.BadRequest(f"line {line_no} is not JSON: {exc}") from None
+        reason = str(exc).split(": line ")[0]  # orjson's position is within the line, not the input
+        raise errors.BadRequest(f"line {line_no} is not JSON ({reason})") from None
     key = _key_of(event, args.key_field, line_no) if args.key_field else args.key
     # The event as written (validated above): no re-encoding, same bytes back.
     return client.produce(args.topic, key=key, partition=args.partition, json=orjson.Fragment(text))
