@@ -1,0 +1,243 @@
+"""Hostile peer traffic against a real broker's peer port (behind the cluster secret).
+
+A ``ring serve`` with a cluster secret gets, on its peer port, gossip bodies
+(random bytes, garbage msgpack, and valid SYN/ACK/ACK2 messages about made-up
+brokers and topics with odd configs), forwarded produce bodies (damaged and
+hand-made batches), replica reads with odd parameters, and a replication
+websocket fed garbage frames. Every HTTP answer must be a 2xx or a client
+error in the JSON error shape, never a 5xx; without the secret everything is
+401; and the broker's log must show no traceback, so nothing it accepted
+broke a background task (gossip rounds, placement, replication links).
+
+Made-up brokers all live at 127.0.0.1:9 (nothing listens there), so the
+broker's attempts to reach them fail at once and stay on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Iterator
+
+import aiohttp
+import msgpack
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ring.gossip.core import Ack, Ack2, Syn
+from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
+from ring.localcluster import free_port
+from tests.brokers import Http, TestBroker
+from tests.test_fuzz_decoders import _valid_batches, crafted_batches, damaged
+from tests.test_fuzz_peer_messages import garbage, hand_made_msgpack, packed, plain_maps
+
+SECRET = "fuzz-secret"
+NOWHERE = "127.0.0.1:9"
+HEADERS = {"Ring-Cluster-Secret": SECRET, "Content-Type": "application/msgpack"}
+PEER_SETTINGS = settings(max_examples=40, deadline=None,
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+TOPIC = "fuzz-peer"
+
+
+class PeerBroker:
+    def __init__(self, broker: TestBroker, peer_port: int) -> None:
+        self.broker = broker
+        self.peer = Http("127.0.0.1", peer_port)
+        self.peer_port = peer_port
+
+
+def _start(root: Any) -> PeerBroker:
+    peer_port = free_port()
+    b = TestBroker(root, args=["--fsync", "never", "--cluster-secret", SECRET,
+                               "--peer-listen", f"127.0.0.1:{peer_port}"])
+    b.start()
+    return PeerBroker(b, peer_port)
+
+
+def _stop(node: PeerBroker) -> None:
+    node.broker.stop()
+    log = node.broker.log_text()
+    assert "Traceback" not in log, log[-4000:]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PeerBroker]:
+    """A broker for forwarded produces, replica reads and replication frames."""
+    n = _start(tmp_path_factory.mktemp("peer-fuzz"))
+    try:
+        assert n.broker.http.create_topic(TOPIC, partitions=2, replication_factor=1).status == 201
+        yield n
+    finally:
+        _stop(n)
+
+
+@pytest.fixture(scope="module")
+def gossip_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PeerBroker]:
+    """A broker of its own for gossip: made-up brokers join its ring and move its partitions."""
+    n = _start(tmp_path_factory.mktemp("gossip-fuzz"))
+    try:
+        yield n
+    finally:
+        _stop(n)
+
+
+def _check(status: int, body: bytes) -> None:
+    assert status < 500, (status, body[:400])
+    if status >= 400:
+        doc = orjson.loads(body)
+        assert type(doc["error"]) is str and type(doc["message"]) is str
+
+
+# --- gossip ----------------------------------------------------------------------------
+
+made_up_names = st.sampled_from(["fz-1", "fz-2", "ring-0"])
+
+
+@st.composite
+def made_up_endpoints(draw: st.DrawFn) -> EndpointState:
+    big = st.sampled_from([0, 1, 2**31, 2**62, 2**63 - 1])
+    return EndpointState(draw(made_up_names), draw(st.sampled_from([-(2**63), 0, 2**62, 2**63 - 1])), NOWHERE,
+                         NOWHERE, draw(big), draw(big), draw(st.sampled_from(STATUSES)), draw(plain_maps),
+                         draw(plain_maps))
+
+
+topic_configs = st.none() | plain_maps | st.fixed_dictionaries({}, optional={
+    "partitions": st.sampled_from([0, 1, 3, -1, 2**31, 10**6, True, "8", None]),
+    "replication_factor": st.sampled_from([0, 1, 3, -5, 2**40, 1.5]),
+    "retention_ms": st.sampled_from([-1, 0, -2, 2**63 - 1]),
+    "segment_bytes": st.sampled_from([0, 1024, 2**40]),
+    "compression": st.sampled_from(["zstd", "none", "rot13", 3]),
+    "consistency": st.sampled_from(["one", "quorum", "none", None]),
+})
+made_up_states = st.builds(
+    lambda eps, tops: ClusterState({e.name: e for e in eps}, tops),
+    st.lists(made_up_endpoints(), max_size=3),
+    st.dictionaries(st.sampled_from(["fz-topic", "fz.t-2"]),
+                    st.builds(TopicEntry, st.sampled_from([0, 1, 2**62, 2**63 - 1]), made_up_names, topic_configs),
+                    max_size=2),
+)
+
+
+@st.composite
+def gossip_messages(draw: st.DrawFn) -> dict[str, Any]:
+    a, b = draw(made_up_states), draw(made_up_states)
+    sender = draw(st.sampled_from(["fz-1", "fz-2"]))
+    kind = draw(st.sampled_from(["syn", "ack", "ack2"]))
+    if kind == "syn":
+        return Syn(sender, a.digest()).to_wire()
+    if kind == "ack":
+        return Ack(sender, a, b.wants(a.digest())).to_wire()
+    return Ack2(sender, a).to_wire()
+
+
+@PEER_SETTINGS
+@given(st.binary(max_size=100) | hand_made_msgpack() | packed(garbage) | packed(gossip_messages()))
+def test_gossip_bodies(gossip_node: PeerBroker, body: bytes) -> None:
+    r = gossip_node.peer.post("/peer/v1/gossip", body=body, headers=HEADERS)
+    _check(r.status, r.body)
+    if r.status == 200:
+        assert r.headers.get("Content-Type", "").startswith("application/msgpack")
+        msgpack.unpackb(r.body, raw=False)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ring/cluster/placement.py catalog_change drops a topic whose gossiped config does not validate, and the "
+    "broker then deletes its data (_remove_topic_local): one bad config from one peer (a bug, a newer version) "
+    "wipes the topic on every broker. Fix: skip such a name entirely, removing a local topic only when it is "
+    "absent from the live topics or its valid gossiped config has another created_ms"))
+def test_an_invalid_gossiped_config_does_not_delete_a_topic(tmp_path_factory: pytest.TempPathFactory) -> None:
+    n = _start(tmp_path_factory.mktemp("gossip-config"))
+    try:
+        http = n.broker.http
+        assert http.create_topic("kept", partitions=1, replication_factor=1).status == 201
+        assert http.produce("kept", b'{"a": 1}', partition=0).status == 200
+        bad = Ack2("fz-1", ClusterState.of([], {"kept": TopicEntry(2**62, "fz-1", {"partitions": -1})}))
+        r = n.peer.post("/peer/v1/gossip", body=msgpack.packb(bad.to_wire()), headers=HEADERS)
+        assert r.status in (200, 204), r.body
+        for _ in range(20):  # the catalogue is reconciled in the background
+            if http.get("/v1/topics/kept").status != 200:
+                break
+            time.sleep(0.05)
+        r = http.fetch("kept", 0)
+        assert r.status == 200 and len(r.json()["records"]) == 1, (r.status, r.body[:200])
+    finally:
+        _stop(n)
+
+
+# --- forwarded produce and replica reads -------------------------------------------------
+
+
+@PEER_SETTINGS
+@given(damaged(_valid_batches()) | crafted_batches() | st.binary(max_size=80),
+       st.fixed_dictionaries({
+           "topic": st.sampled_from([TOPIC] * 4 + ["no-such", ".."]),
+           "partition": st.sampled_from(["0", "1"] * 3 + ["7", "-1", "x", "4294967296"]),
+       }, optional={"consistency": st.sampled_from(["one", "quorum", "all", "most"])}))
+def test_forwarded_produce_bodies(node: PeerBroker, body: bytes, query: dict[str, str]) -> None:
+    r = node.peer.post("/peer/v1/produce", body=body, query=query or None,
+                       headers={**HEADERS, "Content-Type": "application/vnd.ring.batch"})
+    if r.status == 503 and query["topic"] != TOPIC:
+        # A topic this broker has not heard of (yet): the forwarding broker is told to retry,
+        # as it would be while gossip is still carrying a new topic here.
+        assert r.json()["error"] == "unavailable" and "Retry-After" in r.headers, r.body
+        return
+    _check(r.status, r.body)
+
+
+@settings(PEER_SETTINGS, max_examples=20)
+@given(st.sampled_from([TOPIC, "no-such", "..", "%2e%2e", "a" * 300]),
+       st.sampled_from(["0", "1", "9", "-1", "x", "99999999999"]),
+       st.fixed_dictionaries({}, optional={"offset": st.sampled_from(["0", "-1", "x", str(2**63)]),
+                                           "max_bytes": st.sampled_from(["0", "1", "x", str(2**40)])}))
+def test_replica_reads(node: PeerBroker, topic: str, partition: str, query: dict[str, str]) -> None:
+    r = node.peer.get(f"/peer/v1/replicas/{topic}/{partition}", query=query or None, headers=HEADERS)
+    _check(r.status, r.body)
+
+
+def test_without_the_secret_everything_is_refused(node: PeerBroker) -> None:
+    for method, path in (("POST", "/peer/v1/gossip"), ("POST", f"/peer/v1/produce?topic={TOPIC}&partition=0"),
+                         ("GET", "/peer/v1/status"), ("GET", f"/peer/v1/replicas/{TOPIC}/0")):
+        for headers in ({}, {"Ring-Cluster-Secret": "wrong"}, {"Ring-Cluster-Secret": ""}):
+            r = node.peer.request(method, path, body=b"\x80", headers=headers)
+            assert r.status == 401, (method, path, headers, r.status)
+            _check(r.status, r.body)
+
+
+# --- the replication websocket ------------------------------------------------------------
+
+
+async def _feed_replication_link(port: int, frames: list[bytes]) -> list[bytes]:
+    """Open the follower side as a leader would and send frames; what came back before it closed."""
+    answers: list[bytes] = []
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.ws_connect(f"http://127.0.0.1:{port}/peer/v1/replicate",
+                                      headers={"Ring-Cluster-Secret": SECRET, "Ring-Broker": "fz-1"}) as ws:
+            for frame in frames:
+                if ws.closed:
+                    break
+                await ws.send_bytes(frame)
+            await ws.send_str("not a frame")
+            try:
+                async with asyncio.timeout(2):
+                    async for msg in ws:
+                        if msg.type == aiohttp.WSMsgType.BINARY:
+                            answers.append(msg.data)
+                        if len(answers) >= len(frames):
+                            break
+            except TimeoutError:
+                pass
+    return answers
+
+
+@settings(PEER_SETTINGS, max_examples=15)
+@given(st.lists(packed(garbage) | st.binary(max_size=40) | packed(st.tuples(
+    st.sampled_from(["append", "hw", "ack", "reject", "sync"]), st.sampled_from([TOPIC, "nope"]),
+    st.sampled_from([0, 1, 2**31]), st.sampled_from([0, 1, 2**31 - 1]), st.sampled_from([0, 5, -1]),
+    st.sampled_from([0, 5]), st.binary(max_size=10)).map(list)), min_size=1, max_size=4))
+def test_replication_link_frames(node: PeerBroker, frames: list[bytes]) -> None:
+    for answer in asyncio.run(_feed_replication_link(node.peer_port, frames)):
+        msgpack.unpackb(answer, raw=False)  # every answer is a well-formed frame
+    assert node.peer.get("/peer/v1/status", headers=HEADERS).status == 200  # still serving
