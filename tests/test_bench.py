@@ -204,11 +204,14 @@ def test_parse_wrk():
 def test_top_frames_from_collapsed_stacks():
     raw = ("process 1:main (x.py:1);serve (/a/b/app.py:10);append (/a/log/segment.py:5) 60\n"
            "process 1:main (x.py:1);serve (/a/b/app.py:10);crc (/a/log/batch.py:7) 30\n"
-           "process 1:main (x.py:1);idle (/a/loop.py:2) 10\n")
+           "process 1:main (x.py:1);idle (/a/loop.py:2) 10\n"
+           "process 1:main (x.py:1);run (/a/runners.py:9);idle (/a/loop.py:2) 5\n")
     top = profile.top_frames(raw)
-    assert top["samples"] == 100
-    assert top["own"][0] == ("append (segment.py:5)", 0.6)
-    assert dict(top["inclusive"])["serve (app.py:10)"] == pytest.approx(0.9)
+    assert top["samples"] == 105
+    assert top["own"][0] == ("append (segment.py:5)", pytest.approx(60 / 105))
+    incl = dict(top["inclusive"])
+    assert incl["serve (app.py:10)"] == pytest.approx(90 / 105)
+    assert "main (x.py:1)" not in incl  # the process line, not a frame
     assert profile.top_frames("")["own"] == []
 
 
@@ -260,12 +263,13 @@ async def test_paced_keeps_the_rate_and_stops_at_its_bounds():
 
 
 def test_proc_readings_of_a_child_we_started():
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.3: pass\n"
-                                                    "time.sleep(5)"])
+    # the child spins until it has used 0.2 s of CPU (however busy the machine), says so, then sleeps
+    spin = "import sys, time\nwhile time.process_time() < 0.2: pass\nprint('spun', flush=True)\ntime.sleep(10)"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.6)
+        assert child.stdout is not None and child.stdout.readline().strip() == "spun"
         assert child.pid in procs.with_descendants([os.getpid()])
-        assert procs.cpu_seconds(child.pid) > 0.1
+        assert procs.cpu_seconds(child.pid) >= 0.15
         assert procs.rss_bytes(child.pid) > 1 << 20
         sampler = procs.PeakRss({"child": [child.pid]})
         sampler.start()

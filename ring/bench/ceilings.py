@@ -129,8 +129,7 @@ def wrk_produce(url: str, topic: str, partition: int, record: bytes, workdir: Pa
     if shutil.which("wrk") is None:
         return {"skipped": "wrk is not installed"}
     body = workdir / "wrk-body.bin"
-    body.write_bytes(bytes(batchfmt.encode([(None, None, record, None)], now_ms=int(time.time() * 1000),
-                                           values_are_json=True)))
+    body.write_bytes(bytes(batchfmt.encode([(None, None, record, None)], now_ms=int(time.time() * 1000))))
     script = workdir / "wrk-post.lua"
     script.write_text(_WRK_SCRIPT.format(body=body))
     target = f"{url}/v1/topics/{topic}/messages?partition={partition}&consistency=quorum"

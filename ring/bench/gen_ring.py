@@ -2,7 +2,9 @@
 
 What the Python client does on its hot path, without its accumulator: records
 are encoded once into stored batches (``application/vnd.ring.batch``, built
-with ``ring.log.batch.encode``), keyed records grouped by the partition their
+with ``ring.log.batch.encode``; values as opaque bytes, as the peers get them,
+not flagged JSON, which the broker would parse to validate), keyed records
+grouped by the partition their
 key hashes to, and each request goes to the leader of its partition, learned
 from ``GET /v1/topics/{t}`` (partitions[].leader) and ``GET /v1/cluster``
 (brokers[].client_url). Consume reads every partition from offset 0 as stored
@@ -94,8 +96,7 @@ class RingDriver:
             bodies = []
             for j in range(POOL_REQUESTS):
                 chunk = [recs[(j * per_request + k) % len(recs)] for k in range(per_request)]
-                bodies.append(bytes(batchfmt.encode([(None, k, v, None) for k, v in chunk], now_ms=now_ms,
-                                                    values_are_json=True)))
+                bodies.append(bytes(batchfmt.encode([(None, k, v, None) for k, v in chunk], now_ms=now_ms)))
             out.append(bodies)
         return out
 
@@ -113,8 +114,7 @@ class RingDriver:
             p = i % parts
             if bodies is None:
                 value = with_seq(records[i % len(records)][1], i)
-                body = bytes(batchfmt.encode([(None, None, value, None)], now_ms=int(time.time() * 1000),
-                                             values_are_json=True))
+                body = bytes(batchfmt.encode([(None, None, value, None)], now_ms=int(time.time() * 1000)))
             else:
                 pool = bodies[p]
                 body = pool[(i // parts) % len(pool)]

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-OUTER_SHARE = 0.95
+OUTER_SHARE = 0.9
 RATE_HZ = 100  # samples/s: enough for a 10 s profile, light on a 2-core machine
 
 
