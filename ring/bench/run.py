@@ -278,8 +278,22 @@ class Bench:
         return (f"  {row['system']:<9} {row.get('rec_s') or 0:>11,.0f} rec/s  p99 "
                 f"{'-' if p99 is None else f'{p99:.2f}'} ms  rss {row['rss_peak_mb']:.0f} MB{flag}{err}")
 
+    def warm_up(self) -> None:
+        """A short batched produce per system, not counted: first writes on a
+        fresh disk and first connections are slower (MACHINE-NOTES)."""
+        case = next(c for c in casemod.all_cases() if c.id == "produce-100-unkeyed-quorum")
+        for system in self.systems:
+            spec = self.spec(case, 0, system)
+            assert spec is not None
+            spec["seconds_max"] = 0.5 if self.args.quick else 3.0
+            row = self.run_one(case, 0, system, spec)
+            if not row.get("ok"):
+                self.say(f"warm-up of {system} failed: {row.get('error')}")
+
     def run_cases(self) -> None:
         have = list(self.systems)
+        if not self.args.quick:
+            self.warm_up()
         group_api = self._group_api()
         for case, rep, system in casemod.plan(self.cases, have, self.settings.reps):
             if rep == 0 and system == "ring":
