@@ -88,9 +88,7 @@ def test_permissions_per_route_and_topic(cluster) -> None:
     for who in (cons, prod, both):
         assert who.request("DELETE", f"/v1/topics/{topic}").status == 403
         assert who.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 0}).status == 403
-        assert who.get("/metrics").status == 403
-    assert c.client(2, tokens["admin"]).get("/metrics").status == 200
-    assert scoped.get("/metrics").status == 200  # admin on some topic
+        assert who.get("/metrics").status == 200  # what any token may list anyway
     r = scoped.post("/v1/cluster/brokers/ring-9/decommission")
     assert r.status in (403, 404), r.body  # admin on every topic only (404: a build without the route)
 

@@ -6,14 +6,14 @@ and the token's grants must allow the route's rule, else 401 (no or unknown
 token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
 
     open            GET /, /admin/{file}, /v1/status, /v1/openapi.json
-    authenticated   GET /v1/cluster, /v1/topics, /v1/groups; DELETE a group member (leave)
+    authenticated   GET /v1/cluster, /v1/topics, /v1/groups, /metrics; DELETE a group member (leave)
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
     produce         POST /v1/topics/{topic}/messages (and the PolarStreams alias)
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
                     other group routes need consume on some topic here, and consume on each
                     topic they name or return (checked by the handler: ``require``)
     admin           POST /v1/topics (admin on the new name), DELETE /v1/topics/{topic},
-                    truncate {topic}; GET /metrics (admin on any topic); decommissioning a
+                    truncate {topic}; decommissioning a
                     broker (admin on every topic: a grant whose topics include '*')
 
 A route missing from ``RULES`` needs admin on every topic, so a new route is
@@ -73,7 +73,7 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/topics/{topic}/partitions/{partition}/messages"): TOPIC_CONSUME,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): TOPIC_CONSUME,
     ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate"): TOPIC_ADMIN,
-    ("GET", "/metrics"): SOME_ADMIN,
+    ("GET", "/metrics"): AUTHENTICATED,  # names and counts any token can list anyway: a scraper needs no grant
     ("GET", "/v1/groups"): AUTHENTICATED,
     ("GET", "/v1/groups/{group}"): AUTHENTICATED,
     ("POST", "/v1/groups/{group}/members"): SOME_CONSUME,
