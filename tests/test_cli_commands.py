@@ -348,6 +348,7 @@ def test_group_consume_commits_what_it_printed(broker: TestBroker, topic: str) -
     ok(cli(broker.url, "groups", "reset", group, topic, "--to", "28"))
     assert ok(cli(broker.url, "consume", topic, "--group", group)).splitlines() == [b"r28", b"r29"]
 
+    assert cli(broker.url, "consume", "no-such-topic-" + topic, "--group", group).returncode == 1
     missing = cli(broker.url, "groups", "describe", "no-such-group-" + topic)
     assert missing.returncode == 1 and missing.stderr.startswith(b"ring groups describe: ")
 
@@ -382,10 +383,10 @@ def _with_tty_stderr(url: str, args: list[str], stdin_path: Path, stdout_path: P
 
 def test_progress_only_on_a_terminal(broker: TestBroker, topic: str, tmp_path: Path) -> None:
     data = tmp_path / "in.txt"
-    data.write_bytes(b"".join(b"line %d\n" % i for i in range(20_000)))
+    data.write_bytes(b"".join(b"line %d\n" % i for i in range(3_000)))
     code, shown = _with_tty_stderr(broker.url, ["produce", topic], data, tmp_path / "out.txt")
     assert code == 0 and b"%" in shown and b"records" in shown and b"\r" in shown
-    assert (tmp_path / "out.txt").read_bytes().startswith(b"produced 20,000 records")
+    assert (tmp_path / "out.txt").read_bytes().startswith(b"produced 3,000 records")
     code, shown = _with_tty_stderr(broker.url, ["consume", topic], data, tmp_path / "read.txt")
     assert code == 0 and b"reading" in shown
     assert sorted((tmp_path / "read.txt").read_bytes().splitlines()) == sorted(data.read_bytes().splitlines())

@@ -157,7 +157,8 @@ def quote(name: str) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Aligned columns, numbers to the right; empty cells as '-'."""
     cells = [[("-" if v is None or v == "" else str(v)) for v in row] for row in rows]
-    numeric = [all(_is_number(r[i]) for r in cells) and bool(cells) for i in range(len(headers))]
+    numeric = [all(_is_number(r[i]) for r in cells) and any(r[i] != "-" for r in cells)
+               for i in range(len(headers))]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:

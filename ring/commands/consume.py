@@ -200,6 +200,7 @@ def _default_consumer() -> str:
 def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> int:
     ctx.reachable()
     api = ctx.api(timeout_s=limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT + GROUP_FOLLOW_WAIT_MS / 1000)
+    api.call("GET", f"/v1/topics/{quote(args.topic)}")  # an unknown topic is an error here too, not an idle member
     group, consumer = quote(args.group), args.consumer or _default_consumer()
     member = f"/v1/groups/{group}/members/{quote(consumer)}"
     join_doc = {"consumer": consumer, "topics": [args.topic], "reset": start.kind, "client": "ring consume"}
