@@ -189,6 +189,9 @@ def test_ndjson_with_key_field_and_json_output(broker: TestBroker, topic: str) -
     bad = cli(broker.url, "produce", topic, "--ndjson", stdin=b'{"ok": 1}\nnot json\n{"ok": 2}\n')
     assert bad.returncode == 1 and b"line 2 is not JSON" in bad.stderr
     assert b"produced 1 record" in bad.stdout
+    too_long = cli(broker.url, "produce", topic, "--json", stdin=b"fine\n" + b"x" * (1 << 20) * 2 + b"\nnever\n")
+    assert too_long.returncode == 1 and json_of(Ran(0, too_long.stdout, b""))["records"] == 1
+    assert orjson.loads(too_long.stderr)["message"].startswith("line 2 is longer than a record may be")
 
 
 def test_consume_from_positions_and_max(broker: TestBroker, topic: str) -> None:

@@ -28,7 +28,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from ring import errors, limits
-from ring.commands.base import EXIT_API, EXIT_OK, EXIT_UNREACHABLE, Context, UsageError, add_command, error_message
+from ring.commands.base import (EXIT_API, EXIT_OK, EXIT_UNREACHABLE, Context, UsageError, add_command,
+                               error_message, report)
 from ring.commands.progress import Progress
 
 # A line may carry a maximal record plus "\r\n"; longer is refused without
@@ -112,7 +113,7 @@ def produce(ctx: Context, args: argparse.Namespace) -> int:
     tally = _Tally()
     size = _stdin_size(stdin)
     progress = Progress(f"producing to {args.topic}", size, by_bytes=True)
-    stopped: str | None = None
+    stopped: errors.RingError | None = None
     line_no = 0
     with ctx.client(consistency=args.consistency) as client:
         try:
@@ -129,8 +130,10 @@ def produce(ctx: Context, args: argparse.Namespace) -> int:
                 fut = _send(client, args, value, line_no)
                 if fut is not None:
                     fut.add_done_callback(tally.done)
-        except errors.RingError as exc:
-            stopped = f"{exc.message}" if exc.message.startswith("line ") else f"line {line_no}: {exc.message}"
+        except errors.RingError as exc:  # this line could not be sent: say which
+            if not exc.message.startswith("line "):
+                exc.message = f"line {line_no}: {exc.message}"
+            stopped = exc
         finally:
             client.flush()
     seconds = progress.finish()
@@ -153,29 +156,31 @@ def _send(client: Any, args: argparse.Namespace, value: bytes, line_no: int) -> 
     return client.produce(args.topic, key=key, partition=args.partition, json=orjson.Fragment(text))
 
 
-def _report(ctx: Context, args: argparse.Namespace, tally: _Tally, stopped: str | None, lines: int,
-            seconds: float) -> int:
+def _report(ctx: Context, args: argparse.Namespace, tally: _Tally, stopped: errors.RingError | None,
+            lines: int, seconds: float) -> int:
     with tally.lock:
         acked, failed, error = tally.acked, tally.failed, tally.error
         parts = {p: {"first_offset": f, "last_offset": last, "records": n}
                  for p, (f, last, n) in sorted(tally.partitions.items())}
-    if error is not None and stopped is None:
-        stopped = error_message(error) if isinstance(error, errors.RingError) else f"{type(error).__name__}: {error}"
+    if stopped is None and error is not None:
+        stopped = error if isinstance(error, errors.RingError) else errors.RingError(f"{type(error).__name__}: {error}")
     if ctx.json:
         doc: dict[str, Any] = {"topic": args.topic, "records": acked, "failed": failed, "lines": lines,
                                "seconds": round(seconds, 3), "partitions": parts}
-        if stopped:
-            doc["error"] = stopped
+        if stopped is not None:
+            doc["error"] = error_message(stopped)
         ctx.emit(doc)
     else:
         where = f"{len(parts)} partition{'s' if len(parts) != 1 else ''}"
         ctx.say(f"produced {acked:,} record{'s' if acked != 1 else ''} to {args.topic} ({where}) "
                 f"in {seconds:.2f} s")
-    if stopped:
-        from ring.client.transport import BrokersUnavailable, BrokerUnreachable
+    if stopped is None:
+        return EXIT_OK
+    from ring.client.transport import BrokersUnavailable, BrokerUnreachable
 
-        ctx.stderr.write(f"{ctx.prog}: {stopped}" + (f" ({failed} records failed)" if failed else "") + "\n")
-        if isinstance(error, (BrokersUnavailable, BrokerUnreachable)) and ctx.api().probe() is None:
-            return EXIT_UNREACHABLE
-        return EXIT_API
-    return EXIT_OK
+    if failed:
+        stopped.extra["failed"] = failed
+    report(ctx, stopped)
+    if isinstance(stopped, (BrokersUnavailable, BrokerUnreachable)) and ctx.api().probe() is None:
+        return EXIT_UNREACHABLE
+    return EXIT_API
