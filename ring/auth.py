@@ -117,7 +117,17 @@ ANONYMOUS = Principal("anonymous", everything=True)  # every request when authen
 
 # The identity the current request is served for (set by the client API's access
 # middleware), so that what a broker asks other brokers on its behalf carries it.
-CURRENT: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("ring_principal", default=None)
+# It holds a one-item list the middleware empties when the request ends: a task
+# started while serving (a reconcile, a coordinator's loop) copies the context,
+# and must not keep acting for that client once the request is over.
+CURRENT: contextvars.ContextVar[list[Principal | None] | None] = contextvars.ContextVar("ring_principal",
+                                                                                       default=None)
+
+
+def current() -> Principal | None:
+    """The identity of the request being served here, None outside one (a broker's own work)."""
+    cell = CURRENT.get()
+    return cell[0] if cell else None
 
 
 def _grant(perms: Iterable[str], topics: Iterable[str]) -> Grant:

@@ -150,3 +150,43 @@ def test_openapi_marks_open_routes_and_adds_401_403_elsewhere() -> None:
     assert status["security"] == [] and "401" not in status["responses"]
     produce = doc["paths"]["/v1/topics/{topic}/messages"]["post"]
     assert {"bearer": []} in produce["security"] and {"401", "403"} <= set(produce["responses"])
+
+
+async def test_the_identity_lasts_as_long_as_the_request() -> None:
+    """Tasks a request starts act for its client while it is served, and as the broker afterwards."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    table = _table()
+    seen: dict[str, object] = {}
+    done = asyncio.Event()
+
+    async def later() -> None:
+        seen["during"] = auth.current()
+        await asyncio.sleep(0.2)
+        seen["after"] = auth.current()
+        done.set()
+
+    async def handler(request: web.Request) -> web.Response:
+        asyncio.get_running_loop().create_task(later())
+        await asyncio.sleep(0.05)
+        return web.Response(text="ok")
+
+    app = web.Application(middlewares=[access.make_middleware(table, "s", False)])
+    app.router.add_get("/v1/topics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/v1/topics", headers={"Authorization": f"Bearer {ALICE}"}) as r:
+                assert r.status == 200
+        await asyncio.wait_for(done.wait(), 5)
+    finally:
+        await runner.cleanup()
+    assert getattr(seen["during"], "name", None) == "alice" and seen["after"] is None
+    assert auth.current() is None

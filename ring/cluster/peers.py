@@ -76,7 +76,7 @@ def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: floa
         headers = params.headers  # the very headers the request is about to send
         if H_SECRET not in headers:
             headers[H_SECRET] = secret or ""
-        principal = auth.CURRENT.get()
+        principal = auth.current()
         if principal is not None and H_PRINCIPAL not in headers:
             headers[H_PRINCIPAL] = principal.to_header()
 

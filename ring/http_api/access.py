@@ -33,7 +33,7 @@ variable) so that a broker's outgoing requests carry it (``ring.cluster.peers``)
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -45,7 +45,8 @@ log = logging.getLogger("ring.http")
 
 H_SECRET = "Ring-Cluster-Secret"
 H_PRINCIPAL = "Ring-Principal"
-PRINCIPAL = "ring.principal"  # request[PRINCIPAL]: the auth.Principal being served
+# request[PRINCIPAL]: who is served (a typed key where aiohttp has them, 3.13 on).
+PRINCIPAL: Any = web.RequestKey("principal", auth.Principal) if hasattr(web, "RequestKey") else "ring.principal"
 
 OPEN = "open"
 AUTHENTICATED = "authenticated"
@@ -210,10 +211,12 @@ def make_middleware(tokens: auth.TokenTable | None, secret: str | None, mutual_t
             raise Forbidden(f"{principal.name} may not {request.method} {resource.canonical}: it needs {what}"[:400],
                             needs=rule)
         request[PRINCIPAL] = principal
-        reset = auth.CURRENT.set(principal)
+        cell: list[auth.Principal | None] = [principal]
+        reset = auth.CURRENT.set(cell)
         try:
             return await handler(request)
         finally:
+            cell[0] = None  # tasks this request started act as the broker from now on
             auth.CURRENT.reset(reset)
 
     return access_middleware
