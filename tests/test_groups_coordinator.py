@@ -4,6 +4,7 @@ replays only from the checkpoint and ends in the same state; a failed append dro
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -52,6 +53,11 @@ async def test_replay_starts_at_the_latest_checkpoint(tmp_path: Path) -> None:
     b = await _broker(tmp_path)
     try:
         groups = Groups(b)
+        for _ in range(100):  # the reopened replica leads once it has won its election
+            rep = b.replica(OFFSETS_TOPIC, p)
+            if rep is not None and rep.is_leader:
+                break
+            await asyncio.sleep(0.1)
         after = await groups.describe("g")
         shard = await groups.coord.shard(p)
         assert shard.checkpoint == checkpoint

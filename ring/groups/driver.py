@@ -47,6 +47,7 @@ log = logging.getLogger("ring.groups")
 OFFSETS_TOPIC = "__offsets"
 COMMIT_CONSISTENCY = "quorum"
 _REPLAY_STEP_BYTES = 4 * 1024 * 1024
+_LEADER_POLL_S = 0.05  # how often a request waiting for the offsets partition's leader looks again
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,9 @@ class Coordinator:
         return get(OFFSETS_TOPIC, p) if get is not None else None
 
     def _leader(self, cfg: TopicConfig, p: int) -> str | None:
+        leadership = getattr(self.broker, "leadership", None)
+        if leadership is not None:  # elected leaders: this broker's replica, or the newest claim in gossip
+            return leadership.leader_of(cfg.name, p)
         rep = self._replica(p)
         if rep is not None:
             return rep.leader
@@ -145,6 +149,11 @@ class Coordinator:
         cfg = await self.ensure_topic()
         p = self.partition_of(group, cfg)
         leader = self._leader(cfg, p)
+        waited_s = 0.0
+        while leader is None and waited_s < limits.LEADER_WAIT_MS / 1000:  # a new topic, or an election
+            await asyncio.sleep(_LEADER_POLL_S)
+            waited_s += _LEADER_POLL_S
+            leader = self._leader(cfg, p)
         me = self.broker.config.name
         if leader == me:
             return None

@@ -82,6 +82,12 @@ class Groups:
 
     # --- records and offsets ----------------------------------------------------------------
 
+    async def member_topics(self, group: str, consumer: str) -> tuple[str, ...]:
+        """The topics a member subscribes to (none for an unknown one: its request gets 409 next)."""
+        _, _, g = await self.coord.group(group)
+        m = None if g is None else g.members.get(consumer)
+        return () if m is None else m.spec.topics
+
     async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
                    auto_commit: bool) -> Polled:
         return await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit)

@@ -94,8 +94,9 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
 
 
 async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
-                          local: Callable[[], Awaitable[web.Response]], wait_ms: int = 0) -> web.Response:
-    remote = await _groups(request).coord.locate(group)
+                          local: Callable[[], Awaitable[web.Response]], wait_ms: int = 0,
+                          create: bool = True) -> web.Response:
+    remote = await _groups(request).coord.locate(group, create)
     if remote is None:
         _groups(request).coord.start()
         return await local()
@@ -156,8 +157,8 @@ async def poll(request: web.Request) -> web.Response:
     as_msgpack = codec.fetch_type(request.headers.get("Accept")) == codec.CT_MSGPACK
 
     async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
         got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit)
-        access.require(request, auth.CONSUME, {t for t, _, _, _ in got.records})  # whoever joined the member
         if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
             body = msgpack.packb({"generation": got.generation, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
@@ -166,6 +167,12 @@ async def poll(request: web.Request) -> web.Response:
         return _json(_poll_doc(got))
 
     return await _at_coordinator(request, group, None, local, wait_ms)
+
+
+async def _require_member_topics(request: web.Request, group: str, consumer: str) -> None:
+    """403 unless the caller may consume every topic the member reads: checked before a poll reads
+    anything (a refused poll must not move the member's positions) or a commit of its positions."""
+    access.require(request, auth.CONSUME, await _groups(request).member_topics(group, consumer))
 
 
 def _poll_doc(got: Polled) -> dict[str, Any]:
@@ -178,6 +185,8 @@ async def leave(request: web.Request) -> web.Response:
     commit = _flag(request, "commit", True)
 
     async def local() -> web.Response:
+        if commit:
+            await _require_member_topics(request, group, consumer)
         return _json(await _groups(request).leave(group, consumer, commit))
 
     return await _at_coordinator(request, group, None, local)
@@ -214,6 +223,7 @@ async def commit(request: web.Request) -> web.Response:
         who = validate_name(consumer, "consumer")
 
         async def positions() -> web.Response:
+            await _require_member_topics(request, group, who)
             done = await _groups(request).commit_positions(group, who, generation)
             return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o}
                                                         for t, p, o in done]})
@@ -251,14 +261,13 @@ async def describe(request: web.Request) -> web.Response:
     async def local() -> web.Response:
         return _json(await _groups(request).describe(group))
 
-    return await _at_coordinator(request, group, None, local)
+    return await _at_coordinator(request, group, None, local, create=False)
 
 
 async def list_groups(request: web.Request) -> web.Response:
     groups = _groups(request)
     if _flag(request, "local", False) or request.headers.get(H_FORWARDED):
         return _json({"groups": await groups.list_local()})
-    await groups.coord.ensure_topic()
     found: dict[str, dict[str, Any]] = {g["group"]: g for g in await groups.list_local()}
     unreachable = []
     broker = groups.broker
@@ -357,8 +366,8 @@ async def polar_poll(request: web.Request) -> web.Response:
     native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll")
 
     async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
         got = await _groups(request).poll(group, consumer, None, limits.FETCH_RECORDS_DEFAULT, 0, True)
-        access.require(request, auth.CONSUME, {t for t, _, _, _ in got.records})
         return _json(_poll_doc(got))
 
     answer = await _at_coordinator(native, group, None, local)
@@ -394,6 +403,7 @@ async def polar_commit(request: web.Request) -> web.Response:
     native = request.clone(method="POST", rel_url=f"/v1/groups/{group}/offsets")
 
     async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
         await _groups(request).commit_positions(group, consumer, None)
         return web.Response(status=204)
 
@@ -407,6 +417,7 @@ async def polar_goodbye(request: web.Request) -> web.Response:
     native = request.clone(method="DELETE", rel_url=f"/v1/groups/{group}/members/{consumer}?commit=true")
 
     async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
         await _groups(request).leave(group, consumer, True)
         return web.Response(status=200)
 
