@@ -28,7 +28,7 @@ from ring import limits
 from ring.errors import BadRequest
 from ring.gossip.core import Ack, Ack2, GossipCore, Syn, message_from_wire
 from ring.gossip.state import STATUSES, ClusterState, Digest, EndpointState, TopicEntry
-from ring.replication import protocol
+from ring.replication import election, protocol
 
 FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64_MAX = 2**63 - 1
@@ -245,8 +245,23 @@ def test_an_accepted_message_round_trips(wire: dict[str, Any]) -> None:
 
 # --- replication frames -----------------------------------------------------------------
 
-frame_fields = st.sampled_from(["append", "hw", "ack", "reject", "other", ""]) | leaf
+frame_fields = st.sampled_from(["sync", "append", "hw", "ack", "reject", "vote", "voted", "other", ""]) | leaf
+epochs = st.sampled_from([0, 1, 7, 2**31 - 1, 2**31])
+offsets = st.sampled_from([0, 1, 5, 2**62, INT64_MAX])
+
+
+@st.composite
+def syncs(draw: st.DrawFn) -> protocol.Sync:
+    starts = sorted(draw(st.sets(st.integers(0, 100), max_size=3)))
+    history = tuple((i + 1, o) for i, o in enumerate(starts))
+    end = draw(offsets)
+    return protocol.Sync(draw(topic_names), draw(st.integers(0, 10)), draw(epochs), draw(offsets), draw(offsets),
+                         draw(offsets), end, history,
+                         tuple(draw(st.lists(names, min_size=1, max_size=3, unique=True))))
+
+
 valid_frames = st.one_of(
+    syncs(),
     st.builds(protocol.Append, topic_names, st.integers(0, 10), big_ints, big_ints, big_ints, st.binary(max_size=20)),
     st.builds(protocol.Hw, topic_names, st.integers(0, 10), big_ints, big_ints),
     st.builds(protocol.Ack, topic_names, st.integers(0, 10), big_ints, big_ints),
@@ -291,3 +306,48 @@ def test_a_frame_epoch_beyond_the_batch_format_is_refused() -> None:
     for frame in (protocol.Append("t", 0, 2**31, 0, 0, b""), protocol.Hw("t", 0, 2**31, 0)):
         with pytest.raises(BadRequest):
             protocol.decode(protocol.encode(frame), MAX_FRAME)
+
+
+# --- election votes (POST /peer/v1/vote) ---------------------------------------------------
+
+
+def _vote_wire(raw: bytes) -> Any:
+    """The vote body as the peer handler unpacks it; None when msgpack refuses it there."""
+    try:
+        return msgpack.unpackb(raw, raw=False, max_array_len=16, max_map_len=0, max_str_len=4096)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+
+
+vote_requests = st.builds(election.VoteRequest, topic_names, st.integers(0, 10), epochs, names,
+                          st.sampled_from([-1, 0, 3, 2**31 - 1]), offsets, st.booleans(), st.booleans())
+vote_replies = st.builds(election.VoteReply, topic_names, st.integers(0, 10), epochs, names, st.booleans(),
+                         st.sampled_from(election.REASONS))
+
+
+def _vote_or_refused(w: Any) -> None:
+    for parse in (election.request_from_wire, election.reply_from_wire):
+        v = refused_or(parse, w)
+        if v is not None:
+            assert parse(msgpack.unpackb(msgpack.packb(v.to_wire()), raw=False)) == v
+            assert 0 <= v.partition <= 2**31 - 1 and 0 <= v.epoch <= 2**31 - 1, v
+
+
+@FUZZ
+@given(st.binary(max_size=60) | packed(st.lists(frame_fields, max_size=9)) | packed(garbage)
+       | vote_requests.map(lambda v: msgpack.packb(v.to_wire())))
+def test_vote_bytes(raw: bytes) -> None:
+    w = _vote_wire(raw)
+    if w is not None:
+        _vote_or_refused(w)
+
+
+@FUZZ
+@given(vote_requests | vote_replies, st.data())
+def test_vote_with_one_field_replaced(vote: Any, data: st.DataObject) -> None:
+    w = vote.to_wire()
+    w[data.draw(st.integers(0, len(w) - 1))] = data.draw(garbage | frame_fields)
+    _vote_or_refused(w)
+    raw = pack(w)
+    if raw is not None and (w2 := _vote_wire(raw)) is not None:
+        _vote_or_refused(w2)
