@@ -31,7 +31,7 @@ from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
 from ring.localcluster import free_port
 from tests.brokers import Http, TestBroker
 from tests.test_fuzz_decoders import _valid_batches, crafted_batches, damaged
-from tests.test_fuzz_peer_messages import garbage, hand_made_msgpack, packed, plain_maps
+from tests.test_fuzz_peer_messages import garbage, hand_made_msgpack, packed, plain_maps, vote_requests
 
 SECRET = "fuzz-secret"
 NOWHERE = "127.0.0.1:9"
@@ -139,6 +139,15 @@ def test_gossip_bodies(gossip_node: PeerBroker, body: bytes) -> None:
     _check(r.status, r.body)
     if r.status == 200:
         assert r.headers.get("Content-Type", "").startswith("application/msgpack")
+        msgpack.unpackb(r.body, raw=False)
+
+
+@settings(PEER_SETTINGS, max_examples=15)
+@given(st.binary(max_size=60) | packed(garbage) | vote_requests.map(lambda v: msgpack.packb(v.to_wire())))
+def test_vote_bodies(gossip_node: PeerBroker, body: bytes) -> None:
+    r = gossip_node.peer.post("/peer/v1/vote", body=body, headers=HEADERS)
+    _check(r.status, r.body)
+    if r.status == 200:
         msgpack.unpackb(r.body, raw=False)
 
 
