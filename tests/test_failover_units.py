@@ -116,6 +116,7 @@ def test_tally_needs_a_majority_of_the_voter_set_counting_itself() -> None:
     t = e.Tally("a", VOTERS, 4)
     t.add(reply("zed", True))  # not a voter: ignored
     t.add(reply("a", True))  # ourselves again: ignored
+    t.add(e.VoteReply("t", 0, 3, "b", True, e.GRANTED, pre=True))  # a late answer to our pre-vote: not a vote
     assert not t.won
     t.add(reply("b", False, epoch=7))
     assert t.lost and t.newest_epoch == 7
@@ -141,7 +142,8 @@ def test_wire_forms_round_trip_and_malformed_ones_are_bad_requests() -> None:
                 ["vote", "t", 0, 1, "a", 1, -2, 0], ["vote", "t", 0, 1, "a", 1, 2, 9], "vote", None):
         with pytest.raises(BadRequest):
             e.request_from_wire(bad)
-    for bad in (["voted", "t", 0, 1, "b", 1, "granted"], ["voted", "t", 0, 1, "b", True, "why"]):
+    for bad in (["voted", "t", 0, 1, "b", 1, "granted", False], ["voted", "t", 0, 1, "b", True, "why", False],
+                ["voted", "t", 0, 1, "b", True, "granted"], ["voted", "t", 0, 1, "b", True, "granted", 0]):
         with pytest.raises(BadRequest):
             e.reply_from_wire(bad)
 
@@ -169,25 +171,28 @@ def test_the_first_live_caught_up_voter_stands_first_and_the_unclean_last() -> N
     assert e.stand_delay_s("b", replicas, ["a", "c"], alive, lambda n: True, step, fallback) is None  # no voter
     unclean = {"b"}.__contains__  # b came back from an unclean shutdown and has not caught up
     assert e.stand_delay_s("c", replicas, replicas, alive, lambda n: not unclean(n), step, fallback) == 0
-    assert e.stand_delay_s("b", replicas, replicas, alive, lambda n: not unclean(n), step, fallback) is None
+    # b only if c cannot win (c may be behind b): after the fallback
+    assert e.stand_delay_s("b", replicas, replicas, alive, lambda n: not unclean(n), step, fallback) == 6.0
     nobody = e.stand_delay_s("b", replicas, replicas, alive, lambda n: False, step, fallback)
     assert nobody == fallback  # nobody caught up is alive: b stands after the fallback
     assert e.stand_delay_s("c", replicas, replicas, alive, lambda n: False, step, fallback) == fallback + step
+    assert e.stand_delay_s("b", ["b"], ["b"], alive, lambda n: False, step, fallback) == 0  # alone
 
 
 @SETTINGS
 @given(st.permutations(["a", "b", "c", "d", "e"]), st.sets(st.sampled_from("abcde")),
        st.sets(st.sampled_from("abcde")))
-def test_exactly_one_live_replica_stands_at_once(replicas, alive, clean) -> None:
+def test_live_replicas_stand_one_at_a_time_caught_up_ones_first(replicas, alive, clean) -> None:
     delays = {r: e.stand_delay_s(r, replicas, replicas, alive.__contains__, clean.__contains__, 1.0, 5.0)
               for r in replicas}
     standing = [r for r, d in delays.items() if d is not None]
-    assert set(standing) <= alive
+    assert set(standing) == alive  # every live voter stands in the end: nobody waits for ever
     if alive:
         first = min(standing, key=lambda r: delays[r])
-        assert [r for r in standing if delays[r] == delays[first]] == [first]
+        assert len({delays[r] for r in standing}) == len(standing)  # one at a time
         if alive & clean:
             assert first in clean and delays[first] == 0
+            assert all(delays[r] > delays[c] for r in alive - clean for c in alive & clean)
 
 
 def test_leadership_goes_back_to_the_natural_leader_once_caught_up() -> None:

@@ -25,7 +25,10 @@ transfer (the current leader hands a partition back to its natural leader,
 Wire forms are msgpack arrays::
 
     ["vote", topic, partition, epoch, candidate, last_epoch, end_offset, flags]   flags: 1 pre-vote, 2 transfer
-    ["voted", topic, partition, epoch, voter, granted, reason]
+    ["voted", topic, partition, epoch, voter, granted, reason, pre]
+
+A reply names whether it answers a pre-vote, so a late pre-vote reply is
+never counted as a vote.
 """
 
 from __future__ import annotations
@@ -98,9 +101,10 @@ class VoteReply:
     voter: str
     granted: bool
     reason: str
+    pre: bool = False  # the answer to a pre-vote
 
     def to_wire(self) -> list[Any]:
-        return ["voted", self.topic, self.partition, self.epoch, self.voter, self.granted, self.reason]
+        return ["voted", self.topic, self.partition, self.epoch, self.voter, self.granted, self.reason, self.pre]
 
 
 def _int(v: Any, what: str, lo: int, hi: int) -> int:
@@ -127,12 +131,12 @@ def request_from_wire(w: Any) -> VoteRequest:
 
 
 def reply_from_wire(w: Any) -> VoteReply:
-    if type(w) is not list or len(w) != 7 or w[0] != "voted":
+    if type(w) is not list or len(w) != 8 or w[0] != "voted":
         raise BadRequest("malformed vote: not a vote reply array")
-    if type(w[1]) is not str or not w[1] or type(w[5]) is not bool or w[6] not in REASONS:
-        raise BadRequest("malformed vote: topic, granted or reason")
+    if type(w[1]) is not str or not w[1] or type(w[5]) is not bool or w[6] not in REASONS or type(w[7]) is not bool:
+        raise BadRequest("malformed vote: topic, granted, reason or pre")
     return VoteReply(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
-                     _name(w[4], "voter"), w[5], w[6])
+                     _name(w[4], "voter"), w[5], w[6], w[7])
 
 
 # -- the voter's rule ----------------------------------------------------------
@@ -162,7 +166,7 @@ def judge_vote(me: Voter, req: VoteRequest) -> Verdict:
 
     def answer(granted: bool, reason: str, new: Ballot | None = None, step_down: bool = False) -> Verdict:
         epoch = (new or ballot).epoch
-        reply = VoteReply(req.topic, req.partition, epoch, me.name, granted, reason)
+        reply = VoteReply(req.topic, req.partition, epoch, me.name, granted, reason, req.pre)
         return Verdict(reply, new if new != ballot else None, step_down)
 
     if req.candidate not in me.voters or me.name not in me.voters:
@@ -196,6 +200,7 @@ class Tally:
     me: str
     voters: frozenset[str]
     epoch: int
+    pre: bool = False
     granted: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     newest_epoch: int = 0  # the highest epoch a voter answered with
@@ -205,7 +210,7 @@ class Tally:
         self.granted.add(self.me)
 
     def add(self, reply: VoteReply) -> None:
-        if reply.voter not in self.voters or reply.voter == self.me:
+        if reply.voter not in self.voters or reply.voter == self.me or reply.pre != self.pre:
             return
         self.newest_epoch = max(self.newest_epoch, reply.epoch)
         if reply.granted and reply.epoch <= self.epoch:
@@ -260,7 +265,9 @@ def stand_delay_s(me: str, replicas: Sequence[str], voters: Iterable[str], alive
     The order is the preference list over live voters. Caught-up (eligible)
     replicas stand in that order, one ``rank_step_s`` apart; a replica that
     came back from an unclean shutdown and has not caught up stands only
-    when no eligible replica is alive, after ``fallback_s`` more.
+    ``fallback_s`` later, when no caught-up replica could win (they may all be
+    behind it: the voters refuse a candidate less up to date than themselves,
+    and with no leader nobody can catch up).
     """
     order = [r for r in candidate_order(replicas, voters) if alive(r)]
     if me not in order:
@@ -268,11 +275,9 @@ def stand_delay_s(me: str, replicas: Sequence[str], voters: Iterable[str], alive
     ready = [r for r in order if eligible(r)]
     if me in ready:
         return ready.index(me) * rank_step_s
-    if ready:
-        return None
     if len(set(voters)) == 1:
         return 0.0  # the only replica: nobody else could be more caught up
-    return fallback_s + order.index(me) * rank_step_s
+    return fallback_s + (len(ready) + order.index(me)) * rank_step_s
 
 
 def transfer_target(me: str, replicas: Sequence[str], voters: Iterable[str], up: Callable[[str], bool],

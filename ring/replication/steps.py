@@ -109,6 +109,7 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
                     rep.index, cut, rep.log.end_offset - 1, sender, frame.epoch)
         rep.log.truncate_after(cut)
         rep.truncated()
+    _drop_stray_epoch(rep, frame)
     if rep.log.end_offset < frame.log_start:
         rep.log.restart_at(frame.log_start)  # everything we hold is below the leader's log start
         rep.truncated()
@@ -119,6 +120,23 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
     _progress(rep)
     rep.set_leader_hw(frame.hw)
     return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+
+
+def _drop_stray_epoch(rep: Replica, frame: protocol.Sync) -> None:
+    """An epoch our history begins at our log end, with no batch of it, where the leader's history has no
+    such entry (recovery after a crash moves the newest epoch back to where the surviving data ends):
+    the leader's batches from here are of older epochs, and the log would refuse them. Cut back one batch
+    (the cut takes the entry with it), so we refetch from there."""
+    hist, end = rep.log.epochs(), rep.log.end_offset
+    if not hist or hist[-1][1] < end or hist[-1] in frame.history:
+        return
+    log.warning("%s/%d: epoch %d is recorded at offset %d with no batch, unlike leader's history; refetching "
+                "the last batch", rep.topic, rep.index, hist[-1][0], end)
+    if end > rep.log.start_offset:
+        rep.log.truncate_after(end - 1)
+    else:
+        rep.log.restart_at(end)
+    rep.truncated()
 
 
 def _progress(rep: Replica) -> None:

@@ -1,0 +1,239 @@
+"""What a broker decides about each of its partition replicas on every election tick, synchronously.
+
+``Watch`` keeps a few timers per replica and, given the broker's view of the
+cluster (``View``: who is alive, who claims to lead what, who is still
+catching up), decides on each ``tick``:
+
+* for a follower: whether its leader is lost (``election.leader_lost``;
+  not while a live broker claims the partition at our epoch or later, since
+  that leader's link will sync us), and when this replica's turn to stand
+  has come (``election.stand_delay_s``, and only if a majority of its
+  voters is alive): an ``Action("stand")``;
+* for a leader: stepping down when a live broker claims the partition at a
+  newer epoch, moving the voter set one step toward the preference list
+  (``placement.next_voters``; a replica joins once it holds everything
+  committed), and handing the partition over (``election.transfer_target``,
+  or any caught-up voter when our copy is damaged): an ``Action("hand_off")``.
+
+It changes replicas only through ``steps`` (adopting an epoch, saving voters)
+and returns what the driver must do: stand, hand over, or carry out a change
+(``Action("changed")``: relink, wake waiters). The async driver
+(``ring.cluster.leadership``) and the simulation (tests/sim) run the very
+same decisions; only the I/O differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+from ring import limits
+from ring.cluster import leaders, placement
+from ring.replication import election, steps
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.cluster")
+
+Key = tuple[str, int]
+
+
+class View(Protocol):
+    """The broker's view of the cluster, from gossip (or the simulation's heartbeats)."""
+
+    def alive(self, name: str) -> bool: ...  # not reported down (ourselves always)
+
+    def up(self, name: str) -> bool: ...  # reported up (not even suspect)
+
+    def generation(self, name: str | None) -> int | None: ...
+
+    def claims(self) -> dict[str, dict[Key, int]]: ...  # other brokers' "partitions I lead, at epoch"
+
+    def behind(self, name: str) -> set[Key]: ...  # a broker's replicas still catching up
+
+
+@dataclass
+class Timers:
+    """What the watch remembers about one replica between ticks (seconds on the broker's clock)."""
+
+    leader: str | None = None  # the leader as last seen, to notice a change
+    voted_at: float | None = None  # when we last granted a real vote
+    generation: int | None = None  # that leader's generation then
+    unclaimed_since: float | None = None
+    leaderless_since: float | None = None
+    next_try: float = 0.0
+    retry_s: float = limits.ELECTION_RETRY_MS / 1000
+    led_since: float = 0.0
+    standing: bool = False
+    handing: bool = False
+    handoff_next: float = 0.0
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "stand", "hand_off" or "changed"
+    rep: Replica
+    target: str | None = None  # hand_off: to whom
+
+
+@dataclass
+class Settings:
+    rank_step_s: float = limits.ELECTION_RANK_STEP_MS / 1000
+    unclean_fallback_s: float = limits.ELECTION_UNCLEAN_FALLBACK_MS / 1000
+    claim_grace_s: float = limits.LEADER_CLAIM_GRACE_MS / 1000
+    min_lead_s: float = limits.HANDOFF_MIN_LEAD_MS / 1000
+    handoff_retry_s: float = limits.HANDOFF_RETRY_MS / 1000
+    retry_s: float = limits.ELECTION_RETRY_MS / 1000
+    retry_max_s: float = limits.ELECTION_RETRY_MS_MAX / 1000
+
+
+@dataclass
+class Watch:
+    name: str
+    rng: random.Random
+    settings: Settings = field(default_factory=Settings)
+    timers: dict[Key, Timers] = field(default_factory=dict)
+
+    def timer(self, rep: Replica, now: float) -> Timers:
+        return self.timers.setdefault((rep.topic, rep.index), Timers(led_since=now, retry_s=self.settings.retry_s))
+
+    # --- the tick ----------------------------------------------------------------------------
+
+    def tick(self, now: float, reps: Iterable[Replica], view: View) -> list[Action]:
+        claims = view.claims()
+        out: list[Action] = []
+        held: set[Key] = set()
+        for rep in reps:
+            held.add((rep.topic, rep.index))
+            t = self.timer(rep, now)
+            if rep.is_leader:
+                self._as_leader(rep, t, claims, view, now, out)
+            else:
+                self._as_follower(rep, t, claims, view, now, out)
+        for key in [k for k in self.timers if k not in held]:
+            del self.timers[key]
+        return out
+
+    def eligible(self, rep: Replica, name: str, view: View) -> bool:
+        if name == self.name:
+            return rep.caught_up and rep.damaged_at is None
+        return (rep.topic, rep.index) not in view.behind(name)
+
+    def lost(self, rep: Replica, t: Timers, claims: dict[str, dict[Key, int]], view: View, now: float) -> bool:
+        """Whether ``rep`` has no live leader (updating the timers that tell)."""
+        if rep.leader != t.leader:
+            t.leader, t.generation, t.unclaimed_since = rep.leader, view.generation(rep.leader), now
+        key = (rep.topic, rep.index)
+        claimed = rep.leader is not None and claims.get(rep.leader, {}).get(key, -1) >= rep.epoch
+        if claimed:
+            t.unclaimed_since = None
+        elif t.unclaimed_since is None:
+            t.unclaimed_since = now
+        restarted = t.generation is not None and view.generation(rep.leader) != t.generation
+        lost = election.leader_lost(rep.leader, self.name, rep.leader is not None and view.alive(rep.leader),
+                                    restarted, claimed, now - (t.unclaimed_since or now), self.settings.claim_grace_s)
+        if lost:
+            best = leaders.leader_from_claims(claims, key, view.alive)
+            if best is not None and best[1] >= rep.epoch and best[0] not in (rep.leader, self.name):
+                return False  # a newer leader exists: its link will sync us
+        return lost
+
+    def _as_follower(self, rep: Replica, t: Timers, claims: dict[str, dict[Key, int]], view: View, now: float,
+                     out: list[Action]) -> None:
+        if not self.lost(rep, t, claims, view, now):
+            t.leaderless_since = None
+            return
+        if t.leaderless_since is None:
+            t.leaderless_since = now
+            if rep.leader is not None:
+                log.info("%s/%d: leader %s of epoch %d is lost", rep.topic, rep.index, rep.leader, rep.epoch)
+        if t.standing or now < t.next_try or self.name not in rep.voters:
+            return
+        if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
+            return  # we just voted: give that candidate time to win and sync us
+        s = self.settings
+        delay = election.stand_delay_s(self.name, rep.replicas, rep.voters, view.alive,
+                                       lambda n: self.eligible(rep, n, view), s.rank_step_s, s.unclean_fallback_s)
+        if delay is None or now - t.leaderless_since < delay:
+            return
+        if sum(1 for v in rep.voters if view.alive(v)) < election.majority(len(rep.voters)):
+            return  # no majority can answer: no election (committed reads still work)
+        t.standing = True
+        out.append(Action("stand", rep))
+
+    def _as_leader(self, rep: Replica, t: Timers, claims: dict[str, dict[Key, int]], view: View, now: float,
+                   out: list[Action]) -> None:
+        if t.leader != self.name:
+            t.leader, t.led_since, t.leaderless_since = self.name, now, None
+        best = leaders.leader_from_claims(claims, (rep.topic, rep.index), view.alive)
+        if best is not None and best[1] > rep.epoch:
+            steps.adopt_epoch(rep, best[1])
+            out.append(Action("changed", rep))
+            return
+        filled_to = max(rep.hw, rep.epoch_start)
+        voters = placement.next_voters(rep.voters, rep.replicas, self.name,
+                                       lambda r: view.alive(r) and rep.follower_ends.get(r, -1) >= filled_to)
+        if voters != rep.voters:
+            log.info("%s/%d: voters %s -> %s", rep.topic, rep.index, ",".join(rep.voters), ",".join(voters))
+            rep.set_voters(voters)
+            steps.save_state(rep)
+            out.append(Action("changed", rep, target="voters"))
+        if t.handing or now < t.handoff_next:
+            return
+        target = self._handoff_target(rep, t, view, now)
+        if target is not None:
+            t.handing = True
+            out.append(Action("hand_off", rep, target))
+
+    def _handoff_target(self, rep: Replica, t: Timers, view: View, now: float) -> str | None:
+        acked = rep.follower_ends.get
+        if rep.damaged_at is not None:  # our copy is damaged: any caught-up voter will do
+            return next((r for r in election.candidate_order(rep.replicas, rep.voters)
+                         if r != self.name and view.up(r) and self.eligible(rep, r, view)
+                         and (acked(r) or 0) >= rep.log.end_offset), None)
+        return election.transfer_target(self.name, rep.replicas, rep.voters, view.up,
+                                        lambda n: self.eligible(rep, n, view), acked, max(rep.hw, rep.epoch_start),
+                                        now - t.led_since, self.settings.min_lead_s)
+
+    # --- what the driver reports back --------------------------------------------------------
+
+    def stood(self, rep: Replica, won: bool, now: float) -> None:
+        """A candidacy of ``rep`` ended."""
+        t = self.timer(rep, now)
+        t.standing = False
+        if won:
+            t.leader, t.led_since = self.name, now
+            t.retry_s = self.settings.retry_s
+        else:
+            t.next_try = now + t.retry_s * (0.5 + self.rng.random())
+            t.retry_s = min(t.retry_s * 2, self.settings.retry_max_s)
+
+    def handed(self, rep: Replica, now: float) -> None:
+        """A handover of ``rep`` ended (done or not)."""
+        t = self.timer(rep, now)
+        t.handing = False
+        t.handoff_next = now + self.settings.handoff_retry_s
+
+    def voter_view(self, rep: Replica, view: View, now: float) -> bool:
+        """Whether ``rep`` still follows (or is) a live leader, or just voted for a candidate that may
+        have won: what a pre-vote respects."""
+        t = self.timer(rep, now)
+        if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
+            return True
+        return rep.is_leader or not self.lost(rep, t, view.claims(), view, now)
+
+    def voted(self, rep: Replica, granted_real_vote: bool, now: float) -> None:
+        """We granted a real vote: give that candidate time to win (and sync us) before standing ourselves,
+        and refuse pre-votes meanwhile."""
+        if granted_real_vote:
+            t = self.timer(rep, now)
+            t.leaderless_since, t.voted_at = now, now
+
+    def may_take_over(self, rep: Replica, sender: str, epoch: int, now: float) -> bool:
+        """``sender``, leading ``epoch``, asks us to take the partition over: stand at once if we can."""
+        t = self.timer(rep, now)
+        if rep.leader != sender or rep.epoch != epoch or not rep.aligned or not rep.caught_up or t.standing:
+            return False
+        t.standing = True
+        return True

@@ -1,0 +1,556 @@
+"""One simulated broker: the real replica cores on real partition logs, driven by simulated time and messages.
+
+What runs is ring's own code: ``Replica`` and ``PartitionLog`` (files under a
+temporary directory; a crash keeps the page cache, as a SIGKILL does, and a
+power loss may cut what was not synced), durability as fsync ``always``
+gives it (a group commit a few milliseconds after an append; followers ack
+and leaders count only what is synced), the replication steps (``steps.on_sync``, ``on_append``,
+``on_answer``, ``sync_frame``), the leader's ``SendCursor``, the election
+steps and ``election.Tally``, and ``Watch``, which makes every leadership
+decision the real driver makes. What stands in for the async drivers is
+this module's glue: heartbeats instead of gossip (each carries what the
+broker leads and which replicas are catching up, as the real gossip entry
+does), a failure detector that convicts after ``DOWN_AFTER_S`` of silence
+(and forgives everyone after its own stall, as phi accrual's guard does),
+votes and transfers as requests, one ordered link per (leader, follower)
+that breaks and reconnects, and the produce path: append while leading,
+answer once a majority of the voters holds the batch, 504 (outcome unknown)
+on a timeout or a step-down.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ring import limits
+from ring.cluster import leaders
+from ring.cluster.watch import Watch
+from ring.errors import Conflict, CorruptBatch, OffsetOutOfRange, StorageError
+from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.log import batch as batchfmt
+from ring.replication import election, protocol, steps
+from ring.replication.replica import Replica
+from tests.sim.network import LINK_TIMEOUT_S, Network, World
+
+Key = tuple[str, int]
+TICK_S = limits.ELECTION_TICK_MS / 1000
+HEARTBEAT_S = 1.0
+DOWN_AFTER_S = 5.0  # silence before a peer is convicted (the real detector: about 4-13 s)
+SUSPECT_AFTER_S = 2.0
+STALL_S = 2.0  # a tick this late means we were stopped: forgive every peer's silence
+VOTE_TIMEOUT_S = limits.VOTE_REQUEST_TIMEOUT_S
+ACK_TIMEOUT_S = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
+INFLIGHT_BYTES_MAX = 64 * 1024
+FRAME_BYTES_MAX = 4 * 1024
+PROBE_RETRY_S = limits.REPLICATION_PROBE_RETRY_MS / 1000
+
+
+@dataclass
+class Heard:
+    at: float
+    generation: int
+    leads: dict[Key, int]
+    behind: set[Key]
+
+
+@dataclass
+class Link:
+    conn: int
+    cursors: dict[Key, protocol.SendCursor] = field(default_factory=dict)
+    waiting_since: float | None = None  # the oldest frame not answered yet was sent then
+    broken_at: float | None = None
+
+
+@dataclass
+class Candidacy:
+    req: election.VoteRequest
+    tally: election.Tally
+    deadline: float
+    transfer: bool
+
+
+@dataclass
+class Handoff:
+    target: str
+    epoch: int
+    deadline: float
+    sent: bool = False
+
+
+@dataclass
+class Pending:
+    rid: int
+    base: int
+    end: int
+    epoch: int
+    deadline: float
+
+
+class SimBroker:
+    def __init__(self, world: World, net: Network, name: str, names: list[str], keys: list[Key], root: Path) -> None:
+        self.world, self.net, self.name, self.names, self.keys = world, net, name, names, keys
+        self.dir = root / name
+        self.generation = 0
+        self.running = False
+        self.paused = False
+        self.inbox: list[tuple[str, str, int, Any]] = []
+        self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
+        self.reps: dict[Key, Replica] = {}
+        net.nodes[name] = self
+        self.start()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.generation += 1
+        self.running, self.paused, self.inbox, self.accepted = True, False, [], {}
+        self.reps = {}
+        for t, p in self.keys:
+            plog = PartitionLog(self.dir / t / str(p), LogConfig(segment_bytes=2048, index_interval_bytes=256,
+                                                                 fsync=FsyncPolicy("never")), self.world.clock)
+            rep = Replica(t, p, plog, self.name, list(self.names), hw=0)
+            ballot, voters = steps.load_state(plog.directory)
+            rep.epoch, rep.voted_for, rep.voters = ballot.epoch, ballot.voted_for, voters or list(self.names)
+            rep.leader, rep.aligned, rep.caught_up = None, False, plog.clean_shutdown
+            self.reps[(t, p)] = rep
+        self.watch = Watch(self.name, random.Random(self.world.rng.random()))
+        self.heard: dict[str, Heard] = {}
+        self.links: dict[str, Link] = {}
+        self.candidacies: dict[Key, Candidacy] = {}
+        self.handoffs: dict[Key, Handoff] = {}
+        self.pending: dict[Key, list[Pending]] = {k: [] for k in self.keys}
+        self.answers: dict[tuple[str, int], list[tuple[Key, int | None, Any]]] = {}  # per link, in order
+        self.syncing: set[Key] = set()
+        self.last_tick = self.world.now
+        gen = self.generation
+        self.world.after(self.world.rng.uniform(0, TICK_S), lambda: self._tick(gen))
+        self.world.after(self.world.rng.uniform(0, HEARTBEAT_S), lambda: self._heartbeat(gen))
+        self.world.log(f"{self.name} starts (generation {gen})")
+
+    def crash(self) -> None:
+        if not self.running:
+            return
+        self.running = False
+        for rep in self.reps.values():
+            rep.log.abandon()
+        self.world.log(f"{self.name} crashes")
+
+    def pause(self) -> None:
+        if self.running:
+            self.paused = True
+            self.world.log(f"{self.name} paused")
+
+    def resume(self) -> None:
+        if not self.running or not self.paused:
+            return
+        self.paused = False
+        self.world.log(f"{self.name} resumed with {len(self.inbox)} queued messages")
+        queued, self.inbox = self.inbox, []
+        for kind, src, conn, msg in queued:
+            if kind == "frame":
+                self.receive_frame(src, conn, msg)
+            else:
+                self.receive(src, msg)
+
+    def close(self) -> None:
+        if self.running:
+            for rep in self.reps.values():
+                rep.log.close()
+            self.running = False
+
+    # --- the View the watch decides on ------------------------------------------------------------
+
+    def alive(self, name: str) -> bool:
+        h = self.heard.get(name)
+        return name == self.name or (h is not None and self.world.now - h.at < DOWN_AFTER_S)
+
+    def up(self, name: str) -> bool:
+        h = self.heard.get(name)
+        return name == self.name or (h is not None and self.world.now - h.at < SUSPECT_AFTER_S)
+
+    def generation_of(self, name: str | None) -> int | None:
+        if name == self.name:
+            return self.generation
+        h = self.heard.get(name) if name is not None else None
+        return h.generation if h is not None else None
+
+    def claims(self) -> dict[str, dict[Key, int]]:
+        return {n: self.heard[n].leads for n in sorted(self.heard)}
+
+    def behind(self, name: str) -> set[Key]:
+        h = self.heard.get(name)
+        return h.behind if h is not None else set()
+
+    def leader_of(self, key: Key) -> str | None:
+        rep = self.reps[key]
+        best = leaders.leader_from_claims(self.claims(), key, self.alive)
+        if rep.leader is not None and (best is None or best[1] <= rep.epoch):
+            return rep.leader
+        return best[0] if best is not None else None
+
+    # --- timers --------------------------------------------------------------------------------
+
+    def _live(self, gen: int) -> bool:
+        return self.running and gen == self.generation
+
+    def _heartbeat(self, gen: int) -> None:
+        if not self._live(gen):
+            return
+        self.world.after(HEARTBEAT_S, lambda: self._heartbeat(gen))
+        if self.paused:
+            return
+        leads = {k: r.epoch for k, r in self.reps.items() if r.is_leader}
+        behind = {k for k, r in self.reps.items() if not r.caught_up}
+        for n in self.names:
+            if n != self.name:
+                self.net.request(self.name, n, ("heartbeat", self.generation, dict(leads), set(behind)))
+
+    def _tick(self, gen: int) -> None:
+        if not self._live(gen):
+            return
+        self.world.after(TICK_S, lambda: self._tick(gen))
+        if self.paused:
+            return
+        now = self.world.now
+        if now - self.last_tick > STALL_S:  # we were stopped: nobody's silence counts against them
+            for h in self.heard.values():
+                h.at = now
+        self.last_tick = now
+        for action in self.watch.tick(now, list(self.reps.values()), _View(self)):
+            if action.kind == "stand":
+                self._stand(action.rep, pre=True)
+            elif action.kind == "hand_off":
+                assert action.target is not None
+                self.handoffs[(action.rep.topic, action.rep.index)] = Handoff(
+                    action.target, action.rep.epoch, now + limits.HANDOFF_CATCHUP_MS / 1000)
+                action.rep.frozen = True
+            else:
+                self._changed(action.rep, resync=action.target == "voters")
+        for key in list(self.candidacies):
+            if now >= self.candidacies[key].deadline:
+                self._end_candidacy(key, won=False)
+        for key in list(self.handoffs):
+            self._handoff_progress(key)
+        self._maintain_links()
+        for rep in self.reps.values():
+            self._check_pending(rep)
+            self._pump(rep)
+
+    # --- messages --------------------------------------------------------------------------------
+
+    def receive(self, src: str, msg: Any) -> None:
+        if not self.running:
+            return
+        if self.paused:
+            self.inbox.append(("request", src, 0, msg))
+            return
+        kind = msg[0]
+        if kind == "heartbeat":
+            _, gen, leads, behind = msg
+            old = self.heard.get(src)
+            if old is None or gen >= old.generation:
+                self.heard[src] = Heard(self.world.now, gen, leads, behind)
+        elif kind == "vote":
+            self._on_vote(src, msg[1])
+        elif kind == "voted":
+            self._on_voted(msg[1])
+        elif kind == "transfer":
+            rep = self.reps[msg[1]]
+            if self.watch.may_take_over(rep, src, msg[2], self.world.now):
+                self._stand(rep, pre=False, transfer=True)
+        elif kind == "produce":
+            self._on_produce(src, *msg[1:])
+        elif kind == "connect":
+            self.accepted[src] = msg[1]
+
+    def _reply(self, dst: str, msg: Any) -> None:
+        self.net.request(self.name, dst, msg)
+
+    def _changed(self, rep: Replica, resync: bool = False) -> None:
+        """Leadership of ``rep`` changed here: produces waiting on a deposed leader learn the outcome is unknown."""
+        self._check_pending(rep)
+        if resync and rep.is_leader:
+            for link in self.links.values():
+                cur = link.cursors.get((rep.topic, rep.index))
+                if cur is not None:
+                    cur.reset(self.world.now)
+
+    # --- elections -------------------------------------------------------------------------------
+
+    def _stand(self, rep: Replica, pre: bool, transfer: bool = False) -> None:
+        key = (rep.topic, rep.index)
+        voters = frozenset(rep.voters)
+        if self.name not in voters or key in self.candidacies:
+            self.watch.stood(rep, False, self.world.now)
+            return
+        req = steps.vote_request(rep, pre=pre, transfer=transfer)
+        if not req.pre:
+            self._changed(rep)
+        self.world.log(f"{self.name} stands for {key} epoch {req.epoch} ({'pre' if req.pre else 'real'})")
+        self.candidacies[key] = Candidacy(req, election.Tally(self.name, voters, req.epoch, req.pre),
+                                          self.world.now + VOTE_TIMEOUT_S, transfer)
+        for v in sorted(voters - {self.name}):
+            self._reply(v, ("vote", req))
+        self._count(key)
+
+    def _on_voted(self, reply: election.VoteReply) -> None:
+        key = (reply.topic, reply.partition)
+        c = self.candidacies.get(key)
+        if c is None:
+            return
+        c.tally.add(reply)
+        self._count(key)
+
+    def _count(self, key: Key) -> None:
+        c, rep = self.candidacies[key], self.reps[key]
+        if c.tally.newest_epoch > rep.epoch:
+            steps.adopt_epoch(rep, c.tally.newest_epoch)
+            self._changed(rep)
+            self._end_candidacy(key, won=False)
+        elif c.tally.won and c.req.pre:
+            del self.candidacies[key]
+            self._stand(rep, pre=False)  # the real round (the pre-vote passed)
+        elif c.tally.won:
+            won = steps.win(rep, c.req.epoch)
+            if won:
+                self.world.log(f"{self.name} leads {key} epoch {rep.epoch} from {rep.epoch_start}")
+                self._changed(rep, resync=True)
+            self._end_candidacy(key, won=won)
+        elif c.tally.lost:
+            self._end_candidacy(key, won=False)
+
+    def _end_candidacy(self, key: Key, won: bool) -> None:
+        self.candidacies.pop(key, None)
+        self.watch.stood(self.reps[key], won, self.world.now)
+
+    def _on_vote(self, src: str, req: election.VoteRequest) -> None:
+        rep = self.reps.get((req.topic, req.partition))
+        if rep is None:
+            return
+        now = self.world.now
+        was = (rep.leader, rep.epoch)
+        reply = steps.on_vote_request(rep, req, self.watch.voter_view(rep, _View(self), now))
+        self.watch.voted(rep, reply.granted and not req.pre, now)
+        if (rep.leader, rep.epoch) != was:
+            self._changed(rep)
+        self._reply(src, ("voted", reply))
+
+    def _handoff_progress(self, key: Key) -> None:
+        h, rep, now = self.handoffs[key], self.reps[key], self.world.now
+        done = not rep.is_leader or rep.epoch != h.epoch or now >= h.deadline
+        if not done and not h.sent and rep.follower_ends.get(h.target, -1) >= rep.log.end_offset:
+            self._reply(h.target, ("transfer", key, h.epoch))
+            h.sent, h.deadline = True, now + 2 * VOTE_TIMEOUT_S
+        if done:
+            del self.handoffs[key]
+            if rep.is_leader:
+                rep.frozen = False
+            self.watch.handed(rep, now)
+
+    # --- produce -----------------------------------------------------------------------------------
+
+    def _on_produce(self, src: str, rid: int, key: Key, value: str) -> None:
+        rep = self.reps[key]
+        if not rep.is_leader or rep.frozen:
+            self._reply(src, ("answer", rid, "fail", None, self.name, 503, self.leader_of(key)))
+            return
+        if sum(1 for v in rep.voters if self.alive(v)) < election.majority(len(rep.voters)):
+            self._reply(src, ("answer", rid, "fail", None, self.name, 503, None))
+            return
+        now_ms = self.world.clock.wall_ms()
+        base = rep.log.end_offset
+        rep.log.append(batchfmt.encode([(now_ms, f"{key[1]}".encode(), value.encode(), None)], now_ms=now_ms),
+                       rep.epoch)
+        end = rep.log.end_offset
+        self._sync_soon(rep)
+        self.pending[key].append(Pending(rid, base, end, rep.epoch, self.world.now + ACK_TIMEOUT_S))
+        self._pump(rep)
+        self._check_pending(rep)
+
+    def _check_pending(self, rep: Replica) -> None:
+        key = (rep.topic, rep.index)
+        keep = []
+        ends = [rep.durable] + [rep.follower_ends.get(r, 0) for r in rep.voters if r != self.name]
+        for p in self.pending[key]:
+            if not rep.is_leader or rep.epoch != p.epoch or self.world.now >= p.deadline:
+                self._reply("client", ("answer", p.rid, "unknown", None, self.name, 504, None))
+            elif protocol.replicas_reaching(ends, p.end) >= election.majority(len(rep.voters)):
+                self._reply("client", ("answer", p.rid, "ok", p.base, self.name, 200, None))
+            else:
+                keep.append(p)
+        self.pending[key] = keep
+
+    # --- replication: the leader's links ---------------------------------------------------------------
+
+    def _maintain_links(self) -> None:
+        now = self.world.now
+        wanted = sorted({m for r in self.reps.values() if r.is_leader for m in r.members() if m != self.name})
+        for name in list(self.links):
+            if name not in wanted:
+                del self.links[name]
+        for name in wanted:
+            link = self.links.get(name)
+            if link is not None and link.broken_at is None:
+                stuck = link.waiting_since is not None and now - link.waiting_since > LINK_TIMEOUT_S
+                if stuck or self.net.broken(self.name, name, link.conn):
+                    link.broken_at = now
+            if link is None or (link.broken_at is not None and now - link.broken_at >= LINK_TIMEOUT_S):
+                if self.net.connectable(self.name, name) and not self.net.nodes[name].paused:
+                    self._connect(name)
+
+    def _connect(self, name: str) -> None:
+        conn = self.world.rng.randrange(1 << 40)
+        self.net.nodes[name].accepted[self.name] = conn  # the handshake: only while it runs and is reachable
+        self.links[name] = Link(conn)
+        self.world.log(f"{self.name} connects to {name} ({conn})")
+
+    def _pump(self, rep: Replica) -> None:
+        if not rep.is_leader:
+            return
+        key, now = (rep.topic, rep.index), self.world.now
+        for name in rep.members():
+            link = self.links.get(name)
+            if name == self.name or link is None or link.broken_at is not None:
+                continue
+            cur = link.cursors.get(key)
+            if cur is None:
+                cur = link.cursors[key] = protocol.SendCursor(PROBE_RETRY_S)
+                cur.reset(now)
+            if cur.next is None:
+                if cur.wants_probe(now):
+                    cur.probed(now)
+                    cur.hw_sent = rep.hw
+                    self._send(name, link, steps.sync_frame(rep))
+                continue
+            while cur.can_send() and cur.next < rep.log.end_offset and \
+                    sum(c.inflight_bytes for c in link.cursors.values()) < INFLIGHT_BYTES_MAX:
+                prev = cur.next
+                try:
+                    data = rep.log.read(prev, FRAME_BYTES_MAX)
+                except OffsetOutOfRange:
+                    cur.reset(now + PROBE_RETRY_S)
+                    break
+                end = max(h.next_offset for h, _ in batchfmt.scan(data, verify=False))
+                cur.sent(prev, end, len(data))
+                cur.hw_sent = max(cur.hw_sent, rep.hw)
+                self._send(name, link, protocol.Append(rep.topic, rep.index, rep.epoch, prev, rep.hw, data))
+            if cur.can_send() and cur.hw_sent < rep.hw:
+                cur.hw_sent = rep.hw
+                self._send(name, link, protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw))
+
+    def _send(self, name: str, link: Link, frame: protocol.Frame) -> None:
+        if link.waiting_since is None:
+            link.waiting_since = self.world.now
+        if not self.net.send_frame(self.name, name, link.conn, frame):
+            link.broken_at = link.broken_at or self.world.now
+
+    def receive_frame(self, src: str, conn: int, frame: Any) -> None:
+        if not self.running:
+            self.net.break_link(src, self.name, conn)
+            return
+        if self.paused:
+            self.inbox.append(("frame", src, conn, frame))
+            return
+        if isinstance(frame, (protocol.Ack, protocol.Reject)):
+            self._on_answer(src, conn, frame)
+            return
+        if self.accepted.get(src) != conn:  # a connection of another incarnation, or superseded
+            self.net.break_link(src, self.name, conn)
+            return
+        key = (frame.topic, frame.partition)
+        answer = self._follow(src, frame)
+        queue = self.answers.setdefault((src, conn), [])
+        if isinstance(answer, int):  # appended: acked once synced, in order with the other answers
+            queue.append((key, answer, None))
+            self._sync_soon(self.reps[key])
+        else:
+            queue.append((key, None, answer))
+        self._flush(src, conn)
+
+    def _flush(self, src: str, conn: int) -> None:
+        queue = self.answers.get((src, conn), [])
+        while queue:
+            key, end, answer = queue[0]
+            rep = self.reps[key]
+            if answer is None:
+                if rep.durable < end and rep.log.end_offset >= end:
+                    return  # not synced yet
+                answer = protocol.Ack(key[0], key[1], rep.epoch, rep.durable)
+            queue.pop(0)
+            self.net.send_frame(self.name, src, conn, answer)
+
+    def _sync_soon(self, rep: Replica) -> None:
+        key = (rep.topic, rep.index)
+        if key in self.syncing:
+            return
+        self.syncing.add(key)
+        gen = self.generation
+        self.world.after(self.world.rng.uniform(0.001, 0.01), lambda: self._sync(key, gen))
+
+    def _sync(self, key: Key, gen: int) -> None:
+        """Group commit: one fsync covers every append since the last one; then acks and the high watermark."""
+        if not self._live(gen):
+            return
+        self.syncing.discard(key)
+        rep = self.reps[key]
+        rep.log.sync()
+        rep.set_durable(rep.log.end_offset)
+        for src, conn in list(self.answers):
+            self._flush(src, conn)
+        self._check_pending(rep)
+        self._pump(rep)
+
+    def _follow(self, src: str, frame: protocol.Frame) -> protocol.Frame | int:
+        rep = self.reps[(frame.topic, frame.partition)]
+        try:
+            if isinstance(frame, protocol.Sync):
+                return steps.on_sync(rep, src, frame)
+            if isinstance(frame, protocol.Hw):
+                return steps.on_hw(rep, src, frame)
+            assert isinstance(frame, protocol.Append)
+            end = steps.on_append(rep, src, frame)
+        except (CorruptBatch, Conflict, StorageError, OffsetOutOfRange):
+            return steps.reject_storage(rep, frame.epoch)
+        return end
+
+    def _on_answer(self, src: str, conn: int, frame: protocol.Ack | protocol.Reject) -> None:
+        link = self.links.get(src)
+        if link is None or link.conn != conn:
+            return
+        link.waiting_since = None
+        key = (frame.topic, frame.partition)
+        rep, cur = self.reps[key], link.cursors.get(key)
+        if cur is None or not rep.is_leader:
+            return
+        newer = steps.on_answer(rep, cur, src, frame, self.world.now)
+        if newer is not None and steps.adopt_epoch(rep, newer):
+            self.world.log(f"{self.name} learns epoch {newer} of {key} from {src}: steps down")
+        self._changed(rep)
+        if key in self.handoffs:
+            self._handoff_progress(key)
+        self._pump(rep)
+
+
+class _View:
+    """``Watch``'s View over a SimBroker."""
+
+    def __init__(self, b: SimBroker) -> None:
+        self.b = b
+
+    def alive(self, name: str) -> bool:
+        return self.b.alive(name)
+
+    def up(self, name: str) -> bool:
+        return self.b.up(name)
+
+    def generation(self, name: str | None) -> int | None:
+        return self.b.generation_of(name)
+
+    def claims(self) -> dict[str, dict[Key, int]]:
+        return self.b.claims()
+
+    def behind(self, name: str) -> set[Key]:
+        return self.b.behind(name)
