@@ -189,8 +189,9 @@ ELECTION_RANK_STEP_MS = 1_500
 ELECTION_RETRY_MS = 400
 # Longest wait between two candidacies of one replica.
 ELECTION_RETRY_MS_MAX = 3_000
-# A replica back from an unclean shutdown stands only after this long when no
-# caught-up replica is alive to lead (a whole cluster that crashed).
+# A replica back from an unclean shutdown that has not caught up stands only
+# this long after the caught-up ones had their turn: when none of them can win
+# (all behind it, or a whole cluster that crashed), someone still must.
 ELECTION_UNCLEAN_FALLBACK_MS = 5_000
 # One vote request to one peer: well under a gossip round, so a stalled voter
 # does not hold a candidacy that already has its majority elsewhere.
@@ -200,7 +201,7 @@ VOTE_REQUEST_TIMEOUT_S = 1.0
 # rounds also cover a new leader whose claim has not arrived yet.
 LEADER_CLAIM_GRACE_MS = 3_000
 # A produce that finds no leader (an election is running) waits this long
-# for one before the 503; a failover itself takes the failure detector's 5-13 s.
+# for one before the 503; a failover itself takes the failure detector's 4-13 s.
 LEADER_WAIT_MS = 3_000
 # A leader keeps a partition at least this long before handing it back to
 # its natural leader, so leadership does not flap while a broker settles.
