@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 import pytest
 
-from ring.commands.positions import Position, parse_bytes, parse_duration_ms, parse_position
+from ring.commands.positions import (Position, format_bytes, format_duration_ms, parse_bytes, parse_duration_ms,
+                                    parse_position)
 from ring.commands.base import UsageError, table
 from tests.brokers import REPO_ROOT, Http, TestBroker, TestCluster
 
@@ -112,6 +113,9 @@ def test_positions_durations_and_sizes() -> None:
     assert parse_bytes("64MiB", "-") == 64 << 20 and parse_bytes("1GB", "-") == 10**9 and parse_bytes("-1", "-") == -1
     with pytest.raises(UsageError):
         parse_bytes("12 parsecs", "-")
+    assert [format_bytes(n) for n in (-1, 0, 1023, 64 << 20, 3_353_805)] == ["unlimited", "0B", "1023B", "64MiB",
+                                                                           "3.2MiB"]
+    assert [format_duration_ms(ms) for ms in (-1, 604_800_000, 90_000, 1500)] == ["forever", "1w", "90s", "1500ms"]
     assert table(["A", "N"], [("x", 1), ("long", 100)]).splitlines() == ["A       N", "x       1", "long  100"]
 
 

@@ -98,6 +98,6 @@ def format_bytes(n: int | None) -> str:
         return "unlimited"
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         size = _BYTE_UNITS[unit.lower()]
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return f"{n}B" if n < 1024 else f"{n / 1024:.1f}KiB"
+        if n >= size:
+            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.1f}{unit}"
+    return f"{n}B"
