@@ -198,8 +198,10 @@ class GossipCore:
     def _replace_self(self, new: EndpointState) -> None:
         assert new.name == self.name
         if new.version > _INT64_MAX:
-            # Versions are int64 on the wire: past the top, a new generation wins over any version.
-            new = replace(new, generation=new.generation + 1, version=0)
+            # Versions are int64 on the wire: past the top, a new generation wins over any version;
+            # at the top generation too, stay there (valid, if no longer sure to win).
+            new = (replace(new, generation=new.generation + 1, version=0) if new.generation < _INT64_MAX
+                   else replace(new, version=_INT64_MAX))
         self.state.endpoints[self.name] = new
 
     def _live_and_down(self, now_s: float) -> tuple[list[str], list[str]]:
