@@ -11,7 +11,7 @@ token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
     produce         POST /v1/topics/{topic}/messages (and the PolarStreams alias)
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
                     other group routes need consume on some topic here, and consume on each
-                    topic they name or return (checked by the handler: ``require``)
+                    topic they name or the member subscribed (checked by the handler: ``require``)
     admin           POST /v1/topics (admin on the new name), DELETE /v1/topics/{topic},
                     truncate {topic}; decommissioning a
                     broker (admin on every topic: a grant whose topics include '*')
