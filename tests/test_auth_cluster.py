@@ -192,7 +192,7 @@ def test_client_library_and_cli_send_the_token(cluster, tmp_path: Path) -> None:
 
     assert asyncio.run(run()) == 1
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    env.pop("RING_TOKEN", None)
+    env.pop("RING_CLIENT_TOKEN", None)
     cmd = [sys.executable, "-m", "ring", "topics", "describe", topic, "--brokers", c.url(1)]
     ok = subprocess.run([*cmd, "--token", tokens["consumer"]], env=env, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr

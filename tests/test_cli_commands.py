@@ -410,7 +410,7 @@ def test_token_is_sent_as_a_bearer(make_broker: Any, tmp_path: Path, topic: str)
     b = make_broker("--auth-tokens", str(tokens), name="ring-0")
     denied = cli(b.url, "topics", "list")
     assert denied.returncode == 1 and b"Traceback" not in denied.stderr
-    ok(ring(b.url, "produce", topic, stdin=b"secret\n", env=_env(b.url, RING_TOKEN="tok-cli-admin")))
+    ok(ring(b.url, "produce", topic, stdin=b"secret\n", env=_env(b.url, RING_CLIENT_TOKEN="tok-cli-admin")))
     assert ok(cli(b.url, "consume", topic, "--token", "tok-cli-admin")) == b"secret\n"
     assert cli(b.url, "consume", topic, "--token", "nope").returncode == 1
     assert cli(b.url, "topics", "describe", topic, "--token", "tok-cli-admin").returncode == 0

@@ -8,7 +8,7 @@ itself exits), 3 no broker could be reached, 130 interrupted (143 on
 SIGTERM, after the same orderly ending as Ctrl-C). A broken pipe
 (``ring consume t | head``) ends the command quietly with 0: the reader
 wanted no more. ``--brokers`` (``RING_BROKERS``) lists any brokers of the
-cluster; ``--token`` (``RING_TOKEN``) is sent as ``Authorization: Bearer``;
+cluster; ``--token`` (``RING_CLIENT_TOKEN``) is sent as ``Authorization: Bearer``;
 ``--ca-file`` (``RING_CA_FILE``) checks ``https://`` brokers against a private CA.
 """
 
@@ -37,7 +37,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 BROKERS_ENV = "RING_BROKERS"
-TOKEN_ENV = "RING_TOKEN"
+TOKEN_ENV = "RING_CLIENT_TOKEN"  # RING_TOKEN is the broker's ring position (ring serve --token)
 CA_FILE_ENV = "RING_CA_FILE"
 BROKERS_DEFAULT = "http://127.0.0.1:9250"
 
