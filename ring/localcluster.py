@@ -215,6 +215,9 @@ class LocalCluster:
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     return
+                if exc.code == 401:
+                    raise RuntimeError(f"{b.name} runs with --auth-tokens: start with wait=False "
+                                       "and wait with a token (tests/secure_cluster.py does)") from None
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
