@@ -11,7 +11,7 @@ from ring.cluster import leaders, placement
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
 
-SETTINGS = settings(max_examples=80, deadline=None)
+SETTINGS = settings(max_examples=60, deadline=None)
 
 
 def ep(name: str, generation: int = 1, status: str = "normal") -> EndpointState:
@@ -58,8 +58,8 @@ def majority(n: int) -> int:
 def test_voter_sets_change_one_member_at_a_time_and_reach_the_preference_list(old, new, data) -> None:
     leader = data.draw(st.sampled_from(old))
     voters, filled = list(old), set()
-    for _ in range(30):
-        filled |= data.draw(st.sets(st.sampled_from(new)))
+    for _ in range(12):
+        filled |= data.draw(st.sets(st.sampled_from(new), max_size=2))
         nxt = placement.next_voters(voters, new, leader, filled.__contains__)
         assert len(set(nxt) ^ set(voters)) <= 1, (voters, nxt)
         assert leader in nxt
