@@ -71,6 +71,8 @@ def write(log: PartitionLog, plan: list[tuple[list, int, bool]]) -> dict[int, Wr
 def damage(directory: Path, data: st.DataObject, with_checkpoints: bool) -> list[str]:
     """Apply 1-3 random kinds of damage; returns what was done (for the failure report)."""
     done = []
+    # Grafts take whole batches from the segments as written, not from ones already damaged.
+    pristine = {p.name: p.read_bytes() for p in sorted(directory.glob("*.log"))}
     for _ in range(data.draw(st.integers(1, 3), label="damages")):
         files = sorted(p for p in directory.iterdir()
                        if p.suffix in (".log", ".index", ".timeindex") or with_checkpoints)
@@ -93,8 +95,8 @@ def damage(directory: Path, data: st.DataObject, with_checkpoints: bool) -> list
             raw += data.draw(st.binary(min_size=1, max_size=80), label="appended")
         elif kind == "graft":
             # A whole, CRC-valid batch from some segment, placed where it does not belong.
-            donor = data.draw(st.sampled_from(sorted(directory.glob("*.log"))), label="donor")
-            blob = donor.read_bytes()
+            donor = data.draw(st.sampled_from(sorted(pristine)), label="donor")
+            blob = pristine[donor]
             if len(blob) >= B.HEADER_SIZE:
                 size = B.read_header(blob).size
                 raw[at:at] = blob[:size]
