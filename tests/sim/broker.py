@@ -13,7 +13,7 @@ broker leads and which replicas are catching up, as the real gossip entry
 does), a failure detector that convicts after ``DOWN_AFTER_S`` of silence
 (and forgives everyone after its own stall, as phi accrual's guard does),
 votes and transfers as requests, one ordered link per (leader, follower)
-that breaks and reconnects, and the produce path: append while leading,
+that breaks and reconnects (``replication.py``), and the produce path: append while leading,
 answer once a majority of the voters holds the batch, 504 (outcome unknown)
 on a timeout or a step-down.
 """
@@ -21,19 +21,19 @@ on a timeout or a step-down.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ring import limits
 from ring.cluster import leaders
 from ring.cluster.watch import Watch
-from ring.errors import Conflict, CorruptBatch, OffsetOutOfRange, StorageError
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as batchfmt
 from ring.replication import election, protocol, steps
 from ring.replication.replica import Replica
-from tests.sim.network import LINK_TIMEOUT_S, Network, World
+from tests.sim.network import Network, World
+from tests.sim.replication import Link, Replication
 
 Key = tuple[str, int]
 TICK_S = limits.ELECTION_TICK_MS / 1000
@@ -43,9 +43,6 @@ SUSPECT_AFTER_S = 2.0
 STALL_S = 2.0  # a tick this late means we were stopped: forgive every peer's silence
 VOTE_TIMEOUT_S = limits.VOTE_REQUEST_TIMEOUT_S
 ACK_TIMEOUT_S = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
-INFLIGHT_BYTES_MAX = 64 * 1024
-FRAME_BYTES_MAX = 4 * 1024
-PROBE_RETRY_S = limits.REPLICATION_PROBE_RETRY_MS / 1000
 
 
 @dataclass
@@ -54,14 +51,6 @@ class Heard:
     generation: int
     leads: dict[Key, int]
     behind: set[Key]
-
-
-@dataclass
-class Link:
-    conn: int
-    cursors: dict[Key, protocol.SendCursor] = field(default_factory=dict)
-    waiting_since: float | None = None  # the oldest frame not answered yet was sent then
-    broken_at: float | None = None
 
 
 @dataclass
@@ -89,7 +78,7 @@ class Pending:
     deadline: float
 
 
-class SimBroker:
+class SimBroker(Replication):
     def __init__(self, world: World, net: Network, name: str, names: list[str], keys: list[Key], root: Path) -> None:
         self.world, self.net, self.name, self.names, self.keys = world, net, name, names, keys
         self.dir = root / name
@@ -382,157 +371,6 @@ class SimBroker:
             else:
                 keep.append(p)
         self.pending[key] = keep
-
-    # --- replication: the leader's links ---------------------------------------------------------------
-
-    def _maintain_links(self) -> None:
-        now = self.world.now
-        wanted = sorted({m for r in self.reps.values() if r.is_leader for m in r.members() if m != self.name})
-        for name in list(self.links):
-            if name not in wanted:
-                del self.links[name]
-        for name in wanted:
-            link = self.links.get(name)
-            if link is not None and link.broken_at is None:
-                stuck = link.waiting_since is not None and now - link.waiting_since > LINK_TIMEOUT_S
-                if stuck or self.net.broken(self.name, name, link.conn):
-                    link.broken_at = now
-            if link is None or (link.broken_at is not None and now - link.broken_at >= LINK_TIMEOUT_S):
-                if self.net.connectable(self.name, name) and not self.net.nodes[name].paused:
-                    self._connect(name)
-
-    def _connect(self, name: str) -> None:
-        conn = self.world.rng.randrange(1 << 40)
-        self.net.nodes[name].accepted[self.name] = conn  # the handshake: only while it runs and is reachable
-        self.links[name] = Link(conn)
-        self.world.log(f"{self.name} connects to {name} ({conn})")
-
-    def _pump(self, rep: Replica) -> None:
-        if not rep.is_leader:
-            return
-        key, now = (rep.topic, rep.index), self.world.now
-        for name in rep.members():
-            link = self.links.get(name)
-            if name == self.name or link is None or link.broken_at is not None:
-                continue
-            cur = link.cursors.get(key)
-            if cur is None:
-                cur = link.cursors[key] = protocol.SendCursor(PROBE_RETRY_S)
-                cur.reset(now)
-            if cur.next is None:
-                if cur.wants_probe(now):
-                    cur.probed(now)
-                    cur.hw_sent = rep.hw
-                    self._send(name, link, steps.sync_frame(rep))
-                continue
-            while cur.can_send() and cur.next < rep.log.end_offset and \
-                    sum(c.inflight_bytes for c in link.cursors.values()) < INFLIGHT_BYTES_MAX:
-                prev = cur.next
-                try:
-                    data = rep.log.read(prev, FRAME_BYTES_MAX)
-                except OffsetOutOfRange:
-                    cur.reset(now + PROBE_RETRY_S)
-                    break
-                end = max(h.next_offset for h, _ in batchfmt.scan(data, verify=False))
-                cur.sent(prev, end, len(data))
-                cur.hw_sent = max(cur.hw_sent, rep.hw)
-                self._send(name, link, protocol.Append(rep.topic, rep.index, rep.epoch, prev, rep.hw, data))
-            if cur.can_send() and cur.hw_sent < rep.hw:
-                cur.hw_sent = rep.hw
-                self._send(name, link, protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw))
-
-    def _send(self, name: str, link: Link, frame: protocol.Frame) -> None:
-        if link.waiting_since is None:
-            link.waiting_since = self.world.now
-        if not self.net.send_frame(self.name, name, link.conn, frame):
-            link.broken_at = link.broken_at or self.world.now
-
-    def receive_frame(self, src: str, conn: int, frame: Any) -> None:
-        if not self.running:
-            self.net.break_link(src, self.name, conn)
-            return
-        if self.paused:
-            self.inbox.append(("frame", src, conn, frame))
-            return
-        if isinstance(frame, (protocol.Ack, protocol.Reject)):
-            self._on_answer(src, conn, frame)
-            return
-        if self.accepted.get(src) != conn:  # a connection of another incarnation, or superseded
-            self.net.break_link(src, self.name, conn)
-            return
-        key = (frame.topic, frame.partition)
-        answer = self._follow(src, frame)
-        queue = self.answers.setdefault((src, conn), [])
-        if isinstance(answer, int):  # appended: acked once synced, in order with the other answers
-            queue.append((key, answer, None))
-            self._sync_soon(self.reps[key])
-        else:
-            queue.append((key, None, answer))
-        self._flush(src, conn)
-
-    def _flush(self, src: str, conn: int) -> None:
-        queue = self.answers.get((src, conn), [])
-        while queue:
-            key, end, answer = queue[0]
-            rep = self.reps[key]
-            if answer is None:
-                if rep.durable < end and rep.log.end_offset >= end:
-                    return  # not synced yet
-                answer = protocol.Ack(key[0], key[1], rep.epoch, rep.durable)
-            queue.pop(0)
-            self.net.send_frame(self.name, src, conn, answer)
-
-    def _sync_soon(self, rep: Replica) -> None:
-        key = (rep.topic, rep.index)
-        if key in self.syncing:
-            return
-        self.syncing.add(key)
-        gen = self.generation
-        self.world.after(self.world.rng.uniform(0.001, 0.01), lambda: self._sync(key, gen))
-
-    def _sync(self, key: Key, gen: int) -> None:
-        """Group commit: one fsync covers every append since the last one; then acks and the high watermark."""
-        if not self._live(gen):
-            return
-        self.syncing.discard(key)
-        rep = self.reps[key]
-        rep.log.sync()
-        rep.set_durable(rep.log.end_offset)
-        for src, conn in list(self.answers):
-            self._flush(src, conn)
-        self._check_pending(rep)
-        self._pump(rep)
-
-    def _follow(self, src: str, frame: protocol.Frame) -> protocol.Frame | int:
-        rep = self.reps[(frame.topic, frame.partition)]
-        try:
-            if isinstance(frame, protocol.Sync):
-                return steps.on_sync(rep, src, frame)
-            if isinstance(frame, protocol.Hw):
-                return steps.on_hw(rep, src, frame)
-            assert isinstance(frame, protocol.Append)
-            end = steps.on_append(rep, src, frame)
-        except (CorruptBatch, Conflict, StorageError, OffsetOutOfRange):
-            return steps.reject_storage(rep, frame.epoch)
-        return end
-
-    def _on_answer(self, src: str, conn: int, frame: protocol.Ack | protocol.Reject) -> None:
-        link = self.links.get(src)
-        if link is None or link.conn != conn:
-            return
-        link.waiting_since = None
-        key = (frame.topic, frame.partition)
-        rep, cur = self.reps[key], link.cursors.get(key)
-        if cur is None or not rep.is_leader:
-            return
-        newer = steps.on_answer(rep, cur, src, frame, self.world.now)
-        if newer is not None and steps.adopt_epoch(rep, newer):
-            self.world.log(f"{self.name} learns epoch {newer} of {key} from {src}: steps down")
-        self._changed(rep)
-        if key in self.handoffs:
-            self._handoff_progress(key)
-        self._pump(rep)
-
 
 class _View:
     """``Watch``'s View over a SimBroker."""
