@@ -76,7 +76,9 @@ A down broker keeps its place on the ring; its partitions run on their other rep
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
 replica's acknowledged end offset (authoritative); on a follower only its own (others null) and its
 high_watermark is the leader's as last told (it may lag a little); where the broker holds no replica of a
-partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster) for the authoritative view."""
+partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster) for the authoritative view.
+leader is the elected leader as this broker knows it (its own replica's, else the newest claim gossip carries);
+null while an election runs. epoch is the leader epoch this replica is in."""
 
 _RECORD = {
     "type": "object",
@@ -201,10 +203,12 @@ def _document() -> dict[str, Any]:
                               "413": _err("body, line or record too large"),
                               "415": _err("unsupported Content-Type"),
                               "503": _err("too few live replicas for the consistency level (the body says how many "
-                                          "are alive and needed; nothing was written), the partition's leader is "
-                                          "down, or the broker is joining or shutting down; retry after Retry-After"),
-                              "504": _err("the replicas the consistency level needs did not acknowledge in time: "
-                                          "the outcome is unknown")}}},
+                                          "are alive and needed; nothing was written), the partition has no leader "
+                                          "(an election runs: about 4-13 s after a leader stops), not_leader (the "
+                                          "body names the leader this broker knows), or the broker is joining or "
+                                          "shutting down; nothing was written; retry after Retry-After"),
+                              "504": _err("the replicas the consistency level needs did not acknowledge in time, "
+                                          "or the leader stepped down first: the outcome is unknown")}}},
             "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
                 "summary": "Fetch records (long-poll)", "operationId": "fetch", "description": _FETCH_DOC,
                 "parameters": [
