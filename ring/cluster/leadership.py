@@ -123,9 +123,9 @@ class Leadership:
     def leader_of(self, topic: str, partition: int) -> str | None:
         """The leader as this broker knows it: its own replica's, or the newest live claim in gossip."""
         rep = self.node.replica(topic, partition)
+        if rep is not None and rep.leader is not None:
+            return rep.leader  # (if a newer one exists, it answers not_leader with the hint)
         best = leaders.leader_from_claims(self.claims(), (topic, partition), self.alive)
-        if rep is not None and rep.leader is not None and (best is None or best[1] <= rep.epoch):
-            return rep.leader
         return best[0] if best is not None else None
 
     async def changed(self, timeout_s: float) -> None:
