@@ -43,7 +43,10 @@ def _row(res: dict[str, Any]) -> str:
                        ("drain_errors", "final reads failed")):
         if r.get(key):
             notes.append(f"{r[key]} {label}")
-    if (res.get("meta") or {}).get("idempotent_producers"):
+    meta = res.get("meta") or {}
+    if drained and meta.get("converge_s") is None:
+        notes.append("replicas still differed at the end of the wait after healing")
+    if meta.get("idempotent_producers"):
         notes.append("idempotent producers")
     if res.get("error"):
         notes.append("run error (see below)")
