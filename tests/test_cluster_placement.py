@@ -73,6 +73,12 @@ def test_catalog_change_adds_removes_and_replaces_new_incarnations() -> None:
     assert placement.catalog_change({"b": kept}, {"b": kept.to_json()}) == placement.CatalogChange([], [])
 
 
+def test_an_unreadable_gossiped_config_never_removes_a_local_topic() -> None:
+    kept = TopicConfig("b", created_ms=2)
+    bad = {**kept.to_json(), "partitions": -1, "created_ms": 99}  # a buggy or newer peer's config
+    assert placement.catalog_change({"b": kept}, {"b": bad}) == placement.CatalogChange([], [])
+
+
 def test_joined() -> None:
     assert placement.joined(False, False, False, 0.0, 5.0)  # no seeds but itself: a cluster of one
     assert not placement.joined(True, False, True, 99.0, 5.0)  # never heard from anyone

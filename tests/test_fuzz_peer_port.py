@@ -151,11 +151,6 @@ def test_vote_bodies(gossip_node: PeerBroker, body: bytes) -> None:
         msgpack.unpackb(r.body, raw=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ring/cluster/placement.py catalog_change drops a topic whose gossiped config does not validate, and the "
-    "broker then deletes its data (_remove_topic_local): one bad config from one peer (a bug, a newer version) "
-    "wipes the topic on every broker. Fix: skip such a name entirely, removing a local topic only when it is "
-    "absent from the live topics or its valid gossiped config has another created_ms"))
 def test_an_invalid_gossiped_config_does_not_delete_a_topic(tmp_path_factory: pytest.TempPathFactory) -> None:
     n = _start(tmp_path_factory.mktemp("gossip-config"))
     try:

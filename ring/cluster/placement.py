@@ -76,17 +76,22 @@ def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str
 
     A topic whose gossiped config has another ``created_ms`` is a new
     incarnation (deleted and created again while this broker was away): the
-    old one's data goes. A config that does not validate is skipped and logged.
+    old one's data goes. A config that does not validate (a buggy or newer
+    peer) is skipped and logged, and the local topic of that name is kept as
+    it is: only a valid config or a tombstone can remove data.
     """
     wanted: dict[str, TopicConfig] = {}
+    unreadable: set[str] = set()
     for name, doc in live.items():
         try:
             cfg = TopicConfig.from_json({**doc, "name": name})
         except BadRequest as exc:
             log.error("ignoring gossiped topic %r: %s", name, exc.message)
+            unreadable.add(name)  # says nothing about the topic: never a reason to drop its data
             continue
         wanted[name] = cfg
-    remove = sorted(n for n, cfg in local.items() if n not in wanted or wanted[n].created_ms != cfg.created_ms)
+    remove = sorted(n for n, cfg in local.items() if n not in unreadable
+                    and (n not in wanted or wanted[n].created_ms != cfg.created_ms))
     add = [wanted[n] for n in sorted(wanted) if n not in local or n in remove]
     return CatalogChange(remove, add)
 
