@@ -36,14 +36,13 @@ from ring.cluster.watch import Action, Watch
 from ring.errors import BadRequest
 from ring.replication import election, steps
 from ring.replication.replica import Replica
+from ring.cluster.peers import H_BROKER, H_SECRET
 
 if TYPE_CHECKING:
     from ring.cluster.node import ClusterBroker
 
 log = logging.getLogger("ring.cluster")
 
-H_SECRET = "Ring-Cluster-Secret"
-H_BROKER = "Ring-Broker"
 VOTE_PATH = "/peer/v1/vote"
 TRANSFER_PATH = "/peer/v1/transfer"
 Key = tuple[str, int]

@@ -45,13 +45,12 @@ from ring.hashing import Ring
 from ring.log.fsync import write_atomically
 from ring.replication.protocol import ALIVE_STATUSES
 from ring.tls import PLAINTEXT, TlsConfig
+from ring.cluster.peers import H_BROKER, H_SECRET
 
 log = logging.getLogger("ring.cluster")
 
 STATE_FILE = "cluster-state.json"
 REMOVED_FILE = "removed-brokers.json"
-H_SECRET = "Ring-Cluster-Secret"
-H_BROKER = "Ring-Broker"
 CT_MSGPACK = "application/msgpack"
 GOSSIP_PATH = "/peer/v1/gossip"
 # A seed that never answers holds a starting broker back this long after its

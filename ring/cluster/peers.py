@@ -34,7 +34,7 @@ from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.cluster")
 
-H_SECRET = "Ring-Cluster-Secret"
+H_SECRET = "Ring-Cluster-Secret"  # every peer request: the shared cluster secret
 H_BROKER = "Ring-Broker"
 H_PRINCIPAL = "Ring-Principal"
 H_HIGH_WATERMARK = "Ring-High-Watermark"

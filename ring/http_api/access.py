@@ -40,11 +40,10 @@ from aiohttp import web
 from ring import auth, tls
 from ring.errors import Forbidden, Unauthorized
 from ring.http_api.peer import secret_matches
+from ring.cluster.peers import H_PRINCIPAL, H_SECRET
 
 log = logging.getLogger("ring.http")
 
-H_SECRET = "Ring-Cluster-Secret"
-H_PRINCIPAL = "Ring-Principal"
 # request[PRINCIPAL]: who is served (a typed key where aiohttp has them, 3.13 on).
 PRINCIPAL: Any = web.RequestKey("principal", auth.Principal) if hasattr(web, "RequestKey") else "ring.principal"
 

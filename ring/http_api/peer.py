@@ -45,11 +45,10 @@ from ring.http_api import codec
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.replication import election, follower, protocol
+from ring.cluster.peers import H_BROKER, H_SECRET
 
 log = logging.getLogger("ring.peer")
 
-H_SECRET = "Ring-Cluster-Secret"
-H_BROKER = "Ring-Broker"
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 

@@ -31,14 +31,13 @@ from ring import limits
 from ring.errors import StorageError
 from ring.repair import entropy
 from ring.replication.replica import Replica
+from ring.cluster.peers import H_BROKER, H_SECRET
 
 if TYPE_CHECKING:
     from ring.cluster.node import ClusterBroker
 
 log = logging.getLogger("ring.repair")
 
-H_SECRET = "Ring-Cluster-Secret"
-H_BROKER = "Ring-Broker"
 Key = tuple[str, int]
 # How often a replica being repaired is looked at (cut it, ask for a sync, see it refilled).
 REPAIR_POLL_S = 0.2
