@@ -225,7 +225,7 @@ class FollowerLink:
                and self.inflight_bytes() < limits.REPLICATION_INFLIGHT_BYTES_MAX):
             prev = cur.next
             try:
-                data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX)
+                data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX, steps.frame_upto(rep, prev))
             except OffsetOutOfRange:
                 log.warning("%s/%d to %s: offset %d is below the log start; syncing again", rep.topic, rep.index,
                             self.follower, prev)

@@ -17,6 +17,7 @@ directory (JSON, replaced atomically with an fsync).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import orjson
 
 from ring import limits
 from ring.errors import BadRequest, RequestTimeout
+from ring.log import batch as batchfmt
 from ring.log.checkpoint import read_offset
 from ring.log.fsync import write_atomically
 from ring.repair.divergence import divergence_point
@@ -143,6 +145,7 @@ def _progress(rep: Replica) -> None:
     """After the log grew or was aligned: begin the leader's epoch where it began; note catching up."""
     end = rep.log.end_offset
     if end == rep.epoch_start and rep.log.latest_epoch < rep.epoch:
+        rep.log.sync()  # the history never claims an epoch over data a power loss could take back
         rep.log.begin_epoch(rep.epoch)
     if not rep.caught_up and rep.catch_up_to is not None and end >= rep.catch_up_to:
         rep.caught_up = True
@@ -155,6 +158,11 @@ def on_append(rep: Replica, sender: str, frame: protocol.Append) -> protocol.Rej
                                     frame.epoch, frame.prev_end)
     if verdict is not None:
         return _reject(rep, frame.topic, frame.partition, frame.epoch, verdict)
+    if frame.data and batchfmt.read_header(frame.data).leader_epoch > rep.log.latest_epoch:
+        # A new epoch starts here: what precedes it is synced before the history records the epoch, so a
+        # power loss never leaves the history claiming an epoch over data it took back (recovery keeps the
+        # newest epoch, at the end of what survived). Frames never span epochs (``frame_upto``).
+        rep.log.sync()
     end = rep.log.append_replicated(frame.data)  # CorruptBatch / Conflict / StorageError: the caller rejects
     _progress(rep)
     rep.set_leader_hw(frame.hw)
@@ -179,6 +187,13 @@ def reject_storage(rep: Replica, epoch: int) -> protocol.Reject:
 
 
 # --- the leader ------------------------------------------------------------------------------
+
+
+def frame_upto(rep: Replica, prev: int) -> int | None:
+    """Where an append frame starting at ``prev`` must end: the next epoch's first offset (None: anywhere)."""
+    starts = [s for _, s in rep.log.epochs()]
+    i = bisect.bisect_right(starts, prev)
+    return starts[i] if i < len(starts) else None
 
 
 def sync_frame(rep: Replica) -> protocol.Sync:
@@ -244,6 +259,7 @@ def win(rep: Replica, epoch: int) -> bool:
     """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile."""
     if rep.epoch != epoch or rep.voted_for != rep.self_name or rep.leader is not None:
         return False
+    rep.log.sync()  # (see _progress)
     rep.log.begin_epoch(epoch)
     rep.lead()
     rep.caught_up = True  # the leader's log is what the others catch up with

@@ -86,7 +86,7 @@ class Replication:
                     sum(c.inflight_bytes for c in link.cursors.values()) < INFLIGHT_BYTES_MAX:
                 prev = cur.next
                 try:
-                    data = rep.log.read(prev, FRAME_BYTES_MAX)
+                    data = rep.log.read(prev, FRAME_BYTES_MAX, steps.frame_upto(rep, prev))
                 except OffsetOutOfRange:
                     cur.reset(now + PROBE_RETRY_S)
                     break

@@ -117,16 +117,16 @@ class Client:
 
 
 def power_loss(world: World, b: SimBroker) -> None:
-    """Crash, then cut the tail of each of its logs at a random batch boundary past what was synced."""
-    synced = {key: rep.durable for key, rep in b.reps.items()}
+    """Crash, then cut the tail of each of its logs at a random batch boundary past what it had synced."""
+    unsynced = {key: rep.log.unsynced_bytes for key, rep in b.reps.items()}
     b.crash()
     for t, p in KEYS:
         segs = sorted((b.dir / t / str(p)).glob("*.log"))
         if not segs:
             continue
         raw = segs[-1].read_bytes()
-        cuts = [pos for h, pos in batchfmt.scan(raw, verify=False) if h.base_offset >= synced[(t, p)]]
-        cuts.append(len(raw))
+        synced_at = max(0, len(raw) - unsynced[(t, p)])
+        cuts = [pos for _, pos in batchfmt.scan(raw, verify=False) if pos >= synced_at] + [len(raw)]
         cut = world.rng.choice(cuts)
         with open(segs[-1], "r+b") as f:
             f.truncate(cut)
