@@ -4,7 +4,8 @@ the client subcommands (topics, produce, consume, groups, cluster) are ``ring.co
 Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
-``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, and for security
+``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, ``RING_DOWN_GRACE_S``,
+``RING_REPAIR_INTERVAL_S``, and for security
 ``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
 visible to every user of the machine. ``--tls-cert``/``--tls-key`` serve
