@@ -213,3 +213,17 @@ def test_malformed_checksum_lists_are_refused() -> None:
     for bad in ({}, [[0, 0, None]], [[0, 5, "short"]], [[0, 5]], [["0", 5, None]], [[0, 1, None]] * 3):
         with pytest.raises(ValueError):
             entropy.sums_from_wire(bad, 2)
+
+
+def test_a_missing_segment_shows_as_an_unreadable_range(tmp_path: Path) -> None:
+    a = mk(tmp_path / "a")
+    put(a, 1, 60)
+    bases = a.segment_bases()
+    a.close()
+    sorted((tmp_path / "a").glob("*.log"))[2].unlink()  # a segment lost on disk
+    a = mk(tmp_path / "a")
+    spans = entropy.leader_ranges(bases, 0, a.end_offset, 100)
+    sums = entropy.range_sums(a.read, spans, a.start_offset, a.end_offset, 300)
+    assert [r.digest is None for r in sums] == [i == 2 for i in range(len(spans))]
+    healthy = [entropy.RangeSum(r.base, r.end, r.digest or "0" * 32) for r in sums]
+    assert entropy.plan(healthy, sums).truncate_at == spans[2][0]  # refetched from there
