@@ -208,3 +208,94 @@ def test_leadership_goes_back_to_the_natural_leader_once_caught_up() -> None:
     assert e.transfer_target("b", replicas, replicas, up, lambda n: n != "a", ends.get, 12, 5, 3) is None
     # a leader no longer placed hands over to the first placed voter holding everything committed
     assert e.transfer_target("x", replicas, ["x", "a", "b"], up, lambda n: True, ends.get, 12, 5, 3) == "a"
+
+
+# -- the watch: what a broker decides on each tick -------------------------------------------
+
+
+class Seen:
+    """A View as plain data: who is alive and up, generations, claims, replicas still catching up."""
+
+    def __init__(self, alive=("a", "b", "c"), up=None, claims=None, behind=None, generations=None) -> None:
+        self._alive, self._up = set(alive), set(up if up is not None else alive)
+        self._claims, self._behind = claims or {}, behind or {}
+        self._gens = generations or {}
+
+    def alive(self, name):
+        return name in self._alive
+
+    def up(self, name):
+        return name in self._up
+
+    def generation(self, name):
+        return self._gens.get(name, 1)
+
+    def claims(self):
+        return self._claims
+
+    def behind(self, name):
+        return self._behind.get(name, set())
+
+
+def _replica(tmp_path, me: str, leader: str | None, epoch: int = 1):
+    import random
+
+    from ring.clock import ManualClock
+    from ring.log import FsyncPolicy, LogConfig, PartitionLog
+    from ring.replication.replica import Replica
+
+    log = PartitionLog(tmp_path / me, LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
+    rep = Replica("t", 0, log, me, ["a", "b", "c"], epoch=epoch)
+    rep.leader, rep.aligned = leader, leader is not None
+    from ring.cluster.watch import Watch
+    return rep, Watch(me, random.Random(1))
+
+
+def test_a_follower_stands_in_its_turn_once_its_leader_is_down(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "a")
+    c, wc = _replica(tmp_path, "c", "a")
+    alive = Seen(claims={"a": {("t", 0): 1}})
+    assert wb.tick(0.0, [b], alive) == [] and wc.tick(0.0, [c], alive) == []
+    down = Seen(alive=("b", "c"))
+    assert [a.kind for a in wb.tick(10.0, [b], down)] == ["stand"]  # b is next in line: at once
+    assert wc.tick(10.0, [c], down) == []  # c waits its rank's step
+    assert [a.kind for a in wc.tick(11.6, [c], down)] == ["stand"]
+    wb.stood(b, won=False, now=11.6)
+    assert wb.tick(11.7, [b], down) == []  # retries after a backoff
+
+
+def test_no_stand_without_a_live_majority_nor_right_after_voting(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "a")
+    assert wb.tick(10.0, [b], Seen(alive=("b",))) == []  # alone: no election can win
+    wb.voted(b, granted_real_vote=True, now=20.0)
+    assert wb.tick(21.0, [b], Seen(alive=("b", "c"))) == []  # the candidate we voted for may have won
+    assert wb.voter_view(b, Seen(alive=("b", "c")), 21.0)  # and pre-votes are refused meanwhile
+    assert [a.kind for a in wb.tick(23.5, [b], Seen(alive=("b", "c")))] == ["stand"]
+
+
+def test_a_restarted_leader_is_lost_at_once_and_a_newer_claim_waits_for_its_sync(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "a")
+    wb.tick(0.0, [b], Seen(claims={"a": {("t", 0): 1}}))
+    restarted = Seen(generations={"a": 2}, behind={"a": {("t", 0)}})  # a crashed and came back, catching up
+    assert [a.kind for a in wb.tick(0.1, [b], restarted)] == ["stand"]
+    c, wc = _replica(tmp_path, "c", "a")
+    newer = Seen(alive=("b", "c"), claims={"b": {("t", 0): 2}})
+    assert wc.tick(10.0, [c], newer) == []  # b leads epoch 2: its link will sync c
+
+
+def test_a_leader_steps_down_for_a_newer_claim_and_hands_back_to_the_natural_leader(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "b", epoch=3)
+    b.lead()
+    acts = wb.tick(0.0, [b], Seen(claims={"c": {("t", 0): 4}}))
+    assert [a.kind for a in acts] == ["changed"] and not b.is_leader and b.epoch == 4
+    b2, wb2 = _replica(tmp_path, "b2", "b2", epoch=3)
+    b2.replicas = b2.voters = ["a", "b2", "c"]
+    b2.lead()
+    assert wb2.tick(0.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # a has acknowledged nothing yet
+    b2.set_follower_end("a", 0)
+    assert wb2.tick(1.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # led too briefly
+    acts = wb2.tick(4.0, [b2], Seen(alive=("a", "b2", "c")))
+    assert [(a.kind, a.target) for a in acts] == [("hand_off", "a")]
+    assert wb2.tick(5.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # one handover at a time
+    wb2.handed(b2, 5.0)
+    assert wb2.tick(6.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # and a pause before the next
