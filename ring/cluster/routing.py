@@ -26,7 +26,7 @@ from ring import limits
 from ring.broker import Broker, FetchResult, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
-from ring.errors import RequestTimeout, StorageError, Unavailable, UnknownPartition
+from ring.errors import NotEnoughReplicas, RequestTimeout, StorageError, Unavailable, UnknownPartition
 from ring.replication import election, protocol
 from ring.replication.replica import Replica
 
@@ -87,9 +87,12 @@ class Routing(Broker):
                     doc = await self.peers.forward_produce(leader, url, cfg.name, p, level, batches)
                     return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
                 voters = self._voters(cfg, p)
-                alive = protocol.count_alive(voters, self._status_of)
-                if alive < election.majority(len(voters)):
-                    protocol.check_alive(cfg.name, p, alive, len(voters), "quorum")  # raises: no election can win
+                alive, needed = protocol.count_alive(voters, self._status_of), election.majority(len(voters))
+                if alive < needed:  # no election can win: say so at once
+                    raise NotEnoughReplicas(
+                        f"{cfg.name}/{p} has no live leader and {alive} of {len(voters)} replicas are alive; "
+                        f"electing one needs {needed}", topic=cfg.name, partition=p, alive=alive, needed=needed,
+                        replication_factor=len(voters), consistency=level)
                 why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
