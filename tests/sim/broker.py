@@ -79,7 +79,8 @@ class Pending:
 
 
 class SimBroker(Replication):
-    def __init__(self, world: World, net: Network, name: str, names: list[str], keys: list[Key], root: Path) -> None:
+    def __init__(self, world: World, net: Network, name: str, names: list[str], keys: list[Key], root: Path,
+                 placed: list[str]) -> None:
         self.world, self.net, self.name, self.names, self.keys = world, net, name, names, keys
         self.dir = root / name
         self.generation = 0
@@ -88,6 +89,9 @@ class SimBroker(Replication):
         self.inbox: list[tuple[str, str, int, Any]] = []
         self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
         self.reps: dict[Key, Replica] = {}
+        # Where each partition is placed, as this broker last learned it (kept across restarts, as the
+        # real broker keeps its gossiped state on disk).
+        self.placement: dict[Key, list[str]] = {k: list(placed) for k in keys}
         net.nodes[name] = self
         self.start()
 
@@ -97,20 +101,15 @@ class SimBroker(Replication):
         self.generation += 1
         self.running, self.paused, self.inbox, self.accepted = True, False, [], {}
         self.reps = {}
-        for t, p in self.keys:
-            plog = PartitionLog(self.dir / t / str(p), LogConfig(segment_bytes=2048, index_interval_bytes=256,
-                                                                 fsync=FsyncPolicy("never")), self.world.clock)
-            rep = Replica(t, p, plog, self.name, list(self.names), hw=0)
-            ballot, voters = steps.load_state(plog.directory)
-            rep.epoch, rep.voted_for, rep.voters = ballot.epoch, ballot.voted_for, voters or list(self.names)
-            rep.leader, rep.aligned, rep.caught_up = None, False, plog.clean_shutdown
-            self.reps[(t, p)] = rep
+        for key in self.keys:
+            if self.name in self.placement[key]:
+                self._open(key)
         self.watch = Watch(self.name, random.Random(self.world.rng.random()))
         self.heard: dict[str, Heard] = {}
         self.links: dict[str, Link] = {}
         self.candidacies: dict[Key, Candidacy] = {}
         self.handoffs: dict[Key, Handoff] = {}
-        self.pending: dict[Key, list[Pending]] = {k: [] for k in self.keys}
+        self.pending: dict[Key, list[Pending]] = {k: [] for k in self.keys}  # produces awaiting acks
         self.answers: dict[tuple[str, int], list[tuple[Key, int | None, Any]]] = {}  # per link, in order
         self.syncing: set[Key] = set()
         self.last_tick = self.world.now
@@ -118,6 +117,41 @@ class SimBroker(Replication):
         self.world.after(self.world.rng.uniform(0, TICK_S), lambda: self._tick(gen))
         self.world.after(self.world.rng.uniform(0, HEARTBEAT_S), lambda: self._heartbeat(gen))
         self.world.log(f"{self.name} starts (generation {gen})")
+
+    def _open(self, key: Key) -> Replica:
+        t, p = key
+        plog = PartitionLog(self.dir / t / str(p), LogConfig(segment_bytes=2048, index_interval_bytes=256,
+                                                             fsync=FsyncPolicy("never")), self.world.clock)
+        rep = Replica(t, p, plog, self.name, list(self.placement[key]), hw=0)
+        ballot, voters = steps.load_state(plog.directory)
+        rep.epoch, rep.voted_for, rep.voters = ballot.epoch, ballot.voted_for, voters or list(self.placement[key])
+        rep.leader, rep.aligned, rep.caught_up = None, False, plog.clean_shutdown
+        self.reps[key] = rep
+        return rep
+
+    def set_placement(self, key: Key, replicas: list[str]) -> None:
+        """The ring changed (a broker joined or left): this broker learns the partition's new preference list."""
+        self.placement[key] = list(replicas)
+        self.world.log(f"{self.name} learns {key} is placed on {','.join(replicas)}")
+        if self.running:
+            self._reconcile(key)
+
+    def _reconcile(self, key: Key) -> None:
+        """Open a partition placed here, close one placed elsewhere once we no longer lead it (data stays)."""
+        rep, placed = self.reps.get(key), self.name in self.placement[key]
+        if rep is None:
+            if placed:
+                self._open(key)
+            return
+        if rep.replicas != self.placement[key]:
+            rep.set_placement(list(self.placement[key]))
+        if not placed and not rep.is_leader:
+            self.world.log(f"{self.name} closes {key}, placed elsewhere")
+            rep.log.close()
+            del self.reps[key]
+            self.candidacies.pop(key, None)
+            self.handoffs.pop(key, None)
+            self._check_pending(rep)
 
     def crash(self) -> None:
         if not self.running:
@@ -174,9 +208,9 @@ class SimBroker(Replication):
         return h.behind if h is not None else set()
 
     def leader_of(self, key: Key) -> str | None:
-        rep = self.reps[key]
+        rep = self.reps.get(key)
         best = leaders.leader_from_claims(self.claims(), key, self.alive)
-        if rep.leader is not None and (best is None or best[1] <= rep.epoch):
+        if rep is not None and rep.leader is not None and (best is None or best[1] <= rep.epoch):
             return rep.leader
         return best[0] if best is not None else None
 
@@ -223,6 +257,8 @@ class SimBroker(Replication):
                 self._end_candidacy(key, won=False)
         for key in list(self.handoffs):
             self._handoff_progress(key)
+        for key in list(self.reps):
+            self._reconcile(key)
         self._maintain_links()
         for rep in self.reps.values():
             self._check_pending(rep)
@@ -247,8 +283,8 @@ class SimBroker(Replication):
         elif kind == "voted":
             self._on_voted(msg[1])
         elif kind == "transfer":
-            rep = self.reps[msg[1]]
-            if self.watch.may_take_over(rep, src, msg[2], self.world.now):
+            rep = self.reps.get(msg[1])
+            if rep is not None and self.watch.may_take_over(rep, src, msg[2], self.world.now):
                 self._stand(rep, pre=False, transfer=True)
         elif kind == "produce":
             self._on_produce(src, *msg[1:])
@@ -318,6 +354,8 @@ class SimBroker(Replication):
     def _on_vote(self, src: str, req: election.VoteRequest) -> None:
         rep = self.reps.get((req.topic, req.partition))
         if rep is None:
+            self._reply(src, ("voted", election.VoteReply(req.topic, req.partition, 0, self.name, False,
+                                                          election.NOT_A_VOTER, req.pre)))
             return
         now = self.world.now
         was = (rep.leader, rep.epoch)
@@ -342,8 +380,8 @@ class SimBroker(Replication):
     # --- produce -----------------------------------------------------------------------------------
 
     def _on_produce(self, src: str, rid: int, key: Key, value: str) -> None:
-        rep = self.reps[key]
-        if not rep.is_leader or rep.frozen:
+        rep = self.reps.get(key)
+        if rep is None or not rep.is_leader or rep.frozen:
             self._reply(src, ("answer", rid, "fail", None, self.name, 503, self.leader_of(key)))
             return
         if sum(1 for v in rep.voters if self.alive(v)) < election.majority(len(rep.voters)):
@@ -361,6 +399,11 @@ class SimBroker(Replication):
 
     def _check_pending(self, rep: Replica) -> None:
         key = (rep.topic, rep.index)
+        if self.reps.get(key) is not rep:  # closed: nothing more will be acknowledged here
+            for p in self.pending[key]:
+                self._reply("client", ("answer", p.rid, "unknown", None, self.name, 504, None))
+            self.pending[key] = []
+            return
         keep = []
         ends = [rep.durable] + [rep.follower_ends.get(r, 0) for r in rep.voters if r != self.name]
         for p in self.pending[key]:

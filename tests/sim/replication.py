@@ -118,7 +118,10 @@ class Replication:
             self.net.break_link(src, self.name, conn)
             return
         key = (frame.topic, frame.partition)
-        answer = self._follow(src, frame)
+        if key not in self.reps:
+            answer: Any = steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
+        else:
+            answer = self._follow(src, frame)
         queue = self.answers.setdefault((src, conn), [])
         if isinstance(answer, int):  # appended: acked once synced, in order with the other answers
             queue.append((key, answer, None))
@@ -131,8 +134,10 @@ class Replication:
         queue = self.answers.get((src, conn), [])
         while queue:
             key, end, answer = queue[0]
-            rep = self.reps[key]
-            if answer is None:
+            rep = self.reps.get(key)
+            if rep is None and answer is None:
+                answer = steps.reject_unknown(key[0], key[1], 0)
+            elif answer is None:
                 if rep.durable < end and rep.log.end_offset >= end:
                     return  # not synced yet
                 answer = protocol.Ack(key[0], key[1], rep.epoch, rep.durable)
@@ -152,7 +157,9 @@ class Replication:
         if not self._live(gen):
             return
         self.syncing.discard(key)
-        rep = self.reps[key]
+        rep = self.reps.get(key)
+        if rep is None:
+            return
         rep.log.sync()
         rep.set_durable(rep.log.end_offset)
         for src, conn in list(self.answers):
@@ -179,8 +186,8 @@ class Replication:
             return
         link.waiting_since = None
         key = (frame.topic, frame.partition)
-        rep, cur = self.reps[key], link.cursors.get(key)
-        if cur is None or not rep.is_leader:
+        rep, cur = self.reps.get(key), link.cursors.get(key)
+        if cur is None or rep is None or not rep.is_leader:
             return
         newer = steps.on_answer(rep, cur, src, frame, self.world.now)
         if newer is not None and steps.adopt_epoch(rep, newer):

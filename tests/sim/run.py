@@ -1,7 +1,10 @@
-"""One seeded simulation run: three brokers, producers, faults, healing, the final drain, the chaos checker.
+"""One seeded simulation run: four brokers, producers, faults, healing, the final drain, the chaos checker.
 
-``run(seed)`` builds the world from the seed alone: three ``SimBroker``s
-holding two partitions (replication factor 3), a client with three
+``run(seed)`` builds the world from the seed alone: four ``SimBroker``s, two
+partitions placed on the first three (replication factor 3), in most seeds a
+membership change (one partition's replica on a broker is moved to the
+fourth, which becomes its natural leader; each broker learns the new
+preference list at its own moment, as gossip would tell it), a client with three
 producers writing unique values at consistency quorum (each to its own
 partition, retrying through the leader a refusal names), and a schedule of
 faults drawn from the seed over the first ``FAULTS_S`` seconds: crashes
@@ -30,7 +33,8 @@ from tests.chaos.history import FAIL, FINAL, OK, UNKNOWN, History, Read, Replica
 from tests.sim.broker import SimBroker
 from tests.sim.network import Network, World
 
-NAMES = ["n0", "n1", "n2"]
+NAMES = ["n0", "n1", "n2", "n3"]
+PLACED = ["n0", "n1", "n2"]  # where both partitions start
 KEYS = [("t", 0), ("t", 1)]
 PRODUCERS = 3
 WARMUP_S = 1.5
@@ -122,7 +126,7 @@ def power_loss(world: World, b: SimBroker) -> None:
     b.crash()
     for t, p in KEYS:
         segs = sorted((b.dir / t / str(p)).glob("*.log"))
-        if not segs:
+        if not segs or (t, p) not in unsynced:  # not held now: closed cleanly, synced
             continue
         raw = segs[-1].read_bytes()
         synced_at = max(0, len(raw) - unsynced[(t, p)])
@@ -168,6 +172,19 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker]) -
     return sorted(plan, key=lambda line: float(line.split()[0]))
 
 
+def schedule_move(world: World, brokers: dict[str, SimBroker]) -> list[str]:
+    """Most seeds: move one partition's replica from a broker to the fourth, which goes first in its list."""
+    rng = world.rng
+    if rng.random() < 0.25:
+        return []
+    key, gone = rng.choice(KEYS), rng.choice(PLACED)
+    new = ["n3"] + [n for n in PLACED if n != gone]
+    at = WARMUP_S + rng.uniform(0, FAULTS_S - 3)
+    for b in brokers.values():  # each learns it at its own moment
+        world.at(at + rng.uniform(0, 2.0), lambda b=b: b.set_placement(key, new))
+    return [f"{at:.2f} move {key[0]}/{key[1]} from {gone} to n3: {','.join(new)}"]
+
+
 def heal(net: Network, brokers: dict[str, SimBroker]) -> None:
     net.heal()
     net.loss = 0.0
@@ -179,11 +196,17 @@ def heal(net: Network, brokers: dict[str, SimBroker]) -> None:
 
 
 def settled(brokers: dict[str, SimBroker]) -> bool:
-    """Every partition has one leader, in agreement, and every replica holds its whole log."""
+    """Every partition has one leader, in agreement, its voters are its preference list, and every replica
+    holds the whole log; only the placed brokers hold it."""
     for key in KEYS:
-        reps = [b.reps[key] for b in brokers.values()]
+        placed = brokers[NAMES[0]].placement[key]
+        if any(b.placement[key] != placed for b in brokers.values()):
+            return False
+        reps = [b.reps[key] for b in brokers.values() if key in b.reps]
+        if sorted(r.self_name for r in reps) != sorted(placed):
+            return False
         heads = [r for r in reps if r.is_leader]
-        if len(heads) != 1 or heads[0].frozen:
+        if len(heads) != 1 or heads[0].frozen or sorted(heads[0].voters) != sorted(placed):
             return False
         lead = heads[0]
         if any(r.leader != lead.self_name or r.epoch != lead.epoch or r.log.end_offset != lead.log.end_offset
@@ -230,11 +253,12 @@ def run(seed: int, trace: bool = False) -> Outcome:
     net = Network(world)
     history = History()
     try:
-        brokers = {n: SimBroker(world, net, n, NAMES, KEYS, root) for n in NAMES}
+        brokers = {n: SimBroker(world, net, n, NAMES, KEYS, root, PLACED) for n in NAMES}
         client = Client(world, net, history)
         world.run_until(WARMUP_S / 2)
         client.start()
-        faults = schedule_faults(world, net, brokers)
+        faults = sorted(schedule_faults(world, net, brokers) + schedule_move(world, brokers),
+                        key=lambda line: float(line.split()[0]))
         heal_at = WARMUP_S + FAULTS_S
         world.run_until(heal_at)
         heal(net, brokers)
