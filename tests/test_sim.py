@@ -1,7 +1,8 @@
 """The seeded simulation (tests/sim): many seeds of crashes, power loss, pauses, cuts, message loss and a
 partition moving to a fourth broker, against brokers made of ring's own replica cores and partition logs,
-each run checked by the chaos checker: nothing acknowledged at quorum lost, one value per offset, key order kept, nothing read that was
-never written or was refused, replicas identical once healed, and the cluster writable again.
+each run checked by the chaos checker: nothing acknowledged at quorum lost, one value per offset, key order
+kept, nothing read that was never written or was refused, replicas identical once healed, and the cluster
+writable again.
 
 ``RING_SIM_SEEDS`` sets how many seeds run (default 200); a failing seed is printed and replays exactly
 with ``RING_SIM_SEED=N`` (which also prints the run's trace).
