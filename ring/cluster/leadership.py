@@ -84,7 +84,7 @@ class Leadership:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- what gossip says (the View the watch decides on) --------------------------------------------------------------------
+    # --- what gossip says (the View the watch decides on) ----------------------------------------
 
     def claims(self) -> dict[str, dict[Key, int]]:
         """Broker -> the partitions it says it leads, with their epochs (decoded once per change)."""

@@ -310,7 +310,8 @@ class Membership:
         out = []
         for name, ep in sorted(self.core.state.endpoints.items(), key=lambda kv: kv[1].token):
             out.append({"name": name, "token": ep.token, "status": self.status(name),
-                        "phi": round(self.core.phi(name, now), 3), "client_url": f"{self.tls.scheme}://{ep.client_addr}",
+                        "phi": round(self.core.phi(name, now), 3),
+                        "client_url": f"{self.tls.scheme}://{ep.client_addr}",
                         "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
                         "load": dict(ep.load)})
         return out
