@@ -211,3 +211,16 @@ async def test_a_deleted_topic_leaves_no_series(served: Served) -> None:
     route = "/v1/topics/{topic}/messages"
     inf = value(samples, "ring_http_request_duration_seconds_bucket", method="POST", route=route, le="+Inf")
     assert inf == value(samples, "ring_http_request_duration_seconds_count", method="POST", route=route) == 1
+
+
+def test_a_leader_counts_the_bytes_it_replicates_to_each_follower(shared_cluster: Any, topic: str) -> None:
+    c = shared_cluster
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3).status == 201
+    leader = c.leaders(topic)[0]
+    member = c.member(leader)
+    assert member.http.produce(topic, b'{"page": "/"}', partition=0, consistency="all").status == 200
+    body = member.http.get("/metrics").body.decode()
+    sent = {s.labels["follower"]: s.value for f in parser.text_string_to_metric_families(body)
+            for s in f.samples if s.name == "ring_replication_sent_bytes_total"}
+    followers = {m.name for m in c} - {leader}
+    assert set(sent) >= followers and all(sent[f] > 0 for f in followers), sent

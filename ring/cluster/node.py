@@ -126,7 +126,7 @@ class ClusterBroker(Routing, Broker):
         self.peers = PeerClient(self.name, self.config.cluster_secret, self.session)
         self.streams = Streams(self.name, self.config.cluster_secret, self.clock, self.session,
                                self.membership.peer_url, self.replica, on_newer_epoch=self._newer_epoch,
-                               on_damage=self.damaged)
+                               on_damage=self.damaged, on_sent=self._replicated_bytes)
         await self.membership.start()
         self._tasks.append(asyncio.create_task(self._hw_checkpoint_loop(), name="hw checkpoint"))
         await self._reconcile()
@@ -251,6 +251,10 @@ class ClusterBroker(Routing, Broker):
         self.leadership.notify()
         if not rep.is_leader and self.name not in rep.replicas and not self._closing:
             self._cluster_changed(True, False)  # a partition placed elsewhere that we no longer lead: close it
+
+    def _replicated_bytes(self, follower: str, nbytes: int) -> None:
+        if self.metrics is not None:  # installed by the HTTP app
+            self.metrics.sent(follower, nbytes)
 
     def _newer_epoch(self, rep: Replica, epoch: int) -> None:
         if steps.adopt_epoch(rep, epoch):

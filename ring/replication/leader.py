@@ -48,8 +48,10 @@ class Streams:
     def __init__(self, name: str, secret: str | None, clock: Clock, session: aiohttp.ClientSession,
                  peer_url: Callable[[str], str | None], replica: Callable[[str, int], Replica | None],
                  on_newer_epoch: Callable[[Replica, int], None] = lambda rep, epoch: None,
-                 on_damage: Callable[[Replica, int], None] = lambda rep, offset: None) -> None:
+                 on_damage: Callable[[Replica, int], None] = lambda rep, offset: None,
+                 on_sent: Callable[[str, int], None] = lambda follower, nbytes: None) -> None:
         self.name = name
+        self.on_sent = on_sent  # stored batch bytes handed to a follower's link (metrics)
         self.on_newer_epoch = on_newer_epoch
         self.on_damage = on_damage
         self.secret = secret
@@ -248,6 +250,7 @@ class FollowerLink:
             cur.sent(prev, end, len(data))  # before the await: answers may arrive while it sends
             cur.hw_sent = max(cur.hw_sent, hw)
             await ws.send_bytes(protocol.encode(protocol.Append(rep.topic, rep.index, rep.epoch, prev, hw, data)))
+            self.streams.on_sent(self.follower, len(data))
 
     def _wake_at(self, at_s: float) -> None:
         if self._retry_handle is not None:
