@@ -39,7 +39,10 @@ system-deps:
 test: venv system-deps
 	$(BIN)/python -m pytest
 
+# The peers' clients and the plot need the `bench` extra; NATS and RabbitMQ
+# themselves are installed with apt-get by `ring bench` when missing.
 bench: venv
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/ring bench
 
 # Three brokers in the background: ring-N serves clients on 9250+10N and peers
