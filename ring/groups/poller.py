@@ -29,7 +29,7 @@ from ring.errors import Conflict, RingError, Unavailable
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
-from ring.log import batch as batchfmt
+from ring.http_api.codec import select_records  # the fetch's own record selection
 from ring.log.batch import Record
 
 log = logging.getLogger("ring.groups")
@@ -46,26 +46,6 @@ class _MemberSlot:
     lock: asyncio.Lock
     users: int = 0
     rotation: int = 0
-
-
-def select(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[list[tuple[Record, bool]], int]:
-    """Records in ``[offset, high_watermark)`` of stored batches, at most ``max_records``; the next offset."""
-    out: list[tuple[Record, bool]] = []
-    next_offset = offset
-    for h, pos in batchfmt.scan(data, verify=False):  # the log checked every CRC on read
-        if h.next_offset <= offset:
-            continue
-        if h.base_offset >= high_watermark or len(out) >= max_records:
-            break
-        _, recs = batchfmt.decode(data, pos, verify=False)
-        for rec in recs:
-            if rec.offset < offset:
-                continue
-            if rec.offset >= high_watermark or len(out) >= max_records:
-                break
-            out.append((rec, h.values_are_json))
-            next_offset = rec.offset + 1
-    return out, next_offset
 
 
 class Poller:
@@ -196,6 +176,6 @@ class Poller:
                 if positions is not None:
                     positions[tp] = offset
                 continue
-            return select(res.data, offset, max_records, res.high_watermark)
+            return select_records(res.data, offset, max_records, res.high_watermark)
         raise Conflict(f"{tp[0]}/{tp[1]}: no readable offset found", topic=tp[0], partition=tp[1])
 
