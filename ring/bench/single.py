@@ -33,12 +33,15 @@ import aiohttp
 import orjson
 
 from ring import clickstream
+from ring.bench.ceilings import disk_append
 from ring.localcluster import LocalBroker, free_port
 from ring.log import batch as batchfmt
 
 RECORD_BYTES = 1024
 BATCH_CT = "application/vnd.ring.batch"
 BATCHES_CT = "application/vnd.ring.batches"
+# The raw-append ceiling stops after this long even if the bytes are not all written.
+DISK_SECONDS_MAX = 60.0
 
 
 def _records(n: int, seed: int = 1) -> list[bytes]:
@@ -108,25 +111,6 @@ async def _fetch_all(session, url, topic, accept, max_bytes) -> tuple[float, int
     return time.perf_counter() - t0, total
 
 
-def disk_append_mb_s(directory: Path, chunk: bytes, total_bytes: int, fsync_each: bool) -> float:
-    """Raw sequential append bandwidth of this disk, in MB/s."""
-    path = directory / "raw-append.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
-    try:
-        written = 0
-        t0 = time.perf_counter()
-        while written < total_bytes:
-            written += os.write(fd, chunk)
-            if fsync_each:
-                os.fdatasync(fd)
-        os.fsync(fd)
-        seconds = time.perf_counter() - t0
-    finally:
-        os.close(fd)
-        path.unlink()
-    return written / seconds / 1e6
-
-
 async def _run(url: str, args, workdir: Path) -> dict:
     recs = _records(args.batch * 8)
     now_ms = int(time.time() * 1000)
@@ -157,8 +141,9 @@ async def _run(url: str, args, workdir: Path) -> dict:
     results["load_avg_1m"] = (load_before, os.getloadavg()[0])
     chunk = batches[0]
     total = requests * len(chunk)
-    results["disk_append_mb_s"] = disk_append_mb_s(workdir, chunk, total, fsync_each=False)
-    results["disk_append_fsync_each_mb_s"] = disk_append_mb_s(workdir, chunk, min(total, 64 << 20), fsync_each=True)
+    results["disk_append_mb_s"] = disk_append(workdir, chunk, DISK_SECONDS_MAX, total, fsync_each=False)["mb_s"]
+    results["disk_append_fsync_each_mb_s"] = disk_append(
+        workdir, chunk, DISK_SECONDS_MAX, min(total, 64 << 20), fsync_each=True)["mb_s"]
     results["disk_append_rec_s"] = results["disk_append_mb_s"] * 1e6 / (len(chunk) / args.batch)
     return results
 
