@@ -8,6 +8,7 @@ suite is skipped with the reason, never half-run.
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 from pathlib import Path
 
@@ -47,6 +48,10 @@ _names = itertools.count()
 def spark():
     from sparkio.session import local_session
 
+    # py4j logs "Closing down clientserver connection" at INFO from __del__ while the
+    # interpreter exits, into pytest's already closed capture stream: a traceback
+    # printed after the summary line. Its warnings and errors still show.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = local_session("ring-tests", cores=2, shuffle_partitions=2)
     yield session
     session.stop()
