@@ -52,20 +52,9 @@ def decode_fetch(topic: str, partition: int, data: bytes, offset: int | None, hi
                  max_records: int, next_offset_hint: int | None) -> tuple[list[ConsumerRecord], int]:
     """Records at/above ``offset`` and below ``high_watermark``, and the next offset."""
     start = -1 if offset is None else offset
-    out: list[ConsumerRecord] = []
-    for h, pos in batchfmt.scan(data):  # CRC-checked: end-to-end integrity
-        if h.next_offset <= start:
-            continue
-        if h.base_offset >= high_watermark or len(out) >= max_records:
-            break
-        _, recs = batchfmt.decode(data, pos, verify=False)
-        is_json = h.values_are_json
-        for r in recs:
-            if r.offset < start:
-                continue
-            if r.offset >= high_watermark or len(out) >= max_records:
-                break
-            out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers, is_json))
+    out = [ConsumerRecord(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers, is_json)
+           # CRC-checked here too: end-to-end integrity
+           for r, is_json in batchfmt.records_between(data, start, high_watermark, max_records, verify=True)]
     if out:
         return out, out[-1].offset + 1
     if offset is not None:

@@ -407,22 +407,8 @@ def select_records(data: bytes, offset: int, max_records: int, high_watermark: i
 
     Returns ``[(record, value_is_json)]`` and the next offset to fetch from.
     """
-    out: list[tuple[Record, bool]] = []
-    next_offset = offset
-    for h, pos in batchfmt.scan(data, verify=False):  # the log checked every CRC on read
-        if h.next_offset <= offset:
-            continue
-        if h.base_offset >= high_watermark or len(out) >= max_records:
-            break
-        _, recs = batchfmt.decode(data, pos, verify=False)
-        is_json = h.values_are_json
-        for rec in recs:
-            if rec.offset < offset:
-                continue
-            if rec.offset >= high_watermark or len(out) >= max_records:
-                break
-            out.append((rec, is_json))
-            next_offset = rec.offset + 1
+    out = list(batchfmt.records_between(data, offset, high_watermark, max_records, verify=False))
+    next_offset = out[-1][0].offset + 1 if out else offset
     return out, next_offset
 
 

@@ -252,3 +252,30 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = Tru
     if len(records) != h.record_count:
         raise CorruptBatch("record count does not match the header")
     return h, records
+
+
+def records_between(data: bytes | bytearray | memoryview, start: int, stop: int, limit: int,
+                    verify: bool = True) -> Iterator[tuple[Record, bool]]:
+    """``(record, value_is_json)`` for records of stored batches with ``start <= offset < stop``,
+    at most ``limit`` of them: how every reader picks what a fetch answered.
+
+    A fetch answer starts with the batch that contains ``start``, so records
+    below it are skipped; batches at or above ``stop`` (the high watermark)
+    are not decoded at all. ``verify`` checks each batch's CRC (a client
+    reading over the network); the broker's own reads were checked by the log.
+    """
+    count = 0
+    for h, pos in scan(data, verify=verify):
+        if h.next_offset <= start:
+            continue
+        if h.base_offset >= stop or count >= limit:
+            return
+        _, recs = decode(data, pos, verify=False)
+        for rec in recs:
+            if rec.offset < start:
+                continue
+            if rec.offset >= stop or count >= limit:
+                return
+            count += 1
+            yield rec, h.values_are_json
+
