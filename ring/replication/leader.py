@@ -30,6 +30,7 @@ import aiohttp
 
 from ring import limits
 from ring.clock import Clock
+from ring.cluster.peers import H_BROKER, H_SECRET
 from ring.errors import BadRequest, OffsetOutOfRange, StorageError
 from ring.log import batch as batchfmt
 from ring.replication import protocol, steps
@@ -38,8 +39,6 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.replication")
 
 REPLICATE_PATH = "/peer/v1/replicate"
-H_SECRET = "Ring-Cluster-Secret"
-H_BROKER = "Ring-Broker"
 
 Key = tuple[str, int]
 
