@@ -86,6 +86,7 @@ class BrokerConfig:
     tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
     down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
     repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds
+    auto_partitions_grace_s: float = limits.AUTO_PARTITIONS_GRACE_MS / 1000  # before an auto topic grows
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,40 @@ class Broker:
             for part in self._parts.pop(cfg.name, {}).values():
                 part.log.abandon()
             raise
+
+    async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
+        """Change a topic's settings (the client API's PATCH /v1/topics/{topic}).
+
+        ``at_least``: a partition count below the current one keeps the
+        current one instead of being refused (growth asked for by more than one
+        coordinator at once).
+        """
+        if self._closing:
+            raise Unavailable("the broker is shutting down")
+        cfg = changed_config(self.catalog.get(validate_topic_name(name)), body, at_least)
+        self._update_topic_local(cfg)
+        return self.describe_topic(name)
+
+    async def grow_topic(self, name: str, partitions: int) -> dict[str, Any]:
+        """Give a topic at least ``partitions`` partitions."""
+        return await self.change_topic(name, {"partitions": partitions}, at_least=True)
+
+    def _update_topic_local(self, cfg: TopicConfig) -> None:
+        """New settings of an open topic: open logs take them at once, added partitions open."""
+        old = self.catalog.get(cfg.name)
+        if cfg == old:
+            return
+        self.catalog.replace(cfg)
+        self._save_catalog()
+        log_config = self._log_config(cfg)
+        parts = self._parts.setdefault(cfg.name, {})
+        for part in parts.values():
+            part.log.config = log_config
+        for p, replicas in self._held(cfg).items():
+            if p not in parts:
+                self._open_partition(cfg, p, replicas)
+        if cfg.partitions != old.partitions:
+            log.info("topic %s grew from %d to %d partitions", cfg.name, old.partitions, cfg.partitions)
 
     async def delete_topic(self, name: str) -> None:
         validate_topic_name(name)
@@ -568,6 +603,12 @@ class Broker:
                              "client_url": url, "peer_url": None, "generation": None,
                              "load": {"partitions_led": sum(len(p) for p in self._parts.values())}}],
                 "self": self.config.name}
+
+
+def changed_config(cfg: TopicConfig, body: object, at_least: bool) -> TopicConfig:
+    if at_least and isinstance(body, dict) and type(body.get("partitions")) is int:
+        body = {**body, "partitions": max(body["partitions"], cfg.partitions)}
+    return cfg.changed(body)
 
 
 def _cut(indexes: list[int], sizes: list[int]) -> list[list[int]]:

@@ -23,7 +23,11 @@ REPLICATION_FACTOR_DEFAULT = 3
 REPLICATION_FACTOR_MAX = 7
 
 _FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retention_bytes",
-           "segment_bytes", "compression", "consistency")
+           "segment_bytes", "compression", "consistency", "auto_partitions")
+# What a change to an existing topic may set (``TopicConfig.changed``); the others are fixed at creation.
+CHANGEABLE = ("partitions", "auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency")
+# Written by the broker only: the partition count the topic was created with (placement keeps it).
+_STORED_FIELDS = ("base_partitions",)
 # Per-request consistency levels; a topic's ``consistency`` is the default of its produces.
 CONSISTENCY_LEVELS = ("one", "quorum", "all")
 CONSISTENCY_DEFAULT = "quorum"
@@ -60,6 +64,19 @@ def _retention_ms(body: dict[str, Any]) -> int:
     return value
 
 
+def _partitions(body: dict[str, Any], default: int) -> tuple[int, bool | None]:
+    """(count, auto) from a body's ``partitions``: an integer, or "auto" (start at one, grow with
+    the groups reading the topic); auto is None when the body does not say."""
+    value = body.get("partitions")
+    if value == "auto":
+        return limits.AUTO_PARTITIONS_INITIAL, True
+    auto = body.get("auto_partitions")
+    if auto is not None and type(auto) is not bool:
+        raise BadRequest("auto_partitions must be true or false", field="auto_partitions")
+    count = _int_field(body, "partitions", default, 1, limits.TOPIC_PARTITIONS_MAX)
+    return count, auto
+
+
 @dataclass(frozen=True)
 class TopicConfig:
     name: str
@@ -71,13 +88,19 @@ class TopicConfig:
     compression: str = "none"
     consistency: str = CONSISTENCY_DEFAULT
     created_ms: int = 0
+    auto_partitions: bool = False  # grows when a group has more consumers than partitions
+    base_partitions: int = 0  # the count at creation, which placement keeps (0: ``partitions``)
+
+    def __post_init__(self) -> None:
+        if not self.base_partitions:
+            object.__setattr__(self, "base_partitions", self.partitions)
 
     @classmethod
-    def from_request(cls, body: object, now_ms: int) -> TopicConfig:
-        """Validate a create-topic body (only "name" required)."""
+    def from_request(cls, body: object, now_ms: int, stored: bool = False) -> TopicConfig:
+        """Validate a create-topic body (only "name" required); ``stored``: a config the broker wrote."""
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object with at least a name")
-        unknown = sorted(set(body) - set(_FIELDS))
+        unknown = sorted(set(body) - set(_FIELDS) - (set(_STORED_FIELDS) if stored else set()))
         if unknown:
             raise BadRequest(f"unknown topic settings: {', '.join(map(str, unknown))[:200]}")
         compression = body.get("compression") or "none"
@@ -86,9 +109,13 @@ class TopicConfig:
         consistency = body.get("consistency") or CONSISTENCY_DEFAULT
         if consistency not in CONSISTENCY_LEVELS:
             raise BadRequest(f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}", field="consistency")
+        partitions, auto = _partitions(body, limits.TOPIC_PARTITIONS_DEFAULT)
+        base = _int_field(body, "base_partitions", partitions, 1, partitions) if stored else partitions
         return cls(
             name=validate_topic_name(body.get("name")),
-            partitions=_int_field(body, "partitions", limits.TOPIC_PARTITIONS_DEFAULT, 1, limits.TOPIC_PARTITIONS_MAX),
+            partitions=partitions,
+            auto_partitions=bool(auto),
+            base_partitions=base,
             replication_factor=_int_field(body, "replication_factor", REPLICATION_FACTOR_DEFAULT, 1, REPLICATION_FACTOR_MAX),
             retention_ms=_retention_ms(body),
             retention_bytes=_int_field(body, "retention_bytes", limits.RETENTION_BYTES_DEFAULT, -1, 2**62),
@@ -107,9 +134,32 @@ class TopicConfig:
         """Load a stored config; re-validated so a hand-edited file cannot smuggle in a bad name."""
         created_ms = doc.get("created_ms", 0)
         return cls.from_request(
-            {k: doc[k] for k in _FIELDS if k in doc},
-            now_ms=created_ms if type(created_ms) is int else 0,
+            {k: doc[k] for k in _FIELDS + _STORED_FIELDS if k in doc},
+            now_ms=created_ms if type(created_ms) is int else 0, stored=True,
         )
+
+    def changed(self, body: object) -> TopicConfig:
+        """This topic with a change request's settings (``CHANGEABLE``) applied.
+
+        The partition count only grows ("auto" keeps the count and turns
+        growth on); the name, replication factor and segment size are fixed.
+        """
+        if not isinstance(body, dict) or not body:
+            raise BadRequest(f"the body must be a JSON object with one or more of {', '.join(CHANGEABLE)}")
+        fixed = sorted(set(body) & (set(_FIELDS) - set(CHANGEABLE)))
+        if fixed:
+            raise BadRequest(f"{', '.join(fixed)} cannot be changed after a topic is created "
+                             f"(changeable: {', '.join(CHANGEABLE)})", field=fixed[0])
+        unknown = sorted(set(body) - set(CHANGEABLE))
+        if unknown:
+            raise BadRequest(f"unknown topic settings: {', '.join(map(str, unknown))[:200]}")
+        merged = {**self.to_json(), **body}
+        if body.get("partitions") == "auto":
+            merged.update(partitions=self.partitions, auto_partitions=True)
+        elif "partitions" in body and type(body["partitions"]) is int and body["partitions"] < self.partitions:
+            raise BadRequest(f"topic {self.name!r} has {self.partitions} partitions: the count can grow, "
+                             f"never shrink (asked for {body['partitions']})", field="partitions")
+        return TopicConfig.from_json(merged)
 
 
 class Catalog:
@@ -139,6 +189,12 @@ class Catalog:
             raise Conflict(f"topic {config.name!r} already exists", topic=config.name)
         if len(self._topics) >= limits.TOPICS_MAX:
             raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
+        self._topics[config.name] = config
+        self.version += 1
+
+    def replace(self, config: TopicConfig) -> None:
+        """A changed config of a topic in the catalogue (same incarnation)."""
+        assert self._topics[config.name].created_ms == config.created_ms, config.name
         self._topics[config.name] = config
         self.version += 1
 

@@ -115,6 +115,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    default=float(_env("DOWN_GRACE_S", str(limits.DOWN_GRACE_S_DEFAULT))),
                    help="a broker down this long is taken off the ring and its partitions re-replicated "
                         "(env RING_DOWN_GRACE_S; default 300)")
+    p.add_argument("--auto-partitions-grace-s", type=float,
+                   default=float(_env("AUTO_PARTITIONS_GRACE_S", str(limits.AUTO_PARTITIONS_GRACE_MS / 1000))),
+                   help="an auto topic grows once a consumer group has had more members than it has partitions "
+                        "this long (env RING_AUTO_PARTITIONS_GRACE_S; default 60)")
     p.add_argument("--repair-interval-s", type=float,
                    default=float(_env("REPAIR_INTERVAL_S", str(limits.REPAIR_INTERVAL_S_DEFAULT))),
                    help="anti-entropy: compare replicas' committed segments this often (env RING_REPAIR_INTERVAL_S; "
@@ -193,7 +197,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
                           fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
                           peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
                           token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
-                          repair_interval_s=args.repair_interval_s)
+                          repair_interval_s=args.repair_interval_s,
+                          auto_partitions_grace_s=args.auto_partitions_grace_s)
     from ring.cluster.node import token_of
 
     try:

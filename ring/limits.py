@@ -282,6 +282,9 @@ POLAR_CONSUMERS_MAX = 10_000
 # than partitions for this long before the topic grows (one partition per
 # waiting member): joins and leaves in a rolling restart do not grow it.
 AUTO_PARTITIONS_GRACE_MS = 60_000
+# Partitions of a topic created with "partitions": "auto": it grows to one per
+# consumer of the largest group reading it.
+AUTO_PARTITIONS_INITIAL = 1
 
 # --- idempotent producers (ring.replication.idempotence) ---------------------
 

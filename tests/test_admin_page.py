@@ -186,24 +186,30 @@ def test_topic_created_described_and_deleted_through_the_page(page: Page, one: T
     assert one.http.get(f"/v1/topics/{name}").status == 404
 
 
-def test_changing_settings_shows_what_the_api_answered(page: Page, one: TestBroker) -> None:
-    name, probe = _name(), _name()
-    for t in (name, probe):
-        assert one.http.create_topic(t, partitions=2, replication_factor=1).status == 201
-    # The same change, asked of the API directly on another topic, says what the page must show.
-    direct = one.http.request("PATCH", f"/v1/topics/{probe}", json_body={"retention_ms": 3_600_000})
+def test_changing_settings_through_the_page(page: Page, one: TestBroker) -> None:
+    name = _name()
+    assert one.http.create_topic(name, partitions=2, replication_factor=1).status == 201
     expect(page.topic_row(name)).to_have_count(1)
     page.topic_row(name).get_by_role("button", name="settings").click()
     page.locator('#settings-form input[name="retention_ms"]').fill("3600000")
+    page.locator('#settings-form input[name="partitions"]').fill("3")
     page.locator("#settings-ok").click()
     expect(page.locator("#confirm-detail")).to_contain_text("retention_ms")
+    expect(page.locator("#confirm-detail")).to_contain_text("partitions 2 → 3")
     page.confirm()
-    if direct.status >= 400:
-        body = direct.json()
-        expect(page.message("error")).to_contain_text(f"{direct.status} {body['error']}: {body['message']}")
-    else:
-        expect(page.message("ok")).to_contain_text(f"settings of {name} changed")
-        assert one.http.get(f"/v1/topics/{name}").json()["retention_ms"] == 3_600_000
+    expect(page.message("ok")).to_contain_text(f"settings of {name} changed")
+    doc = one.http.get(f"/v1/topics/{name}").json()
+    assert (doc["retention_ms"], doc["partition_count"], doc["base_partitions"]) == (3_600_000, 3, 2)
+    # A change the API refuses (fewer partitions) shows the API's own error.
+    refused = one.http.request("PATCH", f"/v1/topics/{name}", json_body={"partitions": 1})
+    assert refused.status == 400
+    page.topic_row(name).get_by_role("button", name="settings").click()
+    page.locator('#settings-form input[name="partitions"]').fill("1")
+    page.locator("#settings-ok").click()
+    page.confirm()
+    body = refused.json()
+    expect(page.message("error")).to_contain_text(f"400 {body['error']}: {body['message']}")
+    assert one.http.get(f"/v1/topics/{name}").json()["partition_count"] == 3
 
 
 def test_decommission_asks_then_shows_the_answer(browser: Any, make_broker: Any) -> None:
@@ -245,10 +251,12 @@ def test_the_token_is_kept_and_sent_as_a_bearer(page: Page, one: TestBroker) -> 
 def test_partition_tokens_are_the_brokers(page: Page) -> None:
     names = ["a", "clicks", "0123456789abcde", "0123456789abcdef", "0123456789abcdef0", "x" * 33, "é-ü", "t" * 249]
     for name in names:
-        for partitions, partition in ((1, 0), (8, 3), (7, 6), (1024, 1023)):
-            got = page.evaluate("([t, p, n]) => window.ringAdmin.partitionToken(t, p, n).toString()",
-                                [name, partition, partitions])
-            assert int(got) == partition_token(name, partition, partitions), (name, partition, partitions)
+        for partitions, partition, base in ((1, 0, 1), (8, 3, 8), (7, 6, 7), (1024, 1023, 1024),
+                                            (5, 4, 3), (8, 7, 1), (1024, 1000, 7), (13, 12, 3)):
+            got = page.evaluate("([t, p, n, b]) => window.ringAdmin.partitionToken(t, p, n, b).toString()",
+                                [name, partition, partitions, base])
+            want = partition_token(name, partition, partitions, base)
+            assert int(got) == want, (name, partition, partitions, base)
 
 
 def test_admin_files_and_nothing_else(one: TestBroker) -> None:

@@ -70,13 +70,27 @@ def test_catalog_change_adds_removes_and_replaces_new_incarnations() -> None:
     change = placement.catalog_change(local, live)
     assert change.remove == ["a", "gone"]
     assert [c.name for c in change.add] == ["a", "new"] and change.add[0].partitions == 2
-    assert placement.catalog_change({"b": kept}, {"b": kept.to_json()}) == placement.CatalogChange([], [])
+    assert placement.catalog_change({"b": kept}, {"b": kept.to_json()}) == placement.CatalogChange([], [], [], [])
+
+
+def test_catalog_change_updates_settings_and_never_shrinks_partitions() -> None:
+    local = TopicConfig("a", partitions=3, created_ms=1)
+    grown = local.changed({"partitions": 5, "retention_ms": 1000})
+    change = placement.catalog_change({"a": local}, {"a": grown.to_json()})
+    assert (change.remove, change.add, change.update, change.regrow) == ([], [], [grown], [])
+    assert grown.base_partitions == 3
+    # A later retention change made from the old count (last writer wins) keeps the grown count.
+    stale = local.changed({"retention_ms": 2000})
+    change = placement.catalog_change({"a": grown}, {"a": stale.to_json()})
+    kept = TopicConfig("a", partitions=5, base_partitions=3, retention_ms=2000, created_ms=1)
+    assert change.update == [kept] and change.regrow == [kept]
+    assert placement.catalog_change({"a": grown}, {"a": grown.to_json()}) == placement.CatalogChange([], [], [], [])
 
 
 def test_an_unreadable_gossiped_config_never_removes_a_local_topic() -> None:
     kept = TopicConfig("b", created_ms=2)
     bad = {**kept.to_json(), "partitions": -1, "created_ms": 99}  # a buggy or newer peer's config
-    assert placement.catalog_change({"b": kept}, {"b": bad}) == placement.CatalogChange([], [])
+    assert placement.catalog_change({"b": kept}, {"b": bad}) == placement.CatalogChange([], [], [], [])
 
 
 def test_joined() -> None:

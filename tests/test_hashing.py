@@ -215,6 +215,35 @@ def test_leadership_is_even_at_three_times_power_of_two(topic, level, multiplier
     assert set(leaders.values()) == {multiplier}
 
 
+@SETTINGS
+@given(topics_st, st.integers(1, 16), st.integers(0, 80))
+def test_growing_a_topic_keeps_every_partition_token(topic, base, added):
+    """Partitions added later split the ranges between existing ones; the old ones never move."""
+    grown = base + added
+    before = [partition_token(topic, p, base) for p in range(base)]
+    after = [partition_token(topic, p, grown, base) for p in range(grown)]
+    assert after[:base] == before
+    assert len(set(after)) == grown
+    for p in range(grown):  # the count a partition is placed with does not matter, only the base
+        assert partition_token(topic, p, max(p + 1, base), base) == after[p]
+
+
+@SETTINGS
+@given(topics_st, st.integers(1, 12), st.integers(0, 5))
+def test_grown_partitions_are_evenly_spaced_at_base_times_power_of_two(topic, base, level):
+    partitions = base << level
+    start = token(topic.encode()) % RING_SIZE
+    offsets = sorted((partition_token(topic, p, partitions, base) - start) % RING_SIZE for p in range(partitions))
+    gaps = [b - a for a, b in zip(offsets, offsets[1:] + [offsets[0] + RING_SIZE])]
+    assert max(gaps) - min(gaps) <= 1
+
+
+@pytest.mark.parametrize("args", [("t", 0, 3, 4), ("t", 0, 3, 0), ("t", 0, 3, True)])
+def test_partition_token_rejects_bad_bases(args):
+    with pytest.raises(ValueError):
+        partition_token(*args)
+
+
 def test_partition_replicas_is_preference_list_of_partition_token():
     ring = ordinal_ring(5)
     for p in range(8):

@@ -38,7 +38,7 @@ import aiohttp
 import msgpack
 
 from ring import limits
-from ring.broker import Broker, BrokerConfig
+from ring.broker import Broker, BrokerConfig, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster import placement
@@ -211,6 +211,12 @@ class ClusterBroker(Routing, Broker):
             for cfg in change.add:
                 if cfg.name not in self.catalog:
                     self._add_topic_local(cfg)
+            for cfg in change.update:
+                self._update_topic_local(cfg)
+            for cfg in change.regrow:
+                log.warning("topic %s: a concurrent change gossiped %d partitions; keeping %d",
+                            cfg.name, self.membership.topics()[cfg.name].get("partitions"), cfg.partitions)
+                self.membership.put_topic(cfg.name, cfg.to_json())
             for cfg in self.catalog:
                 await self._replace(cfg)
             self._assign_streams()
@@ -320,6 +326,25 @@ class ClusterBroker(Routing, Broker):
 
     def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         raise AssertionError("a clustered broker creates topics with add_topic")
+
+    async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
+        """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
+        self._check_joined()
+        assert self.membership is not None
+        await self.membership.announce()  # learn of a change made elsewhere first
+        await self._reconcile()
+        old = self.catalog.get(validate_topic_name(name))
+        cfg = changed_config(old, body, at_least)
+        if cfg != old:
+            self.membership.put_topic(name, cfg.to_json())
+            await self._reconcile()
+            await self.membership.announce()
+            if cfg.partitions > old.partitions:
+                self.leadership.tick()
+                if self.streams is not None:
+                    self.streams.reprobe()
+                await self.leadership.wait_for_leaders(name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
+        return self.describe_topic(name)
 
     async def delete_topic(self, name: str) -> None:
         self._check_joined()

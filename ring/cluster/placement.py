@@ -20,7 +20,7 @@ longer placed leave, so any two consecutive voter sets share a majority.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ring.catalog import TopicConfig
@@ -56,7 +56,7 @@ def preference_lists(ring: Ring, cfg: TopicConfig) -> list[list[str]]:
     """Replicas of every partition of a topic, the natural leader first."""
     if not len(ring):
         return [[] for _ in range(cfg.partitions)]
-    return [partition_replicas(ring, cfg.name, p, cfg.partitions, cfg.replication_factor)
+    return [partition_replicas(ring, cfg.name, p, cfg.partitions, cfg.replication_factor, cfg.base_partitions)
             for p in range(cfg.partitions)]
 
 
@@ -69,6 +69,8 @@ def held(ring: Ring, cfg: TopicConfig, name: str) -> dict[int, list[str]]:
 class CatalogChange:
     remove: list[str]  # topics to drop locally (deleted, or replaced by a new incarnation)
     add: list[TopicConfig]  # topics to open locally
+    update: list[TopicConfig]  # topics kept whose settings changed (more partitions, retention ...)
+    regrow: list[TopicConfig]  # of those, the ones gossip shrank: the local count is kept and written back
 
 
 def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str, Any]]) -> CatalogChange:
@@ -79,6 +81,12 @@ def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str
     old one's data goes. A config that does not validate (a buggy or newer
     peer) is skipped and logged, and the local topic of that name is kept as
     it is: only a valid config or a tombstone can remove data.
+
+    The same incarnation with other settings is an update. Partition counts
+    only grow: two changes made at once on two brokers (one growing the
+    topic, one changing its retention) are settled by last writer wins, which
+    could hand back the smaller count; the update then keeps the larger one
+    and ``regrow`` says to gossip it again, so every broker ends up with it.
     """
     wanted: dict[str, TopicConfig] = {}
     unreadable: set[str] = set()
@@ -93,7 +101,18 @@ def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str
     remove = sorted(n for n, cfg in local.items() if n not in unreadable
                     and (n not in wanted or wanted[n].created_ms != cfg.created_ms))
     add = [wanted[n] for n in sorted(wanted) if n not in local or n in remove]
-    return CatalogChange(remove, add)
+    update: list[TopicConfig] = []
+    regrow: list[TopicConfig] = []
+    for n in sorted(set(wanted) & set(local)):
+        new, old = wanted[n], local[n]
+        if n in remove or new == old:
+            continue
+        if new.partitions < old.partitions:
+            new = replace(new, partitions=old.partitions, base_partitions=old.base_partitions)
+            regrow.append(new)
+        if new != old:
+            update.append(new)
+    return CatalogChange(remove, add, update, regrow)
 
 
 def joined(has_other_seeds: bool, exchanged: bool, seeds_known: bool, since_first_exchange_s: float,

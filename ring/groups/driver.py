@@ -82,8 +82,7 @@ class Coordinator:
         self._creating: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._rebalanced: dict[str, asyncio.Future[None]] = {}  # group -> resolved at its next rebalance
-        self.growth = AutoGrowth()
-        self._cannot_grow: set[str] = set()  # topics already reported as not growable here
+        self.growth = AutoGrowth(round(broker.config.auto_partitions_grace_s * 1000))
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -327,22 +326,18 @@ class Coordinator:
     async def _grow_auto_topics(self) -> None:
         """Grow ``auto`` topics some group here has had more members than partitions of, for the grace."""
         catalog = self.broker.catalog
-        auto = [cfg.name for cfg in catalog if getattr(cfg, "auto_partitions", False)]
+        auto = [cfg.name for cfg in catalog if cfg.auto_partitions]
         if not auto and not self.growth._since:
             return
         wanted = demand([m.spec.topics for m in g.members.values()]
                         for shard in self.loaded_shards() for g in shard.groups.values())
         partitions = {t: catalog.get(t).partitions for t in auto}
         for topic, count in self.growth.observe(wanted, partitions, auto, self.clock.wall_ms()).items():
-            grow = getattr(self.broker, "grow_topic", None)
-            if grow is None:
-                if topic not in self._cannot_grow:
-                    self._cannot_grow.add(topic)
-                    log.warning("topic %s should grow to %d partitions, but this cluster cannot grow topics yet",
-                                topic, count)
-                continue
             log.info("growing auto topic %s from %d to %d partitions", topic, partitions[topic], count)
-            await grow(topic, count)
+            try:
+                await self.broker.grow_topic(topic, count)
+            except RingError as exc:  # deleted meanwhile, or the cluster cannot place it now: next tick
+                log.warning("growing topic %s to %d partitions: %s", topic, count, exc)
 
     def _expire_or_refresh(self, g: Group) -> Members | None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()

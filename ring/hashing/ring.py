@@ -128,7 +128,7 @@ class Ring:
 
 
 def partition_replicas(
-    ring: Ring, topic: str, partition: int, partitions: int, rf: int
+    ring: Ring, topic: str, partition: int, partitions: int, rf: int, base: int | None = None
 ) -> list[str]:
     """Preference list of a partition; the first name is its natural leader."""
-    return ring.preference_list(partition_token(topic, partition, partitions), rf)
+    return ring.preference_list(partition_token(topic, partition, partitions, base), rf)

@@ -84,6 +84,11 @@ async def describe_topic(request: web.Request) -> web.Response:
     return _json(_broker(request).describe_topic(_topic(request)))
 
 
+async def change_topic(request: web.Request) -> web.Response:
+    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    return _json(await _broker(request).change_topic(_topic(request), body))
+
+
 async def delete_topic(request: web.Request) -> web.Response:
     topic = _topic(request)
     await _broker(request).delete_topic(topic)
@@ -165,6 +170,7 @@ ROUTES = [
     ("GET", "/v1/topics", list_topics),
     ("POST", "/v1/topics", create_topic),
     ("GET", "/v1/topics/{topic}", describe_topic),
+    ("PATCH", "/v1/topics/{topic}", change_topic),
     ("DELETE", "/v1/topics/{topic}", delete_topic),
     ("POST", "/v1/topics/{topic}/messages", produce),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/messages", fetch),

@@ -43,8 +43,15 @@ _TOPIC_CONFIG = {
     "required": ["name"],
     "properties": {
         "name": {"type": "string", "pattern": limits.TOPIC_NAME_PATTERN.pattern},
-        "partitions": {"type": "integer", "minimum": 1, "maximum": limits.TOPIC_PARTITIONS_MAX,
-                       "default": limits.TOPIC_PARTITIONS_DEFAULT},
+        "partitions": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": limits.TOPIC_PARTITIONS_MAX},
+                                 {"const": "auto"}],
+                       "default": limits.TOPIC_PARTITIONS_DEFAULT,
+                       "description": f'"auto": start with {limits.AUTO_PARTITIONS_INITIAL} and grow to one partition '
+                                      "per consumer of the largest group reading the topic (listed as the current "
+                                      "count with auto_partitions true)"},
+        "auto_partitions": {"type": "boolean", "default": False,
+                            "description": "grow the partitions when a consumer group has more members than "
+                                           f"partitions for {limits.AUTO_PARTITIONS_GRACE_MS // 1000} s"},
         "replication_factor": {"type": "integer", "minimum": 1, "default": 3},
         "retention_ms": {"type": "integer", "default": limits.RETENTION_MS_DEFAULT, "description": "-1: forever"},
         "retention_bytes": {"type": "integer", "default": limits.RETENTION_BYTES_DEFAULT,
@@ -54,6 +61,20 @@ _TOPIC_CONFIG = {
         "compression": {"enum": ["none", "zstd", "lz4"], "default": "none"},
         "consistency": {"enum": ["one", "quorum", "all"], "default": "quorum",
                         "description": "consistency of produces that do not say"},
+    },
+}
+
+# PATCH /v1/topics/{topic}: the settings catalog.CHANGEABLE names.
+_TOPIC_CHANGE = {
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": False,
+    "properties": {
+        "partitions": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": limits.TOPIC_PARTITIONS_MAX},
+                                 {"const": "auto"}],
+                       "description": "a larger count (it never shrinks), or \"auto\" to grow with the groups"},
+        **{k: _TOPIC_CONFIG["properties"][k]
+           for k in ("auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency")},
     },
 }
 
@@ -79,6 +100,12 @@ high_watermark is the leader's as last told (it may lag a little); where the bro
 partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster) for the authoritative view.
 leader is the elected leader as this broker knows it (its own replica's, else the newest claim gossip carries);
 null while an election runs. epoch is the leader epoch this replica is in."""
+
+_CHANGE_DOC = """Settings not named stay as they are. A new retention applies at once to every replica's log
+(records past it go at the next retention check). More partitions: the new ones are placed between the
+existing ones, so no existing partition moves, and the answer comes once they have leaders. Keys move as little
+as jump hashing allows: from P to P+1 partitions about 1/(P+1) of the keys move, all to the new partition, so a
+key's records before the change and after it are in two partitions (see the README on ordering)."""
 
 _RECORD = {
     "type": "object",
@@ -168,6 +195,12 @@ def _document() -> dict[str, Any]:
                                                  "high_watermark, leader, replicas, epoch, replica_end_offsets}]",
                                                  {"type": "object"}),
                                       "400": _BAD, "404": _NOT_FOUND}},
+                "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",
+                          "description": _CHANGE_DOC,
+                          "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CHANGE}}},
+                          "responses": {"200": _ok("the topic, as described by GET /v1/topics/{topic}",
+                                                   {"type": "object"}),
+                                        "400": _BAD, "404": _NOT_FOUND}},
                 "delete": {"summary": "Delete a topic and its records", "operationId": "deleteTopic",
                            "responses": {"200": _ok("deleted", {"type": "object"}), "400": _BAD, "404": _NOT_FOUND}},
             },

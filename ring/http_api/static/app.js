@@ -273,6 +273,7 @@ function renderRing() {
   drawRing($("#ring"), {
     brokers: state.brokers, topic: doc ? topic : "",
     partitions: doc ? doc.partitions.map((p) => partitionView(topic, p)) : [],
+    base: doc ? doc.base_partitions : undefined,
     color: brokerColor, isLive: (name) => LIVE.has(brokerStatus(name)), statusColors: STATUS_COLORS,
   });
   $("#ring-legend").replaceChildren(
@@ -473,6 +474,7 @@ function openSettings(t) {
   form.elements.retention_ms.value = t.retention_ms;
   form.elements.retention_bytes.value = t.retention_bytes;
   form.elements.consistency.value = t.consistency || "quorum";
+  form.elements.auto_partitions.checked = Boolean(t.auto_partitions);
   $("#settings").returnValue = "";
   $("#settings").showModal();
 }
@@ -488,6 +490,9 @@ function settingsDialog() {
       if (v !== "" && Number(v) !== t[field]) changes[field] = Number(v);
     }
     if (form.elements.consistency.value !== (t.consistency || "quorum")) changes.consistency = form.elements.consistency.value;
+    if (form.elements.auto_partitions.checked !== Boolean(t.auto_partitions)) {
+      changes.auto_partitions = form.elements.auto_partitions.checked;
+    }
     if (!Object.keys(changes).length) { showMessage("ok", `nothing changed for ${t.name}`); return; }
     const what = Object.entries(changes).map(([k, v]) => `${k} ${t[k]} → ${v}`).join(", ");
     await act(`Change settings of ${t.name}?`, what, "apply",

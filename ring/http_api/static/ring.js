@@ -26,10 +26,11 @@ function anchorAt(angle) {
   return Math.sin(angle) > 0.3 ? "start" : Math.sin(angle) < -0.3 ? "end" : "middle";
 }
 
-// view: {brokers, topic, partitions (each as its leader tells it), color(name),
+// view: {brokers, topic, partitions (each as its leader tells it), base (the topic's
+// base_partitions: placement keeps the count it was created with), color(name),
 // isLive(name), statusColors}; returns how many partitions each broker leads.
 export function drawRing(root, view) {
-  const { brokers, topic, partitions, color, isLive, statusColors } = view;
+  const { brokers, topic, partitions, base, color, isLive, statusColors } = view;
   const R = 150;
   const parts = [];
   parts.push(svg("circle", { cx: 220, cy: 220, r: R, class: "track" }));
@@ -56,7 +57,7 @@ export function drawRing(root, view) {
   const led = new Map();
   const n = partitions.length;
   for (const p of partitions) {
-    const angle = angleOf(partitionToken(topic, p.partition, n));
+    const angle = angleOf(partitionToken(topic, p.partition, n, base || n));
     const [x, y] = polar(angle, R - 34);
     const down = !p.leader || !isLive(p.leader);
     led.set(p.leader, (led.get(p.leader) || 0) + 1);

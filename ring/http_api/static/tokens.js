@@ -41,11 +41,29 @@ export function murmur3First64(bytes) {
 
 const toSigned = (u) => (u >= TWO_63 ? u - TWO_64 : u);
 
-// ring.hashing.partition_token: murmur3(topic) + p * 2^64 / P, as a signed token.
-export function partitionToken(topic, partition, partitions) {
-  const base = murmur3First64(new TextEncoder().encode(topic));
-  const offset = (BigInt(partition) * TWO_64) / BigInt(partitions);
-  return toSigned((base + offset) & MASK_64);
+function bitReverse(value, width) {
+  let out = 0n;
+  for (let i = 0n; i < width; i++) { out = (out << 1n) | (value & 1n); value >>= 1n; }
+  return out;
+}
+
+// ring.hashing.tokens.position: [numerator, denominator] of the index-th point when `base`
+// points start evenly spaced and each later level splits every range of the one before.
+function position(index, base) {
+  if (index < base) return [index, base];
+  const level = BigInt((index / base).toString(2).length);
+  const before = base << (level - 1n);
+  const offset = index - before;
+  const split = (offset % base) * (1n << (level - 1n)) + bitReverse(offset / base, level - 1n);
+  return [2n * split + 1n, base << level];
+}
+
+// ring.hashing.partition_token: murmur3(topic) + position(p, B) * 2^64, as a signed token,
+// where B is the partition count the topic was created with (base_partitions).
+export function partitionToken(topic, partition, partitions, base = partitions) {
+  const start = murmur3First64(new TextEncoder().encode(topic));
+  const [num, den] = position(BigInt(partition), BigInt(base || partitions));
+  return toSigned((start + (num * TWO_64) / den) & MASK_64);
 }
 
 export function toBig(token) {
