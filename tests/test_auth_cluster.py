@@ -70,6 +70,8 @@ def test_permissions_per_route_and_topic(cluster) -> None:
     r = scoped.post("/v1/topics", json_body={"name": topic})
     assert r.status == 403 and r.json()["error"] == "forbidden", r.body
     assert scoped.post("/v1/topics", json_body={"name": "orders-admin-" + topic, "replication_factor": 1}).status == 201
+    r = scoped.request("PATCH", f"/v1/topics/orders-admin-{topic}", json_body={"retention_ms": 60_000})
+    assert r.status == 200 and r.json()["retention_ms"] == 60_000, r.body
     _create(c, tokens, topic)
     # produce and consume
     assert prod.produce(topic, [{"n": 1}], partition=0).status == 200
@@ -87,6 +89,7 @@ def test_permissions_per_route_and_topic(cluster) -> None:
     # admin-only routes
     for who in (cons, prod, both):
         assert who.request("DELETE", f"/v1/topics/{topic}").status == 403
+        assert who.request("PATCH", f"/v1/topics/{topic}", json_body={"retention_ms": 1000}).status == 403
         assert who.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 0}).status == 403
         assert who.get("/metrics").status == 200  # what any token may list anyway
     r = scoped.post("/v1/cluster/brokers/ring-9/decommission")

@@ -12,7 +12,7 @@ token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
                     other group routes need consume on some topic here, and consume on each
                     topic they name or the member subscribed (checked by the handler: ``require``)
-    admin           POST /v1/topics (admin on the new name), DELETE /v1/topics/{topic},
+    admin           POST /v1/topics (admin on the new name), PATCH and DELETE /v1/topics/{topic},
                     truncate {topic}; decommissioning a
                     broker (admin on every topic: a grant whose topics include '*')
 
@@ -67,6 +67,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/topics"): SOME_ADMIN,  # and admin on the new name: app.create_topic
     ("GET", "/v1/topics/{topic}"): DESCRIBE,
     ("GET", "/admin/brokers/{broker}/topics/{topic}"): DESCRIBE,
+    ("PATCH", "/v1/topics/{topic}"): TOPIC_ADMIN,
     ("DELETE", "/v1/topics/{topic}"): TOPIC_ADMIN,
     ("POST", "/v1/topics/{topic}/messages"): TOPIC_PRODUCE,
     ("POST", "/v1/topic/{topic}/messages"): TOPIC_PRODUCE,
