@@ -108,6 +108,22 @@ def test_two_groups_each_read_every_record_and_one_group_splits_them(shared_clus
     assert {"solo", "trio"} <= set(listed) and listed["trio"]["generation"] == generation
 
 
+def test_a_group_without_members_lags_on_partitions_it_never_committed(shared_cluster: TestCluster,
+                                                                      topic: str) -> None:
+    c = shared_cluster
+    assert c[0].http.create_topic(topic, partitions=3).status == 201
+    for p in range(3):
+        produce_to(c[p], topic, p, list(range(5)))
+    group = "empty-" + topic
+    r = c[1].http.post(f"/v1/groups/{group}/offsets", json_body={
+        "offsets": [{"topic": topic, "partition": 0, "offset": 2}]})
+    assert r.status == 200, r.body
+    doc = describe(c[2], group)
+    assert doc["members"] == []
+    lag = {o["partition"]: (o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic}
+    assert lag == {0: (2, 3), 1: (None, 5), 2: (None, 5)}
+
+
 def test_a_stale_generation_is_told_to_rejoin(shared_cluster: TestCluster, topic: str) -> None:
     c = shared_cluster
     assert c[0].http.create_topic(topic, partitions=2).status == 201

@@ -163,9 +163,7 @@ class Groups:
                     "assignment": _tps(m.spec.assignment), "session_timeout_ms": m.spec.session_timeout_ms,
                     "idle_ms": int((now - m.last_seen) * 1000), "reset": m.spec.reset}
                    for m in sorted(g.members.values(), key=lambda m: m.id)]
-        tps = set(g.committed)
-        for t, n in self.coord.partitions_of(g.subscribed()).items():
-            tps.update((t, p) for p in range(n))
+        tps = self._partitions_read(g)
         owners = {tp: m.id for m in g.members.values() for tp in m.spec.assignment}
         offsets = []
         for t, p in sorted(tps):
@@ -177,6 +175,15 @@ class Groups:
         return {"group": g.name, "state": g.state(), "generation": g.generation,
                 "coordinator": self.broker.config.name, "members": members, "offsets": offsets}
 
+    def _partitions_read(self, g: Group) -> set[tuple[str, int]]:
+        """Every partition of the topics a group's members subscribe to or it has committed offsets in:
+        a group with no members still lags on the partitions it never committed."""
+        topics = g.subscribed() | {t for t, _ in g.committed}
+        tps = set(g.committed)
+        for t, n in self.coord.partitions_of(topics).items():
+            tps.update((t, p) for p in range(n))
+        return tps
+
     async def describe(self, group: str) -> dict[str, Any]:
         return await self.describe_group(await self.coord.existing(group))
 
@@ -187,9 +194,7 @@ class Groups:
         replica = getattr(self.broker, "replica", lambda t, p: None)
         for shard in self.coord.loaded_shards():
             for g in shard.groups.values():
-                tps = set(g.committed) | {(t, p) for t, n in self.coord.partitions_of(g.subscribed()).items()
-                                          for p in range(n)}
-                for t, p in sorted(tps):
+                for t, p in sorted(self._partitions_read(g)):
                     rep = replica(t, p)
                     if rep is not None:
                         rows.append(GroupLag(g.name, t, p, g.committed.get((t, p)), rep.hw, len(g.members)))
