@@ -16,10 +16,7 @@ only make the run slow, not more thorough, are clamped: long-poll waits,
 partitions of new topics.
 
 Failures are collected over all operations and reported together, one per
-(operation, check), with the request that caused them. Operations whose
-document is known to be wrong are listed in ``KNOWN_MISMATCHES`` with what to
-change; they are checked by a strict xfail test of their own, so the list
-must shrink when the document is fixed.
+(operation, check), with the request that caused them.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from tests.brokers import TestBroker  # noqa: E402
 
 EXAMPLES_PER_OPERATION_AND_MODE = 12
 BUDGET_S = 30.0
-KNOWN_BUDGET_S = 6.0
 REQUEST_TIMEOUT_S = 10.0
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           response_headers_conformance]
@@ -57,16 +53,6 @@ TOPIC = "schemathesis-t"
 KEEP = {TOPIC}
 # Path parameters that name things that exist, used for half the requests.
 EXISTING = {"topic": TOPIC, "partition": 0, "group": "schemathesis-g", "consumer": "c-1", "broker": "ring-0"}
-
-_UNANCHORED = ("its name parameters use the name pattern unanchored (JSON Schema patterns match anywhere, so "
-               "'x/?' passes): anchor them as '^(?:...)$'")
-_NO_400 = "add \"400\": _BAD to its responses (bad names and parameters are answered 400)"
-# Operation -> what to change in the document (ring/http_api/admin.py).
-KNOWN_MISMATCHES = {
-    "GET /admin/{file}": "index.html is served as text/html: add \"text/html\" to the 200 content of adminFile",
-    "GET /admin/brokers/{broker}/topics/{topic}": f"400 for a bad topic name: {_NO_400} of adminRelayTopic, "
-                                                  "and give its topic parameter the anchored topic pattern",
-}
 
 
 @pytest.fixture(scope="module")
@@ -174,16 +160,5 @@ def test_the_broker_answers_as_its_openapi_document_says(api: TestBroker) -> Non
     operations = _operations(api)
     labels = {op.label for op in operations}
     assert len(labels) >= 10, labels
-    assert set(KNOWN_MISMATCHES) <= labels, f"no longer documented: {set(KNOWN_MISMATCHES) - labels}"
-    failures = _check(api, [op for op in operations if op.label not in KNOWN_MISMATCHES], BUDGET_S)
-    assert not failures, _report(failures)
-
-
-@pytest.mark.parametrize("label", [
-    pytest.param(label, marks=pytest.mark.xfail(strict=True, reason=fix)) for label, fix in KNOWN_MISMATCHES.items()
-])
-def test_known_document_mismatches(api: TestBroker, label: str) -> None:
-    operations = [op for op in _operations(api) if op.label == label]
-    assert operations, f"{label} is not documented any more"
-    failures = _check(api, operations, KNOWN_BUDGET_S / len(KNOWN_MISMATCHES))
+    failures = _check(api, operations, BUDGET_S)
     assert not failures, _report(failures)

@@ -140,19 +140,21 @@ OPENAPI_PATHS: dict[str, Any] = {
                         "description": "one of the page's files"}],
         "get": {"summary": "A file of the admin page", "operationId": "adminFile",
                 "responses": {"200": {"description": "the file", "content": {
+                    "text/html": {"schema": {"type": "string"}},
                     "text/javascript": {"schema": {"type": "string"}},
                     "text/css": {"schema": {"type": "string"}}}}, "404": _ERROR}}},
     "/admin/brokers/{broker}/topics/{topic}": {
         "parameters": [
             {"name": "broker", "in": "path", "required": True, "schema": {"type": "string"},
              "description": "a broker name from GET /v1/cluster"},
-            {"name": "topic", "in": "path", "required": True, "schema": {"type": "string"},
+            {"name": "topic", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": f"^{limits.TOPIC_NAME_PATTERN.pattern}$"},
              "description": "topic name"}],
         "get": {"summary": "GET /v1/topics/{topic} as another broker answers it (its leaders know replica lag)",
                 "operationId": "adminRelayTopic",
                 "responses": {"200": {"description": "that broker's answer", "content": {
                     "application/json": {"schema": {"type": "object"}}}},
-                    "404": _ERROR, "503": _ERROR}}},
+                    "400": _ERROR, "404": _ERROR, "503": _ERROR}}},
 }
 
 
