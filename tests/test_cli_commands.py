@@ -140,6 +140,16 @@ def test_topics_create_list_describe_delete(broker: TestBroker, topic: str) -> N
     human = ok(cli(url, "topics", "describe", topic)).decode().splitlines()
     assert human[1].split()[:2] == ["PARTITION", "LEADER"] and len(human) == 2 + 3
 
+    out = ok(cli(url, "topics", "alter", topic, "-p", "4", "--retention", "1d")).decode()
+    assert out.startswith(f"topic {topic}: 4 partitions, replication factor 1, retention 1d")
+    assert "(auto)" in ok(cli(url, "topics", "alter", topic, "--auto")).decode()
+    assert json_of(cli(url, "topics", "alter", topic, "--no-auto", "--json"))["auto_partitions"] is False
+    shrink = cli(url, "topics", "alter", topic, "-p", "2")
+    assert shrink.returncode == 1 and b"never shrink" in shrink.stderr and shrink.stdout == b""
+    assert cli(url, "topics", "alter", topic).returncode == 2  # nothing to change
+    assert cli(url, "topics", "alter", topic, "-p", "many").returncode == 2
+    assert [p["partition"] for p in json_of(cli(url, "topics", "describe", topic, "--json"))["partitions"]] == [0, 1, 2, 3]
+
     assert ok(cli(url, "topics", "delete", topic)).decode().strip() == f"deleted topic {topic}"
     gone = cli(url, "topics", "describe", topic)
     assert gone.returncode == 1 and f"unknown topic '{topic}'".encode() in gone.stderr

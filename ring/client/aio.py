@@ -350,6 +350,16 @@ class AsyncClient:
         if waiting:
             log.warning("topic %s not yet known to %s", name, ", ".join(sorted(waiting)))
 
+    async def change_topic(self, name: str, **settings: Any) -> dict[str, Any]:
+        """Change a topic's settings (the broker's PATCH /v1/topics/{topic}: partitions grow only, or
+        "auto"; retention_ms, retention_bytes, compression, consistency, auto_partitions). Answers the
+        topic as described once any new partitions have leaders; this client's next use of the
+        topic sees the new partition count."""
+        meta = self._start()
+        reply = await meta.ask_any("PATCH", f"/v1/topics/{quote(validate_topic_name(name))}", settings)
+        meta.forget(name)
+        return dict(reply.json() or {})
+
     async def delete_topic(self, name: str) -> None:
         meta = self._start()
         await meta.ask_any("DELETE", f"/v1/topics/{quote(validate_topic_name(name))}")

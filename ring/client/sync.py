@@ -167,6 +167,9 @@ class Client:
                      **config: Any) -> dict[str, Any]:
         return self._call(self._client.create_topic(name, partitions, replication_factor, **config))
 
+    def change_topic(self, name: str, **settings: Any) -> dict[str, Any]:
+        return self._call(self._client.change_topic(name, **settings))
+
     def delete_topic(self, name: str) -> None:
         self._call(self._client.delete_topic(name))
 

@@ -1,9 +1,9 @@
-"""``ring topics create|list|describe|delete``: topic administration.
+"""``ring topics create|list|describe|alter|delete``: topic administration.
 
 Each is one call of the sync client (``create_topic`` waits until every live
 broker knows the new topic, so a produce right after it works anywhere).
 People get a sentence or a table; ``--json`` prints the API's own document
-(``POST``/``GET /v1/topics/{t}``, ``GET /v1/topics``, ``{"deleted": t}``).
+(``POST``/``GET``/``PATCH /v1/topics/{t}``, ``GET /v1/topics``, ``{"deleted": t}``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from ring import errors
-from ring.commands.base import EXIT_OK, Context, add_command, add_group, table
+from ring.commands.base import EXIT_OK, Context, UsageError, add_command, add_group, table
 from ring.commands.positions import format_bytes, format_duration_ms, parse_bytes, parse_duration_ms
 
 CONSISTENCIES = ("one", "quorum", "all")
@@ -20,12 +20,13 @@ COMPRESSIONS = ("none", "zstd", "lz4")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    topics = add_group(sub, "topics", help="create, list, describe and delete topics",
-                       description="Create, list, describe and delete topics.")
+    topics = add_group(sub, "topics", help="create, list, describe, alter and delete topics",
+                       description="Create, list, describe, alter and delete topics.")
     p = add_command(topics, "create", create, help="create a topic",
                     description="Create a topic; settings not given take the cluster's defaults.")
     p.add_argument("topic")
-    p.add_argument("-p", "--partitions", type=int, help="partitions (default 8)")
+    p.add_argument("-p", "--partitions", type=_partitions, help="partitions (default 8), or auto: start with one "
+                                                               "and grow with the consumer groups reading it")
     p.add_argument("-r", "--replication-factor", type=int, help="copies of each partition (default 3, at most "
                                                                "the number of brokers)")
     p.add_argument("--retention", metavar="DURATION", help="keep records this long: 86400000 (ms), 12h, 7d, or "
@@ -43,23 +44,51 @@ def register(sub: argparse._SubParsersAction) -> None:
                     description="Settings and, per partition, leader, replicas, epoch and offsets.")
     p.add_argument("topic")
 
+    p = add_command(topics, "alter", alter, help="change a topic's settings",
+                    description="Change a topic's settings; those not given stay as they are. Partitions only "
+                                "grow; replication factor and segment size are fixed at creation.")
+    p.add_argument("topic")
+    p.add_argument("-p", "--partitions", type=_partitions, help="grow to this many partitions, or auto")
+    p.add_argument("--auto", dest="auto_partitions", action=argparse.BooleanOptionalAction, default=None,
+                   help="grow (or stop growing) with the consumer groups reading it")
+    p.add_argument("--retention", metavar="DURATION", help="keep records this long: 86400000 (ms), 12h, 7d, or "
+                                                          "forever")
+    p.add_argument("--retention-bytes", metavar="SIZE", help="keep at most this much per partition: 10GiB, or "
+                                                            "unlimited")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="how the broker compresses new batches")
+    p.add_argument("--consistency", choices=CONSISTENCIES, help="default acknowledgement level of produces")
+
     p = add_command(topics, "delete", delete, help="delete a topic and its data",
                     description="Delete a topic and all of its records, on every broker.")
     p.add_argument("topic")
     p.add_argument("--if-exists", action="store_true", help="succeed when there is no such topic")
 
 
-def create(ctx: Context, args: argparse.Namespace) -> int:
+def _partitions(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a partition count or auto: {text!r}") from None
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if args.retention is not None:
         config["retention_ms"] = parse_duration_ms(args.retention, "--retention")
     if args.retention_bytes is not None:
         config["retention_bytes"] = parse_bytes(args.retention_bytes, "--retention-bytes")
-    if args.segment_bytes is not None:
-        config["segment_bytes"] = parse_bytes(args.segment_bytes, "--segment-bytes", no_limit=False)
     for name in ("compression", "consistency"):
         if getattr(args, name) is not None:
             config[name] = getattr(args, name)
+    return config
+
+
+def create(ctx: Context, args: argparse.Namespace) -> int:
+    config = _settings(args)
+    if args.segment_bytes is not None:
+        config["segment_bytes"] = parse_bytes(args.segment_bytes, "--segment-bytes", no_limit=False)
     with ctx.client() as client:
         doc = client.create_topic(args.topic, args.partitions, args.replication_factor,
                                   exist_ok=args.if_not_exists, **config)
@@ -70,9 +99,28 @@ def create(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def alter(ctx: Context, args: argparse.Namespace) -> int:
+    config = _settings(args)
+    if args.partitions is not None:
+        config["partitions"] = args.partitions
+    if args.auto_partitions is not None:
+        config["auto_partitions"] = args.auto_partitions
+    if not config:
+        raise UsageError("nothing to change: give --partitions, --auto/--no-auto, --retention, --retention-bytes, "
+                         "--compression or --consistency")
+    with ctx.client() as client:
+        doc = client.change_topic(args.topic, **config)
+    if ctx.json:
+        ctx.emit(doc)
+    else:
+        ctx.say(f"topic {doc['name']}: {_summary(doc)}")
+    return EXIT_OK
+
+
 def _summary(doc: dict[str, Any]) -> str:
-    return (f"{doc.get('partitions') if isinstance(doc.get('partitions'), int) else doc.get('partition_count')} "
-            f"partitions, replication factor {doc.get('replication_factor')}, "
+    count = doc.get('partitions') if isinstance(doc.get('partitions'), int) else doc.get('partition_count')
+    return (f"{count} partitions{' (auto)' if doc.get('auto_partitions') else ''}, "
+            f"replication factor {doc.get('replication_factor')}, "
             f"retention {format_duration_ms(doc.get('retention_ms'))}, consistency {doc.get('consistency')}, "
             f"compression {doc.get('compression')}")
 
