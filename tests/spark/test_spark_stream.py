@@ -1,6 +1,7 @@
 """spark.readStream.format("ring"): rate-limited Trigger.AvailableNow, and a
 query stopped mid-stream and restarted from its checkpoint reading every
-record exactly once, including a topic that appeared in between.
+record exactly once, including a topic that appeared in between and a
+partition added to a topic it was reading.
 
 The sink is Spark's parquet file sink, whose commit log makes replays of a
 planned batch idempotent; with it, exactly-once end to end rests on the
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from tests.brokers import Http
 from tests.spark.conftest import produce_numbered
 
 WAIT_S = 60
@@ -58,7 +60,9 @@ def test_stop_produce_restart_reads_each_record_once(spark, broker, client, topi
     done = sum(p["numInputRows"] for p in q.recentProgress)
     assert 100 <= done < 600, "the query was meant to stop half way"
 
-    produce_numbered(client, first, 200, first=600)
+    grown = Http(broker.host, broker.port).request("PATCH", f"/v1/topics/{first}", json_body={"partitions": 3})
+    assert grown.status == 200, grown.body
+    produce_numbered(client, first, 200, first=600)  # keyed: some keys now go to the new partition 2
     second = topic(1, prefix="restart-b")  # a topic born while the query was down
     produce_numbered(client, second, 50)
     # The rate limit is a query option, not checkpoint state: drain in one batch.
@@ -68,3 +72,4 @@ def test_stop_produce_restart_reads_each_record_once(spark, broker, client, topi
     got = rows(spark, out)
     assert set(got.values()) == {1}, "some record was read twice"
     assert Counter(t for t, _, _ in got) == {first: 800, second: 50}
+    assert {p for t, p, _ in got if t == first} == {0, 1, 2}
