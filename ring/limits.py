@@ -415,6 +415,22 @@ REQUEST_BODY_BYTES_IN_FLIGHT_MAX = 256 * MiB
 # Retry-After, so a stalled leader cannot make every other broker pile up
 # requests for it.
 FORWARDS_IN_FLIGHT_MAX = 512
+# Bytes of fetch answers one broker holds at once, from the read (its disk, or
+# a replica it proxies) until the last byte is handed to the socket. A client
+# that asks for FETCH_BYTES_MAX and reads slowly, or never, holds its answer
+# up to RESPONSE_SEND_TIMEOUT_S: CLIENT_CONNECTIONS_OPEN_MAX of them would hold
+# 32 GiB. Beyond it a fetch reads less, or gets 429 with Retry-After when no
+# room is left; four maximal answers fit, and consumers reading at full speed
+# (a few answers of a few MiB at once) stay far below it.
+FETCH_ANSWER_BYTES_IN_FLIGHT_MAX = 64 * MiB
+# Piece of an answer handed to the socket at a time: the writer waits for the
+# transport to drain after each, so the transport never queues a whole answer.
+ANSWER_WRITE_CHUNK_BYTES = 256 * KiB
+# Stored bytes one group poll reads across all the member's partitions (each
+# partition also at most FETCH_BYTES_DEFAULT): a poll's records, and its
+# answer, stay about this size however many partitions a member holds, where
+# one read per partition made a member of 10 partitions hold 10 MiB a poll.
+GROUP_POLL_BYTES_MAX = 1 * MiB
 
 
 def markdown_table() -> str:
@@ -466,6 +482,7 @@ def validate() -> None:
     assert RESPONSE_SEND_TIMEOUT_S * 1000 > LONG_POLL_WAIT_MS_MAX
     assert REQUEST_BODY_BYTES_IN_FLIGHT_MAX >= REQUEST_BYTES_MAX
     assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX
+    assert FETCH_BYTES_MAX <= FETCH_ANSWER_BYTES_IN_FLIGHT_MAX
 
 
 validate()

@@ -13,7 +13,9 @@ partition over, and answers once the consistency level's number of voters
 hold the batches; if it loses the lead meanwhile the answer is 504 (outcome
 unknown). Reads are served from this broker's replica up to its high
 watermark; a partition held elsewhere, or whose copy here failed a check
-(it is being repaired), is read from a live replica.
+(it is being repaired), is read from a live replica, with room for its answer
+held in the broker's budget of fetch answers (``ring.http_api.answer``) while
+it arrives.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ring.broker import Broker, FetchResult, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
 from ring.errors import NotEnoughReplicas, RequestTimeout, StorageError, Unavailable, UnknownPartition
+from ring.http_api import answer
 from ring.replication import election, protocol
 from ring.replication.replica import Replica
 
@@ -180,7 +183,13 @@ class Routing(Broker):
                 if rep is not None:
                     self.damaged(rep, exc.extra.get("offset", offset or 0))
                 remote = self._replica_urls(self.catalog.get(topic), partition, topic)
-        data, hw = await self.peers.fetch(self.rng.choice(remote), topic, partition, offset, max_bytes, wait_ms)
+        # The replica's answer arrives while other requests run: room for it is held
+        # meanwhile (the caller holds what came, from the moment it returns). It may
+        # exceed max_bytes by one batch (a read returns one whole batch at least).
+        budget = answer.budget_of(self)
+        max_bytes = budget.grant(max_bytes)
+        with budget.hold(max_bytes):
+            data, hw = await self.peers.fetch(self.rng.choice(remote), topic, partition, offset, max_bytes, wait_ms)
         return FetchResult(topic, partition, offset or 0, data, hw, -1)
 
     def damaged(self, rep: Replica, offset: int) -> None:

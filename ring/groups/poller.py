@@ -10,7 +10,10 @@ committed offset that retention or truncation left behind starts again at
 the earliest offset, as Kafka's ``auto.offset.reset`` would.
 
 The starting partition rotates from poll to poll so one busy partition cannot
-starve the others. When nothing is there, up to ``GROUP_POLL_WAIT_PARTITIONS_MAX``
+starve the others. A poll reads at most ``GROUP_POLL_BYTES_MAX`` of stored
+batches in all (and no more than the broker's budget of fetch answers leaves
+room for), so its records and its answer stay about that size however many
+partitions the member holds. When nothing is there, up to ``GROUP_POLL_WAIT_PARTITIONS_MAX``
 partitions are long-polled at once and the first with records answers; a
 rebalance of the group ends the wait early (the member then hears that its
 generation is stale). Polls of one member run one at a time, and a poll is
@@ -29,6 +32,7 @@ from ring.errors import Conflict, RingError, Unavailable
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
+from ring.http_api import answer
 from ring.http_api.codec import select_records  # the fetch's own record selection
 from ring.log.batch import Record
 
@@ -110,17 +114,19 @@ class Poller:
         positions: dict[TopicPartition, int] = {}
         records: list[tuple[str, int, Record, bool]] = []
         failures: list[RingError] = []
+        bytes_left = limits.GROUP_POLL_BYTES_MAX
         for tp in tps:
-            if len(records) >= max_records:
+            if len(records) >= max_records or bytes_left <= 0:
                 break
             try:
                 start = await self._start(g, m, tp, positions)
-                got, nxt = await self._fetch(tp, start, max_records - len(records), 0, positions)
+                got, nxt, read = await self._fetch(tp, start, max_records - len(records), bytes_left, 0, positions)
             except RingError as exc:
                 failures.append(exc)
                 continue
             records.extend((tp[0], tp[1], r, j) for r, j in got)
             positions[tp] = nxt
+            bytes_left -= read
         if failures and len(failures) == len(tps):
             raise failures[0]
         if records or wait_ms <= 0:
@@ -130,7 +136,8 @@ class Poller:
     async def _wait(self, g: Group, tps: list[TopicPartition], positions: dict[TopicPartition, int],
                     max_records: int, wait_ms: int) -> tuple[list[tuple[str, int, Record, bool]],
                                                              dict[TopicPartition, int]]:
-        waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, wait_ms, None)): tp
+        waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, limits.GROUP_POLL_BYTES_MAX,
+                                                   wait_ms, None)): tp
                  for tp in tps if tp in positions}
         rebalance = self.coord.rebalanced(g.name)
         try:
@@ -140,14 +147,16 @@ class Poller:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
         records: list[tuple[str, int, Record, bool]] = []
+        bytes_left = limits.GROUP_POLL_BYTES_MAX
         for task, tp in waits.items():
-            if task.cancelled() or task.exception() is not None or len(records) >= max_records:
+            if task.cancelled() or task.exception() is not None or len(records) >= max_records or bytes_left <= 0:
                 continue
-            got, nxt = task.result()
+            got, nxt, read = task.result()
             got = got[: max_records - len(records)]
             if got:
                 records.extend((tp[0], tp[1], r, j) for r, j in got)
                 positions[tp] = got[-1][0].offset + 1
+                bytes_left -= read
         return records, positions
 
     async def _start(self, g: Group, m: Member, tp: TopicPartition, positions: dict[TopicPartition, int]) -> int:
@@ -158,12 +167,14 @@ class Poller:
             positions[tp] = start  # pinned: "latest" means from this poll on
         return start
 
-    async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, wait_ms: int,
-                     positions: dict[TopicPartition, int] | None) -> tuple[list[tuple[Record, bool]], int]:
-        """Records of one partition from ``offset``; an offset out of range starts at the nearer end."""
+    async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, max_bytes: int, wait_ms: int,
+                     positions: dict[TopicPartition, int] | None) -> tuple[list[tuple[Record, bool]], int, int]:
+        """Records of one partition from ``offset``, the next offset and the stored bytes read;
+        an offset out of range starts at the nearer end."""
+        max_bytes = answer.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
-                res = await self.broker.fetch(tp[0], tp[1], offset, limits.FETCH_BYTES_DEFAULT, wait_ms)
+                res = await self.broker.fetch(tp[0], tp[1], offset, max_bytes, wait_ms)
             except RingError as exc:
                 if exc.status != 416:
                     raise
@@ -176,6 +187,7 @@ class Poller:
                 if positions is not None:
                     positions[tp] = offset
                 continue
-            return select_records(res.data, offset, max_records, res.high_watermark)
+            got, nxt = select_records(res.data, offset, max_records, res.high_watermark)
+            return got, nxt, len(res.data)
         raise Conflict(f"{tp[0]}/{tp[1]}: no readable offset found", topic=tp[0], partition=tp[1])
 

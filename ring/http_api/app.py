@@ -17,7 +17,7 @@ from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import access, admin, cluster_api, codec, groups_api, openapi
+from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi
 from ring.http_api.budget import BodyBudget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
@@ -135,16 +135,26 @@ async def fetch(request: web.Request) -> web.Response:
     max_bytes = codec.int_param(q, "max_bytes", limits.FETCH_BYTES_DEFAULT, 1, limits.FETCH_BYTES_MAX)
     wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
     accept = codec.fetch_type(request.headers.get("Accept"))
-    result = await broker.fetch(topic, partition, offset, max_bytes, wait_ms)
-    if accept == CT_BATCHES:
-        next_offset = codec.batches_next_offset(result.data, result.offset)
-        body = result.data
-    else:
-        selected, next_offset = codec.select_records(result.data, result.offset, max_records,
-                                                     result.high_watermark)
-        body = codec.encode_fetch(accept, topic, partition, selected, next_offset, result.high_watermark)
+    budget = answer.budget_of(broker)
+    # Ask for no more than the answers in flight leave room for; no await from the
+    # read to the hold, so what was read is counted before anything else runs.
+    result = await broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
+    hold = budget.hold(len(result.data))
+    try:
+        if accept == CT_BATCHES:
+            next_offset = codec.batches_next_offset(result.data, result.offset)
+            body = result.data
+        else:
+            selected, next_offset = codec.select_records(result.data, result.offset, max_records,
+                                                         result.high_watermark)
+            body = codec.encode_fetch(accept, topic, partition, selected, next_offset, result.high_watermark)
+            del selected
+            hold.resize(len(body))
+    except BaseException:
+        hold.release()
+        raise
     headers = {H_NEXT_OFFSET: str(next_offset), H_HIGH_WATERMARK: str(result.high_watermark)}
-    return web.Response(body=body, content_type=accept, headers=headers)
+    return answer.response(body, accept, headers, hold)
 
 
 async def offsets(request: web.Request) -> web.Response:
