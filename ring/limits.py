@@ -224,6 +224,11 @@ REPAIR_INTERVAL_S_DEFAULT = 60.0
 REPAIR_RANGES_MAX = 4_096
 # Bytes read per checksum step: the loop yields to requests between steps.
 REPAIR_CHUNK_BYTES = 1 * MiB
+# A remembered range digest is trusted this many rounds; then the range is read
+# whole again, so damage on disk under a remembered digest is found by then
+# (at the default interval, every ten minutes) without every round re-reading
+# every committed byte.
+REPAIR_REREAD_ROUNDS = 10
 
 # --- consumer groups (ring.groups) -------------------------------------------
 

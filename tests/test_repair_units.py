@@ -225,5 +225,83 @@ def test_a_missing_segment_shows_as_an_unreadable_range(tmp_path: Path) -> None:
     spans = entropy.leader_ranges(bases, 0, a.end_offset, 100)
     sums = entropy.range_sums(a.read, spans, a.start_offset, a.end_offset, 300)
     assert [r.digest is None for r in sums] == [i == 2 for i in range(len(spans))]
-    healthy = [entropy.RangeSum(r.base, r.end, r.digest or "0" * 32) for r in sums]
+    healthy = [entropy.RangeSum(r.base, r.end, r.digest or "0" * entropy.DIGEST_HEX) for r in sums]
     assert entropy.plan(healthy, sums).truncate_at == spans[2][0]  # refetched from there
+
+
+def test_remembered_digests_equal_whole_reads_and_read_only_new_bytes(tmp_path: Path) -> None:
+    a = mk(tmp_path / "a", segment_bytes=1 << 20)  # one segment: its range grows round after round
+    put(a, 1, 40)
+    digests = entropy.Digests(reread_s=100.0)
+    reads: list[int] = []
+
+    def counting_read(offset: int, max_bytes: int, upto: int) -> bytes:
+        reads.append(offset)
+        return a.read(offset, max_bytes, upto)
+
+    def digest(end: int, now_s: float) -> entropy.RangeSum:
+        hasher = digests.hasher(0, end, now_s)
+        while not hasher.step(counting_read, 300):
+            pass
+        digests.done(hasher)
+        assert hasher.result is not None
+        return hasher.result
+
+    first = digest(a.end_offset, 0.0)
+    assert first == entropy.range_sum(a.read, 0, 40, 300) and first.digest
+    put(a, 1, 20)
+    reads.clear()
+    grown = digest(a.end_offset, 1.0)
+    assert grown == entropy.range_sum(a.read, 0, 60, 300)  # resumed at 40: the same digest as a whole read
+    assert min(reads) == 40 and digests.bytes_skipped == 40
+    assert digest(50, 2.0) == entropy.range_sum(a.read, 0, 50, 300)  # an end between two marks
+    reads.clear()
+    assert digest(60, 200.0) == grown and min(reads) == 0  # too old to trust: read whole again
+
+
+def test_a_flipped_bit_under_a_remembered_digest_is_found_by_the_reread(tmp_path: Path) -> None:
+    a = mk(tmp_path / "a")
+    put(a, 1, 60)
+    rep = Replica("t", 0, a, "a")
+    digests = entropy.Digests(reread_s=10.0)
+    spans = entropy.leader_ranges(a.segment_bases(), a.start_offset, a.end_offset, 100)
+
+    def round_at(now_s: float) -> list[entropy.RangeSum]:
+        out = []
+        for base, end in spans:
+            hasher = digests.hasher(base, end, now_s)
+            while not hasher.step(rep.log.read, 300):
+                pass
+            digests.done(hasher)
+            out.append(hasher.result)
+        return out
+
+    healthy = round_at(0.0)
+    a.close()
+    seg = sorted((tmp_path / "a").glob("*.log"))[1]
+    raw = bytearray(seg.read_bytes())
+    raw[60] ^= 0x10  # a payload byte of the segment's first batch
+    seg.write_bytes(bytes(raw))
+    rep.log = a = mk(tmp_path / "a")
+    assert round_at(5.0) == healthy  # remembered: not read again yet
+    damaged = round_at(11.0)
+    assert damaged[1].digest is None and damaged[0] == healthy[0]
+    assert entropy.plan(healthy, damaged).truncate_at == spans[1][0]
+
+
+def test_digests_tell_diverged_copies_apart_and_go_when_the_log_is_cut(tmp_path: Path) -> None:
+    a, b = mk(tmp_path / "a"), mk(tmp_path / "b")
+    put(a, 1, 30)
+    b.append_replicated(a.read(0, 1 << 20, 20))
+    put(a, 1, 10, tag="x")
+    put(b, 2, 10, tag="y")  # same offsets 20..29, other batches: a follower that led alone for a while
+    spans = entropy.leader_ranges(a.segment_bases(), 0, 30, 100)
+    sums_a = entropy.range_sums(a.read, spans, 0, 30, 300)
+    sums_b = entropy.range_sums(b.read, spans, 0, 30, 300)
+    plan = entropy.plan(sums_a, sums_b)
+    assert plan.truncate_at is not None and plan.truncate_at <= 20 < max(e for _, e in spans)
+    rep = Replica("t", 0, b, "b")
+    rep.sums = entropy.Digests(10.0)
+    b.truncate_after(19)
+    rep.truncated()
+    assert rep.sums is None  # what was remembered described bytes that are gone

@@ -6,7 +6,11 @@ replica asks its leader for the checksums of its committed ranges (``GET
 boundaries, below both high watermarks) and checksums the same ranges of its
 own log; ``entropy.plan`` says who is damaged. A leader checksums its own
 committed ranges in the same round, so damage on a leader is found even when
-no follower asks.
+no follower asks. Each replica remembers its digests (``entropy.Digests`` on
+``Replica.sums``, dropped when its log is cut), so a round reads only what
+was committed since the last and re-reads a range in full every
+``REPAIR_REREAD_ROUNDS`` rounds; it reads one chunk per event-loop turn, so
+requests go on between chunks.
 
 Damage found there, or by a read that hit a batch failing its check (a
 client fetch, or the leader's own replication sender), marks the replica
@@ -135,13 +139,28 @@ class Repair:
         spans = entropy.leader_ranges(rep.log.segment_bases(), rep.log.start_offset, end, limits.REPAIR_RANGES_MAX)
         return await self._sums(rep, spans)
 
+    def _digests(self, rep: Replica) -> entropy.Digests:
+        if not isinstance(rep.sums, entropy.Digests):
+            rep.sums = entropy.Digests(limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s)
+        return rep.sums
+
     async def _sums(self, rep: Replica, spans: list[tuple[int, int]]) -> list[entropy.RangeSum]:
+        digests = self._digests(rep)
+        digests.keep_only({b for b, _ in spans})
         out = []
         for base, end in spans:
             if rep.deleted or not (rep.log.start_offset <= base and end <= rep.log.end_offset):
                 continue
-            out.append(entropy.range_sum(rep.log.read, base, end, limits.REPAIR_CHUNK_BYTES))
-            await asyncio.sleep(0)  # one range at a time: requests go on meanwhile
+            hasher = digests.hasher(base, end, self.node.clock.monotonic())
+            while not hasher.step(rep.log.read, limits.REPAIR_CHUNK_BYTES):
+                await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
+                if rep.sums is not digests or rep.deleted:  # the log was cut (or closed) meanwhile
+                    return out
+            assert hasher.result is not None
+            if rep.sums is not digests:
+                return out
+            digests.done(hasher)
+            out.append(hasher.result)
         return out
 
     async def check(self, rep: Replica) -> entropy.Plan | None:
