@@ -275,8 +275,10 @@ class Bench:
         p99 = lat.get("p99")
         flag = f"  DISTURBED (others {row['others_cores']:.2f} cores)" if row["disturbed"] else ""
         err = f"  errors {row['errors']}: {row.get('last_error')}" if row.get("errors") else ""
+        cpu = row.get("cpu_us_per_rec")
+        cpu_text = "" if cpu is None else f"  cpu {cpu:,.0f} µs/rec"
         return (f"  {row['system']:<9} {row.get('rec_s') or 0:>11,.0f} rec/s  p99 "
-                f"{'-' if p99 is None else f'{p99:.2f}'} ms  rss {row['rss_peak_mb']:.0f} MB{flag}{err}")
+                f"{'-' if p99 is None else f'{p99:.2f}'} ms  rss {row['rss_peak_mb']:.0f} MB{cpu_text}{flag}{err}")
 
     def warm_up(self) -> None:
         """A short batched produce per system, not counted: first writes on a
