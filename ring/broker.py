@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ring import __version__, limits
-from ring.catalog import Catalog, TopicConfig, validate_topic_name, with_defaults
+from ring.catalog import Catalog, TopicConfig, check_not_internal, validate_topic_name, with_defaults
 from ring.clock import Clock
 from ring.errors import (
     BadRequest,
@@ -352,7 +352,7 @@ class Broker:
         return self._parts[topic][partition]
 
     async def _topic_for_produce(self, topic: str) -> TopicConfig:
-        validate_topic_name(topic)
+        check_not_internal(validate_topic_name(topic), "produce to")
         if topic not in self.catalog:
             if not self.config.auto_create:
                 raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)", topic=topic)

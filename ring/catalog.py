@@ -31,6 +31,17 @@ _STORED_FIELDS = ("base_partitions",)
 # Per-request consistency levels; a topic's ``consistency`` is the default of its produces.
 CONSISTENCY_LEVELS = ("one", "quorum", "all")
 CONSISTENCY_DEFAULT = "quorum"
+# The consumer groups' committed offsets (ring.groups): a group's coordinator is the leader of the
+# partition its name hashes to, so the count must never change, and only coordinators write it.
+OFFSETS_TOPIC = "__offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def check_not_internal(name: str, action: str) -> None:
+    """BadRequest (400) when ``name`` is an internal topic: clients may read it, not change it."""
+    if name in INTERNAL_TOPICS:
+        raise BadRequest(f"cannot {action} {name}: it is internal to the cluster (consumer groups' committed "
+                         "offsets); it may be read, not written, changed or deleted", topic=name)
 
 
 def validate_topic_name(name: object) -> str:

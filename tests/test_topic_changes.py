@@ -252,3 +252,22 @@ def test_an_auto_topic_grows_to_one_partition_per_consumer(cluster: TestCluster,
             r = c[i].http.post(f"/v1/groups/{group}/members/c{i}/poll", query={"wait_ms": 500})
             return r.status == 200 and [rec["value"] for rec in r.json()["records"]]
         assert wait_for(f"c{i}'s record", got) == [f"r{owned[i][0]}"]
+
+
+@pytest.mark.integration
+def test_the_internal_offsets_topic_can_be_read_but_not_changed(http: Http, topic: str) -> None:
+    assert http.create_topic(topic, partitions=1).status == 201
+    r = http.post(f"/v1/groups/g-{topic}/members", json_body={"consumer": "c", "topics": [topic]})
+    assert r.status == 200, r.body  # the first group creates __offsets
+    settings = ("partition_count", "retention_ms", "created_ms")
+    before = {k: http.get("/v1/topics/__offsets").json()[k] for k in settings}
+    for r in (http.request("PATCH", "/v1/topics/__offsets", json_body={"partitions": 64}),
+              http.request("PATCH", "/v1/topics/__offsets", json_body={"retention_ms": 1000}),
+              http.delete("/v1/topics/__offsets"),
+              http.produce("__offsets", b'["forged"]', partition=0),
+              http.create_topic("__offsets")):
+        assert r.status in (400, 409), (r.status, r.body)
+        if r.status == 400:
+            assert "internal" in r.json()["message"], r.body
+    assert {k: http.get("/v1/topics/__offsets").json()[k] for k in settings} == before
+    assert http.fetch("__offsets", 0).status == 200

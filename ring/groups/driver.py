@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ring import limits
-from ring.catalog import TopicConfig
+from ring.catalog import OFFSETS_TOPIC, TopicConfig
 from ring.errors import Conflict, NotFound, Overloaded, RingError, Unavailable
 from ring.groups.autogrow import AutoGrowth, demand
 from ring.groups.codec import checkpoint_of
@@ -44,7 +44,6 @@ from ring.log import batch as batchfmt
 
 log = logging.getLogger("ring.groups")
 
-OFFSETS_TOPIC = "__offsets"
 COMMIT_CONSISTENCY = "quorum"
 _REPLAY_STEP_BYTES = 4 * 1024 * 1024
 _LEADER_POLL_S = 0.05  # how often a request waiting for the offsets partition's leader looks again

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ring import auth, limits, metrics
 from ring.broker import Broker
-from ring.catalog import TopicConfig, validate_topic_name
+from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest
 from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi
 from ring.http_api.budget import BodyBudget
@@ -76,6 +76,7 @@ async def create_topic(request: web.Request) -> web.Response:
     broker = _broker(request)
     body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
+    check_not_internal(cfg.name, "create")
     access.require(request, auth.ADMIN, [cfg.name])
     return _json(await broker.add_topic(cfg), status=201)
 
@@ -85,12 +86,15 @@ async def describe_topic(request: web.Request) -> web.Response:
 
 
 async def change_topic(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    check_not_internal(topic, "change")
     body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
-    return _json(await _broker(request).change_topic(_topic(request), body))
+    return _json(await _broker(request).change_topic(topic, body))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     topic = _topic(request)
+    check_not_internal(topic, "delete")
     await _broker(request).delete_topic(topic)
     return _json({"deleted": topic})
 
