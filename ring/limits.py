@@ -436,6 +436,11 @@ ANSWER_WRITE_CHUNK_BYTES = 256 * KiB
 # answer, stay about this size however many partitions a member holds, where
 # one read per partition made a member of 10 partitions hold 10 MiB a poll.
 GROUP_POLL_BYTES_MAX = 1 * MiB
+# Long-poll a broker asks of the replica it reads through (a partition it does
+# not hold, or an offset its lagging copy has not heard of): half of
+# PEER_REQUEST_TIMEOUT_S, so the replica answers, empty if need be, before
+# the peer request gives up and the consumer gets 503 for a plain long-poll.
+PROXIED_FETCH_WAIT_MS_MAX = int(PEER_REQUEST_TIMEOUT_S * 1000) // 2
 
 
 def markdown_table() -> str:

@@ -15,7 +15,9 @@ unknown). Reads are served from this broker's replica up to its high
 watermark; a partition held elsewhere, or whose copy here failed a check
 (it is being repaired), is read from a live replica, with room for its answer
 held in the broker's budget of fetch answers (``ring.http_api.answer``) while
-it arrives.
+it arrives. A follower lags its leader: offsets it has not received but its
+leader told it are committed are waited for (or answered empty), and an offset
+past all it knows of is asked of the leader, never called out of range here.
 """
 
 from __future__ import annotations
@@ -176,6 +178,10 @@ class Routing(Broker):
                     wait_ms: int) -> FetchResult:
         remote = self._remote_partition(topic, partition)
         if remote is None:
+            rep = self.replica(topic, partition)
+            assert rep is not None
+            remote = self._leader_if_unheard_of(rep, offset)
+        if remote is None:
             try:
                 return await super().fetch(topic, partition, offset, max_bytes, wait_ms)
             except StorageError as exc:
@@ -188,9 +194,42 @@ class Routing(Broker):
         # exceed max_bytes by one batch (a read returns one whole batch at least).
         budget = answer.budget_of(self)
         max_bytes = budget.grant(max_bytes)
+        # A shorter long-poll there than asked (an empty answer is what a long-poll may give)
+        # rather than the peer request's own timeout.
+        wait_ms = min(wait_ms, limits.PROXIED_FETCH_WAIT_MS_MAX)
         with budget.hold(max_bytes):
             data, hw = await self.peers.fetch(self.rng.choice(remote), topic, partition, offset, max_bytes, wait_ms)
         return FetchResult(topic, partition, offset or 0, data, hw, -1)
+
+    def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
+        """A follower asked for an offset past all it knows of (its log end, and the high
+        watermark its leader last told it): the leader's client URL, to ask instead.
+
+        A consumer that read the leader up to its high watermark may ask a follower that
+        lags for the next offset: the partition committed everything below it, so it is
+        not out of range, and only the leader can tell that offset from one beyond the
+        partition's end (its answer: records, a long-poll, or 416).
+        """
+        if offset is None or rep.is_leader or offset <= max(rep.log.end_offset, rep.leader_hw):
+            return None
+        leader = self.leadership.leader_of(rep.topic, rep.index)
+        url = None
+        if leader is not None and leader != self.name and self.membership.alive(leader):
+            url = self.membership.client_url(leader)
+        if not url:
+            raise Unavailable(
+                f"{rep.topic}/{rep.index} here ends at offset {rep.log.end_offset} and no live leader is known "
+                f"to tell whether offset {offset} is committed (an election may be running); retry",
+                topic=rep.topic, partition=rep.index, leader=leader)
+        return [url]
+
+    def _check_offset(self, part: Replica, offset: int) -> None:
+        """On a follower, offsets up to the high watermark its leader told it are in range even
+        past its own log end (it lags): a fetch there waits, or answers empty, like one at the
+        high watermark, until the records arrive."""
+        if not part.is_leader and part.log.start_offset <= offset <= part.leader_hw:
+            return
+        super()._check_offset(part, offset)
 
     def damaged(self, rep: Replica, offset: int) -> None:
         """A stored batch of ``rep`` failed its check: never serve it, repair it (ClusterBroker)."""
