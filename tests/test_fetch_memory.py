@@ -1,17 +1,16 @@
 """A broker's memory stays bounded when its fetch answers are not taken, and no answer outlives its sending.
 
-Integration tests on a real broker process: dozens of clients each ask for
-the largest fetch (``FETCH_BYTES_MAX``) and then read nothing, with a tiny
-receive buffer so the kernel cannot take the answers off the broker's hands;
-the broker's VmRSS (/proc/PID/status) must stay within
+Integration tests on a real broker process. Forty clients each ask for the
+largest fetch (``FETCH_BYTES_MAX``) and then read nothing, with a tiny receive
+window: the broker's VmRSS (/proc/PID/status) must stay within
 ``FETCH_ANSWER_BYTES_IN_FLIGHT_MAX`` plus a fixed allowance of the figure it
-had after one such fetch was read normally, the refused clients get 429 with
-Retry-After, and once they go the broker answers fetches again. Without the
-budget every stalled fetch holds its 16 MiB and the figure is hundreds of MiB.
-Then idle keep-alive connections: after answers were read on many connections
-that stay open, the broker holds none of them (aiohttp keeps each
-connection's last response until its next request). And unit tests of the
-budget itself.
+had after one such fetch was read normally, and once they go it answers
+fetches again (without the budget, or with it lifted, the figure grows by
+hundreds of MiB). Stalled answers that take the whole budget make the next
+fetch 429 with Retry-After. After answers were read on many keep-alive
+connections that then stay idle, the broker holds none of them (aiohttp keeps
+each connection's last response until its next request). And unit tests of
+the budget and of the answer body.
 """
 
 from __future__ import annotations
@@ -85,6 +84,7 @@ def status_line(s: socket.socket) -> bytes:
     return head.split(b"\r\n", 1)[0]
 
 
+@pytest.mark.integration
 def test_stalled_fetches_hold_at_most_the_budget(make_broker) -> None:
     broker = make_broker("--fsync", "never")
     topic = "stalled"
@@ -125,6 +125,7 @@ def test_stalled_fetches_hold_at_most_the_budget(make_broker) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.integration
 def test_fetch_is_refused_when_no_answer_fits(make_broker) -> None:
     """Stalled answers take the whole budget (each bigger than what the kernel's socket buffer
     takes off the broker, so each stays held): the next fetch gets 429 with Retry-After, and an
@@ -155,6 +156,7 @@ def test_fetch_is_refused_when_no_answer_fits(make_broker) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.integration
 def test_idle_keepalive_connections_keep_no_answer(make_broker) -> None:
     """Answers read on connections that then stay open idle are not held by the broker."""
     broker = make_broker("--fsync", "never")
