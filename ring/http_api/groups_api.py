@@ -37,6 +37,7 @@ from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
 from ring.hashing import partition_token
 from ring.http_api import access, codec
+from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
 
 log = logging.getLogger("ring.groups")
@@ -84,7 +85,7 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
                                          params=request.rel_url.query, data=body, headers=headers,
                                          timeout=timeout) as resp:
             data = await resp.read()
-            out = web.Response(status=resp.status, body=data, content_type=resp.content_type or "application/json")
+            out = answers.response(data, resp.content_type or "application/json", {}, status=resp.status)
             if "Retry-After" in resp.headers:
                 out.headers["Retry-After"] = resp.headers["Retry-After"]
             return out
@@ -163,8 +164,13 @@ async def poll(request: web.Request) -> web.Response:
             body = msgpack.packb({"generation": got.generation, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
                 use_bin_type=True)
-            return web.Response(body=body, content_type=codec.CT_MSGPACK)
-        return _json(_poll_doc(got))
+            ctype = codec.CT_MSGPACK
+        else:
+            body, ctype = orjson.dumps(_poll_doc(got)), codec.CT_JSON
+        del got
+        # Not kept once sent: an idle keep-alive connection would hold it until its next request.
+        # (Not refused for want of room either: the member's positions have moved already.)
+        return answers.response(body, ctype, {})
 
     return await _at_coordinator(request, group, None, local, wait_ms)
 
@@ -280,7 +286,7 @@ async def list_groups(request: web.Request) -> web.Response:
             continue
         try:
             answer = await _proxy(request.clone(rel_url="/v1/groups?local=true"), Remote(name, url), None)
-            for g in orjson.loads(answer.body)["groups"]:
+            for g in orjson.loads(answers.body_bytes(answer))["groups"]:
                 have = found.get(g["group"])
                 if have is None or g["generation"] > have["generation"]:
                     found[g["group"]] = g
@@ -373,7 +379,7 @@ async def polar_poll(request: web.Request) -> web.Response:
     answer = await _at_coordinator(native, group, None, local)
     if answer.status != 200:
         return answer
-    doc = orjson.loads(answer.body)
+    doc = orjson.loads(answers.body_bytes(answer))
     if not doc["records"]:
         return web.Response(status=204)
     return _json(_polar_items(request, doc))

@@ -267,7 +267,8 @@ def _document() -> dict[str, Any]:
                     }},
                     "400": _BAD, "404": _NOT_FOUND,
                     "416": _err("offset out of range; the body names earliest and latest"),
-                    "429": _err("too many long-polls open; retry after Retry-After")}}},
+                    "429": _err("too many long-polls open, or too many fetch answers not yet taken by "
+                                "their clients; retry after Retry-After")}}},
             "/v1/topics/{topic}/partitions/{partition}/offsets": {"get": {
                 "summary": "Offset by timestamp", "operationId": "offsetForTimestamp",
                 "parameters": [_TOPIC, _PARTITION,
