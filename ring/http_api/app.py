@@ -12,11 +12,13 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
-from ring.errors import BadRequest
+from ring.errors import BadRequest, PayloadTooLarge
 from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi
 from ring.http_api.budget import BodyBudget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
@@ -102,6 +104,22 @@ async def delete_topic(request: web.Request) -> web.Response:
 # --- records --------------------------------------------------------------------
 
 
+def _arrived_body(request: web.Request) -> bytes | None:
+    """The body when all of it came in with the request's head, as a small produce's does: taken
+    at once, without the streaming read and its timer. None when some of it is still to come."""
+    declared, content = request.content_length, request.content
+    if declared is None or declared > limits.REQUEST_BYTES_MAX or not content.is_eof():
+        return None
+    try:
+        body = content.read_nowait(-1)
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        raise BadRequest(f"request body is incomplete or malformed: {exc}") from None
+    if len(body) > limits.REQUEST_BYTES_MAX:  # a Content-Encoding'd body, inflated by aiohttp
+        raise PayloadTooLarge(f"request body is over the limit of {limits.REQUEST_BYTES_MAX} bytes",
+                              limit_bytes=limits.REQUEST_BYTES_MAX)
+    return body
+
+
 async def produce(request: web.Request) -> web.Response:
     broker = _broker(request)
     topic = _topic(request)
@@ -115,8 +133,10 @@ async def produce(request: web.Request) -> web.Response:
     if (producer_id is None) != (sequence is None):
         raise BadRequest("producer_id and sequence go together (an idempotent produce)")
     ctype = codec.produce_type(request)  # 415 before reading a byte of the body
-    line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
-    body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
+    body = _arrived_body(request) if ctype != CT_NDJSON else None
+    if body is None:
+        line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
+        body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
     decoded = codec.decode_produce(ctype, body, key)
     if isinstance(decoded, codec.Batches):
         if producer_id is not None:
