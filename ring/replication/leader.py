@@ -12,6 +12,10 @@ with doubling backoff, and runs two loops on the connection:
   frames without waiting for answers, while the link's unacknowledged bytes
   stay under ``REPLICATION_INFLIGHT_BYTES_MAX``; then an hw frame if the high
   watermark moved past what the follower was told.
+  The links of one partition's followers usually read the same range in the
+  same loop turn, so the bytes one link read are kept (``Streams.read``)
+  until the partition's other followers have taken them: one read and CRC
+  check of the log per range, not one per follower.
 * the receiver applies acks and rejects to the cursors (``SendCursor``) and
   each ack to the replica (``set_follower_end``), which moves the high
   watermark and releases produces waiting for acknowledgements. A follower
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections import OrderedDict
+from typing import Callable, NamedTuple
 
 import aiohttp
 
@@ -41,6 +46,18 @@ log = logging.getLogger("ring.replication")
 REPLICATE_PATH = "/peer/v1/replicate"
 
 Key = tuple[str, int]
+# Reads kept for a partition's other followers: one per partition sent at once;
+# each is at most a frame (REPLICATION_FRAME_BYTES_MAX and one batch).
+SHARED_READS_MAX = 8
+
+
+class _SharedRead(NamedTuple):
+    rep: Replica
+    epoch: int
+    prev: int
+    upto: int | None
+    data: bytes
+    left: int  # followers that may still take it
 
 
 class Streams:
@@ -60,6 +77,7 @@ class Streams:
         self.replica = replica
         self.links: dict[str, FollowerLink] = {}
         self._followers_of: dict[Key, list[str]] = {}
+        self._reads: OrderedDict[Key, _SharedRead] = OrderedDict()
 
     def assign(self, wanted: dict[str, set[Key]]) -> None:
         """Follower -> partitions this broker leads that it replicates; links come and go to match."""
@@ -75,6 +93,33 @@ class Streams:
         for name, keys in wanted.items():
             for key in keys:
                 self._followers_of.setdefault(key, []).append(name)
+
+    def read(self, rep: Replica, prev: int) -> tuple[bytes, bool]:
+        """Whole stored batches from ``prev`` for an append frame, as ``rep.log.read`` gives them,
+        and whether another follower's link had read them.
+
+        The bytes below a leader's log end do not change while it leads in
+        one epoch (only a follower's log is cut), so a read another follower's
+        link made from the same offset, in this epoch, is the same answer.
+        """
+        key = (rep.topic, rep.index)
+        upto = steps.frame_upto(rep, prev)
+        kept = self._reads.get(key)
+        if (kept is not None and kept.rep is rep and kept.epoch == rep.epoch and kept.prev == prev
+                and kept.upto == upto and prev >= rep.log.start_offset):
+            if kept.left <= 1:
+                del self._reads[key]
+            else:
+                self._reads[key] = kept._replace(left=kept.left - 1)
+            return kept.data, True
+        data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX, upto)
+        others = len(self._followers_of.get(key, ())) - 1
+        if others > 0 and data:
+            self._reads[key] = _SharedRead(rep, rep.epoch, prev, upto, data, others)
+            self._reads.move_to_end(key)
+            while len(self._reads) > SHARED_READS_MAX:
+                self._reads.popitem(last=False)
+        return data, False
 
     def notify(self, rep: Replica) -> None:
         """New batches or a new high watermark on a partition we lead: wake its followers' senders."""
@@ -138,6 +183,7 @@ class FollowerLink:
         self.connected = False
         self.frames_sent = 0  # append frames, and the batches they carried: how well sends coalesce
         self.batches_sent = 0
+        self.reads_shared = 0  # frames whose bytes another follower's link had read from the log
         self._retry_handle: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = asyncio.create_task(self._run(), name=f"replicate to {follower}")
 
@@ -164,7 +210,7 @@ class FollowerLink:
 
     def describe(self) -> dict[str, object]:
         return {"connected": self.connected, "inflight_bytes": self.inflight_bytes(),
-                "append_frames": self.frames_sent, "batches": self.batches_sent,
+                "append_frames": self.frames_sent, "batches": self.batches_sent, "reads_shared": self.reads_shared,
                 "parked": {f"{t}/{p}": c.parked for (t, p), c in self.cursors.items() if c.parked}}
 
     # --- connection ------------------------------------------------------------------
@@ -246,7 +292,8 @@ class FollowerLink:
                and self.inflight_bytes() < limits.REPLICATION_INFLIGHT_BYTES_MAX):
             prev = cur.next
             try:
-                data = rep.log.read(prev, limits.REPLICATION_FRAME_BYTES_MAX, steps.frame_upto(rep, prev))
+                data, shared = self.streams.read(rep, prev)
+                self.reads_shared += shared
             except OffsetOutOfRange:
                 log.warning("%s/%d to %s: offset %d is below the log start; syncing again", rep.topic, rep.index,
                             self.follower, prev)
