@@ -6,7 +6,7 @@ Layout (big-endian), header of ``HEADER_SIZE`` bytes then the payload::
     0   8    base_offset      int64   set by the leader; not covered by the CRC
     8   4    leader_epoch     int32   set by the leader; not covered by the CRC
     12  4    length           uint32  bytes after this field (crc .. payload end)
-    16  4    crc              uint32  zlib.crc32 of bytes [20, 16 + length)
+    16  4    crc              uint32  CRC-32 (zlib's) of bytes [20, 16 + length)
     20  1    magic            uint8   == MAGIC
     21  1    attributes       uint8   bits 0-2 codec, bit 3 value_format json
     22  4    record_count     int32   >= 1
@@ -22,13 +22,22 @@ A record in the payload is ``[timestamp_delta, key, value, headers]`` with key
 Because the CRC skips the base offset and epoch, a leader assigns both by
 writing 12 bytes in place (``stamp``); followers and fetches move the same
 bytes. Decoding to records happens only when a client asks for JSON.
+
+Every stored byte is CRC-checked several times on its way (the client's
+batch on arrival, each read of the log, each follower's append), so the CRC
+is ISA-L's (the ``isal`` package, vector instructions, ≈10× zlib's speed)
+when it is installed, else zlib's: the same CRC-32, the same values.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Iterator, NamedTuple, Sequence
+
+try:
+    from isal.isal_zlib import crc32
+except ImportError:  # the same function, slower
+    from zlib import crc32
 
 import msgpack
 
@@ -191,7 +200,7 @@ def encode_payload(
         record_count, first_timestamp, max_timestamp, producer_id, base_sequence,
     )
     buf[HEADER_SIZE:] = body
-    struct.pack_into(">I", buf, 16, zlib.crc32(memoryview(buf)[20:]))
+    struct.pack_into(">I", buf, 16, crc32(memoryview(buf)[20:]))
     return buf
 
 
@@ -218,7 +227,7 @@ def check(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     end = pos + h.size
     if end > len(buf):
         raise CorruptBatch("truncated batch")
-    if zlib.crc32(memoryview(buf)[pos + 20 : end]) != h.crc:
+    if crc32(memoryview(buf)[pos + 20 : end]) != h.crc:
         raise CorruptBatch("batch CRC mismatch")
     return h
 
