@@ -158,7 +158,7 @@ class Append:
     epoch: int
     prev_end: int
     hw: int
-    data: bytes
+    data: bytes | memoryview  # decoded: a view into the frame as received
 
     def to_wire(self) -> list[Any]:
         return ["append", self.topic, self.partition, self.epoch, self.prev_end, self.hw, self.data]
@@ -202,6 +202,10 @@ Frame = Union[Sync, Append, Hw, Ack, Reject]
 _ARITY = {"sync": 10, "append": 7, "hw": 5, "ack": 5, "reject": 6}
 _HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
 _VOTERS_BYTES_MAX = 64 * 1024
+# An append frame's fields before its data: the tag, a topic name (at most 249 bytes,
+# limits.TOPIC_NAME_BYTES_MAX, in a str8 header) and four integers; a frame whose head
+# is longer is parsed the long way (and refused there if it is malformed).
+_APPEND_HEAD_BYTES_MAX = 1 + 7 + 2 + 255 + 4 * 9
 _INT64_MAX = 2**63 - 1
 # Partitions and leader epochs are int32 where they are stored (topic configs, batch headers):
 # a frame must not make a replica adopt an epoch it could never stamp on a batch.
@@ -209,7 +213,55 @@ _INT32_MAX = 2**31 - 1
 
 
 def encode(frame: Frame) -> bytes:
+    if type(frame) is Append:
+        return _encode_append(frame)
     return msgpack.packb(frame.to_wire(), use_bin_type=True)
+
+
+_APPEND_TAG = b"\xa6append"  # msgpack fixstr "append"
+
+
+def _bin_header(n: int) -> bytes:
+    if n < 1 << 8:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def _encode_append(f: Append) -> bytes:
+    """The bytes msgpack gives for the frame's array, with the batches copied once: packing them
+    inside the array copies them into msgpack's growing buffer first (megabytes a second)."""
+    head = msgpack.packb(["append", f.topic, f.partition, f.epoch, f.prev_end, f.hw], use_bin_type=True)
+    assert head[0] == 0x96, head[:1]  # a fixarray of 6; with the data it is one of 7
+    return b"".join((b"\x97", head[1:], _bin_header(len(f.data)), f.data))
+
+
+def _decode_append(raw: bytes, max_bytes: int) -> Append | None:
+    """An append frame with its data a view into ``raw`` (not a copy); None to parse it the long way."""
+    if len(raw) < 16 or raw[0] != 0x97 or raw[1:8] != _APPEND_TAG:
+        return None
+    u = msgpack.Unpacker(raw=False, max_str_len=_VOTERS_BYTES_MAX, max_bin_len=0, max_array_len=0,
+                         max_map_len=0, max_ext_len=0)
+    u.feed(raw[1:_APPEND_HEAD_BYTES_MAX])
+    try:
+        w = [u.unpack() for _ in range(6)]
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None  # the long way says what is wrong
+    pos = 1 + u.tell()
+    kind = raw[pos] if pos < len(raw) else None
+    size = {0xc4: 1, 0xc5: 2, 0xc6: 4}.get(kind)  # type: ignore[arg-type]
+    if size is None or pos + 1 + size > len(raw):
+        return None
+    n = int.from_bytes(raw[pos + 1:pos + 1 + size], "big")
+    start = pos + 1 + size
+    if start + n != len(raw) or n > max_bytes:
+        return None
+    topic = w[1]
+    if type(topic) is not str or not topic:
+        raise BadRequest("malformed replication frame: topic must be a non-empty string")
+    return Append(topic, _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
+                  _int(w[4], "prev_end"), _int(w[5], "hw"), memoryview(raw)[start:])
 
 
 def _int(v: Any, what: str, lo: int = 0, hi: int = _INT64_MAX) -> int:
@@ -219,7 +271,10 @@ def _int(v: Any, what: str, lo: int = 0, hi: int = _INT64_MAX) -> int:
 
 
 def decode(raw: bytes, max_bytes: int) -> Frame:
-    """Parse one frame; BadRequest on anything malformed."""
+    """Parse one frame; BadRequest on anything malformed. An append's data is a view into ``raw``."""
+    fast = _decode_append(raw, max_bytes)
+    if fast is not None:
+        return fast
     try:
         w = msgpack.unpackb(raw, raw=False, max_bin_len=max_bytes, max_str_len=_VOTERS_BYTES_MAX,
                             max_array_len=10, max_map_len=0, max_ext_len=0)
