@@ -1,8 +1,10 @@
 """The follower's side of replication: one leader's websocket, served on the peer port.
 
 Frames are handled one at a time in arrival order, so appends land in the
-order the leader sent them. Each frame gets exactly one answer, and answers
-leave in the same order through a bounded queue drained by one writer: an
+order the leader sent them. Each sync and append frame gets exactly one
+answer, an hw frame only a reject (an ack would repeat the durable end the
+last append's ack named: a message each way saved per high-watermark move),
+and answers leave in the same order through a bounded queue drained by one writer: an
 accepted append is answered with an ack once its batches are durable by this
 broker's fsync policy (group commit with ``always``; the next frames are
 read meanwhile, so the leader's pipeline stays full), a refused one at once
@@ -59,7 +61,10 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
             elif isinstance(frame, protocol.Append):
                 answer = await _append(frame, leader, host)
             elif isinstance(frame, protocol.Hw):
-                answer = _done(_hw(frame, leader, host))
+                told = _hw(frame, leader, host)
+                if isinstance(told, protocol.Ack):
+                    continue  # it would repeat the durable end the last append's ack named
+                answer = _done(told)
             else:
                 raise BadRequest(f"{leader} sent a follower's frame")
             await answers.put(answer)

@@ -17,7 +17,9 @@ Frames travel as msgpack arrays on one websocket per (leader, follower) pair::
     follower -> leader  ["ack", topic, partition, epoch, end_offset]
                         ["reject", topic, partition, epoch, end_offset, reason]
 
-A follower answers every frame exactly once, in the order received. A
+A follower answers every sync and append frame exactly once, in the order
+received, and an hw frame only when it refuses it (its ack would repeat the
+last append's). A
 leader's first frame for a partition on a link is a sync: it names the
 leader's epoch, where that epoch began in its log, its log's bounds, its
 leader-epoch history (packed) and the partition's voter set. The follower
