@@ -310,3 +310,18 @@ def test_quick_run_against_real_brokers(tmp_path):
     # crawls; the bound holds where the smoke run gets its share of the CPU.
     if load_before < (os.cpu_count() or 1):
         assert took < 60, f"the quick run took {took:.0f} s"
+
+
+def test_profile_inclusive_shares_leave_out_the_frames_above_the_event_loop():
+    from ring.bench import profile
+
+    collapsed = "\n".join([
+        "main (cli.py:1);Runner.run (runners.py:118);produce (app.py:10);append (log.py:5) 6",
+        "main (cli.py:1);Runner.run (runners.py:118);send (leader.py:3) 3",
+        "main (cli.py:1);Runner.run (runners.py:118) 1",
+    ])
+    top = profile.top_frames(collapsed)
+    assert top["samples"] == 10
+    assert dict(top["own"])["Runner.run (runners.py:118)"] == 0.1
+    incl = dict(top["inclusive"])
+    assert incl == {"produce (app.py:10)": 0.6, "append (log.py:5)": 0.6, "send (leader.py:3)": 0.3}

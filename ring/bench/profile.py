@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 OUTER_SHARE = 0.9
+_ENTRIES = ("Runner.run ", "BaseEventLoop.run_forever ", "BaseEventLoop.run_until_complete ", "Thread.run ")
 RATE_HZ = 100  # samples/s: enough for a 10 s profile, light on a 2-core machine
 
 
@@ -53,7 +54,10 @@ def top_frames(collapsed: str, n: int = 12) -> dict[str, list[tuple[str, float]]
             continue
         total += k
         own[frames[-1]] += k
-        for f in set(frames[1:]):  # the first frame is the process/thread
+        # Frames from the thread's root to its event loop (or thread) entry are under every sample
+        # of that thread and say nothing; count what runs inside it.
+        start = next((i + 1 for i, f in enumerate(frames) if f.startswith(_ENTRIES)), 1)
+        for f in set(frames[start:]):
             incl[f] += k
     if total == 0:
         return {"own": [], "inclusive": [], "samples": 0}  # type: ignore[dict-item]
