@@ -22,7 +22,6 @@ past all it knows of is asked of the leader, never called out of range here.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import Any
 
@@ -125,8 +124,7 @@ class Routing(Broker):
         result = await self._append(rep, batches)
         end = result.base_offset + result.count
         try:
-            await asyncio.wait_for(asyncio.shield(rep.wait_replicas(end, needed)),
-                                   limits.REPLICATION_ACK_TIMEOUT_MS / 1000)
+            await rep.wait_replicas(end, needed, limits.REPLICATION_ACK_TIMEOUT_MS / 1000)
         except TimeoutError:
             have = protocol.replicas_reaching(
                 [e if e is not None else 0 for r, e in rep.replica_ends().items() if r in rep.voters], end)
