@@ -606,6 +606,7 @@ class Broker:
 
 
 def changed_config(cfg: TopicConfig, body: object, at_least: bool) -> TopicConfig:
+    """``cfg`` with a change request applied; ``at_least`` turns a smaller partition count into no change."""
     if at_least and isinstance(body, dict) and type(body.get("partitions")) is int:
         body = {**body, "partitions": max(body["partitions"], cfg.partitions)}
     return cfg.changed(body)

@@ -1,10 +1,13 @@
 """The topic catalogue: which topics exist and how each is configured.
 
 A plain value class with no I/O: it validates names and settings (raising
-``ring.errors``), and converts to and from JSON. The broker persists it under
-its data directory with ``dumps``/``loads`` and an atomic file replace; the
-cluster issue will carry the same JSON over gossip, last writer wins by
-``version``.
+``ring.errors``), applies changes to an existing topic (``TopicConfig.changed``:
+the partition count only grows, the replication factor and segment size are
+fixed), and converts to and from JSON. The broker persists it under its data
+directory with ``dumps``/``loads`` and an atomic file replace; gossip carries
+each topic's JSON between brokers, last writer wins. ``base_partitions`` (the
+count at creation) is written by the broker only: placement keeps it, so a
+grown topic's older partitions stay where they were.
 """
 
 from __future__ import annotations

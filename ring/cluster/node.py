@@ -4,8 +4,10 @@
 its hooks. It holds only the partition replicas placement gives it (the
 preference lists on the ring gossip knows; ``placement.py``), reconciling its
 local catalogue and open logs whenever the gossiped catalogue or the ring
-changes. Topics are created and deleted through the gossiped catalogue
-(last writer wins) and announced to every live broker before the answer.
+changes. Topics are created, changed and deleted through the gossiped
+catalogue (last writer wins; a partition count never shrinks, see
+``placement.catalog_change``) and announced to every live broker before the
+answer.
 
 Leadership is elected (``leadership.py``): produce goes to the partition's
 leader as this broker knows it (its own replica's, else gossip's claims),
