@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import orjson
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.test_readme import _commands as readme_commands
+from tests.test_readme import _section as readme_section
 
 
 def _commands() -> list[str]:
-    text = README.read_text()
-    match = re.search(r"<!-- groups-examples:start -->\n(.*?)<!-- groups-examples:end -->", text, re.S)
-    assert match, "README has no groups-examples section"
-    commands, current = [], ""
-    for line in match.group(1).splitlines():
-        if line.startswith("```") or line.startswith("#") or not line.strip():
-            continue
-        current += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
-        if not line.endswith("\\"):
-            commands.append(current.strip())
-            current = ""
-    return commands
+    return readme_commands(readme_section("groups-examples"))
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
