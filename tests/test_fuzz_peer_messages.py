@@ -119,10 +119,12 @@ states = st.builds(
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> dict[str, Any]:
-    """The wire form of a valid gossip message over arbitrary states, versions and timestamps up to 2**63-1."""
-    a, b = draw(states), draw(states)
-    sender = draw(st.sampled_from(["b-1", "b-2"]))
+def messages(draw: st.DrawFn, over: st.SearchStrategy[ClusterState] = states,
+             senders: tuple[str, ...] = ("b-1", "b-2")) -> dict[str, Any]:
+    """The wire form of a valid gossip message over arbitrary states (``over``), versions and timestamps up to
+    2**63-1."""
+    a, b = draw(over), draw(over)
+    sender = draw(st.sampled_from(senders))
     kind = draw(st.sampled_from(["syn", "ack", "ack2"]))
     if kind == "syn":
         return Syn(sender, a.digest()).to_wire()
