@@ -320,11 +320,15 @@ class ClusterBroker(Routing, Broker):
         self.membership.put_topic(cfg.name, cfg.to_json())
         await self._reconcile()
         await self.membership.announce()  # returns once live peers have opened their replicas
-        self.leadership.tick()  # stand now where this broker is the first in line
+        await self._elect_new_partitions(cfg)
+        return self.describe_topic(cfg.name)
+
+    async def _elect_new_partitions(self, cfg: TopicConfig) -> None:
+        """Stand now for the new partitions where this broker is first in line; return once all have leaders."""
+        self.leadership.tick()
         if self.streams is not None:
             self.streams.reprobe()
         await self.leadership.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
-        return self.describe_topic(cfg.name)
 
     def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         raise AssertionError("a clustered broker creates topics with add_topic")
@@ -342,10 +346,7 @@ class ClusterBroker(Routing, Broker):
             await self._reconcile()
             await self.membership.announce()
             if cfg.partitions > old.partitions:
-                self.leadership.tick()
-                if self.streams is not None:
-                    self.streams.reprobe()
-                await self.leadership.wait_for_leaders(name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
+                await self._elect_new_partitions(cfg)
         return self.describe_topic(name)
 
     async def delete_topic(self, name: str) -> None:
