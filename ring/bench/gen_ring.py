@@ -20,6 +20,7 @@ from typing import Any, Callable
 import aiohttp
 import orjson
 
+from ring.bench import http1
 from ring.bench.loadgen import with_seq
 from ring.hashing.jump import partition_for_key
 from ring.log import batch as batchfmt
@@ -46,6 +47,7 @@ class RingDriver:
         self.session: aiohttp.ClientSession | None = None
         self._e2e_tasks: list[asyncio.Task] = []
         self._stop = asyncio.Event()
+        self._pools: list[http1.Pool] = []
 
     async def _json(self, method: str, url: str, **kw: Any) -> tuple[int, Any]:
         assert self.session is not None
@@ -101,27 +103,32 @@ class RingDriver:
         return out
 
     def sender(self, per_request: int, keyed: bool, seq_stamp: bool = False) -> Callable[[int], Any]:
-        assert self.session is not None
-        session = self.session
-        bodies = None if seq_stamp else self._bodies(per_request, keyed)
+        """Each request is pre-built (head and body, one write) and sent on a
+        keep-alive connection of the lean client (``ring.bench.http1``)."""
+        pools = [http1.Pool(u) for u in self.leader_url]
+        self._pools.extend(pools)
         parts = self.partitions
-        urls = [f"{u}/v1/topics/{self.topic}/messages" for u in self.leader_url]
-        params = [{"partition": str(p), "consistency": self.consistency} for p in range(parts)]
-        headers = {"Content-Type": CT_BATCH}
+        paths = [f"/v1/topics/{self.topic}/messages?partition={p}&consistency={self.consistency}"
+                 for p in range(parts)]
         records = self.records
+
+        def request(p: int, body: bytes) -> bytes:
+            return pools[p].post_head(paths[p], CT_BATCH, len(body)) + body
+
+        pre = None if seq_stamp else [[request(p, b) for b in bodies]
+                                      for p, bodies in enumerate(self._bodies(per_request, keyed))]
 
         async def send(i: int) -> int:
             p = i % parts
-            if bodies is None:
+            if pre is None:
                 value = with_seq(records[i % len(records)][1], i)
-                body = bytes(batchfmt.encode([(None, None, value, None)], now_ms=int(time.time() * 1000)))
+                data = request(p, bytes(batchfmt.encode([(None, None, value, None)], now_ms=int(time.time() * 1000))))
             else:
-                pool = bodies[p]
-                body = pool[(i // parts) % len(pool)]
-            async with session.post(urls[p], params=params[p], data=body, headers=headers) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"produce {r.status}: {(await r.read())[:200]!r}")
-                await r.read()
+                pool = pre[p]
+                data = pool[(i // parts) % len(pool)]
+            status, body = await pools[p].request(data)
+            if status != 200:
+                raise RuntimeError(f"produce {status}: {body[:200]!r}")
             return per_request
 
         return send
@@ -214,6 +221,8 @@ class RingDriver:
         await asyncio.gather(*self._e2e_tasks, return_exceptions=True)
 
     async def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
         if self.session is None:
             return
         try:
