@@ -450,8 +450,14 @@ class Broker:
             raise Unavailable("the broker is shutting down")
 
     async def wait_writable(self, part: Replica) -> None:
-        """Return when ``part`` may be appended to now (no fsync thread on it); raise if it never may."""
-        await self.commits.idle(part)
+        """Return when ``part`` may be appended to now; raise if it never may."""
+        self.check_appendable(part)
+
+    def check_appendable(self, part: Replica) -> None:
+        """Raise unless ``part`` may be appended to. Appends go on beside a running fsync thread (the
+        log locks each write, and the sync only its snapshot and bookkeeping): waiting for it would
+        stall every produce to the partition for the length of the flush. Truncating and closing a
+        log still wait for it (``GroupCommit.idle``)."""
         if part.deleted:
             raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
         if part.failed:

@@ -146,8 +146,14 @@ class Routing(Broker):
         self._check_leading(part, part.topic, part.index)
 
     async def wait_idle(self, part: Replica) -> None:
-        """The follower's path: no fsync runs on the log, and it may be written."""
-        await Broker.wait_writable(self, part)
+        """The follower's path before a sync frame (which may truncate): no fsync runs on the log,
+        and it may be written."""
+        await self.commits.idle(part)
+        Broker.check_appendable(self, part)
+
+    def durable_now(self, part: Replica, end: int) -> bool:
+        """Whether offsets below ``end`` are durable by the policy without waiting (not ``always``)."""
+        return self.commits.durable_now(part, end)
 
     # --- reads ---------------------------------------------------------------------------
 

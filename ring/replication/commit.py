@@ -3,9 +3,9 @@
 With ``always`` an append is durable once an fsync that started after it has
 finished: the first append of a loop turn asks for a sync that starts on the
 next turn, so every append of that turn rides along and ONE fsync (in a
-thread) covers them all. While an fsync runs, nothing else touches that log
-(the log is single-threaded): appends, truncates and closes wait for it with
-``idle``. With ``interval:<ms>`` a background loop syncs the replicas with
+thread) covers them all. Appends go on while an fsync runs (the log locks
+each write, and the sync only its snapshot and bookkeeping); truncates and
+closes wait for it with ``idle``. With ``interval:<ms>`` a background loop syncs the replicas with
 unsynced bytes; with ``never`` only a clean close syncs. Either way the
 replica's durable end (``Replica.set_durable``) is what replication counts:
 after the fsync under ``always``, at once otherwise.
@@ -40,10 +40,16 @@ class GroupCommit:
         """Syncs asked for or running on ``parts``: a clean close waits for them."""
         return [f for part in parts for f in (part.running_sync, part.next_sync) if f is not None]
 
+    def durable_now(self, part: Replica, end: int) -> bool:
+        """Mark offsets below ``end`` durable if the policy needs no fsync for it; whether it did."""
+        if self.policy.mode == "always":
+            return False
+        part.set_durable(end)
+        return True
+
     async def make_durable(self, part: Replica, end: int) -> None:
         """Return once offsets below ``end`` are durable by the policy (``part.durable`` >= end)."""
-        if self.policy.mode != "always":
-            part.set_durable(end)
+        if self.durable_now(part, end):
             return
         if part.next_sync is None:
             part.next_sync = asyncio.get_running_loop().create_future()

@@ -4,16 +4,18 @@ Frames are handled one at a time in arrival order, so appends land in the
 order the leader sent them. Each sync and append frame gets exactly one
 answer, an hw frame only a reject (an ack would repeat the durable end the
 last append's ack named: a message each way saved per high-watermark move),
-and answers leave in the same order through a bounded queue drained by one writer: an
-accepted append is answered with an ack once its batches are durable by this
-broker's fsync policy (group commit with ``always``; the next frames are
-read meanwhile, so the leader's pipeline stays full), a refused one at once
-with a reject naming this replica's end offset. A sync (the leader's first
-frame for a partition) makes this replica follow the sender in its epoch,
-cutting its log back to where it agrees with the leader's first. What each
-frame does is ``steps`` (``on_sync``, ``on_append``, ``on_hw``); the append
-itself is the log's ``append_replicated``, which checks every batch (CRC,
-contiguous offsets, epochs) before writing any.
+and answers leave in the same order: through a bounded queue drained by one
+writer, or at once when none is queued and the answer is ready. An accepted
+append is answered with an ack once its batches are durable by this broker's
+fsync policy (at once, or by group commit with ``always``; the next frames
+are read meanwhile, so the leader's pipeline stays full), a refused one at
+once with a reject naming this replica's end offset. Appends go on while an
+fsync thread runs on the log. A sync (the leader's first frame for a
+partition) makes this replica follow the sender in its epoch, cutting its
+log back to where it agrees with the leader's first (after any running
+fsync). What each frame does is ``steps`` (``on_sync``, ``on_append``,
+``on_hw``); the append itself is the log's ``append_replicated``, which
+checks every batch (CRC, contiguous offsets, epochs) before writing any.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ class Host(Protocol):
 
     async def make_durable(self, part: Replica, end: int) -> None: ...
 
+    def durable_now(self, part: Replica, end: int) -> bool: ...
+
+    def check_appendable(self, part: Replica) -> None: ...
+
     def leadership_changed(self, part: Replica) -> None: ...
 
 
 async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
     answers: asyncio.Queue[Awaitable[protocol.Frame]] = asyncio.Queue(ANSWERS_QUEUED_MAX)
-    writer = asyncio.create_task(_write(ws, answers))
+    queued = [0]  # answers put and not yet sent by the writer
+    writer = asyncio.create_task(_write(ws, answers, queued))
     try:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY:
@@ -67,6 +74,14 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
                 answer = _done(told)
             else:
                 raise BadRequest(f"{leader} sent a follower's frame")
+            if not queued[0] and answer.done():
+                # Nothing ahead of it: sent here, in order, without the writer's turn of the loop.
+                try:
+                    await ws.send_bytes(protocol.encode(answer.result()))
+                except ConnectionError:
+                    break
+                continue
+            queued[0] += 1
             await answers.put(answer)
             if writer.done():
                 break
@@ -77,10 +92,12 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
         await asyncio.gather(writer, return_exceptions=True)
 
 
-async def _write(ws: web.WebSocketResponse, answers: asyncio.Queue[Awaitable[protocol.Frame]]) -> None:
+async def _write(ws: web.WebSocketResponse, answers: asyncio.Queue[Awaitable[protocol.Frame]],
+                 queued: list[int]) -> None:
     while True:
         frame = await (await answers.get())
         await ws.send_bytes(protocol.encode(frame))
+        queued[0] -= 1
 
 
 def _done(frame: protocol.Frame) -> asyncio.Future[protocol.Frame]:
@@ -120,7 +137,7 @@ async def _append(frame: protocol.Append, leader: str, host: Host) -> Awaitable[
     if rep is None:
         return _done(steps.reject_unknown(frame.topic, frame.partition, frame.epoch))
     try:
-        await host.wait_idle(rep)
+        host.check_appendable(rep)  # appends go on beside a running fsync
     except RingError:
         return _done(steps.reject_storage(rep, frame.epoch))
     try:
@@ -130,6 +147,8 @@ async def _append(frame: protocol.Append, leader: str, host: Host) -> Awaitable[
         return _done(steps.reject_storage(rep, frame.epoch))
     if isinstance(end, protocol.Reject):
         return _done(end)
+    if host.durable_now(rep, end):  # no fsync to wait for: the ack without a task of its own
+        return _done(protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable))
     return asyncio.ensure_future(_ack_when_durable(frame, rep, end, host))
 
 
