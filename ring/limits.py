@@ -147,6 +147,12 @@ REPLICATION_INFLIGHT_BYTES_MAX = 8 * MiB
 # Stored batches read for one append frame (at least one whole batch is sent):
 # big enough to amortise the frame, small enough to interleave partitions.
 REPLICATION_FRAME_BYTES_MAX = 1 * MiB
+# While an append frame to a follower is unanswered, fewer new records than this for that
+# partition wait and leave together in the next frame, once the answer comes (as Nagle's
+# algorithm holds small segments): one frame per request when requests come one at a time,
+# ever fewer per request as more come at once, so replication's cost per request falls as
+# the load rises. Batched produces (a frame's worth at once) are sent at once, pipelined.
+REPLICATION_FRAME_HOLD_RECORDS_MAX = 64
 # One replication message on the websocket: a frame of batches plus a batch
 # that did not fit, plus the frame's own few fields.
 REPLICATION_MESSAGE_BYTES_MAX = REPLICATION_FRAME_BYTES_MAX + BATCH_BYTES_MAX + 64 * KiB

@@ -401,6 +401,9 @@ class SendCursor:
     def can_send(self) -> bool:
         return self.next is not None and self.parked is None
 
+    def frames_in_flight(self) -> int:
+        return len(self._inflight)
+
     def sent(self, prev_end: int, end: int, nbytes: int) -> None:
         assert self.next == prev_end and end > prev_end, (self.next, prev_end, end)
         self.next = end
