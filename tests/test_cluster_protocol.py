@@ -194,6 +194,21 @@ def test_cursor_pipelines_and_acks_free_inflight_bytes() -> None:
     assert c.acked == 25
 
 
+def test_cursor_holds_a_few_records_while_a_frame_is_unanswered() -> None:
+    c = p.SendCursor(0.5)
+    assert not c.should_send(10, hold_records=64)  # where the follower ends is not known yet
+    c.on_ack(0, 100)
+    assert not c.should_send(0, 64)  # nothing new
+    assert c.should_send(1, 64)  # one record, nothing out: sent at once (one request at a time)
+    c.sent(0, 1, 100)
+    assert not c.should_send(5, 64)  # four more while that frame is out: they wait for its answer
+    assert c.should_send(65, 64)  # a frame's worth (a batched produce) goes at once, pipelined
+    c.on_ack(1, 100)
+    assert c.should_send(5, 64)  # the answer came: the held records leave together
+    c.on_reject(1, p.STALE_EPOCH, 100, 0.0)
+    assert not c.should_send(500, 64)  # parked
+
+
 def test_cursor_resends_once_from_the_followers_end_after_a_gap() -> None:
     c = p.SendCursor(0.5)
     c.on_ack(50, 100)

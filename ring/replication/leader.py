@@ -290,9 +290,7 @@ class FollowerLink:
 
     async def _send_batches(self, ws: aiohttp.ClientWebSocketResponse, rep: Replica,
                             cur: protocol.SendCursor) -> None:
-        while (cur.can_send() and cur.next < rep.log.end_offset and not rep.deleted
-               and (not cur.frames_in_flight()
-                    or rep.log.end_offset - cur.next >= limits.REPLICATION_FRAME_HOLD_RECORDS_MAX)
+        while (cur.should_send(rep.log.end_offset, limits.REPLICATION_FRAME_HOLD_RECORDS_MAX) and not rep.deleted
                and self.inflight_bytes() < limits.REPLICATION_INFLIGHT_BYTES_MAX):
             prev = cur.next
             try:

@@ -401,8 +401,13 @@ class SendCursor:
     def can_send(self) -> bool:
         return self.next is not None and self.parked is None
 
-    def frames_in_flight(self) -> int:
-        return len(self._inflight)
+    def should_send(self, log_end: int, hold_records: int) -> bool:
+        """Whether to send a frame now of what lies between ``next`` and ``log_end``: fewer than
+        ``hold_records`` new records wait while a frame is unanswered, to leave with what comes
+        next in one frame when the answer does (as Nagle's algorithm holds small segments)."""
+        if not self.can_send() or self.next >= log_end:
+            return False
+        return not self._inflight or log_end - self.next >= hold_records
 
     def sent(self, prev_end: int, end: int, nbytes: int) -> None:
         assert self.next == prev_end and end > prev_end, (self.next, prev_end, end)
