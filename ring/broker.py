@@ -489,6 +489,10 @@ class Broker:
         """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
         await self.commits.make_durable(part, end)
 
+    def durable_now(self, part: Replica, end: int) -> bool:
+        """Mark offsets below ``end`` durable if the policy needs no fsync for it (not ``always``); whether it did."""
+        return self.commits.durable_now(part, end)
+
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(limits.RETENTION_CHECK_INTERVAL_MS / 1000)

@@ -79,15 +79,12 @@ class _Connection(asyncio.Protocol):
         del self.buf[: start + length]
         return int(head[9:12]), body, b"\r\nconnection: close" not in head
 
-    async def request(self, data: bytes | list[bytes]) -> tuple[int, bytes, bool]:
+    async def request(self, data: bytes) -> tuple[int, bytes, bool]:
         assert self.transport is not None and self.waiter is None
         if self.lost is not None:
             raise self.lost
         self.waiter = asyncio.get_running_loop().create_future()
-        if isinstance(data, list):
-            self.transport.writelines(data)
-        else:
-            self.transport.write(data)
+        self.transport.write(data)
         return await self.waiter
 
     def close(self) -> None:
@@ -103,7 +100,7 @@ class Pool:
         if u.scheme != "http" or u.hostname is None:
             raise ValueError(f"plain http URLs only: {url}")
         self.host, self.port = u.hostname, u.port or 80
-        self.host_header = f"{u.hostname}:{self.port}".encode()
+        self.host_header = f"{u.hostname}:{self.port}"
         self.idle: list[_Connection] = []
         self.all: set[_Connection] = set()
 
@@ -113,7 +110,7 @@ class Pool:
         self.all.add(conn)
         return conn
 
-    async def request(self, data: bytes | list[bytes]) -> tuple[int, bytes]:
+    async def request(self, data: bytes) -> tuple[int, bytes]:
         """Send a whole request (head and body, built by the caller); its status and body."""
         conn = self.idle.pop() if self.idle else await self._open()
         try:
@@ -130,7 +127,7 @@ class Pool:
         return status, body
 
     def post_head(self, path_and_query: str, content_type: str, length: int) -> bytes:
-        return (f"POST {path_and_query} HTTP/1.1\r\nHost: {self.host_header.decode()}\r\n"
+        return (f"POST {path_and_query} HTTP/1.1\r\nHost: {self.host_header}\r\n"
                 f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n").encode()
 
     def close(self) -> None:

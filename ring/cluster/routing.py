@@ -151,10 +151,6 @@ class Routing(Broker):
         await self.commits.idle(part)
         Broker.check_appendable(self, part)
 
-    def durable_now(self, part: Replica, end: int) -> bool:
-        """Whether offsets below ``end`` are durable by the policy without waiting (not ``always``)."""
-        return self.commits.durable_now(part, end)
-
     # --- reads ---------------------------------------------------------------------------
 
     def _remote_partition(self, topic: str, partition: int) -> list[str] | None:
