@@ -151,7 +151,7 @@ REPLICATION_FRAME_BYTES_MAX = 1 * MiB
 # partition wait and leave together in the next frame, once the answer comes (as Nagle's
 # algorithm holds small segments): one frame per request when requests come one at a time,
 # ever fewer per request as more come at once, so replication's cost per request falls as
-# the load rises. Batched produces (a frame's worth at once) are sent at once, pipelined.
+# the load rises. Batched produces (that many records or more at once) are sent at once, pipelined.
 REPLICATION_FRAME_HOLD_RECORDS_MAX = 64
 # One replication message on the websocket: a frame of batches plus a batch
 # that did not fit, plus the frame's own few fields.

@@ -202,7 +202,7 @@ def test_cursor_holds_a_few_records_while_a_frame_is_unanswered() -> None:
     assert c.should_send(1, 64)  # one record, nothing out: sent at once (one request at a time)
     c.sent(0, 1, 100)
     assert not c.should_send(5, 64)  # four more while that frame is out: they wait for its answer
-    assert c.should_send(65, 64)  # a frame's worth (a batched produce) goes at once, pipelined
+    assert c.should_send(65, 64)  # 64 or more new records (a batched produce) go at once, pipelined
     c.on_ack(1, 100)
     assert c.should_send(5, 64)  # the answer came: the held records leave together
     c.on_reject(1, p.STALE_EPOCH, 100, 0.0)
