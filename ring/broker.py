@@ -473,10 +473,11 @@ class Broker:
             await self.make_durable(part, dup.base_offset + dup.count)
             return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
         base = part.log.end_offset
-        for b in batches:
-            part.log.append(b, part.epoch)
+        count = 0
+        for b in batches:  # decoded (CRC checked) or built by this broker
+            count += part.log.append(b, part.epoch, checked=True).record_count
         end = part.log.end_offset
-        assert end - base == sum(batchfmt.read_header(b).record_count for b in batches)
+        assert end - base == count
         self.producers.appended(part, batches, base)
         self._appended(part)
         await self.make_durable(part, end)

@@ -77,6 +77,23 @@ def test_batches_validate_without_decoding_records() -> None:
         codec.decode_batches(bytes(wrong_count))
 
 
+def test_batch_records_over_the_size_limits_are_413() -> None:
+    def one(key: bytes | None, value: bytes, headers: dict | None = None) -> bytes:
+        return bytes(batchfmt.encode([(None, key, value, headers)], now_ms=1))
+
+    at_limit = b"x" * limits.MESSAGE_BYTES_MAX
+    assert codec.decode_batches(one(None, at_limit)).record_count == 1  # the limit itself is allowed
+    for oversized in (one(None, at_limit + b"x"),  # a value
+                      one(b"k" * (limits.KEY_BYTES_MAX + 1), b"v"),  # a key
+                      one(None, b"v", {"h": at_limit + b"x"})):  # a header's value
+        with pytest.raises(PayloadTooLarge):
+            codec.decode_batches(oversized)
+    torn = one(None, b"v")[:-1]
+    with pytest.raises(Exception) as exc:  # torn: a CRC or framing error, never a 413
+        codec.decode_batches(torn)
+    assert not isinstance(exc.value, PayloadTooLarge)
+
+
 def test_a_compressed_batch_that_inflates_too_far_is_refused() -> None:
     import zstandard
 

@@ -204,6 +204,16 @@ def encode_payload(
     return buf
 
 
+_make_header = BatchHeader._make  # from the unpacked tuple as it is: no argument unpacking per header
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_POS = 42  # base_offset .. max_timestamp come first: 8 + 4 + 4 + 4 + 1 + 1 + 4 + 8 + 8
+
+
+def producer_id(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The producer id field of the batch at ``pos`` (-1: not idempotent), without parsing the header."""
+    return _PRODUCER_ID.unpack_from(buf, pos + _PRODUCER_ID_POS)[0]
+
+
 def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Assign offset and epoch in place; the CRC stays valid."""
     _OFFSET_EPOCH.pack_into(buf, pos, base_offset, leader_epoch)
@@ -213,7 +223,7 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     """Parse the header at ``pos``; raises CorruptBatch if it cannot be a header."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptBatch("truncated batch header")
-    h = BatchHeader(*HEADER.unpack_from(buf, pos))
+    h = _make_header(HEADER.unpack_from(buf, pos))
     if h.magic != MAGIC:
         raise CorruptBatch(f"bad magic {h.magic}")
     if h.length < _LENGTH_BASE or h.record_count < 1:

@@ -170,10 +170,15 @@ class PartitionLog:
 
     # --- appending ---------------------------------------------------------------
 
-    def append(self, batch_buf: bytearray, leader_epoch: int) -> BatchHeader:
-        """Leader path: stamp one batch with the next offset and ``leader_epoch``, and write it."""
+    def append(self, batch_buf: bytearray, leader_epoch: int, *, checked: bool = False) -> BatchHeader:
+        """Leader path: stamp one batch with the next offset and ``leader_epoch``, and write it.
+
+        ``checked``: the caller verified this buffer's CRC itself (the produce
+        decoders do, on every batch a client or peer sends; ``batch.encode``
+        builds a valid one), so it is not computed a second time here.
+        """
         self._check_open()
-        h = batch.check(batch_buf)
+        h = batch.read_header(batch_buf) if checked else batch.check(batch_buf)
         if h.size != len(batch_buf):
             raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(batch_buf)} bytes")
         if leader_epoch < self._epochs.latest_epoch:
