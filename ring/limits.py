@@ -149,10 +149,12 @@ REPLICATION_INFLIGHT_BYTES_MAX = 8 * MiB
 REPLICATION_FRAME_BYTES_MAX = 1 * MiB
 # While an append frame to a follower is unanswered, fewer new records than this for that
 # partition wait and leave together in the next frame, once the answer comes (as Nagle's
-# algorithm holds small segments): one frame per request when requests come one at a time,
-# ever fewer per request as more come at once, so replication's cost per request falls as
-# the load rises. Batched produces (that many records or more at once) are sent at once, pipelined.
-REPLICATION_FRAME_HOLD_RECORDS_MAX = 64
+# algorithm holds what is less than a full segment): one frame per request when requests come
+# one at a time, ever fewer per request as more come at once, so replication's cost per request
+# falls as the load rises. About a frame's worth of 1 KiB records: batched produces of 100 are
+# held too (at 32 of them in flight, 4% more throughput and a lower p99 than sending each at
+# once); a produce of this many records or more is sent at once, pipelined.
+REPLICATION_FRAME_HOLD_RECORDS_MAX = 1000
 # One replication message on the websocket: a frame of batches plus a batch
 # that did not fit, plus the frame's own few fields.
 REPLICATION_MESSAGE_BYTES_MAX = REPLICATION_FRAME_BYTES_MAX + BATCH_BYTES_MAX + 64 * KiB

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ring import limits
 from ring.errors import BadRequest, NotEnoughReplicas
 from ring.replication import protocol as p
 
@@ -207,6 +208,17 @@ def test_cursor_holds_a_few_records_while_a_frame_is_unanswered() -> None:
     assert c.should_send(5, 64)  # the answer came: the held records leave together
     c.on_reject(1, p.STALE_EPOCH, 100, 0.0)
     assert not c.should_send(500, 64)  # parked
+
+
+def test_the_hold_limit_holds_a_batched_produce_but_not_a_frames_worth() -> None:
+    hold = limits.REPLICATION_FRAME_HOLD_RECORDS_MAX
+    c = p.SendCursor(0.5)
+    c.on_ack(0, 0)
+    c.sent(0, 100, 100 * 1024)  # a produce of 100 records is out
+    assert not c.should_send(200, hold)  # the next 100 wait for its answer, to leave with what follows
+    assert c.should_send(100 + hold, hold)  # a frame's worth goes at once
+    c.on_ack(100, 1000)
+    assert c.should_send(200, hold)
 
 
 def test_cursor_resends_once_from_the_followers_end_after_a_gap() -> None:

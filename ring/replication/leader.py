@@ -10,9 +10,9 @@ with doubling backoff, and runs two loops on the connection:
   ends sends a sync frame (the probe: epoch, history, voters); a known cursor reads whole stored
   batches from the log at the cursor (bytes as they are) and sends append
   frames without waiting for answers, while the link's unacknowledged bytes
-  stay under ``REPLICATION_INFLIGHT_BYTES_MAX``, except that a few records
-  (under ``REPLICATION_FRAME_HOLD_RECORDS_MAX``) wait while a frame of that
-  partition is unanswered and leave together when the answer comes; then an
+  stay under ``REPLICATION_INFLIGHT_BYTES_MAX``, except that new records short
+  of a frame's worth (``REPLICATION_FRAME_HOLD_RECORDS_MAX``) wait while a frame
+  of that partition is unanswered and leave together when the answer comes; then an
   hw frame if the high watermark moved past what the follower was told.
   The links of one partition's followers usually read the same range in the
   same loop turn, so the bytes one link read are kept (``Streams.read``)
