@@ -330,13 +330,14 @@ def _unpack_payload(raw: bytes | memoryview) -> Any:
     try:
         return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False,
                                max_bin_len=limits.MESSAGE_BYTES_MAX)
-    except ValueError as exc:
-        if "exceeds max_bin_len" in str(exc):
-            raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
-                                  limit_bytes=limits.MESSAGE_BYTES_MAX) from None
-        raise BadRequest(f"batch payload is not msgpack: {exc}") from None
-    except (TypeError, msgpack.UnpackException) as exc:
-        raise BadRequest(f"batch payload is not msgpack: {exc}") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        refused = exc
+    try:  # refused: over the limit, or not msgpack at all? Unpacking without the limit tells.
+        msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        raise BadRequest(f"batch payload is not msgpack: {refused}") from None
+    raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
+                          limit_bytes=limits.MESSAGE_BYTES_MAX)
 
 
 def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:

@@ -206,7 +206,8 @@ def encode_payload(
 
 _make_header = BatchHeader._make  # from the unpacked tuple as it is: no argument unpacking per header
 _PRODUCER_ID = struct.Struct(">q")
-_PRODUCER_ID_POS = 42  # base_offset .. max_timestamp come first: 8 + 4 + 4 + 4 + 1 + 1 + 4 + 8 + 8
+_PRODUCER_ID_POS = struct.calcsize(HEADER.format[:10])  # the nine fields before it: base_offset .. max_timestamp
+assert HEADER.format[10] == "q" and _PRODUCER_ID_POS == 42
 
 
 def producer_id(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
