@@ -335,7 +335,7 @@ def _unpack_payload(raw: bytes | memoryview) -> Any:
     try:  # refused: over the limit, or not msgpack at all? Unpacking without the limit tells.
         msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False)
     except (ValueError, TypeError, msgpack.UnpackException):
-        raise BadRequest(f"batch payload is not msgpack: {refused or type(refused).__name__}") from None
+        raise BadRequest(f"batch payload is not msgpack: {str(refused) or type(refused).__name__}") from None
     raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
                           limit_bytes=limits.MESSAGE_BYTES_MAX)
 
