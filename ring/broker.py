@@ -5,7 +5,8 @@
 is the only thing the HTTP handlers call. It runs on one asyncio loop: log
 appends and reads are synchronous calls on that loop (``os.write``/
 ``os.pread``, no awaits in between, so one request's batches get consecutive
-offsets), and only fsyncs run in threads.
+offsets), and only fsyncs (and, under ``interval``, starting the kernel's
+writeback early) run in threads.
 
 Durability follows the fsync policy (``ring.replication.commit``: group
 commit under ``always``, a background loop under ``interval:<ms>``, a clean
@@ -189,6 +190,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         if self.config.fsync.mode == "interval":
             self._tasks.append(asyncio.create_task(self.commits.interval_loop(self._all_replicas), name="fsync"))
+            self._tasks.append(asyncio.create_task(self.commits.writeback_loop(self._all_replicas), name="writeback"))
 
     def begin_shutdown(self) -> None:
         """Stop waiting: long-polls answer with what they have, new produces get 503."""
@@ -602,6 +604,7 @@ class Broker:
             "auto_create": self.config.auto_create,
             "long_polls_open": self._long_polls,
             "fsyncs": self.commits.fsyncs,
+            "writebacks": self.commits.writebacks,
         }
 
     def cluster(self) -> dict[str, Any]:

@@ -111,6 +111,14 @@ RETENTION_BYTES_DEFAULT = -1
 
 # fsync policy "interval" with no number given: at most a second of writes at risk on power loss.
 FSYNC_INTERVAL_MS_DEFAULT = 1_000
+# Under the interval policy, a partition's log with this many bytes appended since
+# its writeback last started has the kernel start writing them to disk (in a thread;
+# not durable until the interval's fsync). An fsync that found a second's worth of
+# writes in the page cache held up the appends beside it for tens of milliseconds;
+# started this early, it finds little left. RocksDB's bytes_per_sync does the same.
+WRITEBACK_START_BYTES = 1 * MiB
+# How often the logs are checked for WRITEBACK_START_BYTES of new bytes.
+WRITEBACK_CHECK_INTERVAL_MS = 100
 # How often a broker applies retention: deleting whole segments is not urgent.
 RETENTION_CHECK_INTERVAL_MS = 30_000
 

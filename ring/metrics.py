@@ -264,6 +264,9 @@ class BrokerCollector:
                 yield GaugeMetricFamily(name, doc, value=status[key])
         if isinstance(status.get("fsyncs"), int):
             yield CounterMetricFamily("ring_fsyncs", "fsync calls on partition logs", value=status["fsyncs"])
+        if isinstance(status.get("writebacks"), int):
+            yield CounterMetricFamily("ring_writebacks_started", "writebacks of partition logs started before their fsync",
+                                      value=status["writebacks"])
         ready = _gauge("ring_broker_ready", "1 when /v1/status answers 200 (not joining, not shutting down)")
         ready.add_metric([], 1.0 if status.get("status") == "ok" else 0.0)
         yield ready

@@ -158,3 +158,28 @@ async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: P
         assert broker.fsyncs - before <= 2 and part.hw == 50
     finally:
         await broker.close()
+
+
+async def test_interval_policy_starts_writeback_between_fsyncs(tmp_path: Path) -> None:
+    # A long interval, so the writes below meet no fsync: only the writeback loop sees them.
+    broker = Broker(BrokerConfig(data_dir=tmp_path / "wb", fsync=FsyncPolicy.parse("interval:60000")), SystemClock())
+    broker.open()
+    await broker.start()
+    try:
+        broker.create_topic(TopicConfig(name="wb", partitions=1))
+        part = broker._parts["wb"][0]
+        value = b"x" * 1000
+        small = [(None, None, value, None)] * 100
+        await broker.produce_records("wb", 0, small, [1016] * 100, False, False)  # ~100 KB: under the threshold
+        await asyncio.sleep(3 * limits.WRITEBACK_CHECK_INTERVAL_MS / 1000)
+        assert broker.status()["writebacks"] == 0 and part.log.writeback_due(1)
+        for _ in range(2 * limits.WRITEBACK_START_BYTES // (100 * 1016) + 1):
+            await broker.produce_records("wb", 0, small, [1016] * 100, False, False)
+        deadline = time.monotonic() + 5
+        while broker.status()["writebacks"] == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert broker.status()["writebacks"] >= 1
+        assert not part.log.writeback_due(limits.WRITEBACK_START_BYTES)  # what was written is under way
+        assert broker.fsyncs == 0 and part.log.unsynced_bytes > 0  # and none of it is called durable
+    finally:
+        await broker.close()

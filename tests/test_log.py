@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -313,6 +314,20 @@ def test_sync_and_maybe_sync_follow_the_policy(tmp_path):
     put(never)
     clock.advance(100)
     assert not never.maybe_sync() and never.unsynced_bytes > 0
+
+
+def test_start_writeback_counts_what_it_covers_and_leaves_durability_to_sync(tmp_path):
+    log = mk(tmp_path, fsync=FsyncPolicy.parse("interval:1000"))
+    assert not log.writeback_due(1)
+    put(log, n=50, size=1000)
+    assert log.writeback_due(40_000) and not log.writeback_due(10**9)
+    assert log.start_writeback() is (sys.platform == "linux")  # the kernel took the hint
+    assert not log.writeback_due(1)
+    assert log.unsynced_bytes > 0  # only sync makes anything durable
+    put(log)
+    assert log.writeback_due(1)
+    log.close()
+    assert not log.start_writeback()  # a closed log: nothing to do, no error
 
 
 def test_close_marks_a_clean_shutdown_and_abandon_does_not(tmp_path):

@@ -117,6 +117,7 @@ async def test_traffic_is_counted_by_route_topic_and_status(served: Served) -> N
     assert value(samples, "ring_cluster_broker_status", broker="ring-0", status="up") == 1
     assert value(samples, "ring_topics") == 1
     assert value(samples, "ring_fsyncs_total") >= 1
+    assert value(samples, "ring_writebacks_started_total") == 0  # policy always: every append is synced
     assert value(samples, "ring_disk_used_bytes") > 0
     assert value(samples, "ring_broker_info", broker="ring-0", version=__import__("ring").__version__) == 1
     assert value(samples, "ring_elections_total", result="won") == 0

@@ -34,7 +34,7 @@ from ring.log import batch
 from ring.log.batch import BatchHeader
 from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
 from ring.log.config import LogConfig
-from ring.log.fsync import fsync_dir, write_atomically
+from ring.log.fsync import fsync_dir, start_writeback, write_atomically
 from ring.log.index import REL_OFFSET_MAX
 from ring.log.recovery import open_segments, rebuild_epochs, remove_strays
 from ring.log.segment import Segment
@@ -54,6 +54,8 @@ class PartitionLog:
         self._pending: list[Segment] = []  # rolled but not yet fsynced
         self._dir_dirty = False
         self._unsynced_bytes = 0
+        self._written_bytes = 0  # appended in this run, ever growing
+        self._writeback_from = 0  # _written_bytes when writeback was last started
         self._last_sync = clock.monotonic()
         # Guards the segment list and counters against a sync() in another thread.
         self._lock = threading.RLock()
@@ -245,6 +247,7 @@ class PartitionLog:
                     active.append(view[start : start + used], [(h, p - start) for h, p in headers[i:j]])
                     self._size_bytes += used
                     self._unsynced_bytes += used
+                    self._written_bytes += used
                     i = j
             except OSError as exc:
                 raise StorageError(f"writing to {self.directory}: {exc}") from exc
@@ -374,6 +377,26 @@ class PartitionLog:
                 for seg in pending:
                     if seg in self._segments[:-1]:
                         seg.release_index_fds()
+
+    def writeback_due(self, min_bytes: int) -> bool:
+        """Whether ``min_bytes`` or more were appended since writeback last started."""
+        return self._written_bytes - self._writeback_from >= min_bytes
+
+    def start_writeback(self) -> bool:
+        """Have the kernel start writing the active segment to disk, without waiting (``fsync.start_writeback``).
+
+        Like ``sync`` it may run in another thread beside appends: a duplicated
+        descriptor taken under the lock. Rolled segments are left to the next sync.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            fd = os.dup(self._segments[-1].fd)
+            self._writeback_from = self._written_bytes
+        try:
+            return start_writeback(fd)
+        finally:
+            os.close(fd)
 
     def maybe_sync(self) -> bool:
         """Sync if the fsync policy asks for it now; returns whether it synced.
