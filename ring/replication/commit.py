@@ -35,7 +35,7 @@ class GroupCommit:
     def __init__(self, policy: FsyncPolicy) -> None:
         self.policy = policy
         self.fsyncs = 0  # completed replica fsyncs, for status and for telling group commit works
-        self.writebacks = 0  # writebacks started early (interval policy)
+        self.writebacks = 0  # writebacks the kernel started early on request (interval policy)
 
     @staticmethod
     async def idle(part: Replica) -> None:
@@ -104,10 +104,9 @@ class GroupCommit:
                 if (part.running_sync is None and not part.deleted and not part.failed
                         and plog.writeback_due(limits.WRITEBACK_START_BYTES)):
                     try:
-                        await loop.run_in_executor(None, plog.start_writeback)
+                        self.writebacks += await loop.run_in_executor(None, plog.start_writeback)
                     except OSError as exc:  # only a hint to the kernel: the next fsync reports real trouble
                         log.debug("starting writeback of %s/%d: %s", part.topic, part.index, exc)
-                    self.writebacks += 1
 
     async def interval_loop(self, replicas: Callable[[], Iterable[Replica]]) -> None:
         """Policy ``interval``: sync every replica with unsynced bytes, every interval."""
