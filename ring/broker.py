@@ -451,8 +451,8 @@ class Broker:
         if self._closing:
             raise Unavailable("the broker is shutting down")
 
-    async def wait_writable(self, part: Replica) -> None:
-        """Return when ``part`` may be appended to now; raise if it never may."""
+    def check_writable(self, part: Replica) -> None:
+        """The leader's append path: raise unless ``part`` may be appended to now."""
         self.check_appendable(part)
 
     def check_appendable(self, part: Replica) -> None:
@@ -469,7 +469,7 @@ class Broker:
     async def _append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
         """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
         await self.producers.prepare(part, batches)  # idempotent batches: their producer table is ready
-        await self.wait_writable(part)
+        self.check_writable(part)
         dup = self.producers.check(part, batches)  # no await from here to the append
         if dup is not None:  # a retry of batches written before: their offsets, nothing appended
             await self.make_durable(part, dup.base_offset + dup.count)

@@ -140,16 +140,16 @@ class Routing(Broker):
             raise NotLeader(f"{self.name} does not lead {topic}/{p} now (leader: {hint}); retry",
                             topic=topic, partition=p, leader=hint if hint != self.name else None)
 
-    async def wait_writable(self, part: Replica) -> None:
-        """The leader's append path: writable, and still leading once it is (no await after this)."""
-        await super().wait_writable(part)
+    def check_writable(self, part: Replica) -> None:
+        """The leader's append path: writable, and still leading (no await from here to the append)."""
+        super().check_writable(part)
         self._check_leading(part, part.topic, part.index)
 
     async def wait_idle(self, part: Replica) -> None:
         """The follower's path before a sync frame (which may truncate): no fsync runs on the log,
         and it may be written."""
         await self.commits.idle(part)
-        Broker.check_appendable(self, part)
+        self.check_appendable(part)
 
     # --- reads ---------------------------------------------------------------------------
 
