@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from ring import limits
 from ring.cluster import leaders, placement
+from ring.gossip import state as gossip_state
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
 
@@ -77,19 +78,35 @@ def test_leads_round_trip_and_spill_long_topics() -> None:
     leads = {("orders", p): 3 + p % 2 for p in range(1000)} | {("t", 0): 1}
     doc = leaders.encode_leads(leads)
     assert all(len(v.encode()) <= limits.GOSSIP_STRING_BYTES_MAX for v in doc.values())
-    assert len(doc) > 2 and "orders~1" in doc
+    assert len(doc) == 2 and doc["@1"].startswith("@orders ")  # spilled, named again
     assert leaders.decode_leads(doc) == leads
-    parts = {("a", 1), ("b.c", 7)}
+    parts = {("a", 1), ("b.c", 7), ("12.5", 3)}  # a topic may be named like an item
     assert leaders.decode_partitions(leaders.encode_partitions(parts)) == parts
     assert leaders.decode_removed({"ring-1": 5, "x": "nope", 3: 4}) == {"ring-1": 5}
 
 
+def test_a_broker_leading_thousands_of_topics_claims_every_one_within_the_gossip_limits() -> None:
+    # One key per topic stopped at GOSSIP_MAP_KEYS_MAX (256) topics: the rest went
+    # unclaimed, and their followers deposed the leader over and over.
+    long_name = "x" * limits.TOPIC_NAME_BYTES_MAX
+    leads = {(f"topic-{i}", p): i % 7 for i in range(3000) for p in (i % 3, 3 + i % 3)}
+    leads |= {(long_name, p): 9 for p in range(limits.TOPIC_PARTITIONS_MAX)}
+    doc = leaders.encode_leads(leads)
+    assert len(doc) <= limits.GOSSIP_MAP_KEYS_MAX
+    assert all(len(v.encode()) <= limits.GOSSIP_STRING_BYTES_MAX for v in doc.values())
+    assert leaders.decode_leads(doc) == leads
+    assert gossip_state.plain({"leads": doc}, "extra") == {"leads": doc}  # what a peer's gossip check accepts
+    behind = set(leads)
+    assert leaders.decode_partitions(leaders.encode_partitions(behind)) == behind
+
+
 def test_gossiped_maps_never_raise_on_garbage() -> None:
-    for junk in (None, [], "x", {"t": 5}, {"t": "1.x 2. .3 4.5"}, {5: "1.2"}):
+    for junk in (None, [], "x", {"t": 5}, {"@0": "1.x 2. .3 4.5"}, {5: "1.2"}, {"@0": "@ 1.2 @@ 3"}, {"@0": 7}):
         leaders.decode_leads(junk)
         leaders.decode_partitions(junk)
         leaders.decode_removed(junk)
-    assert leaders.decode_leads({"t": "1.x 2. .3 4.5"}) == {("t", 4): 5}
+    assert leaders.decode_leads({"@0": "@t 1.x 2. .3 4.5", "t": "@u 1.1"}) == {("t", 4): 5}
+    assert leaders.decode_partitions({"@0": "1 @t 2 x @ 3"}) == {("t", 2)}
 
 
 def test_the_newest_live_claim_names_the_leader() -> None:

@@ -2,17 +2,25 @@
 
 Every broker puts three small maps in the ``extra`` of its gossip entry:
 
-* ``leads``: the partitions it leads and the epoch of each, as
-  ``{topic: "p.epoch p.epoch ..."}`` (strings, since a gossiped list holds at
-  most ``GOSSIP_MAP_KEYS_MAX`` items; a long topic spills into keys
-  ``topic~1``, ``topic~2`` ...);
+* ``leads``: the partitions it leads and the epoch of each;
 * ``behind``: the partitions it holds that came back from an unclean shutdown
-  and have not caught up with a leader yet, as ``{topic: "p p ..."}``: they
-  are not elected before they have;
+  and have not caught up with a leader yet: they are not elected before they
+  have;
 * ``removed``: brokers it has taken off the ring (decommissioned, or down
   longer than the grace period), ``{name: generation}``; a broker is removed
   while any live broker lists its current generation (a later restart of it
   joins afresh).
+
+Both partition maps are packed the same way: keys ``@0``, ``@1`` ... (no
+topic is named with an ``@``), each a string of at most
+``GOSSIP_STRING_BYTES_MAX`` bytes of space-separated tokens, where ``@topic``
+starts a topic and each ``p.epoch`` (``leads``) or ``p`` (``behind``) after
+it names one of its partitions; a topic whose partitions do not fit goes on
+in the next key, named again. A gossiped map holds at most
+``GOSSIP_MAP_KEYS_MAX`` keys, so the claims of a broker fit in 256 strings of
+4 KiB, some 100,000 partitions led; one key per topic would have left every
+topic past the 256th unclaimed, and its followers would have deposed its
+leader again and again.
 
 ``leader_from_claims`` picks, among live brokers claiming a partition, the
 one with the newest epoch. Decoding never raises: a peer's malformed entry
@@ -26,75 +34,77 @@ from typing import Any, Callable, Iterable, Mapping
 from ring import limits
 
 Key = tuple[str, int]
-SPILL = "~"
 
 
-def _chunks(topic: str, items: list[str]) -> Iterable[tuple[str, str]]:
-    budget = limits.GOSSIP_STRING_BYTES_MAX - 16
-    part, size, n = [], 0, 0
-    for item in items:
-        if part and size + len(item) + 1 > budget:
-            yield (topic if n == 0 else f"{topic}{SPILL}{n}"), " ".join(part)
-            part, size, n = [], 0, n + 1
-        part.append(item)
-        size += len(item) + 1
-    if part:
-        yield (topic if n == 0 else f"{topic}{SPILL}{n}"), " ".join(part)
+MARK = "@"  # starts a topic's name in a packed string, and every key (TOPIC_NAME_PATTERN has no "@")
 
 
-def _encode(per_topic: Mapping[str, list[str]]) -> dict[str, str]:
+def _pack(per_topic: Mapping[str, list[str]]) -> dict[str, str]:
+    """``{"@0": "@topic item item @topic2 item", "@1": ...}``, each string within the gossip limit."""
+    budget = limits.GOSSIP_STRING_BYTES_MAX
     out: dict[str, str] = {}
+    part: list[str] = []
+    size, part_topic = 0, ""
     for topic in sorted(per_topic):
-        for key, text in _chunks(topic, per_topic[topic]):
-            if len(out) >= limits.GOSSIP_MAP_KEYS_MAX:
-                return out  # the rest goes unsaid: replicas and not_leader answers still tell
-            out[key] = text
+        head = MARK + topic
+        for item in per_topic[topic]:
+            need = len(item) + 1 + (0 if part and part_topic == topic else len(head) + 1)
+            if part and size + need > budget:
+                out[f"{MARK}{len(out)}"] = " ".join(part)
+                if len(out) >= limits.GOSSIP_MAP_KEYS_MAX:
+                    return out  # the rest goes unsaid (far beyond what a broker leads)
+                part, size = [], 0
+            if not part or part_topic != topic:
+                part.append(head)
+                size += len(head) + 1
+                part_topic = topic
+            part.append(item)
+            size += len(item) + 1
+    if part:
+        out[f"{MARK}{len(out)}"] = " ".join(part)
     return out
+
+
+def _unpack(doc: Any) -> Iterable[tuple[str, str]]:
+    """(topic, item) of every item in a packed map; anything malformed is skipped."""
+    if not isinstance(doc, dict):
+        return
+    for key, text in doc.items():
+        if not isinstance(key, str) or not key.startswith(MARK) or not isinstance(text, str):
+            continue
+        topic = None
+        for token in text.split():
+            if token.startswith(MARK):
+                topic = token[1:] or None
+            elif topic is not None:
+                yield topic, token
 
 
 def encode_leads(leads: Mapping[Key, int]) -> dict[str, str]:
     per: dict[str, list[str]] = {}
     for (t, p), e in sorted(leads.items()):
         per.setdefault(t, []).append(f"{p}.{e}")
-    return _encode(per)
+    return _pack(per)
 
 
 def encode_partitions(keys: Iterable[Key]) -> dict[str, str]:
     per: dict[str, list[str]] = {}
     for t, p in sorted(keys):
         per.setdefault(t, []).append(str(p))
-    return _encode(per)
-
-
-def _topic_of(key: str) -> str:
-    base, sep, n = key.rpartition(SPILL)
-    return base if sep and n.isdigit() else key
+    return _pack(per)
 
 
 def decode_leads(doc: Any) -> dict[Key, int]:
     out: dict[Key, int] = {}
-    if not isinstance(doc, dict):
-        return out
-    for key, text in doc.items():
-        if not isinstance(key, str) or not isinstance(text, str):
-            continue
-        topic = _topic_of(key)
-        for item in text.split():
-            p, _, e = item.partition(".")
-            if p.isdigit() and e.isdigit():
-                out[(topic, int(p))] = int(e)
+    for topic, item in _unpack(doc):
+        p, _, e = item.partition(".")
+        if p.isdigit() and e.isdigit():
+            out[(topic, int(p))] = int(e)
     return out
 
 
 def decode_partitions(doc: Any) -> set[Key]:
-    out: set[Key] = set()
-    if not isinstance(doc, dict):
-        return out
-    for key, text in doc.items():
-        if isinstance(key, str) and isinstance(text, str):
-            topic = _topic_of(key)
-            out.update((topic, int(p)) for p in text.split() if p.isdigit())
-    return out
+    return {(topic, int(item)) for topic, item in _unpack(doc) if item.isdigit()}
 
 
 def decode_removed(doc: Any) -> dict[str, int]:
