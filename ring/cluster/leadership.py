@@ -59,6 +59,7 @@ class Leadership:
         self._changed = asyncio.Event()
         self._claims_cache: dict[str, tuple[Any, dict[Key, int]]] = {}
         self._announcing: asyncio.Task[None] | None = None
+        self._published: tuple[Any, dict[Key, int], set[Key]] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -142,7 +143,7 @@ class Leadership:
     # --- the tick ------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        for action in self.watch.tick(self.clock.monotonic(), self.node.replicas(), self):
+        for action in self.watch.tick(self.clock.monotonic(), self.node.replicas(), _TickView(self)):
             self._carry_out(action)
         self.publish()
 
@@ -184,12 +185,19 @@ class Leadership:
             await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     def publish(self) -> None:
+        """Put what this broker leads (and what it holds that is behind) into its gossip entry,
+        encoded again only when it changed."""
         ms = self.node.membership
         if ms is None:
             return
         reps = self.node.replicas()
-        ms.set_extra("leads", leaders.encode_leads({(r.topic, r.index): r.epoch for r in reps if r.is_leader}))
-        ms.set_extra("behind", leaders.encode_partitions((r.topic, r.index) for r in reps if not r.caught_up))
+        leads = {(r.topic, r.index): r.epoch for r in reps if r.is_leader}
+        behind = {(r.topic, r.index) for r in reps if not r.caught_up}
+        published = (ms, leads, behind)
+        if self._published is None or self._published[0] is not ms or self._published[1:] != published[1:]:
+            ms.set_extra("leads", leaders.encode_leads(leads))
+            ms.set_extra("behind", leaders.encode_partitions(behind))
+            self._published = published
 
     # --- standing for election ------------------------------------------------------------------
 
@@ -321,3 +329,46 @@ class Leadership:
             return False
         self._spawn(self._stand(rep, transfer=True), f"take over {topic}/{partition}")
         return True
+
+
+class _TickView:
+    """The View for one tick: what gossip says about each broker, worked out once per tick
+    rather than once per replica (a tick runs without an await, so gossip cannot change
+    meanwhile). With hundreds of partitions the per-replica phi and decode work was most of
+    an idle broker's CPU."""
+
+    def __init__(self, source: Leadership) -> None:
+        self._source = source
+        self._alive: dict[str, bool] = {}
+        self._up: dict[str, bool] = {}
+        self._generation: dict[str | None, int | None] = {}
+        self._behind: dict[str, set[Key]] = {}
+        self._claims: dict[str, dict[Key, int]] | None = None
+
+    def alive(self, name: str) -> bool:
+        got = self._alive.get(name)
+        if got is None:
+            got = self._alive[name] = self._source.alive(name)
+        return got
+
+    def up(self, name: str) -> bool:
+        got = self._up.get(name)
+        if got is None:
+            got = self._up[name] = self._source.up(name)
+        return got
+
+    def generation(self, name: str | None) -> int | None:
+        if name not in self._generation:
+            self._generation[name] = self._source.generation(name)
+        return self._generation[name]
+
+    def claims(self) -> dict[str, dict[Key, int]]:
+        if self._claims is None:
+            self._claims = self._source.claims()
+        return self._claims
+
+    def behind(self, name: str) -> set[Key]:
+        got = self._behind.get(name)
+        if got is None:
+            got = self._behind[name] = self._source.behind(name)
+        return got

@@ -96,7 +96,11 @@ class Watch:
     timers: dict[Key, Timers] = field(default_factory=dict)
 
     def timer(self, rep: Replica, now: float) -> Timers:
-        return self.timers.setdefault((rep.topic, rep.index), Timers(led_since=now, retry_s=self.settings.retry_s))
+        key = (rep.topic, rep.index)
+        t = self.timers.get(key)
+        if t is None:
+            t = self.timers[key] = Timers(led_since=now, retry_s=self.settings.retry_s)
+        return t
 
     # --- the tick ----------------------------------------------------------------------------
 
@@ -171,9 +175,10 @@ class Watch:
             steps.adopt_epoch(rep, best[1])
             out.append(Action("changed", rep))
             return
+        settled = list(rep.voters) == list(rep.replicas)  # the voter set is the preference list: no step
         filled_to = max(rep.hw, rep.epoch_start)
-        voters = placement.next_voters(rep.voters, rep.replicas, self.name,
-                                       lambda r: view.alive(r) and rep.follower_ends.get(r, -1) >= filled_to)
+        voters = rep.voters if settled else placement.next_voters(
+            rep.voters, rep.replicas, self.name, lambda r: view.alive(r) and rep.follower_ends.get(r, -1) >= filled_to)
         if voters != rep.voters:
             log.info("%s/%d: voters %s -> %s", rep.topic, rep.index, ",".join(rep.voters), ",".join(voters))
             rep.set_voters(voters)
@@ -181,6 +186,8 @@ class Watch:
             out.append(Action("changed", rep, target="voters"))
         if t.handing or now < t.handoff_next:
             return
+        if settled and rep.replicas[0] == self.name and rep.damaged_at is None:
+            return  # the natural leader, placed and undamaged: nobody to hand over to
         target = self._handoff_target(rep, t, view, now)
         if target is not None:
             t.handing = True
