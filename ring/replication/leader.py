@@ -6,7 +6,9 @@ one partition this broker leads. A link connects to the follower's
 with doubling backoff, and runs two loops on the connection:
 
 * the sender, woken by new appends, high-watermark moves and freed budget,
-  walks its partitions: a cursor that does not know where the follower's log
+  walks the partitions that were woken (``FollowerLink.mark``; not every
+  partition of the link, so a produce costs the same with one partition or
+  thousands), and those whose probe is due: a cursor that does not know where the follower's log
   ends sends a sync frame (the probe: epoch, history, voters); a known cursor reads whole stored
   batches from the log at the cursor (bytes as they are) and sends append
   frames without waiting for answers, while the link's unacknowledged bytes
@@ -125,10 +127,11 @@ class Streams:
 
     def notify(self, rep: Replica) -> None:
         """New batches or a new high watermark on a partition we lead: wake its followers' senders."""
-        for name in self._followers_of.get((rep.topic, rep.index), ()):
+        key = (rep.topic, rep.index)
+        for name in self._followers_of.get(key, ()):
             link = self.links.get(name)
             if link is not None:
-                link.wake.set()
+                link.mark(key)
 
     def resync(self, rep: Replica) -> None:
         """Send every follower of ``rep`` a sync again (its voter set changed)."""
@@ -138,16 +141,16 @@ class Streams:
             cur = link.cursors.get((rep.topic, rep.index)) if link is not None else None
             if cur is not None:
                 cur.reset(now)
-                link.wake.set()
+                link.mark((rep.topic, rep.index))
 
     def reprobe(self) -> None:
         """Probe now the followers that did not know a partition yet (a topic was just announced)."""
         now = self.clock.monotonic()
         for link in self.links.values():
-            for cur in link.cursors.values():
+            for key, cur in link.cursors.items():
                 if cur.next is None and cur.parked is None:
                     cur.probe_at = min(cur.probe_at, now)
-            link.wake.set()
+                    link.mark(key)
 
     async def close(self) -> None:
         links = list(self.links.values())
@@ -182,6 +185,15 @@ class FollowerLink:
         self.follower = follower
         self.cursors: dict[Key, protocol.SendCursor] = {}
         self.wake = asyncio.Event()
+        # What the sender looks at on its next turn: partitions marked (new records, hw, an
+        # answer), the ones waiting for a probe time, and the ones that stopped at the link's
+        # in-flight budget (looked at again on any answer).
+        self.ready: dict[Key, None] = {}
+        self.timed: set[Key] = set()
+        self.blocked: set[Key] = set()
+        # At least the link's unanswered bytes (sends add, answers do not subtract); counted
+        # exactly again only when it reaches REPLICATION_INFLIGHT_BYTES_MAX.
+        self._inflight_bound = 0
         self.connected = False
         self.frames_sent = 0  # append frames, and the batches they carried: how well sends coalesce
         self.batches_sent = 0
@@ -199,6 +211,15 @@ class FollowerLink:
             if key not in self.cursors:
                 cur = self.cursors[key] = protocol.SendCursor(retry_s)
                 cur.reset(now)
+        self.mark_all()
+
+    def mark(self, key: Key) -> None:
+        """Have the sender look at this partition on its next turn."""
+        self.ready[key] = None
+        self.wake.set()
+
+    def mark_all(self) -> None:
+        self.ready.update(dict.fromkeys(self.cursors))
         self.wake.set()
 
     def stop(self) -> None:
@@ -209,6 +230,13 @@ class FollowerLink:
 
     def inflight_bytes(self) -> int:
         return sum(c.inflight_bytes for c in self.cursors.values())
+
+    def _has_room(self) -> bool:
+        """Whether the link's unanswered bytes are under REPLICATION_INFLIGHT_BYTES_MAX."""
+        if self._inflight_bound < limits.REPLICATION_INFLIGHT_BYTES_MAX:
+            return True
+        self._inflight_bound = self.inflight_bytes()
+        return self._inflight_bound < limits.REPLICATION_INFLIGHT_BYTES_MAX
 
     def describe(self) -> dict[str, object]:
         return {"connected": self.connected, "inflight_bytes": self.inflight_bytes(),
@@ -247,7 +275,8 @@ class FollowerLink:
             now = self.streams.clock.monotonic()
             for cur in self.cursors.values():
                 cur.reset(now)
-            self.wake.set()
+            self._inflight_bound = 0
+            self.mark_all()
             sender = asyncio.create_task(self._send_loop(ws))
             receiver = asyncio.create_task(self._receive_loop(ws))
             try:
@@ -265,33 +294,48 @@ class FollowerLink:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            retry_at: float | None = None
-            for key, cur in list(self.cursors.items()):
+            now = self.streams.clock.monotonic()
+            for key in self.timed:
+                cur = self.cursors.get(key)
+                if cur is None or cur.probe_at <= now:
+                    self.ready[key] = None
+            keys = list(self.ready)
+            self.ready.clear()
+            for key in keys:
+                cur = self.cursors.get(key)
                 rep = self.streams.replica(*key)
-                if rep is None or not rep.is_leader or rep.deleted:
+                if cur is None or rep is None or not rep.is_leader or rep.deleted:
+                    self.timed.discard(key)  # leading it again, or a new cursor, marks it again
                     continue
-                now = self.streams.clock.monotonic()
-                if cur.next is None:
-                    if cur.wants_probe(now):
-                        cur.probed(now)
-                        cur.hw_sent = rep.hw
-                        await ws.send_bytes(protocol.encode(steps.sync_frame(rep)))
-                    if cur.parked is None:
-                        retry_at = cur.probe_at if retry_at is None else min(retry_at, cur.probe_at)
-                    continue
-                await self._send_batches(ws, rep, cur)
-                if cur.next is None and cur.parked is None:
-                    retry_at = cur.probe_at if retry_at is None else min(retry_at, cur.probe_at)
-                if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
-                    cur.hw_sent = rep.hw
-                    await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
-            if retry_at is not None:
-                self._wake_at(retry_at)
+                await self._send_one(ws, key, rep, cur)
+            if self.timed:
+                self._wake_at(min(c.probe_at for c in map(self.cursors.get, self.timed) if c is not None))
+
+    async def _send_one(self, ws: aiohttp.ClientWebSocketResponse, key: Key, rep: Replica,
+                        cur: protocol.SendCursor) -> None:
+        """What one partition's cursor has to send now: a probe, append frames, an hw frame."""
+        now = self.streams.clock.monotonic()
+        if cur.next is None:
+            if cur.wants_probe(now):
+                cur.probed(now)
+                cur.hw_sent = rep.hw
+                await ws.send_bytes(protocol.encode(steps.sync_frame(rep)))
+        else:
+            await self._send_batches(ws, rep, cur)
+            if cur.should_send(rep.log.end_offset, limits.REPLICATION_FRAME_HOLD_RECORDS_MAX) and not rep.deleted:
+                self.blocked.add(key)  # out of in-flight budget: again on the next answer
+            if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
+                cur.hw_sent = rep.hw
+                await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
+        if cur.next is None and cur.parked is None:
+            self.timed.add(key)  # probed again at probe_at
+        else:
+            self.timed.discard(key)
 
     async def _send_batches(self, ws: aiohttp.ClientWebSocketResponse, rep: Replica,
                             cur: protocol.SendCursor) -> None:
         while (cur.should_send(rep.log.end_offset, limits.REPLICATION_FRAME_HOLD_RECORDS_MAX) and not rep.deleted
-               and self.inflight_bytes() < limits.REPLICATION_INFLIGHT_BYTES_MAX):
+               and self._has_room()):
             prev = cur.next
             try:
                 data, shared = self.streams.read(rep, prev)
@@ -317,6 +361,7 @@ class FollowerLink:
                 end = h.next_offset
             hw = rep.hw
             cur.sent(prev, end, len(data))  # before the await: answers may arrive while it sends
+            self._inflight_bound += len(data)
             cur.hw_sent = max(cur.hw_sent, hw)
             self.frames_sent += 1
             self.batches_sent += batches
@@ -353,5 +398,8 @@ class FollowerLink:
             elif isinstance(frame, protocol.Reject):
                 log.debug("%s/%d to %s: rejected (%s) at %d", rep.topic, rep.index, self.follower,
                           frame.reason, frame.end_offset)
-            self.wake.set()
+            if self.blocked:
+                self.ready.update(dict.fromkeys(self.blocked))
+                self.blocked.clear()
+            self.mark(key)
         raise aiohttp.ClientError("the follower closed the link")
