@@ -1,0 +1,119 @@
+"""The leader's sender (``FollowerLink._send_loop``) looks only at the partitions marked since its
+last turn, so a produce costs the same beside one partition or thousands, and a partition that
+stopped at the link's in-flight budget is sent as soon as an answer frees room."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ring import limits
+from ring.clock import ManualClock
+from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.log import batch as B
+from ring.replication import leader as leadermod
+from ring.replication import protocol
+from ring.replication.replica import Replica
+
+T0 = 1_700_000_000_000
+PARTITIONS = 50
+
+
+class FakeSocket:
+    """The websocket of one link: frames sent are decoded and kept; answers are fed in."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.inbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(protocol.decode(data, limits.REPLICATION_MESSAGE_BYTES_MAX))
+
+    def __aiter__(self) -> FakeSocket:
+        return self
+
+    async def __anext__(self) -> Any:
+        return SimpleNamespace(type=aiohttp.WSMsgType.BINARY, data=await self.inbox.get())
+
+    def appends(self) -> list[int]:
+        return [f.partition for f in self.sent if isinstance(f, protocol.Append)]
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def append(rep: Replica, value: bytes) -> None:
+    rep.log.append(B.encode([(T0, None, value, None)], now_ms=T0), rep.epoch)
+
+
+@pytest.fixture
+def reps(tmp_path: Path) -> dict[int, Replica]:
+    out = {}
+    for p in range(PARTITIONS):
+        log = PartitionLog(tmp_path / str(p), LogConfig(fsync=FsyncPolicy("never")), ManualClock(T0))
+        rep = Replica("t", p, log, "a", ["a", "b", "c"])
+        rep.lead()
+        out[p] = rep
+    return out
+
+
+async def test_the_sender_looks_only_at_marked_partitions_and_resumes_blocked_ones_on_an_answer(
+        reps: dict[int, Replica], monkeypatch: pytest.MonkeyPatch) -> None:
+    looked: list[int] = []
+
+    def replica(topic: str, p: int) -> Replica | None:
+        looked.append(p)
+        return reps.get(p)
+
+    streams = leadermod.Streams("a", None, ManualClock(T0), None, lambda name: None,  # type: ignore[arg-type]
+                                replica)
+    ws = FakeSocket()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        streams.assign({"b": {("t", p) for p in reps}})
+        link = streams.links["b"]
+        for (_, p), cur in link.cursors.items():  # the follower is in sync on every partition
+            cur.next, cur.hw_sent = reps[p].log.end_offset, reps[p].hw
+        link.ready.clear()
+        link.timed.clear()
+        tasks = [asyncio.create_task(link._send_loop(ws)),  # type: ignore[arg-type]
+                 asyncio.create_task(link._receive_loop(ws))]  # type: ignore[arg-type]
+        await settle()
+        assert ws.sent == [] and looked == []
+
+        append(reps[7], b"one")
+        streams.notify(reps[7])
+        await settle()
+        assert ws.appends() == [7]
+        assert set(looked) == {7}, "a produce looked at other partitions"
+        ws.inbox.put_nowait(protocol.encode(protocol.Ack("t", 7, reps[7].epoch, reps[7].log.end_offset)))
+        await settle()
+
+        # A budget of one byte: the first frame fills it, the second partition waits for an answer.
+        monkeypatch.setattr(limits, "REPLICATION_INFLIGHT_BYTES_MAX", 1)
+        ws.sent.clear()
+        for p in (1, 2):
+            append(reps[p], b"two")
+            streams.notify(reps[p])
+        await settle()
+        assert ws.appends() == [1]
+        assert ("t", 2) in link.blocked
+        # The answer for 1 frees the budget: 2 goes without any new record of its own.
+        ws.inbox.put_nowait(protocol.encode(protocol.Ack("t", 1, reps[1].epoch, reps[1].log.end_offset)))
+        await settle()
+        assert ws.appends() == [1, 2]
+        assert not link.blocked
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await streams.close()
+        for rep in reps.values():
+            rep.log.close()
