@@ -192,8 +192,10 @@ class FollowerLink:
         self.timed: set[Key] = set()
         self.blocked: set[Key] = set()
         # At least the link's unanswered bytes (sends add, answers do not subtract); counted
-        # exactly again only when it reaches REPLICATION_INFLIGHT_BYTES_MAX.
+        # exactly again when it reaches REPLICATION_INFLIGHT_BYTES_MAX, once per event that may
+        # have freed some (a mark: an answer, a reset, new records).
         self._inflight_bound = 0
+        self._bound_exact = False
         self.connected = False
         self.frames_sent = 0  # append frames, and the batches they carried: how well sends coalesce
         self.batches_sent = 0
@@ -216,10 +218,12 @@ class FollowerLink:
     def mark(self, key: Key) -> None:
         """Have the sender look at this partition on its next turn."""
         self.ready[key] = None
+        self._bound_exact = False
         self.wake.set()
 
     def mark_all(self) -> None:
         self.ready.update(dict.fromkeys(self.cursors))
+        self._bound_exact = False
         self.wake.set()
 
     def stop(self) -> None:
@@ -235,7 +239,9 @@ class FollowerLink:
         """Whether the link's unanswered bytes are under REPLICATION_INFLIGHT_BYTES_MAX."""
         if self._inflight_bound < limits.REPLICATION_INFLIGHT_BYTES_MAX:
             return True
-        self._inflight_bound = self.inflight_bytes()
+        if not self._bound_exact:
+            self._inflight_bound = self.inflight_bytes()
+            self._bound_exact = True
         return self._inflight_bound < limits.REPLICATION_INFLIGHT_BYTES_MAX
 
     def describe(self) -> dict[str, object]:
@@ -308,8 +314,9 @@ class FollowerLink:
                     self.timed.discard(key)  # leading it again, or a new cursor, marks it again
                     continue
                 await self._send_one(ws, key, rep, cur)
-            if self.timed:
-                self._wake_at(min(c.probe_at for c in map(self.cursors.get, self.timed) if c is not None))
+            probe_at = min((c.probe_at for c in map(self.cursors.get, self.timed) if c is not None), default=None)
+            if probe_at is not None:
+                self._wake_at(probe_at)
 
     async def _send_one(self, ws: aiohttp.ClientWebSocketResponse, key: Key, rep: Replica,
                         cur: protocol.SendCursor) -> None:
@@ -322,6 +329,8 @@ class FollowerLink:
                 await ws.send_bytes(protocol.encode(steps.sync_frame(rep)))
         else:
             await self._send_batches(ws, rep, cur)
+            if cur.next is None:
+                self._bound_exact = False  # reset: its frames no longer count
             if cur.should_send(rep.log.end_offset, limits.REPLICATION_FRAME_HOLD_RECORDS_MAX) and not rep.deleted:
                 self.blocked.add(key)  # out of in-flight budget: again on the next answer
             if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
