@@ -143,8 +143,7 @@ class _Entry:
 def _idempotent(batches: list[bytearray]) -> list[BatchHeader] | None:
     if all(batchfmt.producer_id(b) < 0 for b in batches):
         return None  # the common case, told from one field of each header
-    headers = [batchfmt.read_header(b) for b in batches]
-    return headers if any(h.producer_id >= 0 for h in headers) else None
+    return [batchfmt.read_header(b) for b in batches]
 
 
 class ProducerStates:
