@@ -175,7 +175,7 @@ class Watch:
             steps.adopt_epoch(rep, best[1])
             out.append(Action("changed", rep))
             return
-        settled = list(rep.voters) == list(rep.replicas)  # the voter set is the preference list: no step
+        settled = rep.voters == rep.replicas  # the voter set is the preference list: no step
         filled_to = max(rep.hw, rep.epoch_start)
         voters = rep.voters if settled else placement.next_voters(
             rep.voters, rep.replicas, self.name, lambda r: view.alive(r) and rep.follower_ends.get(r, -1) >= filled_to)
