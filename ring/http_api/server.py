@@ -80,16 +80,19 @@ class GuardedHandler(RequestHandler):
         super().connection_lost(exc)
 
     async def finish_response(self, request: Any, resp: Any, start_time: float | None) -> tuple[Any, bool]:
+        # A plain timer, not asyncio.timeout: the send it guards almost never waits, and
+        # aborting the transport fails the wait for the drain (aiohttp then answers "reset").
+        timer = self._loop.call_later(self._send_timeout_s, self._send_timed_out)
         try:
-            async with asyncio.timeout(self._send_timeout_s):
-                return await super().finish_response(request, resp, start_time)
-        except TimeoutError:
-            log.info("aborting a connection whose client did not take its answer within %g s",
-                     self._send_timeout_s)
-            if self.transport is not None:
-                self.transport.abort()  # close() would wait for the unread bytes to drain: forever
-            self.force_close()
-            return resp, True
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            timer.cancel()
+
+    def _send_timed_out(self) -> None:
+        log.info("aborting a connection whose client did not take its answer within %g s", self._send_timeout_s)
+        if self.transport is not None:
+            self.transport.abort()  # close() would wait for the unread bytes to drain: forever
+        self.force_close()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
