@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import aiohttp
 import msgpack
@@ -345,30 +345,25 @@ class _TickView:
         self._behind: dict[str, set[Key]] = {}
         self._claims: dict[str, dict[Key, int]] | None = None
 
+    @staticmethod
+    def _once(table: dict[Any, Any], name: Any, compute: Callable[[Any], Any]) -> Any:
+        if name not in table:
+            table[name] = compute(name)
+        return table[name]
+
     def alive(self, name: str) -> bool:
-        got = self._alive.get(name)
-        if got is None:
-            got = self._alive[name] = self._source.alive(name)
-        return got
+        return self._once(self._alive, name, self._source.alive)
 
     def up(self, name: str) -> bool:
-        got = self._up.get(name)
-        if got is None:
-            got = self._up[name] = self._source.up(name)
-        return got
+        return self._once(self._up, name, self._source.up)
 
     def generation(self, name: str | None) -> int | None:
-        if name not in self._generation:
-            self._generation[name] = self._source.generation(name)
-        return self._generation[name]
+        return self._once(self._generation, name, self._source.generation)
+
+    def behind(self, name: str) -> set[Key]:
+        return self._once(self._behind, name, self._source.behind)
 
     def claims(self) -> dict[str, dict[Key, int]]:
         if self._claims is None:
             self._claims = self._source.claims()
         return self._claims
-
-    def behind(self, name: str) -> set[Key]:
-        got = self._behind.get(name)
-        if got is None:
-            got = self._behind[name] = self._source.behind(name)
-        return got
