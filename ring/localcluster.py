@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import secrets
 import signal
 import socket
@@ -30,6 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +39,37 @@ READY_TIMEOUT_S = 30.0  # a cold start imports aiohttp/uvloop; seconds on a busy
 STOP_TIMEOUT_S = 10.0
 
 
+# Listening ports are picked from here up to the kernel's ephemeral range, not from it:
+# a port the kernel hands out for a moment (bind to 0) may be given to some outgoing
+# connection's local end before the broker binds it ("address already in use").
+LISTEN_PORT_MIN = 10_000
+_RECENT_PORTS_MAX = 4_096  # ports handed out lately in this process, not handed out again
+_recent_ports: deque[int] = deque(maxlen=_RECENT_PORTS_MAX)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A port nothing listens on now, below the ephemeral range, and not handed out lately
+    by this process."""
+    low = _ephemeral_low()
+    for _ in range(200 if low > LISTEN_PORT_MIN + _RECENT_PORTS_MAX else 0):
+        port = random.randrange(LISTEN_PORT_MIN, low)
+        if port in _recent_ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _recent_ports.append(port)
+        return port
+    with socket.socket() as s:  # no room below the ephemeral range: take one from it
         s.bind((host, 0))
         return s.getsockname()[1]
 
