@@ -34,7 +34,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ring import __version__, limits
 from ring.catalog import Catalog, TopicConfig, check_not_internal, validate_topic_name, with_defaults
@@ -246,6 +246,10 @@ class Broker:
         self._add_topic_local(cfg)
         return self.describe_topic(cfg.name)
 
+    def brokers_placed(self) -> int:
+        """Brokers a topic's replicas can be placed on (down ones included): this one alone."""
+        return 1
+
     async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         """Create a topic (the client API's POST /v1/topics)."""
         return self.create_topic(cfg)
@@ -401,8 +405,9 @@ class Broker:
             if producer[1] + len(records) > 2**31 - 1:
                 raise BadRequest("sequence + records must stay below 2**31")
             pinned = partition if partition is not None else partition_for_key(b"%d" % producer[0], cfg.partitions)
-        groups: dict[int, list[int]] = {}
+        groups: dict[int, Sequence[int]]
         if keyed and partition is None:
+            by_key: dict[int, list[int]] = {}
             unkeyed_target: int | None = None
             for i, rec in enumerate(records):
                 if rec[1] is not None:
@@ -411,11 +416,12 @@ class Broker:
                     if unkeyed_target is None:
                         unkeyed_target = pinned if pinned is not None else self._choose_partition(cfg, None, None)
                     p = unkeyed_target
-                groups.setdefault(p, []).append(i)
+                by_key.setdefault(p, []).append(i)
+            groups = dict(by_key)
         else:
             target = partition if partition is not None or records[0][1] is not None else pinned
             p = self._choose_partition(cfg, target, records[0][1])
-            groups[p] = list(range(len(records)))
+            groups = {p: range(len(records))}
         now_ms = self.clock.wall_ms()
         codec = batchfmt.CODECS[cfg.compression]
         framed: dict[int, list[bytearray]] = {}
@@ -626,17 +632,16 @@ def changed_config(cfg: TopicConfig, body: object, at_least: bool) -> TopicConfi
     return cfg.changed(body)
 
 
-def _cut(indexes: list[int], sizes: list[int]) -> list[list[int]]:
-    """Split record indexes into runs whose stored size fits in one batch."""
+def _cut(indexes: Sequence[int], sizes: list[int]) -> list[Sequence[int]]:
+    """Split record indexes into runs whose stored size fits in one batch: slices of ``indexes``
+    (of a ``range``, ranges: no integer object per record)."""
     budget = limits.BATCH_BYTES_MAX - batchfmt.HEADER_SIZE
-    chunks: list[list[int]] = []
-    current: list[int] = []
-    used = 0
-    for i in indexes:
-        if current and used + sizes[i] > budget:
-            chunks.append(current)
-            current, used = [], 0
-        current.append(i)
+    chunks: list[Sequence[int]] = []
+    start = used = 0
+    for n, i in enumerate(indexes):
+        if n > start and used + sizes[i] > budget:
+            chunks.append(indexes[start:n])
+            start, used = n, 0
         used += sizes[i]
-    chunks.append(current)
+    chunks.append(indexes[start:])
     return chunks

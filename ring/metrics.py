@@ -40,6 +40,7 @@ from prometheus_client import exposition
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ring import __version__
+from ring.http_api.budget import body_budget_of
 
 log = logging.getLogger("ring.metrics")
 
@@ -267,6 +268,11 @@ class BrokerCollector:
         if isinstance(status.get("writebacks"), int):
             yield CounterMetricFamily("ring_writebacks_started", "writebacks of partition logs started before their fsync",
                                       value=status["writebacks"])
+        bodies = body_budget_of(b)
+        yield GaugeMetricFamily("ring_request_body_bytes_held", "Bytes of request bodies received and held now",
+                                value=bodies.used)
+        yield CounterMetricFamily("ring_request_bodies_refused", "Requests answered 429 for want of body budget",
+                                  value=bodies.refused)
         ready = _gauge("ring_broker_ready", "1 when /v1/status answers 200 (not joining, not shutting down)")
         ready.add_metric([], 1.0 if status.get("status") == "ok" else 0.0)
         yield ready

@@ -1,6 +1,6 @@
 """The bounds that hold a hostile client in check, on the real broker app and server in this
 process with small limits: the connection bound, the deadline for taking an answer, the budget of
-request bodies being received, and the bound on forwarded produces."""
+request bodies being received (counted by the bytes that arrive), and the bound on forwarded produces."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ring.clock import SystemClock
 from ring.cluster.peers import PeerClient
 from ring.errors import Overloaded
 from ring.http_api.app import make_app
+from ring.http_api.budget import body_budget_of
 from ring.http_api.server import Server
 from ring.log.fsync import FsyncPolicy
 
@@ -111,25 +112,38 @@ async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(s
     assert (await _request(server.port, STATUS)).startswith(b"HTTP/1.1 200")
 
 
-async def test_request_bodies_over_the_budget_get_429_before_they_are_read(stack, monkeypatch) -> None:
+async def _held_at_least(budget, nbytes: int) -> None:
+    deadline = time.monotonic() + 5
+    while budget.used < nbytes and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert budget.used >= nbytes, budget.used
+
+
+async def test_request_bodies_hold_the_budget_by_the_bytes_that_arrived(stack, monkeypatch) -> None:
     monkeypatch.setattr(limits, "REQUEST_BODY_BYTES_IN_FLIGHT_MAX", 1000)
-    _, server = await stack()
+    broker, server = await stack()
+    budget = body_budget_of(broker)
+    head = (b"POST /v1/topics/budget/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 900\r\n\r\n")
     slow_r, slow_w = await asyncio.open_connection("127.0.0.1", server.port)
-    slow_w.write(b"POST /v1/topics/budget/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 800\r\n\r\n[")  # holds 800 of the 1000 bytes while it dribbles
-    await asyncio.sleep(0.2)
+    slow_w.write(head + b"[")  # declares 900 bytes, sends 1: holds 1
+    await _held_at_least(budget, 1)
     body = b"[" + b"1," * 149 + b"1]"
     second = (b"POST /v1/topics/budget/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert (await _request(server.port, second)).startswith(b"HTTP/1.1 200")  # a declared size reserves nothing
+    slow_w.write(b"1," * 400)  # now it holds 801 bytes it sent
+    await _held_at_least(budget, 801)
     answer = await _request(server.port, second)
     assert answer.startswith(b"HTTP/1.1 429") and b"Retry-After: 1" in answer and b"overloaded" in answer, answer
-    small = b"[1]"
+    small = b"[3]"
     assert (await _request(server.port, second.replace(b"Content-Length: " + str(len(body)).encode(),
                                                        b"Content-Length: 3").replace(body, small))
             ).startswith(b"HTTP/1.1 200")  # a small body still fits beside the slow one
-    slow_w.write(b"1" + b" " * 797 + b"]")
+    slow_w.write(b"1" + b" " * 97 + b"]")
     assert (await asyncio.wait_for(slow_r.read(1 << 16), 5)).startswith(b"HTTP/1.1 200")
     slow_w.close()
+    assert budget.used == 0 and budget.refused == 1
     assert (await _request(server.port, second)).startswith(b"HTTP/1.1 200")  # the budget was given back
 
 

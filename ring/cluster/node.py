@@ -308,6 +308,11 @@ class ClusterBroker(Routing, Broker):
 
     # --- topics ------------------------------------------------------------------------
 
+    def brokers_placed(self) -> int:
+        """Brokers in the ring, down ones included: a partition's replicas are placed on them."""
+        assert self.membership is not None
+        return max(1, len(self.membership.ring))
+
     async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         self._check_joined()
         assert self.membership is not None

@@ -20,7 +20,7 @@ from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest, PayloadTooLarge
 from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi
-from ring.http_api.budget import BodyBudget
+from ring.http_api import budget as body_budget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
 from ring.replication import protocol
@@ -80,6 +80,11 @@ async def create_topic(request: web.Request) -> web.Response:
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
     check_not_internal(cfg.name, "create")
     access.require(request, auth.ADMIN, [cfg.name])
+    placed = broker.brokers_placed()
+    if "replication_factor" in body and cfg.replication_factor > placed:
+        # Kafka's InvalidReplicationFactor. Left out, the factor is the default, capped at the ring's size.
+        raise BadRequest(f"replication_factor {cfg.replication_factor} is larger than the {placed} broker(s) "
+                         "of the cluster", field="replication_factor", brokers=placed)
     return _json(await broker.add_topic(cfg), status=201)
 
 
@@ -117,6 +122,7 @@ def _arrived_body(request: web.Request) -> bytes | None:
     if len(body) > limits.REQUEST_BYTES_MAX:  # a Content-Encoding'd body, inflated by aiohttp
         raise PayloadTooLarge(f"request body is over the limit of {limits.REQUEST_BYTES_MAX} bytes",
                               limit_bytes=limits.REQUEST_BYTES_MAX)
+    body_budget.charge(request, len(body))
     return body
 
 
@@ -138,6 +144,7 @@ async def produce(request: web.Request) -> web.Response:
         line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
         body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
     decoded = codec.decode_produce(ctype, body, key)
+    del body  # the decoded records are copies: the body is not held while replicas acknowledge
     if isinstance(decoded, codec.Batches):
         if producer_id is not None:
             raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
@@ -183,8 +190,8 @@ async def fetch(request: web.Request) -> web.Response:
 
 async def offsets(request: web.Request) -> web.Response:
     timestamp = request.query.get("timestamp")
-    if not timestamp:
-        raise BadRequest("timestamp is required: milliseconds since the epoch, earliest or latest")
+    if not timestamp or (timestamp not in ("earliest", "latest") and not codec.is_integer(timestamp)):
+        raise BadRequest("timestamp is required: milliseconds since the epoch (ASCII digits), earliest or latest")
     return _json(await _broker(request).offsets(_topic(request), _partition(request), timestamp))
 
 
@@ -218,7 +225,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Appli
     # client_max_size is a backstop: every body is read by codec.read_body,
     # which counts bytes itself with the limit of its route.
     guard = access.make_middleware(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
-    app = web.Application(middlewares=[errors_middleware, guard, BodyBudget().middleware()],
+    app = web.Application(middlewares=[errors_middleware, guard, body_budget.body_budget_of(broker).middleware()],
                           client_max_size=limits.REQUEST_BYTES_MAX)
     app[BROKER_KEY] = broker
     for method, path, handler in ROUTES:

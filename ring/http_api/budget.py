@@ -1,58 +1,115 @@
-"""How many request-body bytes one broker receives at once, as a middleware.
+"""How many request-body bytes one broker holds at once, counted as they arrive.
 
-Each route bounds its own body (``codec.read_body``), but many slow uploads
-at once would still add up: ``CLIENT_CONNECTIONS_OPEN_MAX`` connections each
-sending a maximal produce body is tens of GiB. A request with a body reserves
-its declared ``Content-Length`` (a chunked body, whose size is unknown,
-reserves ``REQUEST_BYTES_MAX``; a declared size over that is refused by the
-route anyway, so it reserves no more) before its handler runs, and gives it
-back when the handler ends. When the reservation does not fit under
-``REQUEST_BODY_BYTES_IN_FLIGHT_MAX``, the answer is 429 with ``Retry-After``
-and the body is never read: the client retries later, the broker's memory
-stays bounded.
+Each route bounds its own body (``codec.read_body``), but many uploads at once
+would still add up: ``CLIENT_CONNECTIONS_OPEN_MAX`` connections each sending a
+maximal produce body is tens of GiB. ``BodyBudget`` (one per broker,
+``body_budget_of``) bounds the sum at ``REQUEST_BODY_BYTES_IN_FLIGHT_MAX``.
+
+A request's ``BodyHold`` is charged for each piece of its body when the broker
+takes it (``charge``) and gives everything back when the request ends
+(``release``). So a client holds only what it has actually sent: connections
+that declare 16 MiB bodies and trickle a byte now and then hold those bytes,
+not 16 MiB each, and cannot starve other producers (holding the whole budget
+takes sending it, again within every ``BODY_READ_TIMEOUT_S``). A piece that
+does not fit is answered 429 with ``Retry-After``, and so, before a byte of it
+is read, is a body whose declared ``Content-Length`` does not fit now: nothing
+is reserved for it either way.
+
+The policy is all here and knows no transport: a server calls ``hold()`` when
+a request's head is in, ``charge(n)`` for every piece of body it keeps (after
+Content-Encoding is undone: those are the bytes held) and ``release()`` when
+the request ends. The aiohttp app does so through ``middleware`` and
+``codec.read_body``.
 """
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+import weakref
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from ring import limits
 from ring.errors import Overloaded
 
+# request[HOLD]: the BodyHold of a request with a body (aiohttp's app).
+HOLD: Any = web.RequestKey("body hold", object) if hasattr(web, "RequestKey") else "ring.body_hold"
+
 
 class BodyBudget:
     def __init__(self, bytes_max: int | None = None) -> None:
-        self.bytes_max = limits.REQUEST_BODY_BYTES_IN_FLIGHT_MAX if bytes_max is None else bytes_max
+        self._bytes_max = bytes_max
         self.used = 0
         self.refused = 0  # for tests and metrics: requests answered 429 here
 
-    @staticmethod
-    def reservation(request: web.BaseRequest) -> int:
-        if not request.body_exists:
-            return 0
-        declared = request.content_length
-        if declared is None:
-            return limits.REQUEST_BYTES_MAX
-        return min(declared, limits.REQUEST_BYTES_MAX)
+    @property
+    def bytes_max(self) -> int:
+        # Read at each use, so the bound follows limits (tests lower it on a running app).
+        return limits.REQUEST_BODY_BYTES_IN_FLIGHT_MAX if self._bytes_max is None else self._bytes_max
+
+    def _refuse(self, what: str) -> Overloaded:
+        self.refused += 1
+        return Overloaded(f"{what} does not fit: this broker holds {self.used} bytes of request bodies "
+                          f"(bound {self.bytes_max}); retry later", limit_bytes=self.bytes_max)
+
+    def hold(self, declared: int | None = None) -> BodyHold:
+        """A new request's hold; 429 now when its declared size cannot fit (nothing is reserved)."""
+        if declared is not None and declared <= limits.REQUEST_BYTES_MAX and self.used + declared > self.bytes_max:
+            raise self._refuse(f"a body of {declared} bytes")
+        return BodyHold(self)
 
     def middleware(self) -> Callable:
         @web.middleware
         async def body_budget_middleware(request: web.Request,
                                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                                          ) -> web.StreamResponse:
-            size = self.reservation(request)
-            if size == 0:
+            if not request.body_exists:
                 return await handler(request)
-            if self.used + size > self.bytes_max:
-                self.refused += 1
-                raise Overloaded(f"this broker is receiving {self.used} bytes of request bodies already "
-                                 f"(bound {self.bytes_max}); retry later", limit_bytes=self.bytes_max)
-            self.used += size
+            hold = self.hold(request.content_length)
+            request[HOLD] = hold
             try:
                 return await handler(request)
             finally:
-                self.used -= size
+                hold.release()
 
         return body_budget_middleware
+
+
+class BodyHold:
+    """The body bytes one request holds; ``release`` is idempotent."""
+
+    __slots__ = ("budget", "held")
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def charge(self, nbytes: int) -> None:
+        budget = self.budget
+        if budget.used + nbytes > budget.bytes_max:
+            raise budget._refuse(f"{nbytes} more bytes of a body")
+        budget.used += nbytes
+        self.held += nbytes
+
+    def release(self) -> None:
+        self.budget.used -= self.held
+        self.held = 0
+
+
+_budgets: "weakref.WeakKeyDictionary[Any, BodyBudget]" = weakref.WeakKeyDictionary()
+
+
+def body_budget_of(broker: Any) -> BodyBudget:
+    """The one body budget of ``broker``, whichever server takes its requests."""
+    budget = _budgets.get(broker)
+    if budget is None:
+        budget = _budgets[broker] = BodyBudget()
+    return budget
+
+
+def charge(request: Any, nbytes: int) -> None:
+    """Charge ``nbytes`` of body to the request's hold, when it has one (routes outside the
+    budget's middleware have none)."""
+    hold = request.get(HOLD)
+    if hold is not None:
+        hold.charge(nbytes)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import re
 from dataclasses import dataclass
-from itertools import chain
-from typing import Any, Iterable
+from itertools import chain, islice
+from typing import Any, Iterable, Iterator
 
 import msgpack
 import orjson
@@ -27,6 +28,8 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ring import limits
 from ring.errors import BadRequest, BodyTimeout, PayloadTooLarge, UnsupportedMediaType
+from ring.http_api import budget, jsonscan
+from ring.http_api.jsonscan import json_depth  # noqa: F401 (part of this module's interface)
 from ring.log import batch as batchfmt
 from ring.log.batch import BatchHeader, Record, RecordIn
 
@@ -48,6 +51,7 @@ H_HIGH_WATERMARK = "Ring-High-Watermark"
 _RECORD_OVERHEAD_BYTES = 16
 _TIMESTAMP_MAX_MS = 2**62
 _NoneType = type(None)
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ async def read_body(request: web.BaseRequest, limit_bytes: int, line_bytes_max: 
 
     With ``line_bytes_max`` an unterminated line longer than that aborts the
     read early with 413, so an NDJSON client learns about its bad line at once.
+    Every piece is charged to the request's body budget as it is taken (``budget``).
     """
     declared = request.content_length
     if declared is not None and declared > limit_bytes:
@@ -94,6 +99,7 @@ async def read_body(request: web.BaseRequest, limit_bytes: int, line_bytes_max: 
                 if total > limit_bytes:
                     raise PayloadTooLarge(f"request body is over the limit of {limit_bytes} bytes",
                                           limit_bytes=limit_bytes)
+                budget.charge(request, len(chunk))
                 if line_bytes_max is not None:
                     newline = chunk.rfind(b"\n")
                     line_bytes = line_bytes + len(chunk) if newline < 0 else len(chunk) - newline - 1
@@ -130,14 +136,22 @@ def fetch_type(accept: str | None) -> str:
 # --- query parameters -----------------------------------------------------------
 
 
+def is_integer(raw: str) -> bool:
+    """Whether ``raw`` is a decimal integer in ASCII digits: ``int`` also takes other scripts'
+    digits ("١٢"), underscores, a plus sign and surrounding spaces, which no client means."""
+    return raw.isascii() and _INTEGER.fullmatch(raw) is not None
+
+
 def int_param(query: Any, name: str, default: int | None, lo: int, hi: int) -> int | None:
     raw = query.get(name)
     if raw is None or raw == "":
         return default
+    if not is_integer(raw):
+        raise BadRequest(f"{name} must be an integer in ASCII digits", parameter=name)
     try:
         value = int(raw, 10)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", parameter=name) from None
+    except ValueError:  # more digits than int() converts: out of range whatever the range
+        value = hi + 1
     if not lo <= value <= hi:
         raise BadRequest(f"{name} must be in [{lo}, {hi}]", parameter=name)
     return value
@@ -165,38 +179,6 @@ def json_body(body: bytes) -> Any:
 
 # --- produce: decoders ----------------------------------------------------------
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
-
-
-def json_depth(text: bytes) -> int:
-    """Nesting depth of a valid JSON text, without recursion.
-
-    Strings are cut out, everything but brackets dropped, and innermost
-    pairs removed one layer per pass: all C-level byte operations.
-    """
-    brackets = _JSON_STRING.sub(b"", text).translate(None, _BRACKETS_ONLY)
-    brackets = brackets.replace(b"{", b"[").replace(b"}", b"]")
-    depth = 0
-    while brackets:
-        shorter = brackets.replace(b"[]", b"")
-        assert len(shorter) < len(brackets), "unbalanced brackets in parsed JSON"
-        brackets = shorter
-        depth += 1
-        if depth > limits.JSON_DEPTH_MAX + 1:
-            break
-    return depth
-
-
-def _check_depth(text: bytes, top_level_array: bool) -> None:
-    # Cheap first: fewer opening brackets than the limit cannot nest too deep.
-    if text.count(b"[") + text.count(b"{") <= limits.JSON_DEPTH_MAX:
-        return
-    depth = json_depth(text) - (1 if top_level_array else 0)
-    if depth > limits.JSON_DEPTH_MAX:
-        raise BadRequest(f"JSON nested deeper than {limits.JSON_DEPTH_MAX} levels")
-
-
 def _check_counts(n: int) -> None:
     if n == 0:
         raise BadRequest("no records in the body")
@@ -219,32 +201,14 @@ def _json_records(values: list[bytes], key: bytes | None) -> Records:
 
 
 def decode_json(body: bytes, key: bytes | None) -> Records:
-    """One event, or a top-level array of events; each stored as compact JSON."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from None
-    is_array = type(doc) is list
-    _check_depth(body, is_array)
-    events = doc if is_array else [doc]
-    return _json_records(list(map(orjson.dumps, events)), key)
+    """One event, or a top-level array of events; each stored as compact JSON (see ``jsonscan``)."""
+    values = jsonscan.array_values(body) if jsonscan.starts_array(body) else [jsonscan.single_value(body)]
+    return _json_records(values, key)
 
 
 def decode_ndjson(body: bytes, key: bytes | None) -> Records:
     """One JSON event per line; blank lines are skipped."""
-    lines = [line for line in body.split(b"\n") if line.strip()]
-    if lines and max(map(len, lines)) > limits.NDJSON_LINE_BYTES_MAX:
-        raise PayloadTooLarge(f"a line is over the limit of {limits.NDJSON_LINE_BYTES_MAX} bytes")
-    _check_counts(len(lines))
-    values = []
-    for number, line in enumerate(lines, 1):
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"malformed JSON on non-blank line {number}: {exc}", line=number) from None
-        _check_depth(line, False)
-        values.append(orjson.dumps(event))
-    return _json_records(values, key)
+    return _json_records(jsonscan.ndjson_values(body), key)
 
 
 def decode_text(body: bytes, key: bytes | None) -> Records:
@@ -281,37 +245,109 @@ def _msgpack_headers(raw: object) -> tuple[dict[str, bytes | None] | None, int]:
     return headers or None, size
 
 
+class _RecordMap(dict):
+    """A msgpack map holding a map (a record and its headers); no map may hold one of these."""
+
+
+def _shallow_map(pairs: list[tuple[Any, Any]]) -> dict:
+    # object_pairs_hook: maps nest at most two deep (a record, its headers), so a body of nested
+    # maps is refused at its third level instead of being built whole first.
+    kinds = {type(v) for _, v in pairs}
+    if _RecordMap in kinds:
+        raise BadRequest("msgpack maps nest at most two deep (a record and its headers)")
+    return _RecordMap(pairs) if dict in kinds else dict(pairs)
+
+
+def _no_array(items: Any) -> Any:
+    raise BadRequest("a msgpack record holds no arrays")  # list_hook: items of records are never arrays
+
+
+def _unpacker(body: bytes | memoryview, **hooks: Any) -> msgpack.Unpacker:
+    """An unpacker over ``body`` that builds one object at a time, every bin and str within the
+    record limit; it reads ``body`` in place when it is bytes."""
+    unpacker = msgpack.Unpacker(io.BytesIO(body) if type(body) is bytes else None, raw=False,
+                                strict_map_key=True, max_bin_len=limits.MESSAGE_BYTES_MAX,
+                                max_str_len=limits.MESSAGE_BYTES_MAX, max_ext_len=16,
+                                max_map_len=limits.HEADERS_PER_RECORD_MAX,
+                                max_buffer_size=max(len(body), 1), **hooks)
+    if type(body) is not bytes:
+        unpacker.feed(body)
+    return unpacker
+
+
+def _unpack_error(exc: Exception, what: str) -> Exception:
+    # msgpack names the limit it enforced in its message; the two that are a record's size limits:
+    if "max_bin_len" in str(exc) or "max_str_len" in str(exc):
+        return PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
+                               limit_bytes=limits.MESSAGE_BYTES_MAX)
+    if "max_map_len" in str(exc):
+        return PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
+    return BadRequest(f"{what} is not msgpack: {str(exc) or type(exc).__name__}")
+
+
+def _items(unpacker: msgpack.Unpacker, body: bytes | memoryview, count: int) -> Iterator[Any]:
+    """The ``count`` objects after the array header, one at a time, then a check that nothing follows."""
+    got = 0
+    for item in islice(unpacker, count):
+        got += 1
+        yield item
+    if got < count or unpacker.tell() != len(body):
+        raise BadRequest(f"the msgpack body holds {'fewer' if got < count else 'more'} items than it says")
+
+
+def _msgpack_items(body: bytes) -> Iterator[Any]:
+    """The record maps of a body that is one map or an array of them; 413 past the record limit
+    before any record is unpacked."""
+    unpacker = _unpacker(body, object_pairs_hook=_shallow_map, list_hook=_no_array, max_array_len=0)
+    first = body[0]
+    if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
+        count = unpacker.read_array_header()
+        if count == 0:
+            raise BadRequest("no records in the body")
+        if count > limits.RECORDS_PER_REQUEST_MAX:
+            raise PayloadTooLarge(f"{count} records in one request; the limit is {limits.RECORDS_PER_REQUEST_MAX}")
+    else:
+        count = 1
+    return _items(unpacker, body, count)
+
+
 def decode_msgpack(body: bytes, key: bytes | None) -> Records:
     """A map ``{value, key?, headers?, timestamp?}`` or an array of such maps."""
-    try:
-        doc = msgpack.unpackb(body, raw=False, strict_map_key=True)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise BadRequest(f"malformed msgpack: {exc}") from None
-    items = doc if type(doc) is list else [doc]
-    _check_counts(len(items))
     records: list[RecordIn] = []
     sizes: list[int] = []
     keyed = False
-    for item in items:
-        if type(item) is not dict or "value" not in item:
-            raise BadRequest("each msgpack record must be a map with a 'value'")
-        if not item.keys() <= {"value", "key", "headers", "timestamp"}:
-            raise BadRequest("a msgpack record may hold only value, key, headers, timestamp")
-        value = _as_bytes(item["value"], "value")
-        rec_key = key
-        if item.get("key") is not None:
-            rec_key = _as_bytes(item["key"], "key")
-            if len(rec_key) > limits.KEY_BYTES_MAX:
-                raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
-            keyed = True
-        ts = item.get("timestamp")
-        if ts is not None and (type(ts) is not int or not 0 <= ts < _TIMESTAMP_MAX_MS):
-            raise BadRequest("timestamp must be an integer of milliseconds since the epoch")
-        headers, header_bytes = _msgpack_headers(item.get("headers"))
-        records.append((ts, rec_key, value, headers))
-        sizes.append(len(value) + (len(rec_key) if rec_key else 0) + header_bytes + _RECORD_OVERHEAD_BYTES)
+    try:
+        for item in _msgpack_items(body):
+            record, size, own_key = _msgpack_record(item, key)
+            keyed = keyed or own_key
+            records.append(record)
+            sizes.append(size)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise _unpack_error(exc, "the body") from None
+    _check_counts(len(records))
     _check_sizes(sizes)
     return Records(records, sizes, False, keyed)
+
+
+def _msgpack_record(item: Any, key: bytes | None) -> tuple[RecordIn, int, bool]:
+    """The record of one map, its stored size, and whether it names its own key."""
+    if not isinstance(item, dict) or "value" not in item:
+        raise BadRequest("each msgpack record must be a map with a 'value'")
+    if not item.keys() <= {"value", "key", "headers", "timestamp"}:
+        raise BadRequest("a msgpack record may hold only value, key, headers, timestamp")
+    value = _as_bytes(item["value"], "value")
+    rec_key = key
+    own_key = item.get("key") is not None
+    if own_key:
+        rec_key = _as_bytes(item["key"], "key")
+        if len(rec_key) > limits.KEY_BYTES_MAX:
+            raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
+    ts = item.get("timestamp")
+    if ts is not None and (type(ts) is not int or not 0 <= ts < _TIMESTAMP_MAX_MS):
+        raise BadRequest("timestamp must be an integer of milliseconds since the epoch")
+    headers, header_bytes = _msgpack_headers(item.get("headers"))
+    size = len(value) + (len(rec_key) if rec_key else 0) + header_bytes + _RECORD_OVERHEAD_BYTES
+    return (ts, rec_key, value, headers), size, own_key
 
 
 def _check_stored_headers(headers: Iterable[dict]) -> None:
@@ -325,19 +361,32 @@ def _check_stored_headers(headers: Iterable[dict]) -> None:
             raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
 
 
-def _unpack_payload(raw: bytes | memoryview) -> Any:
-    """The payload's records, with the value size limit enforced while unpacking (C level)."""
+def _flat_map(pairs: list[tuple[Any, Any]]) -> dict:
+    # object_pairs_hook of batch payloads: the only maps are record headers, which hold no containers.
+    if {type(v) for _, v in pairs} & {dict, tuple}:
+        raise BadRequest("stored record headers must map strings to bytes or nil")
+    return dict(pairs)
+
+
+def _flat_record(items: tuple) -> tuple:
+    # list_hook of batch payloads: a record holds no array (its headers map none either, see above),
+    # so nested arrays are refused at their second level instead of being built whole first.
+    for item in items:
+        if type(item) is tuple:
+            raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
+    return items
+
+
+def _unpack_payload(raw: bytes | memoryview, record_count: int) -> tuple:
+    """The payload's records, unpacked one at a time with every limit enforced on the way (C level):
+    the record count before any record, values within the record limit, no nesting."""
+    unpacker = _unpacker(raw, use_list=False, max_array_len=4, object_pairs_hook=_flat_map, list_hook=_flat_record)
     try:
-        return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False,
-                               max_bin_len=limits.MESSAGE_BYTES_MAX)
+        if unpacker.read_array_header() != record_count:
+            raise BadRequest("batch payload does not hold record_count records")
+        return tuple(_items(unpacker, raw, record_count))
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        refused = exc
-    try:  # refused: over the limit, or not msgpack at all? Unpacking without the limit tells.
-        msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False)
-    except (ValueError, TypeError, msgpack.UnpackException):
-        raise BadRequest(f"batch payload is not msgpack: {str(refused) or type(refused).__name__}") from None
-    raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
-                          limit_bytes=limits.MESSAGE_BYTES_MAX)
+        raise _unpack_error(exc, "batch payload") from None
 
 
 def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
@@ -346,9 +395,8 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     A few whole-batch passes, no loop per record: the records are unpacked as
     tuples, flattened, and each field's column checked by its set of types.
     """
-    items = _unpack_payload(batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size]))
-    if type(items) is not tuple or len(items) != h.record_count:
-        raise BadRequest("batch payload does not hold record_count records")
+    items = _unpack_payload(batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size]),
+                            h.record_count)
     if set(map(type, items)) != {tuple} or set(map(len, items)) != {4}:
         raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
     fields = list(chain.from_iterable(items))
@@ -371,15 +419,13 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
         raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
     _check_stored_headers(filter(None, headers))  # rare: only records that carry headers
     if h.values_are_json:
-        # Fetch embeds these values verbatim in JSON answers: they must parse.
-        try:
-            list(map(orjson.loads, values))
-        except orjson.JSONDecodeError:
-            raise BadRequest("batch is flagged JSON but a value is not JSON") from None
+        # Fetch embeds these values verbatim in JSON answers: they meet a JSON produce's rules.
+        jsonscan.check_stored(values)
 
 
 def decode_batches(body: bytes) -> Batches:
-    """One or more unstamped stored batches, validated without a per-record loop."""
+    """One or more unstamped stored batches, validated at C level (one small hook call per record);
+    the record limit is checked on the batch headers, before a payload is unpacked."""
     if not body:
         raise BadRequest("empty body")
     data = memoryview(body)
@@ -391,10 +437,12 @@ def decode_batches(body: bytes) -> Batches:
         if h.size > limits.BATCH_BYTES_MAX:
             raise PayloadTooLarge(f"a batch is over the limit of {limits.BATCH_BYTES_MAX} bytes",
                                   limit_bytes=limits.BATCH_BYTES_MAX)
+        count += h.record_count
+        if count > limits.RECORDS_PER_REQUEST_MAX:
+            _check_counts(count)
         batchfmt.check(data, pos)
         _check_batch_payload(h, data, pos)
         batches.append(bytearray(data[pos : pos + h.size]))
-        count += h.record_count
         pos += h.size
     _check_counts(count)
     return Batches(batches, count)
@@ -467,8 +515,7 @@ def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tup
                  next_offset: int, high_watermark: int) -> bytes:
     """The answer body for JSON, NDJSON or msgpack (stored batches are sent as they are)."""
     if accept == CT_NDJSON:
-        dump = orjson.dumps
-        return b"".join(dump(record_json(r, j), option=orjson.OPT_APPEND_NEWLINE) for r, j in selected)
+        return _ndjson(selected)
     if accept == CT_MSGPACK:
         return msgpack.packb({
             "topic": topic, "partition": partition,
@@ -480,6 +527,21 @@ def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tup
         "records": [record_json(r, j) for r, j in selected],
         "next_offset": next_offset, "high_watermark": high_watermark,
     })
+
+
+def _ndjson(selected: Iterable[tuple[Record, bool]]) -> bytes:
+    """One record per line whatever the stored bytes: a JSON value stored with a line break in it
+    (a client-built batch may hold JSON that was never made compact) is sent compact."""
+    out = bytearray()  # each orjson output is dropped once copied: kept, each would hold ~4 KiB
+    for rec, is_json in selected:
+        if is_json:
+            line = jsonscan.one_line(rec.value)
+            if line is None:
+                is_json = False
+            elif line is not rec.value:
+                rec = rec._replace(value=line)
+        out += orjson.dumps(record_json(rec, is_json), option=orjson.OPT_APPEND_NEWLINE)
+    return bytes(out)
 
 
 def batches_next_offset(data: bytes, offset: int) -> int:

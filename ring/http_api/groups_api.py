@@ -191,8 +191,9 @@ async def leave(request: web.Request) -> web.Response:
     commit = _flag(request, "commit", True)
 
     async def local() -> web.Response:
-        if commit:
-            await _require_member_topics(request, group, consumer)
+        # Leaving, with or without a commit, needs consume on the member's topics: else any token
+        # could evict another group's members.
+        await _require_member_topics(request, group, consumer)
         return _json(await _groups(request).leave(group, consumer, commit))
 
     return await _at_coordinator(request, group, None, local)

@@ -17,7 +17,8 @@ with ``Retry-After`` and is closed before its request is read); an answer
 the client does not take within ``RESPONSE_SEND_TIMEOUT_S`` (a fetcher that
 never reads) gets its connection aborted, dropping the buffered bytes; and
 with TLS the handshake must end within ``TLS_HANDSHAKE_TIMEOUT_S``. Request
-bodies have their own deadline (``BODY_READ_TIMEOUT_S``, in ``codec``).
+bodies have their own deadline (``BODY_READ_TIMEOUT_S``, in ``codec``). A body
+aiohttp cannot read (a malformed gzip stream) costs one log line, not a traceback.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any
 import orjson
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from ring import limits
 from ring.http_api.middleware import http_error_response
@@ -128,6 +130,15 @@ class GuardedHandler(RequestHandler):
             log.info("closing a connection that sent no complete request headers within %g s",
                      self._header_timeout_s)
             self.force_close()
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        # A body aiohttp could not read (a malformed gzip stream, a broken chunk): the handler
+        # answered 400 already, and aiohttp, draining the rest, would log a traceback for each.
+        exc = kw.get("exc_info")
+        if isinstance(exc, (RequestPayloadError, HttpProcessingError)):
+            log.info("a request body could not be read (answered 400): %s", " ".join(str(exc).split()))
+            return
+        super().log_exception(*args, **kw)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

@@ -162,17 +162,22 @@ def encode(
     ``now_ms`` is used for records whose timestamp is None.
     """
     assert records, "a batch holds at least one record"
-    stamps = [now_ms if r[0] is None else r[0] for r in records]
-    first = stamps[0]
-    payload = msgpack.packb(
-        [[ts - first, r[1], r[2], r[3]] for ts, r in zip(stamps, records)],
-        use_bin_type=True,
-    )
+    # Packed one record at a time: no list of every record's fields is built (about 100 bytes a
+    # record, 5 MB for a request at the record limit), and it is faster than packb of such a list.
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack_array_header(len(records))
+    pack = packer.pack
+    first = now_ms if records[0][0] is None else records[0][0]
+    highest = first
+    for r in records:
+        ts = now_ms if r[0] is None else r[0]
+        highest = ts if ts > highest else highest
+        pack((ts - first, r[1], r[2], r[3]))
     return encode_payload(
-        payload,
+        packer.bytes(),
         record_count=len(records),
         first_timestamp=first,
-        max_timestamp=max(stamps),
+        max_timestamp=highest,
         codec=codec,
         values_are_json=values_are_json,
         producer_id=producer_id,

@@ -109,6 +109,12 @@ async function load() {
     if (ta === null || tb === null) return a.name < b.name ? -1 : 1;
     return ta < tb ? -1 : ta > tb ? 1 : 0;
   });
+  // A replication factor over the brokers in the ring is refused (400): offer no more.
+  const rf = document.querySelector('#create-topic input[name="replication_factor"]');
+  if (rf) {
+    rf.max = String(Math.max(1, Math.min(7, state.brokers.length)));
+    if (Number(rf.value) > Number(rf.max)) rf.value = rf.max;
+  }
 
   const topics = await api("GET", "/v1/topics");
   state.topics = (topics.topics || []).slice().sort((a, b) => (a.name < b.name ? -1 : 1));
