@@ -26,7 +26,8 @@ REQUEST_BYTES_MAX = 16 * MiB
 # Records in one produce request. Bounds the per-request work and response size.
 RECORDS_PER_REQUEST_MAX = 50_000
 
-# One NDJSON line: a maximal record plus room for JSON escaping.
+# One NDJSON line, or one event of a JSON body as sent (whitespace included): a
+# maximal record plus room for JSON escaping. Checked before the event is parsed.
 NDJSON_LINE_BYTES_MAX = MESSAGE_BYTES_MAX + 64 * KiB
 
 # JSON nesting depth accepted in an event: deep nesting is an attack on the
@@ -426,10 +427,12 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # FETCH_BYTES_MAX) and a connection; then the connection is closed. Longer
 # than the longest long-poll so a slow but live link still gets its answer.
 RESPONSE_SEND_TIMEOUT_S = 60.0
-# Request bodies being received at once on one broker, in bytes (declared by
-# Content-Length; a chunked body counts as REQUEST_BYTES_MAX): beyond it a
-# request is answered 429 with Retry-After before its body is read. Without it
-# CLIENT_CONNECTIONS_OPEN_MAX slow 16 MiB uploads would ask for 32 GiB.
+# Bytes of request bodies one broker holds at once, counted as they arrive (after
+# Content-Encoding is undone) and given back when the request ends: a piece that
+# does not fit, or a declared Content-Length that does not fit now, is answered
+# 429 with Retry-After. Without it CLIENT_CONNECTIONS_OPEN_MAX 16 MiB uploads would
+# hold 32 GiB; counted by arrival, a client that declares a size and trickles
+# holds only what it sent.
 REQUEST_BODY_BYTES_IN_FLIGHT_MAX = 256 * MiB
 # Produces a broker forwards to leaders at once (each holds its batches until
 # the leader answers, up to PEER_REQUEST_TIMEOUT_S); beyond it 429 with

@@ -300,7 +300,8 @@ def test_quick_run_against_real_brokers(tmp_path):
     assert "command: `ring bench --quick --peers none --output" in doc
     for line in ("| produce 100/req, unkeyed, quorum | records/s |", "| consume from offset 0 (fetch) | records/s |",
                  "| end-to-end, produce to long-poll delivery", "#### Targets", "| broker RSS ≤ 150 MB |",
-                 "disk append, 1 KiB writes, fdatasync each", "loopback TCP", "produce, stored batches"):
+                 "disk append, 1 KiB writes, fdatasync each", "loopback TCP", "produce, stored batches",
+                 "#### Hostile input: broker memory and trickling clients", "| produces refused | 0 | 0 of 20 |"):
         assert line in doc, line
     # the group-poll case runs where the broker has the consumer-group API, else says why not
     assert "| consume from offset 0 (group poll, ring only) | records/s |" in doc or \

@@ -13,18 +13,17 @@ figures themselves."""
 from __future__ import annotations
 
 import gzip
-import socket
 import time
 from pathlib import Path
 from typing import Iterator
 
-import msgpack
 import orjson
 import pytest
 
 from ring import limits
 from ring.auth import file_line
 from ring.bench.hostile import reset_peak, vm_kib
+from ring.http_api import codec
 from ring.log import batch as batchfmt
 from tests.brokers import Http, TestBroker
 
@@ -160,6 +159,8 @@ def test_a_stored_json_value_with_line_breaks_stays_on_one_ndjson_line(http: Htt
     assert [orjson.loads(line)["value"] for line in lines] == [{"a": 1, "s": "x"}, {"b": 2}]
     assert [rec["value"] for rec in http.fetch(topic, 0, offset=0).json()["records"]] == [{"a": 1, "s": "x"},
                                                                                          {"b": 2}]
+    # the CLI's --json lines are made the same way
+    assert orjson.dumps(codec.record_line(batchfmt.Record(0, 1, None, value, None), True)).count(b"\n") == 0
 
 
 def test_stored_json_values_meet_the_nesting_limit_of_a_json_produce(http: Http, topic: str) -> None:

@@ -1,6 +1,6 @@
 """The generated section of docs/BENCHMARKS.md for one ``ring bench`` run:
 command, machine, versions and settings, the comparison table, targets,
-resources, ceilings, the single-broker part, the profile, and every skipped
+resources, ceilings, the single-broker part, the hostile-input part, the profile, and every skipped
 case or disturbed run, so a figure is never read without its conditions.
 """
 
@@ -74,10 +74,13 @@ def markdown(bench: Any) -> str:
     ]
     for n in bench.notes:
         out.append(f"- {n}")
-    out += ["", *report.table(summary, bench.cases, peers), ""]
-    out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
-    out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
-                                                      bench.extra.get("idle_cores")), ""]
+    if bench.rows:  # the single and hostile parts alone have no comparison
+        out += ["", *report.table(summary, bench.cases, peers), ""]
+        out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
+        out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
+                                                          bench.extra.get("idle_cores")), ""]
+    else:
+        out.append("")
     ring_unbatched = (summary.get(("produce-1-unkeyed-quorum", "ring")) or {}).get("rec_s")
     ceil = _ceilings(bench.extra, ring_unbatched)
     if ceil:
@@ -89,6 +92,10 @@ def markdown(bench: Any) -> str:
 
         text = single.report(bench.extra["single"], bench.args.command).splitlines()
         out += ["#### Single broker: stored batches and JSON", "", *text[1:], ""]
+    if bench.extra.get("hostile"):
+        from ring.bench import hostile
+
+        out += ["#### Hostile input: broker memory and trickling clients", "", *hostile.report(bench.extra["hostile"]), ""]
     disturbed = [r for r in bench.rows if r.get("disturbed")]
     if disturbed:
         out.append(f"{len(disturbed)} of {len(bench.rows)} runs were disturbed (others' CPU, cores: "

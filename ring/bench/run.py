@@ -6,7 +6,7 @@ interleaving systems within each repetition. Each run is one load-generator
 process (``ring.bench.loadgen``); around it this process reads the brokers'
 CPU seconds and peak RSS, and the whole machine's busy CPU time, so a run
 during which other processes took a noticeable share of the CPU is flagged.
-Then the ceilings (wrk, disk, loopback), the single-broker part, optionally a
+Then the ceilings (wrk, disk, loopback), the single-broker and hostile-input parts, optionally a
 py-spy profile of a broker under produce load, and the report: one table on
 stdout, and with ``--output`` the generated section of docs/BENCHMARKS.md and a
 PNG plot beside it. Every system is stopped at the end, also on failure or ^C.
@@ -53,11 +53,13 @@ class Settings:
     ceiling_s: float = 3.0
     single_records: int = 200_000
     profile_s: float = 10.0
+    hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle"); empty: all
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
-                   ceiling_s=0.3, single_records=10_000, profile_s=2.0)
+                   ceiling_s=0.3, single_records=10_000, profile_s=2.0,
+                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -387,22 +389,35 @@ class Bench:
             self.failed_parts.append(f"single-broker part failed: {exc}")
             self.note(self.failed_parts[-1])
 
+    def run_hostile(self) -> None:
+        from ring.bench import hostile
+
+        self.say("hostile part: broker RSS for a produce at each limit, and trickling clients")
+        try:
+            self.extra["hostile"] = hostile.run_part(fsync=self.args.fsync, only=list(self.settings.hostile_cases))
+        except Exception as exc:  # a failed part is reported; the figures already measured are kept
+            self.failed_parts.append(f"hostile part failed: {exc}")
+            self.note(self.failed_parts[-1])
+
     # --- all of it -------------------------------------------------------------------
 
     def run(self) -> int:
         t0 = time.time()
+        self.versions["commit"] = ring_commit()
         try:
-            self.start_systems()
-            self.versions = {n: s.version() for n, s in self.systems.items()}
-            self.versions["commit"] = ring_commit()
-            self.measure_idle(1.0 if self.args.quick else 5.0)
-            self.run_cases()
+            if self.cases or "ceiling" in self.groups:  # the single and hostile parts start their own broker
+                self.start_systems()
+                self.versions.update({n: s.version() for n, s in self.systems.items()})
+                self.measure_idle(1.0 if self.args.quick else 5.0)
+                self.run_cases()
             if "ceiling" in self.groups:
                 self.part(self.run_ceilings, "ceilings")
         finally:
             self.stop_systems()
         if "single" in self.groups:
             self.run_single()
+        if "hostile" in self.groups:
+            self.run_hostile()
         shutil.rmtree(self.root, ignore_errors=True)
         self.extra["seconds"] = time.time() - t0
         raw = Path(tempfile.gettempdir()) / "ring-bench-rows.json"

@@ -139,7 +139,7 @@ def _consume_partitions(ctx: Context, args: argparse.Namespace, start: Position)
 
 async def _read(ctx: Context, args: argparse.Namespace, starts: dict[int, int | None], progress: Progress) -> None:
     from ring.client import AsyncClient
-    from ring.http_api.codec import record_json
+    from ring.http_api.codec import record_line
 
     out = ctx.stdout.buffer
     remaining = args.max if args.max is not None else -1
@@ -173,7 +173,7 @@ async def _read(ctx: Context, args: argparse.Namespace, starts: dict[int, int | 
                 records = got.records if remaining < 0 else got.records[:remaining]
                 if ctx.json:
                     lines = [orjson.dumps({"topic": r.topic, "partition": r.partition,
-                                           **record_json(r, r.value_is_json)}) for r in records]
+                                           **record_line(r, r.value_is_json)}) for r in records]
                 else:
                     lines = [r.value for r in records]
                 lines.append(b"")

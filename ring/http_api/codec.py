@@ -5,20 +5,21 @@ msgpack, text) that the broker frames into batches, or into client-built
 stored batches (``application/vnd.ring.batch``) that are only validated and
 then appended as they are. Fetch answers are encoded here from the stored
 batch bytes the broker returns. Every per-request and per-record limit of
-``ring.limits`` is enforced in this module, so nothing oversized or malformed
-reaches the broker. Nothing here touches a socket except ``read_body``, which
-streams a request body while counting it.
+``ring.limits`` is enforced here (with ``jsonscan`` and ``unpack``, which take
+JSON and msgpack bodies apart one event at a time so that a body costs memory
+in proportion to its bytes), so nothing oversized or malformed reaches the
+broker. Nothing here touches a socket except ``read_body``, which streams a
+request body while counting it against its limit and the body budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import re
 from dataclasses import dataclass
-from itertools import chain, islice
-from typing import Any, Iterable, Iterator
+from itertools import chain
+from typing import Any, Iterable
 
 import msgpack
 import orjson
@@ -28,7 +29,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ring import limits
 from ring.errors import BadRequest, BodyTimeout, PayloadTooLarge, UnsupportedMediaType
-from ring.http_api import budget, jsonscan
+from ring.http_api import budget, jsonscan, unpack
 from ring.http_api.jsonscan import json_depth  # noqa: F401 (part of this module's interface)
 from ring.log import batch as batchfmt
 from ring.log.batch import BatchHeader, Record, RecordIn
@@ -245,85 +246,19 @@ def _msgpack_headers(raw: object) -> tuple[dict[str, bytes | None] | None, int]:
     return headers or None, size
 
 
-class _RecordMap(dict):
-    """A msgpack map holding a map (a record and its headers); no map may hold one of these."""
-
-
-def _shallow_map(pairs: list[tuple[Any, Any]]) -> dict:
-    # object_pairs_hook: maps nest at most two deep (a record, its headers), so a body of nested
-    # maps is refused at its third level instead of being built whole first.
-    kinds = {type(v) for _, v in pairs}
-    if _RecordMap in kinds:
-        raise BadRequest("msgpack maps nest at most two deep (a record and its headers)")
-    return _RecordMap(pairs) if dict in kinds else dict(pairs)
-
-
-def _no_array(items: Any) -> Any:
-    raise BadRequest("a msgpack record holds no arrays")  # list_hook: items of records are never arrays
-
-
-def _unpacker(body: bytes | memoryview, **hooks: Any) -> msgpack.Unpacker:
-    """An unpacker over ``body`` that builds one object at a time, every bin and str within the
-    record limit; it reads ``body`` in place when it is bytes."""
-    unpacker = msgpack.Unpacker(io.BytesIO(body) if type(body) is bytes else None, raw=False,
-                                strict_map_key=True, max_bin_len=limits.MESSAGE_BYTES_MAX,
-                                max_str_len=limits.MESSAGE_BYTES_MAX, max_ext_len=16,
-                                max_map_len=limits.HEADERS_PER_RECORD_MAX,
-                                max_buffer_size=max(len(body), 1), **hooks)
-    if type(body) is not bytes:
-        unpacker.feed(body)
-    return unpacker
-
-
-def _unpack_error(exc: Exception, what: str) -> Exception:
-    # msgpack names the limit it enforced in its message; the two that are a record's size limits:
-    if "max_bin_len" in str(exc) or "max_str_len" in str(exc):
-        return PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
-                               limit_bytes=limits.MESSAGE_BYTES_MAX)
-    if "max_map_len" in str(exc):
-        return PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
-    return BadRequest(f"{what} is not msgpack: {str(exc) or type(exc).__name__}")
-
-
-def _items(unpacker: msgpack.Unpacker, body: bytes | memoryview, count: int) -> Iterator[Any]:
-    """The ``count`` objects after the array header, one at a time, then a check that nothing follows."""
-    got = 0
-    for item in islice(unpacker, count):
-        got += 1
-        yield item
-    if got < count or unpacker.tell() != len(body):
-        raise BadRequest(f"the msgpack body holds {'fewer' if got < count else 'more'} items than it says")
-
-
-def _msgpack_items(body: bytes) -> Iterator[Any]:
-    """The record maps of a body that is one map or an array of them; 413 past the record limit
-    before any record is unpacked."""
-    unpacker = _unpacker(body, object_pairs_hook=_shallow_map, list_hook=_no_array, max_array_len=0)
-    first = body[0]
-    if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
-        count = unpacker.read_array_header()
-        if count == 0:
-            raise BadRequest("no records in the body")
-        if count > limits.RECORDS_PER_REQUEST_MAX:
-            raise PayloadTooLarge(f"{count} records in one request; the limit is {limits.RECORDS_PER_REQUEST_MAX}")
-    else:
-        count = 1
-    return _items(unpacker, body, count)
-
-
 def decode_msgpack(body: bytes, key: bytes | None) -> Records:
     """A map ``{value, key?, headers?, timestamp?}`` or an array of such maps."""
     records: list[RecordIn] = []
     sizes: list[int] = []
     keyed = False
     try:
-        for item in _msgpack_items(body):
+        for item in unpack.record_maps(body):
             record, size, own_key = _msgpack_record(item, key)
             keyed = keyed or own_key
             records.append(record)
             sizes.append(size)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise _unpack_error(exc, "the body") from None
+        raise unpack.unpack_error(exc, "the body") from None
     _check_counts(len(records))
     _check_sizes(sizes)
     return Records(records, sizes, False, keyed)
@@ -361,41 +296,13 @@ def _check_stored_headers(headers: Iterable[dict]) -> None:
             raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
 
 
-def _flat_map(pairs: list[tuple[Any, Any]]) -> dict:
-    # object_pairs_hook of batch payloads: the only maps are record headers, which hold no containers.
-    if {type(v) for _, v in pairs} & {dict, tuple}:
-        raise BadRequest("stored record headers must map strings to bytes or nil")
-    return dict(pairs)
-
-
-def _flat_record(items: tuple) -> tuple:
-    # list_hook of batch payloads: a record holds no array (its headers map none either, see above),
-    # so nested arrays are refused at their second level instead of being built whole first.
-    for item in items:
-        if type(item) is tuple:
-            raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
-    return items
-
-
-def _unpack_payload(raw: bytes | memoryview, record_count: int) -> tuple:
-    """The payload's records, unpacked one at a time with every limit enforced on the way (C level):
-    the record count before any record, values within the record limit, no nesting."""
-    unpacker = _unpacker(raw, use_list=False, max_array_len=4, object_pairs_hook=_flat_map, list_hook=_flat_record)
-    try:
-        if unpacker.read_array_header() != record_count:
-            raise BadRequest("batch payload does not hold record_count records")
-        return tuple(_items(unpacker, raw, record_count))
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise _unpack_error(exc, "batch payload") from None
-
-
 def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     """The payload is a list of ``record_count`` well-formed records, checked C-level.
 
     A few whole-batch passes, no loop per record: the records are unpacked as
     tuples, flattened, and each field's column checked by its set of types.
     """
-    items = _unpack_payload(batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size]),
+    items = unpack.payload_records(batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size]),
                             h.record_count)
     if set(map(type, items)) != {tuple} or set(map(len, items)) != {4}:
         raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
@@ -530,18 +437,22 @@ def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tup
 
 
 def _ndjson(selected: Iterable[tuple[Record, bool]]) -> bytes:
-    """One record per line whatever the stored bytes: a JSON value stored with a line break in it
-    (a client-built batch may hold JSON that was never made compact) is sent compact."""
+    """One record per line whatever the stored bytes (a client-built batch may hold JSON that was
+    never made compact)."""
     out = bytearray()  # each orjson output is dropped once copied: kept, each would hold ~4 KiB
     for rec, is_json in selected:
-        if is_json:
-            line = jsonscan.one_line(rec.value)
-            if line is None:
-                is_json = False
-            elif line is not rec.value:
-                rec = rec._replace(value=line)
-        out += orjson.dumps(record_json(rec, is_json), option=orjson.OPT_APPEND_NEWLINE)
+        out += orjson.dumps(record_line(rec, is_json), option=orjson.OPT_APPEND_NEWLINE)
     return bytes(out)
+
+
+def record_line(rec: Any, is_json: bool) -> dict[str, Any]:
+    """``record_json`` for a record written on a line of its own (NDJSON): a JSON value that holds
+    a line break is sent compact, one that is not JSON after all as text."""
+    line = jsonscan.one_line(rec.value) if is_json else None
+    doc = record_json(rec, is_json and line is not None)
+    if line is not None and line is not rec.value:
+        doc["value"] = orjson.Fragment(line)
+    return doc
 
 
 def batches_next_offset(data: bytes, offset: int) -> int:

@@ -52,7 +52,9 @@ _TOPIC_CONFIG = {
         "auto_partitions": {"type": "boolean", "default": False,
                             "description": "grow the partitions when a consumer group has more members than "
                                            f"partitions for {limits.AUTO_PARTITIONS_GRACE_MS // 1000} s"},
-        "replication_factor": {"type": "integer", "minimum": 1, "default": 3},
+        "replication_factor": {"type": "integer", "minimum": 1, "default": 3,
+                               "description": "replicas of each partition; larger than the brokers in the cluster: "
+                                              "400 (left out, the default is capped at their number)"},
         "retention_ms": {"type": "integer", "default": limits.RETENTION_MS_DEFAULT, "description": "-1: forever"},
         "retention_bytes": {"type": "integer", "default": limits.RETENTION_BYTES_DEFAULT,
                             "description": "-1: no size limit"},
