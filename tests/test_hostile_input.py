@@ -168,7 +168,15 @@ def test_stored_json_values_meet_the_nesting_limit_of_a_json_produce(http: Http,
     assert http.produce(topic, deep, partition=0).status == 400  # through application/json
     r = http.produce(topic, _json_batch(deep), "application/vnd.ring.batch", partition=0)
     assert r.status == 400 and r.json()["error"] == "bad_request", r.body
-    at_limit = b"[" * limits.JSON_DEPTH_MAX + b"]" * limits.JSON_DEPTH_MAX
+    d = limits.JSON_DEPTH_MAX
+    # Brackets inside strings do not count either way: this one nests d + 4 deep.
+    disguised = b'[[[["]]]]",' + b"[" * d + b"]" * d + b',"[[[["]]]]'
+    for value in (disguised, b"[" + disguised + b"]"):
+        assert http.produce(topic, value, partition=0).status == 400
+        assert http.produce(topic, value, "application/x-ndjson", partition=0).status == 400
+        r = http.produce(topic, _json_batch(value), "application/vnd.ring.batch", partition=0)
+        assert r.status == 400, r.body
+    at_limit = b"[" * d + b"]" * d
     assert http.produce(topic, _json_batch(at_limit), "application/vnd.ring.batch", partition=0).status == 200
     assert http.end_offsets(topic)[0] == 2
 

@@ -24,6 +24,8 @@ never made compact).
 from __future__ import annotations
 
 import re
+from collections import deque
+from itertools import repeat
 from typing import Iterator
 
 import orjson
@@ -50,9 +52,10 @@ _EVENT = re.compile(rb"[ \t\n\r]*+(" + _STRING + rb"|" + _container(limits.JSON_
 _ARRAY_OPEN = re.compile(rb"[ \t\n\r]*+\[[ \t\n\r]*+")
 _TRAILING_SPACE = re.compile(rb"[ \t\n\r]*+\Z")
 _SPACE = re.compile(rb"[ \t\n\r]")
-_NDJSON_LINE = re.compile(rb"[^ \t\r\n][^\n]*+")  # a line's content from its first non-blank byte
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
+_NOT_OPENINGS = bytes(range(256)).translate(None, b"[{")
 
 
 def json_depth(text: bytes) -> int:
@@ -87,8 +90,9 @@ def starts_array(body: bytes) -> bool:
     return _ARRAY_OPEN.match(body) is not None
 
 
-def _value(body: bytes, start: int, end: int, where: str) -> bytes:
-    """The compact stored form of the valid JSON event ``body[start:end]``."""
+def _value(body: bytes, start: int, end: int, where: str, depth_known: bool = False) -> bytes:
+    """The compact stored form of the valid JSON event ``body[start:end]``; ``depth_known``: its
+    nesting was bounded already."""
     if end - start > limits.NDJSON_LINE_BYTES_MAX:
         raise PayloadTooLarge(f"{where} is over the limit of {limits.NDJSON_LINE_BYTES_MAX} bytes",
                               limit_bytes=limits.NDJSON_LINE_BYTES_MAX)
@@ -96,7 +100,7 @@ def _value(body: bytes, start: int, end: int, where: str) -> bytes:
         event = orjson.loads(memoryview(body)[start:end])
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON in {where}: {exc}") from None
-    if too_deep(body, start, end):
+    if not depth_known and too_deep(body, start, end):
         raise BadRequest(f"JSON nested deeper than {limits.JSON_DEPTH_MAX} levels in {where}")
     if _SPACE.search(body, start, end) is None:
         return body[start:end]
@@ -125,7 +129,7 @@ def array_values(body: bytes) -> list[bytes]:
             raise BadRequest(f"malformed JSON, or nested deeper than {limits.JSON_DEPTH_MAX} levels, in event "
                              f"{len(values) + 1} of the array (at byte {pos})")
         _counted(len(values))
-        values.append(_value(body, *found.span(1), f"event {len(values) + 1} of the array"))
+        values.append(_value(body, *found.span(1), f"event {len(values) + 1} of the array", depth_known=True))
         pos = found.end()
         if found.group(2) == b"]":
             break
@@ -140,9 +144,15 @@ def single_value(body: bytes) -> bytes:
 
 
 def ndjson_lines(body: bytes) -> Iterator[tuple[int, int]]:
-    """(start, end) of each non-blank line; blank runs are skipped at C level."""
-    for found in _NDJSON_LINE.finditer(body):
-        yield found.span()
+    """(start, end) of each non-blank line, from its first non-blank byte; blank runs are
+    skipped at C level."""
+    pos = 0
+    while (found := _NON_BLANK.search(body, pos)) is not None:
+        start = found.start()
+        end = body.find(b"\n", start)
+        end = len(body) if end < 0 else end
+        yield start, end
+        pos = end
 
 
 def ndjson_values(body: bytes) -> list[bytes]:
@@ -167,11 +177,14 @@ def one_line(value: bytes) -> bytes | None:
 
 def check_stored(values: tuple | list) -> None:
     """The rules of a JSON produce for the JSON-flagged values of a stored batch: each parses,
-    and nests no deeper than ``JSON_DEPTH_MAX``. Values are parsed one at a time."""
-    for value in values:
-        try:
-            orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise BadRequest("batch is flagged JSON but a value is not JSON") from None
-        if too_deep(value):
+    and nests no deeper than ``JSON_DEPTH_MAX``. C-level loops; each value's objects are dropped
+    as soon as it parsed."""
+    try:
+        deque(map(orjson.loads, values), maxlen=0)
+    except orjson.JSONDecodeError:
+        raise BadRequest("batch is flagged JSON but a value is not JSON") from None
+    # Fewer openings than the limit cannot nest deeper (strings' brackets count too: an overcount).
+    opening = map(len, map(bytes.translate, values, repeat(None), repeat(_NOT_OPENINGS)))
+    for value, opens in zip(values, opening):
+        if opens > limits.JSON_DEPTH_MAX and json_depth(value) > limits.JSON_DEPTH_MAX:
             raise BadRequest(f"batch is flagged JSON but a value nests deeper than {limits.JSON_DEPTH_MAX} levels")
