@@ -18,8 +18,8 @@ templates, and a topic label is only set once the broker has answered 2xx for
 that topic, so a client cannot grow the series count by sending junk. Events
 only broker internals see are counted by that code calling
 ``Metrics.election(result)`` and ``Metrics.sent(follower, nbytes)``; consumer
-group lag comes from ``Metrics.group_source``. Until they are wired these stay
-at zero or empty.
+group lag comes from ``Metrics.group_source`` (the groups this broker
+coordinates).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class ClusterBroker(Routing, Broker):
                                      on_change=self._cluster_changed, load=self._load,
                                      down_grace_s=self.config.down_grace_s, tls=self.config.tls)
         if not self.membership.topics():
-            for cfg in self.catalog:  # a data directory from before the cluster: its topics join the catalogue
+            for cfg in self.catalog:  # topics on disk while gossip's saved state holds none: they join it
                 self.membership.put_topic(cfg.name, cfg.to_json())
         self._hw_saved = self._load_hws()
         for cfg in self.catalog:  # what gossip deleted or replaced meanwhile goes in the first reconcile

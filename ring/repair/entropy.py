@@ -38,9 +38,8 @@ from ring.log import batch as batchfmt
 
 Reader = Callable[[int, int, int], bytes]  # (offset, max_bytes, upto) -> stored batches
 
-# 20-byte digests (40 hex characters): a broker that took 16-byte digests of whole
-# batches refuses these as malformed (and they its), so brokers of the two kinds
-# never compare unlike checksums and cut a healthy log.
+# 20-byte digests (40 hex characters). A digest of any other length is refused as
+# malformed, so a broker never compares unlike checksums and cuts a healthy log.
 DIGEST_BYTES = 20
 DIGEST_HEX = 2 * DIGEST_BYTES
 # Range ends remembered per range base: the leader's own round and each

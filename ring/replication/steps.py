@@ -26,7 +26,6 @@ import orjson
 from ring import limits
 from ring.errors import BadRequest, RequestTimeout
 from ring.log import batch as batchfmt
-from ring.log.checkpoint import read_offset
 from ring.log.fsync import write_atomically
 from ring.repair.divergence import divergence_point
 from ring.replication import election, protocol
@@ -35,7 +34,6 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.replication")
 
 STATE_FILE = "replica-state"
-OLD_EPOCH_FILE = "replica-epoch"  # before elections: the epoch alone
 
 
 # --- the persisted ballot and voters ---------------------------------------------------
@@ -54,8 +52,7 @@ def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None]:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
-    epoch = read_offset(directory / OLD_EPOCH_FILE)
-    return election.Ballot(epoch or 0, None), None
+    return election.Ballot(0, None), None
 
 
 def save_state(rep: Replica) -> None:
