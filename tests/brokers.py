@@ -1,100 +1,27 @@
-"""Real broker processes for integration tests, and a small blocking HTTP client.
+"""Real broker processes for integration tests.
 
 ``TestBroker`` runs ``python -m ring serve`` on a free loopback port with a
 data directory under a temporary root, waits until ``/v1/status`` answers,
 and stops it by PID with SIGTERM (clean) or SIGKILL (crash); ``restart``
-reuses the same directory. ``Http`` speaks to it with ``http.client`` so a
-test reads top to bottom without an event loop. ``TestCluster`` runs several
-brokers that gossip with each other (``ring.localcluster.LocalCluster``), each
+reuses the same directory; its ``http`` is a ``tests.support.Http`` on its
+client port. ``TestCluster`` runs several brokers that gossip with each other (``ring.localcluster.LocalCluster``), each
 a ``Member`` with its client API, its peer port and the cluster secret.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import signal
 import socket
-import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
-
-import orjson
+from typing import Iterable
 
 from ring.localcluster import LocalBroker, free_port
 from ring.log import batch as batchfmt
+from tests.support import Http, Reply, wait_for
+
+__all__ = ["REPO_ROOT", "Http", "Reply", "TestBroker", "Member", "TestCluster"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: http.client.HTTPMessage
-    body: bytes
-
-    def json(self) -> Any:
-        return orjson.loads(self.body)
-
-    @property
-    def content_type(self) -> str:
-        return (self.headers.get("Content-Type") or "").split(";")[0]
-
-
-class Http:
-    """Blocking requests to one broker: a fresh connection each, so no state leaks between tests."""
-
-    def __init__(self, host: str, port: int, timeout_s: float = 30.0) -> None:
-        self.host, self.port, self.timeout_s = host, port, timeout_s
-
-    def request(self, method: str, path: str, body: bytes | Iterable[bytes] | None = None,
-                headers: dict[str, str] | None = None, query: dict[str, Any] | None = None,
-                json_body: Any = None) -> Reply:
-        headers = dict(headers or {})
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-            headers.setdefault("Content-Type", "application/json")
-        if query:
-            path += "?" + urllib.parse.urlencode(query)
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-        try:
-            chunked = body is not None and not isinstance(body, (bytes, bytearray))
-            conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
-            resp = conn.getresponse()
-            return Reply(resp.status, resp.headers, resp.read())
-        finally:
-            conn.close()
-
-    def get(self, path: str, **kw: Any) -> Reply:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> Reply:
-        return self.request("POST", path, **kw)
-
-    def delete(self, path: str, **kw: Any) -> Reply:
-        return self.request("DELETE", path, **kw)
-
-    # conveniences used across the suite
-
-    def produce(self, topic: str, body: bytes, content_type: str = "application/json", **query: Any) -> Reply:
-        return self.post(f"/v1/topics/{topic}/messages", body=body, headers={"Content-Type": content_type},
-                         query=query or None)
-
-    def fetch(self, topic: str, partition: int, accept: str = "application/json", **query: Any) -> Reply:
-        return self.get(f"/v1/topics/{topic}/partitions/{partition}/messages", headers={"Accept": accept},
-                        query=query or None)
-
-    def end_offsets(self, topic: str) -> list[int] | None:
-        """End offset of every partition, None when the topic does not exist."""
-        r = self.get(f"/v1/topics/{topic}")
-        if r.status == 404:
-            return None
-        assert r.status == 200, r.body
-        return [p["end_offset"] for p in r.json()["partitions"]]
-
-    def create_topic(self, name: str, **settings: Any) -> Reply:
-        return self.post("/v1/topics", json_body={"name": name, **settings})
 
 
 class TestBroker:
@@ -279,16 +206,19 @@ class TestCluster:
         watchers = list(observers) if observers is not None else [
             m for m in self.members if m.local.proc is not None and m.local.proc.poll() is None]
         started = time.monotonic()
+
         views: dict[str, dict[str, str]] = {}
-        while time.monotonic() - started < timeout_s:
-            try:
-                views = {m.name: m.cluster_view() for m in watchers}
-            except (OSError, AssertionError):
-                views = {}
-            if views and all(v.get(n) == s for v in views.values() for n, s in expected.items()):
-                return time.monotonic() - started
-            time.sleep(0.2)
-        raise TimeoutError(f"brokers did not reach {expected} within {timeout_s} s; last views {views}")
+
+        def reached() -> bool:
+            views.clear()
+            views.update({m.name: m.cluster_view() for m in watchers})
+            return all(v.get(n) == s for v in views.values() for n, s in expected.items())
+
+        try:
+            wait_for(f"brokers reach {expected}", reached, timeout_s, errors=(OSError, AssertionError))
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; last views {views}") from None
+        return time.monotonic() - started
 
     def leaders(self, topic: str) -> dict[int, str]:
         doc = self.members[0].http.get(f"/v1/topics/{topic}").json()

@@ -4,9 +4,9 @@
 localhost, usable as server and client certificate), and a rogue CA with
 its own "broker" certificate, with the ``cryptography`` package.
 ``make_tokens`` writes a tokens file and returns the tokens by name.
-``SecureCluster`` runs ``LocalCluster`` brokers with those flags, and
-``Client`` speaks to one over http or https with a token: blocking,
-``http.client``, a fresh connection per request.
+``SecureCluster`` runs ``LocalCluster`` brokers with those flags; its
+``client(i, token)`` is a ``tests.support.Http`` on broker i's client port,
+over http or https, with that token.
 """
 
 from __future__ import annotations
@@ -14,20 +14,17 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
-import json
 import secrets
 import ssl
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import orjson
-
 from ring import auth
 from ring.localcluster import LocalCluster
-from tests.brokers import REPO_ROOT, Reply
+from tests.brokers import REPO_ROOT
+from tests.support import Http
 
 # name -> (permissions, topics): the grants every secure test cluster knows.
 GRANTS = {
@@ -117,59 +114,6 @@ def make_tokens(path: Path, grants: dict[str, tuple[str, str]] = GRANTS) -> dict
     return tokens
 
 
-class Client:
-    """Blocking requests to one port, http or https, with an optional token."""
-
-    def __init__(self, url: str, token: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 timeout_s: float = 30.0) -> None:
-        parts = urllib.parse.urlsplit(url)
-        self.https = parts.scheme == "https"
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.token = token
-        self.ssl_context = ssl_context
-        self.timeout_s = timeout_s
-
-    def with_token(self, token: str | None) -> Client:
-        return Client(f"{'https' if self.https else 'http'}://{self.host}:{self.port}", token,
-                      self.ssl_context, self.timeout_s)
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-                query: dict[str, Any] | None = None, json_body: Any = None) -> Reply:
-        headers = dict(headers or {})
-        if self.token is not None:
-            headers.setdefault("Authorization", f"Bearer {self.token}")
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-            headers.setdefault("Content-Type", "application/json")
-        if query:
-            path += "?" + urllib.parse.urlencode(query)
-        if self.https:
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout_s, context=self.ssl_context)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return Reply(resp.status, resp.headers, resp.read())
-        finally:
-            conn.close()
-
-    def get(self, path: str, **kw: Any) -> Reply:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> Reply:
-        return self.request("POST", path, **kw)
-
-    def produce(self, topic: str, values: list[Any], **query: Any) -> Reply:
-        body = b"\n".join(orjson.dumps(v) for v in values)
-        return self.post(f"/v1/topics/{topic}/messages", body=body,
-                         headers={"Content-Type": "application/x-ndjson"}, query=query or None)
-
-    def fetch(self, topic: str, partition: int, **query: Any) -> Reply:
-        return self.get(f"/v1/topics/{topic}/partitions/{partition}/messages", query=query or None)
-
-
 class SecureCluster:
     """``size`` brokers with TLS (``pki``), mutual TLS between them, and/or client tokens."""
 
@@ -199,8 +143,8 @@ class SecureCluster:
     def peer_url(self, i: int) -> str:
         return f"{self.scheme}://127.0.0.1:{self.peer_ports[i]}"
 
-    def client(self, i: int, token: str | None = None) -> Client:
-        return Client(self.url(i), token, self.ssl_context())
+    def client(self, i: int, token: str | None = None) -> Http:
+        return Http.to(self.url(i), token, self.ssl_context())
 
     def start(self, admin_token: str | None = None, timeout_s: float = 60.0) -> SecureCluster:
         """Start every broker; return once each sees all of them up."""

@@ -40,21 +40,6 @@ def _ack(acked: dict[int, dict[int, object]], partition: int, reply: dict) -> No
         acked[partition][base + n] = v
 
 
-def _read_all(m: Member, partition: int, wanted: dict[int, object], deadline: float) -> dict[int, object]:
-    """Records of a partition from one broker, read (bounded by ``deadline``) past every wanted offset."""
-    out: dict[int, object] = {}
-    offset, end = 0, max(wanted, default=-1) + 1
-    while offset < end and time.monotonic() < deadline:
-        r = m.http.fetch(TOPIC, partition, offset=offset, max_records=10_000, wait_ms=500)
-        if r.status != 200:
-            time.sleep(0.2)
-            continue
-        doc = r.json()
-        out.update({rec["offset"]: rec["value"] for rec in doc["records"]})
-        offset = doc["next_offset"]
-    return out
-
-
 def _time_until_down(c: TestCluster, victim: Member, killed_at: float) -> float:
     observers = [m for m in c if m is not victim and m.local.proc and m.local.proc.poll() is None]
     c.wait_statuses({victim.name: "down"}, observers, timeout_s=DOWN_WITHIN_S + 10)
@@ -120,7 +105,7 @@ def test_kills_and_pauses(make_cluster) -> None:
     deadline = time.monotonic() + 20
     for p in range(PARTITIONS):
         for m in c:
-            got = _read_all(m, p, acked[p], deadline)
+            got = m.http.read_all(TOPIC, p, end=max(acked[p], default=-1) + 1, timeout_s=deadline - time.monotonic())
             missing = {o: v for o, v in acked[p].items() if got.get(o) != v}
             assert not missing, (m.name, p, sorted(missing)[:5])
     for p in range(PARTITIONS):  # and the replicas are the same bytes
@@ -154,6 +139,6 @@ def test_kills_and_pauses(make_cluster) -> None:
     assert time.monotonic() - resumed_at <= UP_WITHIN_S
     deadline = time.monotonic() + 20
     for m in c:
-        got = _read_all(m, p, acked[p], deadline)
+        got = m.http.read_all(TOPIC, p, end=max(acked[p], default=-1) + 1, timeout_s=deadline - time.monotonic())
         missing = sorted(o for o, v in acked[p].items() if got.get(o) != v)
         assert not missing, (m.name, missing, m.http.get(f"/v1/topics/{TOPIC}").json()["partitions"][p])

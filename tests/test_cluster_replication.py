@@ -11,26 +11,12 @@ import orjson
 import pytest
 
 from ring.hashing import broker_token, partition_for_key
-from tests.brokers import Member, TestCluster
+from tests.brokers import TestCluster
 
 pytestmark = pytest.mark.integration
 
 NAMES = ["ring-0", "ring-1", "ring-2"]
 WAIT_S = 15.0
-
-
-def _read_all(m: Member, topic: str, partition: int, end: int) -> dict[int, object]:
-    """Records of a partition from one broker, waiting (bounded) until it served offsets below ``end``."""
-    out: dict[int, object] = {}
-    deadline = time.monotonic() + WAIT_S
-    offset = 0
-    while offset < end and time.monotonic() < deadline:
-        r = m.http.fetch(topic, partition, offset=offset, max_records=10_000, wait_ms=500)
-        assert r.status == 200, (m.name, r.body)
-        doc = r.json()
-        out.update({rec["offset"]: rec["value"] for rec in doc["records"]})
-        offset = doc["next_offset"]
-    return out
 
 
 def _replicas_identical(c: TestCluster, topic: str, partitions: int) -> dict[int, int]:
@@ -115,7 +101,7 @@ def test_load_through_every_broker_is_readable_everywhere_and_replicas_match(
         expected[p][offset] = value
     for m in c:  # the leader and both followers serve every acknowledged record
         for p in range(partitions):
-            assert _read_all(m, topic, p, len(expected[p])) == expected[p], (m.name, p)
+            assert m.http.read_all(topic, p, end=len(expected[p]), timeout_s=WAIT_S) == expected[p], (m.name, p)
     ends = _replicas_identical(c, topic, partitions)
     assert ends == {p: len(expected[p]) for p in range(partitions)}
     # raw batches a client reads from any broker are those bytes too

@@ -24,18 +24,13 @@ import pytest
 
 from ring.log import batch as batchfmt
 from tests.brokers import Member, TestCluster
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "fo"
 # Detection (phi accrual: about 4-13 s after the stop) plus the election; slack for a loaded 2-core machine.
 ELECTED_WITHIN_S = 20.0
-
-
-def describe(m: Member, topic: str = TOPIC) -> list[dict[str, Any]]:
-    r = m.http.get(f"/v1/topics/{topic}")
-    assert r.status == 200, r.body
-    return r.json()["partitions"]
 
 
 def produce(m: Member, values: list[Any], partition: int, consistency: str = "quorum") -> tuple[int, dict]:
@@ -50,7 +45,8 @@ def wait_leader(c: TestCluster, observers: list[Member], partition: int, not_: s
     seen: list[tuple[Any, Any]] = []
     while time.monotonic() < deadline:
         try:
-            seen = [(p["leader"], p["epoch"]) for m in observers for p in [describe(m)[partition]]]
+            seen = [(p["leader"], p["epoch"]) for m in observers
+                    for p in [m.http.describe(TOPIC)["partitions"][partition]]]
         except (OSError, AssertionError):
             seen = []
         leaders = {lead for lead, _ in seen}
@@ -60,22 +56,6 @@ def wait_leader(c: TestCluster, observers: list[Member], partition: int, not_: s
                 return leader, max(e or 0 for _, e in seen)
         time.sleep(0.1)
     raise TimeoutError(f"no agreed leader (not {not_}, is {is_}) of {TOPIC}/{partition} in {timeout_s} s: {seen}")
-
-
-def read_all(m: Member, partition: int, timeout_s: float = 20.0, want: int = 0) -> dict[int, Any]:
-    out: dict[int, Any] = {}
-    offset, deadline = 0, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        r = m.http.fetch(TOPIC, partition, offset=offset, max_records=10_000, wait_ms=200)
-        if r.status == 200:
-            doc = r.json()
-            out.update({rec["offset"]: rec["value"] for rec in doc["records"]})
-            if doc["next_offset"] == offset and len(out) >= want:
-                return out
-            offset = doc["next_offset"]
-        else:
-            time.sleep(0.2)
-    return out
 
 
 def add_unreplicated_batch(data_dir: Path, value: str) -> None:
@@ -122,7 +102,7 @@ def test_leader_killed_then_back(make_cluster) -> None:
         assert status == 200, doc
         acked[doc["base_offset"]] = f"back-{n}"
     for m in c:
-        got = read_all(m, 0, want=len(acked))
+        got = m.http.read_all(TOPIC, 0, want=len(acked))
         assert {o: got.get(o) for o in acked} == acked, m.name
         assert "only-on-the-old-leader" not in got.values()
     deadline = time.monotonic() + 20
@@ -148,13 +128,11 @@ def test_paused_leader_cannot_acknowledge_and_steps_down(make_cluster) -> None:
     # The zombie, at once: whatever it answers, a 200 must be a write the cluster holds.
     answers = [produce(zombie, [f"zombie-{n}"], 0) for n in range(3)]
     assert all(status in (200, 503, 504) for status, _ in answers), answers
-    deadline = time.monotonic() + 10
-    while describe(zombie)[0]["epoch"] < new_epoch:  # it learned of the new epoch: it stepped down
-        assert time.monotonic() < deadline, describe(zombie)
-        time.sleep(0.1)
+    wait_for("the zombie learns of the new epoch: it stepped down",
+             lambda: zombie.http.describe(TOPIC)["partitions"][0]["epoch"] >= new_epoch, 10, 0.1)
     # (once caught up, the zombie, the natural leader, may well lead again: in a newer epoch)
     leader, _ = wait_leader(c, list(c), 0)
-    got = read_all(c.member(leader), 0, want=7)
+    got = c.member(leader).http.read_all(TOPIC, 0, want=7)
     for n, (status, doc) in enumerate(answers):
         if status == 200:
             assert got.get(doc["base_offset"]) == f"zombie-{n}", (doc, got)
@@ -178,5 +156,5 @@ def test_two_of_three_down_refuse_quorum_and_still_serve_committed_reads(make_cl
         status, doc = produce(survivor, ["refused"], p, "quorum")
         assert status == 503, doc
         assert time.monotonic() - began < 4.0
-        got = read_all(survivor, p, want=len(acked[p]))
+        got = survivor.http.read_all(TOPIC, p, want=len(acked[p]))
         assert {o: got.get(o) for o in acked[p]} == acked[p]

@@ -17,7 +17,8 @@ import pytest
 
 from ring.tls import TlsConfig
 from tests.brokers import REPO_ROOT
-from tests.secure_cluster import Client, Pki, SecureCluster, make_pki, make_tokens
+from tests.secure_cluster import Pki, SecureCluster, make_pki, make_tokens
+from tests.support import Http
 
 pytestmark = pytest.mark.integration
 
@@ -71,13 +72,13 @@ def test_clients_check_the_brokers_certificate(cluster, pki: Pki) -> None:
     c, tokens = cluster
     url = c.url(0)
     with pytest.raises(ssl.SSLCertVerificationError):
-        Client(url, tokens["admin"], _context()).get("/v1/status")  # the system's CAs do not know ours
+        Http.to(url, tokens["admin"], _context()).get("/v1/status")  # the system's CAs do not know ours
     with pytest.raises(ssl.SSLCertVerificationError):
-        Client(url, tokens["admin"], _context(pki.rogue_ca)).get("/v1/status")
-    assert Client(url, tokens["admin"], _context(pki.ca)).get("/v1/status").status == 200
+        Http.to(url, tokens["admin"], _context(pki.rogue_ca)).get("/v1/status")
+    assert Http.to(url, tokens["admin"], _context(pki.ca)).get("/v1/status").status == 200
     # plaintext to a TLS port gets no HTTP answer
     with pytest.raises(REFUSED):
-        r = Client(url.replace("https", "http"), timeout_s=5).get("/v1/status")
+        r = Http.to(url.replace("https", "http"), timeout_s=5).get("/v1/status")
         assert r.status >= 400
 
 
@@ -87,8 +88,8 @@ def test_the_peer_port_needs_a_certificate_from_the_peer_ca(cluster, pki: Pki) -
     secret = {"Ring-Cluster-Secret": c.secret}
     for ctx in (_context(pki.ca), _context(pki.ca, pki.rogue_cert, pki.rogue_key)):
         with pytest.raises(REFUSED):
-            Client(peer, ssl_context=ctx, timeout_s=5).get("/peer/v1/status", headers=secret)
-    broker = Client(peer, ssl_context=_context(pki.ca, pki.cert, pki.key))
+            Http.to(peer, ssl_context=ctx, timeout_s=5).get("/peer/v1/status", headers=secret)
+    broker = Http.to(peer, ssl_context=_context(pki.ca, pki.cert, pki.key))
     assert broker.get("/peer/v1/status").status == 401  # a certificate is not the secret
     r = broker.get("/peer/v1/status", headers=secret)
     assert r.status == 200 and r.json()["name"] == "ring-1"
@@ -98,14 +99,14 @@ def test_a_broker_identity_on_the_client_port_needs_the_certificate_too(cluster,
     """With --peer-ca, the cluster secret alone does not make a request a broker's on the client port."""
     c, _ = cluster
     secret = {"Ring-Cluster-Secret": c.secret}
-    plain = Client(c.url(2), ssl_context=_context(pki.ca))
+    plain = Http.to(c.url(2), ssl_context=_context(pki.ca))
     assert plain.get("/v1/status").status == 200  # clients need no certificate
     r = plain.get("/v1/topics", headers=secret)
     assert r.status == 401, r.body
-    as_broker = Client(c.url(2), ssl_context=_context(pki.ca, pki.cert, pki.key))
+    as_broker = Http.to(c.url(2), ssl_context=_context(pki.ca, pki.cert, pki.key))
     assert as_broker.get("/v1/topics", headers=secret).status == 200
     with pytest.raises(REFUSED):  # a certificate from another CA fails the handshake outright
-        Client(c.url(2), ssl_context=_context(pki.ca, pki.rogue_cert, pki.rogue_key), timeout_s=5).get(
+        Http.to(c.url(2), ssl_context=_context(pki.ca, pki.rogue_cert, pki.rogue_key), timeout_s=5).get(
             "/v1/topics", headers=secret)
 
 

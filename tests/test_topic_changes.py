@@ -10,7 +10,6 @@ a broker that was down while the topic grew opens the new partitions when it com
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,22 +22,11 @@ from ring.clock import ManualClock
 from ring.hashing import partition_for_key
 from ring.log.fsync import FsyncPolicy
 from tests.brokers import Http, Member, TestBroker, TestCluster
-
-WAIT_S = 30.0
+from tests.support import wait_for
 
 
 def patch(http: Http, topic: str, body: Any) -> Any:
     return http.request("PATCH", f"/v1/topics/{topic}", json_body=body)
-
-
-def wait_for(what: str, check: Any, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 # --- one broker ---------------------------------------------------------------------------------
@@ -144,12 +132,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
         c.kill()
 
 
-def describe(m: Member, topic: str) -> dict[str, Any]:
-    r = m.http.get(f"/v1/topics/{topic}")
-    assert r.status == 200, r.body
-    return r.json()
-
-
 def keyed(m: Member, topic: str, keys: list[str]) -> dict[str, int]:
     """Produce one record per key (quorum); key -> the partition it went to."""
     out = {}
@@ -173,7 +155,7 @@ def test_growth_keeps_partitions_and_moves_keys_only_to_new_ones(cluster: TestCl
     keys = [f"user-{i}" for i in range(60)]
     before = keyed(c[1], topic, keys)
     assert before == {k: partition_for_key(k.encode(), 3) for k in keys}
-    old = describe(c[0], topic)
+    old = c[0].http.describe(topic)
     stored = {p: fetch_all(c[0], topic, p) for p in range(3)}
 
     r = patch(c[1].http, topic, {"partitions": 5, "retention_ms": 86_400_000})
@@ -183,7 +165,7 @@ def test_growth_keeps_partitions_and_moves_keys_only_to_new_ones(cluster: TestCl
     assert all(p["leader"] for p in doc["partitions"]), doc["partitions"]  # answered once they have leaders
     for m in c:  # gossip brings the change to every broker
         got = wait_for(f"{m.name} to see 5 partitions",
-                       lambda m=m: (d := describe(m, topic))["partition_count"] == 5 and d)
+                       lambda m=m: (d := m.http.describe(topic))["partition_count"] == 5 and d)
         assert got["retention_ms"] == 86_400_000
         assert [p["replicas"] for p in got["partitions"][:3]] == [p["replicas"] for p in old["partitions"]]
         assert all(len(p["replicas"]) == 3 for p in got["partitions"])
@@ -214,7 +196,7 @@ def test_a_broker_down_while_a_topic_grows_opens_the_new_partitions_when_back(cl
     down.restart()
     c.wait_statuses({m.name: "up" for m in c})
     doc = wait_for(f"{down.name} to open 4 partitions",
-                   lambda: (d := describe(down, topic))["partition_count"] == 4
+                   lambda: (d := down.http.describe(topic))["partition_count"] == 4
                    and all(p["end_offset"] is not None for p in d["partitions"]) and d)
     assert doc["base_partitions"] == 2
     for p in (2, 3):  # it catches up on what was written meanwhile
