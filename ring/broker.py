@@ -15,13 +15,15 @@ consumers may see) is, alone, the durable end: the synced end under
 ``always`` and the appended end otherwise; fetches never return data at or
 above it, and long-polls wake when it moves.
 
-This class is a single broker, a cluster of one: it leads every partition
-and its high watermark is its own durable end. ``ring.cluster.node`` builds
-the clustered broker on it (placement, forwarding, replication) through a few
-hooks: which partitions are held (``_held``), where a partition's batches go
-(``_produce_partition``), what happens after an append (``_appended``), and
-how a topic is added or removed (``add_topic``, ``delete_topic``). Partition
-state lives in ``ring.replication.replica.Replica``.
+This class is the storage half of the broker ``ring serve`` runs, never run
+alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
+forwarding, replication) and fills its hooks, which raise
+NotImplementedError here: which partitions are held (``_held``), where a
+partition's batches go (``_produce_partition``), what happens after an
+append (``_appended``), and how a topic is added, changed or removed
+(``add_topic``, ``change_topic``, ``delete_topic``). The two stay two
+classes to keep each module a size one can read. Partition state lives in
+``ring.replication.replica.Replica``.
 """
 
 from __future__ import annotations
@@ -134,10 +136,8 @@ class Broker:
     # --- lifecycle ----------------------------------------------------------------
 
     def open(self) -> None:
-        """Lock the data directory, load the catalogue and recover every partition log."""
-        self._open_dir()
-        for cfg in self.catalog:
-            self._open_topic(cfg)
+        """Lock the data directory (``_open_dir``), load the catalogue and recover every partition log."""
+        raise NotImplementedError  # ClusterBroker: with membership, which decides what is held
 
     def _open_dir(self) -> None:
         (self.data_dir / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
@@ -164,8 +164,8 @@ class Broker:
                          codec=cfg.compression)
 
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
-        """Partition -> preference list, for the partitions this broker holds: all, alone."""
-        return {p: [self.config.name] for p in range(cfg.partitions)}
+        """Partition -> preference list, for the partitions this broker holds."""
+        raise NotImplementedError  # ClusterBroker: placement on the ring
 
     def _open_topic(self, cfg: TopicConfig) -> None:
         self._parts[cfg.name] = {}
@@ -183,7 +183,7 @@ class Broker:
 
     def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         """High watermark of a replica as it opens (None: its whole log)."""
-        return None
+        raise NotImplementedError  # ClusterBroker: the saved one, for a replicated partition
 
     async def start(self) -> None:
         """Start the background work: interval fsyncs and retention."""
@@ -240,19 +240,9 @@ class Broker:
 
     # --- topics ------------------------------------------------------------------
 
-    def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        if self._closing:
-            raise Unavailable("the broker is shutting down")
-        self._add_topic_local(cfg)
-        return self.describe_topic(cfg.name)
-
-    def brokers_placed(self) -> int:
-        """Brokers a topic's replicas can be placed on (down ones included): this one alone."""
-        return 1
-
     async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         """Create a topic (the client API's POST /v1/topics)."""
-        return self.create_topic(cfg)
+        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _add_topic_local
 
     def _add_topic_local(self, cfg: TopicConfig) -> None:
         if cfg.name in self._deleting:
@@ -274,11 +264,7 @@ class Broker:
         current one instead of being refused (growth asked for by more than one
         coordinator at once).
         """
-        if self._closing:
-            raise Unavailable("the broker is shutting down")
-        cfg = changed_config(self.catalog.get(validate_topic_name(name)), body, at_least)
-        self._update_topic_local(cfg)
-        return self.describe_topic(name)
+        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _update_topic_local
 
     async def grow_topic(self, name: str, partitions: int) -> dict[str, Any]:
         """Give a topic at least ``partitions`` partitions."""
@@ -302,8 +288,7 @@ class Broker:
             log.info("topic %s grew from %d to %d partitions", cfg.name, old.partitions, cfg.partitions)
 
     async def delete_topic(self, name: str) -> None:
-        validate_topic_name(name)
-        await self._remove_topic_local(name)
+        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _remove_topic_local
 
     async def _remove_topic_local(self, name: str) -> None:
         self.catalog.remove(name)
@@ -382,7 +367,7 @@ class Broker:
         return self._unkeyed_partition(cfg)
 
     def _unkeyed_partition(self, cfg: TopicConfig) -> int:
-        return next(self._round_robin.setdefault(cfg.name, itertools.count())) % cfg.partitions
+        raise NotImplementedError  # Routing: a partition this broker leads, round-robin
 
     async def produce_records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
                               sizes: list[int], values_are_json: bool, keyed: bool,
@@ -450,8 +435,8 @@ class Broker:
 
     async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                  level: str) -> ProduceResult:
-        """Where a partition's batches go: alone, every level is satisfied by this broker's append."""
-        return await self._append(self._parts[cfg.name][p], batches)
+        """Where a partition's batches go: ``_append`` here as its leader, or forwarded to it."""
+        raise NotImplementedError  # Routing
 
     def _check_open(self) -> None:
         if self._closing:
@@ -493,6 +478,7 @@ class Broker:
 
     def _appended(self, part: Replica) -> None:
         """Called right after batches were appended to ``part`` (replication sends them)."""
+        raise NotImplementedError  # ClusterBroker
 
     async def make_durable(self, part: Replica, end: int) -> None:
         """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from bisect import bisect_left
 from typing import Any, Awaitable, Callable, Iterable, Iterator, NamedTuple
@@ -278,7 +277,7 @@ class BrokerCollector:
         yield ready
         yield from self._replication_links(status.get("replication"))
         brokers = b.cluster().get("brokers", [])
-        yield from self._gossip(brokers, me)
+        yield from self._gossip(brokers)
         alive = {x["name"] for x in brokers if x.get("status") in ("up", "suspect", "joining", "leaving")}
         alive.add(me)
         yield from self._partitions(me, alive)
@@ -296,14 +295,13 @@ class BrokerCollector:
         yield connected
         yield inflight
 
-    def _gossip(self, brokers: list[dict[str, Any]], me: str) -> Iterator[Metric]:
+    def _gossip(self, brokers: list[dict[str, Any]]) -> Iterator[Metric]:
         state = _gauge("ring_cluster_broker_status", "1 for the status gossip gives each broker, 0 for the others",
                        ["broker", "status"])
         phi = _gauge("ring_cluster_broker_phi", "Phi-accrual suspicion of each peer (8 and above: down)", ["broker"])
         counts = _gauge("ring_cluster_brokers", "Brokers known to gossip, by status", ["status"])
         disk = _gauge("ring_disk_used_bytes", "Bytes of partition logs on this broker's disk")
         by_status = dict.fromkeys(STATUSES, 0)
-        disk_bytes = None
         for x in brokers:
             st = x.get("status")
             by_status[st] = by_status.get(st, 0) + 1
@@ -311,13 +309,10 @@ class BrokerCollector:
                 state.add_metric([x["name"], s], 1.0 if st == s else 0.0)
             if isinstance(x.get("phi"), (int, float)):
                 phi.add_metric([x["name"]], float(x["phi"]))
-            if x.get("name") == me:
-                disk_bytes = (x.get("load") or {}).get("disk_bytes")
         for s, n in by_status.items():
             counts.add_metric([s], n)
-        if disk_bytes is None:
-            disk_bytes = _dir_bytes(self.broker)
-        disk.add_metric([], float(disk_bytes))
+        # Read now: the load gossip carries for this broker is as old as its last heartbeat.
+        disk.add_metric([], float(sum(r.log.size_bytes for r in self.broker.replicas())))
         yield from (state, phi, counts, disk)
 
     def _partitions(self, me: str, alive: set[str]) -> Iterator[Metric]:
@@ -378,23 +373,6 @@ class BrokerCollector:
                     members.add_metric([g.group], g.members)
         yield lag
         yield members
-
-
-def _dir_bytes(broker: Any) -> int:
-    """Bytes under the data directory, for a broker whose cluster view carries no load."""
-    total = 0
-    stack = [str(broker.data_dir)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        total += entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            continue
-    return total
 
 
 # --- aiohttp -----------------------------------------------------------------------------

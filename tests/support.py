@@ -7,22 +7,32 @@ reads top to bottom without an event loop and no state leaks between tests.
 ``wait_for`` polls a condition with a deadline: the way a test waits for
 something it can observe, instead of sleeping. ``require`` turns a missing
 system package into a skip on a developer's machine and a failure under
-CI=true, where ``make test`` must have installed it.
+CI=true, where ``make test`` must have installed it. ``lone_broker`` and
+``serve_alone`` build, in the test's own process, the broker ``ring serve``
+runs (a ``ClusterBroker``, alone), for tests that need small limits or a
+look inside; everything else starts real processes (``tests.brokers``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import inspect
 import json
 import os
 import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import orjson
 import pytest
+
+if TYPE_CHECKING:
+    from ring.cluster.node import ClusterBroker
+    from ring.http_api.server import Server
 
 T = TypeVar("T")
 
@@ -176,6 +186,21 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = WAIT_S, inter
         time.sleep(interval_s)
 
 
+async def until(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, interval_s: float = 0.01) -> Any:
+    """``wait_for`` inside an event loop: ``check`` (plain, or returning an awaitable) is polled between
+    turns of the loop, so the tasks it waits on run meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        last = check()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s (last: {last!r})"[:2000])
+        await asyncio.sleep(interval_s)
+
+
 def require(missing: str | None) -> None:
     """A system package a test drives for real: skip saying which when ``missing`` names one, except under
     CI=true, where ``make test`` installs it and its absence fails the run."""
@@ -184,3 +209,46 @@ def require(missing: str | None) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{missing} (CI=true: `make test` installs it)", pytrace=False)
     pytest.skip(missing)
+
+
+# --- a broker in this process, as `ring serve` builds it ------------------------------------------
+
+
+def _cluster_broker(data_dir: Path, fsync: str, **settings: Any) -> ClusterBroker:
+    import random
+
+    from ring.broker import BrokerConfig
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
+    from ring.log.fsync import FsyncPolicy
+
+    config = BrokerConfig(name="ring-0", data_dir=data_dir, fsync=FsyncPolicy.parse(fsync), **settings)
+    return ClusterBroker(config, SystemClock(), random.Random())
+
+
+async def lone_broker(data_dir: Path, fsync: str = "interval:100", **settings: Any) -> ClusterBroker:
+    """The broker ``ring serve`` runs (``ring.cli.serve``) when given no seeds, in this process, with no
+    HTTP in front: a ``ClusterBroker`` opened and started, alone in its cluster. For tests that look
+    inside it; close it with ``await broker.close()``."""
+    broker = _cluster_broker(data_dir, fsync, **settings)
+    broker.open()
+    await broker.start()
+    return broker
+
+
+async def serve_alone(data_dir: Path, fsync: str = "interval:100", tokens: Any = None,
+                      **server_kw: Any) -> tuple[ClusterBroker, Server]:
+    """``ring serve`` alone, in this process, in ``serve``'s order: the client app (``make_app``) on a
+    ``Server`` on a free loopback port, then the broker bound to that port, opened and started.
+    ``server_kw`` makes the server's bounds (header timeout, connections) small for a test. Stop with
+    ``broker.begin_shutdown()``, ``await server.stop()``, ``await broker.close()``, as ``serve`` does."""
+    from ring.http_api.app import make_app
+    from ring.http_api.server import Server
+
+    broker = _cluster_broker(data_dir, fsync)
+    server = Server(make_app(broker, tokens), "127.0.0.1", 0, **server_kw)
+    await server.start()
+    broker.bind(server.port, 0)  # alone: no peer ever calls, as in serve with no seeds
+    broker.open()
+    await broker.start()
+    return broker, server

@@ -1,5 +1,5 @@
-"""The bounds that hold a hostile client in check, on the real broker app and server in this
-process with small limits: the connection bound, the deadline for taking an answer, the budget of
+"""The bounds that hold a hostile client in check, on the broker, app and server ``ring serve`` runs, in
+this process with small limits: the connection bound, the deadline for taking an answer, the budget of
 request bodies being received (counted by the bytes that arrive), and the bound on forwarded produces."""
 
 from __future__ import annotations
@@ -13,32 +13,21 @@ from typing import AsyncIterator
 import pytest
 
 from ring import limits
-from ring.broker import Broker, BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import SystemClock
+from ring.cluster.node import ClusterBroker
 from ring.cluster.peers import PeerClient
 from ring.errors import Overloaded
-from ring.http_api.app import make_app
 from ring.http_api.budget import body_budget_of
 from ring.http_api.server import Server
-from ring.log.fsync import FsyncPolicy
-
-
-async def _serve(tmp_path: Path, **server_kw) -> tuple[Broker, Server]:
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", fsync=FsyncPolicy.parse("never")), SystemClock())
-    broker.open()
-    await broker.start()
-    server = Server(make_app(broker), "127.0.0.1", 0, **server_kw)
-    await server.start()
-    return broker, server
+from tests.support import serve_alone
 
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[list]:
-    started: list[tuple[Broker, Server]] = []
+    started: list[tuple[ClusterBroker, Server]] = []
 
-    async def start(**kw) -> tuple[Broker, Server]:
-        started.append(await _serve(tmp_path / str(len(started)), **kw))
+    async def start(**kw) -> tuple[ClusterBroker, Server]:
+        started.append(await serve_alone(tmp_path / str(len(started)) / "data", "never", **kw))
         return started[-1]
 
     yield start
@@ -78,7 +67,7 @@ async def test_connections_over_the_bound_get_503_and_are_closed(stack) -> None:
 
 async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(stack) -> None:
     broker, server = await stack(send_timeout_s=0.5)
-    broker.create_topic(TopicConfig(name="big", partitions=1))
+    await broker.add_topic(TopicConfig(name="big", partitions=1))
     value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
     for _ in range(6):  # ~6 MiB to fetch
         await broker.produce_records("big", 0, [(None, None, value, None)], [len(value)], True, False, "one")

@@ -4,30 +4,16 @@ replays only from the checkpoint and ends in the same state; a failed append dro
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 
-from ring.broker import BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import SystemClock
-from ring.cluster.node import ClusterBroker
 from ring.groups.driver import OFFSETS_TOPIC
 from ring.groups.service import Groups
-from ring.log.fsync import FsyncPolicy
-
-
-async def _broker(data_dir: Path) -> ClusterBroker:
-    b = ClusterBroker(BrokerConfig(name="ring-0", data_dir=data_dir, fsync=FsyncPolicy.parse("never")),
-                      SystemClock(), random.Random(1))
-    b.bind(1, 2)  # a broker alone never listens for peers here
-    b.open()
-    await b.start()
-    return b
+from tests.support import lone_broker, until
 
 
 async def test_replay_starts_at_the_latest_checkpoint(tmp_path: Path) -> None:
-    b = await _broker(tmp_path)
+    b = await lone_broker(tmp_path, "never")
     try:
         await b.add_topic(TopicConfig(name="t", partitions=3, replication_factor=1, created_ms=1))
         groups = Groups(b)
@@ -50,14 +36,11 @@ async def test_replay_starts_at_the_latest_checkpoint(tmp_path: Path) -> None:
     finally:
         await b.close()
 
-    b = await _broker(tmp_path)
+    b = await lone_broker(tmp_path, "never")
     try:
         groups = Groups(b)
-        for _ in range(100):  # the reopened replica leads once it has won its election
-            rep = b.replica(OFFSETS_TOPIC, p)
-            if rep is not None and rep.is_leader:
-                break
-            await asyncio.sleep(0.1)
+        await until(f"the reopened {OFFSETS_TOPIC}/{p} leading (it won its election)",
+                    lambda: (rep := b.replica(OFFSETS_TOPIC, p)) is not None and rep.is_leader, 10)
         after = await groups.describe("g")
         shard = await groups.coord.shard(p)
         assert shard.checkpoint == checkpoint
@@ -74,7 +57,7 @@ async def test_replay_starts_at_the_latest_checkpoint(tmp_path: Path) -> None:
 
 
 async def test_a_failed_append_drops_the_shard_and_the_log_decides(tmp_path: Path) -> None:
-    b = await _broker(tmp_path)
+    b = await lone_broker(tmp_path, "never")
     try:
         await b.add_topic(TopicConfig(name="t", partitions=1, replication_factor=1, created_ms=1))
         groups = Groups(b)

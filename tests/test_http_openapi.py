@@ -7,8 +7,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ring.broker import Broker, BrokerConfig
+from ring.broker import BrokerConfig
 from ring.clock import ManualClock
+from ring.cluster.node import ClusterBroker
 from ring.http_api import openapi
 from ring.http_api.app import make_app
 
@@ -17,7 +18,7 @@ _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
 def _app_routes() -> set[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
-        app = make_app(Broker(BrokerConfig(data_dir=Path(tmp)), ManualClock()))
+        app = make_app(ClusterBroker(BrokerConfig(data_dir=Path(tmp)), ManualClock()))
         routes = set()
         for route in app.router.routes():
             assert isinstance(route.resource, web.Resource)

@@ -1,4 +1,4 @@
-"""The real broker, app and server in this process, for what needs short timeouts or a look inside:
+"""The broker, app and server ``ring serve`` runs, in this process, for what needs short timeouts or a look inside:
 the header deadline, body timeout, long-poll cap and group commit."""
 
 from __future__ import annotations
@@ -13,28 +13,17 @@ import orjson
 import pytest
 
 from ring import limits
-from ring.broker import Broker, BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import SystemClock
-from ring.http_api.app import make_app
+from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
-from ring.log.fsync import FsyncPolicy
+from tests.support import lone_broker, serve_alone
 
 HEADER_TIMEOUT_S = 0.6
 
 
-async def _start(tmp_path: Path, fsync: str = "interval:100") -> tuple[Broker, Server]:
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", fsync=FsyncPolicy.parse(fsync)), SystemClock())
-    broker.open()
-    await broker.start()
-    server = Server(make_app(broker), "127.0.0.1", 0, header_timeout_s=HEADER_TIMEOUT_S)
-    await server.start()
-    return broker, server
-
-
 @pytest.fixture
-async def running(tmp_path: Path) -> AsyncIterator[tuple[Broker, Server]]:
-    broker, server = await _start(tmp_path)
+async def running(tmp_path: Path) -> AsyncIterator[tuple[ClusterBroker, Server]]:
+    broker, server = await serve_alone(tmp_path / "data", header_timeout_s=HEADER_TIMEOUT_S)
     try:
         yield broker, server
     finally:
@@ -114,7 +103,7 @@ async def test_body_not_sent_in_time_is_408(running, monkeypatch) -> None:
 async def test_long_polls_over_the_cap_get_429(running, monkeypatch) -> None:
     monkeypatch.setattr(limits, "LONG_POLLS_OPEN_MAX", 2)
     broker, server = running
-    broker.create_topic(TopicConfig(name="polled", partitions=1))
+    await broker.add_topic(TopicConfig(name="polled", partitions=1))
     url = f"{server.url}/v1/topics/polled/partitions/0/messages?wait_ms=3000"
     async with aiohttp.ClientSession() as s:
         async def poll():
@@ -122,7 +111,8 @@ async def test_long_polls_over_the_cap_get_429(running, monkeypatch) -> None:
                 return r.status, r.headers.get("Retry-After"), await r.json()
 
         first = [asyncio.create_task(poll()) for _ in range(2)]
-        await asyncio.sleep(0.3)
+        while broker.status()["long_polls_open"] < 2:  # both parked (the test's timeout bounds this)
+            await asyncio.sleep(0.01)
         status, retry_after, body = await poll()
         assert status == 429 and retry_after == "1" and body["error"] == "overloaded"
         async with s.post(f"{server.url}/v1/topics/polled/messages", data=b"1",
@@ -134,10 +124,9 @@ async def test_long_polls_over_the_cap_get_429(running, monkeypatch) -> None:
 
 
 async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: Path) -> None:
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "gc", fsync=FsyncPolicy.parse("always")), SystemClock())
-    broker.open()
+    broker = await lone_broker(tmp_path / "gc", "always")
     try:
-        broker.create_topic(TopicConfig(name="gc", partitions=1))
+        await broker.add_topic(TopicConfig(name="gc", partitions=1))
         part = broker._parts["gc"][0]
         records = [(None, None, b"v", None)]
         tasks = [asyncio.create_task(broker.produce_records("gc", 0, records, [20], False, False)) for _ in range(40)]
@@ -162,11 +151,9 @@ async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: P
 
 async def test_interval_policy_starts_writeback_between_fsyncs(tmp_path: Path) -> None:
     # A long interval, so the writes below meet no fsync: only the writeback loop sees them.
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "wb", fsync=FsyncPolicy.parse("interval:60000")), SystemClock())
-    broker.open()
-    await broker.start()
+    broker = await lone_broker(tmp_path / "wb", "interval:60000")
     try:
-        broker.create_topic(TopicConfig(name="wb", partitions=1))
+        await broker.add_topic(TopicConfig(name="wb", partitions=1))
         part = broker._parts["wb"][0]
         value = b"x" * 1000
         small = [(None, None, value, None)] * 100

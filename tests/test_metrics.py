@@ -1,9 +1,8 @@
 """``GET /metrics``: Prometheus text that parses, after real traffic, with numbers that match.
 
-In-process tests run a real ``Broker`` and the real client app with
-``metrics.install`` on a loopback socket (no mocks: requests go through
-aiohttp, the broker writes its logs). A last test asks a ``ring serve``
-process, once ``make_app`` installs the metrics itself.
+In-process tests run the broker, app and server ``ring serve`` runs, on a
+loopback socket (no mocks: requests go through the server, the broker writes
+its logs). A last test asks a ``ring serve`` process.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ring.broker import Broker, BrokerConfig
-from ring.clock import SystemClock
-from ring.http_api.app import make_app
-from ring.log.fsync import FsyncPolicy
+from prometheus_client import parser
 
-parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client is not installed")
-from ring import metrics  # noqa: E402
+from ring import metrics
+from ring.cluster.node import ClusterBroker
+from tests.support import serve_alone
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -41,7 +38,7 @@ def value(samples: Samples, metric: str, **labels: str) -> float:
 
 
 class Served:
-    def __init__(self, broker: Broker, app: web.Application, base: str, session: aiohttp.ClientSession) -> None:
+    def __init__(self, broker: ClusterBroker, app: web.Application, base: str, session: aiohttp.ClientSession) -> None:
         self.broker, self.app, self.base, self.session = broker, app, base, session
 
     async def request(self, method: str, path: str, **kw: Any) -> tuple[int, bytes, Any]:
@@ -58,21 +55,11 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "ring-0", fsync=FsyncPolicy.parse("always")), SystemClock())
-    broker.open()
-    await broker.start()
-    app = make_app(broker)
-    if metrics.METRICS_KEY not in app:  # until make_app installs it itself
-        metrics.install(app, broker)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    broker, server = await serve_alone(tmp_path / "ring-0", "always")
     async with aiohttp.ClientSession() as session:
-        yield Served(broker, app, f"http://127.0.0.1:{port}", session)
+        yield Served(broker, server.app, server.url, session)
     broker.begin_shutdown()
-    await runner.cleanup()
+    await server.stop()
     await broker.close()
 
 
@@ -120,7 +107,8 @@ async def test_traffic_is_counted_by_route_topic_and_status(served: Served) -> N
     assert value(samples, "ring_writebacks_started_total") == 0  # policy always: every append is synced
     assert value(samples, "ring_disk_used_bytes") > 0
     assert value(samples, "ring_broker_info", broker="ring-0", version=__import__("ring").__version__) == 1
-    assert value(samples, "ring_elections_total", result="won") == 0
+    assert value(samples, "ring_elections_total", result="won") == 2  # one per partition of clicks
+    assert value(samples, "ring_elections_total", result="lost") == 0
     served.app[metrics.METRICS_KEY].sent("ring-1", 512)
     _, _, samples = await s.scrape()
     assert value(samples, "ring_replication_sent_bytes_total", follower="ring-1") == 512
@@ -170,8 +158,6 @@ async def test_a_failing_collector_still_answers(served: Served) -> None:
 
 def test_a_broker_process_serves_metrics(broker: Any) -> None:
     http = broker.http
-    if http.get("/metrics").status == 404:
-        pytest.skip("waits for the metrics hook: metrics.install(app, broker) in ring/http_api/app.make_app")
     http.create_topic("metrics-proc", partitions=1)
     assert http.produce("metrics-proc", b'{"value": 1}').status == 200
     r = http.get("/metrics")

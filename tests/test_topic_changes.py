@@ -11,18 +11,16 @@ a broker that was down while the topic grew opens the new partitions when it com
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import orjson
 import pytest
 
-from ring.broker import Broker, BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import ManualClock
+from ring.cluster.node import ClusterBroker
 from ring.hashing import partition_for_key
-from ring.log.fsync import FsyncPolicy
 from tests.brokers import Http, Member, TestBroker, TestCluster
-from tests.support import wait_for
+from tests.support import lone_broker, wait_for
 
 
 def patch(http: Http, topic: str, body: Any) -> Any:
@@ -90,20 +88,17 @@ def test_change_settings_and_grow_on_one_broker(make_broker: Any, topic: str) ->
 
 
 @pytest.fixture
-def local_broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(BrokerConfig(data_dir=tmp_path / "b", fsync=FsyncPolicy.parse("never")), ManualClock())
-    b.open()
+async def local_broker(tmp_path: Path) -> AsyncIterator[ClusterBroker]:
+    b = await lone_broker(tmp_path / "b", "never")
     try:
         yield b
     finally:
-        for parts in b._parts.values():
-            for part in parts.values():
-                part.log.close()
+        await b.close()
 
 
-async def test_a_new_retention_reaches_the_open_logs(local_broker: Broker) -> None:
+async def test_a_new_retention_reaches_the_open_logs(local_broker: ClusterBroker) -> None:
     b = local_broker
-    b.create_topic(TopicConfig(name="t", partitions=1, segment_bytes=4096, replication_factor=1))
+    await b.add_topic(TopicConfig(name="t", partitions=1, segment_bytes=4096, replication_factor=1))
     value = b"x" * 1000
     for _ in range(20):
         await b.produce_records("t", 0, [(None, None, value, None)], [len(value)], False, False)
@@ -225,7 +220,7 @@ def test_an_auto_topic_grows_to_one_partition_per_consumer(cluster: TestCluster,
 
     owned = wait_for("the topic to grow and the group to spread over it", spread)
     assert sorted(p for o in owned for p in o) == [0, 1, 2]
-    assert describe(c[1], topic)["partition_count"] == 3
+    assert c[1].http.describe(topic)["partition_count"] == 3
     # Records produced to each partition reach the consumer that owns it.
     for p in range(3):
         assert c[p].http.produce(topic, orjson.dumps([f"r{p}"]), partition=p).status == 200

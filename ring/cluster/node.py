@@ -335,9 +335,6 @@ class ClusterBroker(Routing, Broker):
             self.streams.reprobe()
         await self.leadership.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
 
-    def create_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        raise AssertionError("a clustered broker creates topics with add_topic")
-
     async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
         """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
         self._check_joined()
