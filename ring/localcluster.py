@@ -163,14 +163,6 @@ DEV_CLIENT_PORT = 9250
 DEV_PORT_STEP = 10
 
 
-def supports_cluster_flags() -> bool:
-    """Whether this ``ring serve`` takes --peer-listen/--seeds."""
-    from ring.cli import build_parser
-
-    _, rest = build_parser().parse_known_args(["serve", "--peer-listen", "127.0.0.1:1", "--seeds", "127.0.0.1:1"])
-    return not rest
-
-
 @dataclass
 class LocalCluster:
     """``size`` brokers ring-0.. under ``root`` that know each other as seeds.
@@ -229,8 +221,7 @@ class LocalCluster:
         return self
 
     def wait_joined(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until every broker's GET /v1/cluster lists all ``size`` brokers up
-        (a build without /v1/cluster has nothing to wait for)."""
+        """Until every broker's GET /v1/cluster lists all ``size`` brokers up."""
         import json
 
         deadline = time.monotonic() + timeout_s
@@ -244,8 +235,6 @@ class LocalCluster:
                     pending.pop(0)
                     continue
             except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    return
                 if exc.code == 401:
                     raise RuntimeError(f"{b.name} runs with --auth-tokens: start with wait=False "
                                        "and wait with a token (tests/secure_cluster.py does)") from None

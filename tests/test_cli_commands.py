@@ -28,7 +28,7 @@ import pytest
 from ring.commands.positions import (Position, format_bytes, format_duration_ms, parse_bytes, parse_duration_ms,
                                     parse_position)
 from ring.commands.base import UsageError, table
-from tests.brokers import REPO_ROOT, Http, TestBroker, TestCluster
+from tests.brokers import REPO_ROOT, TestBroker, TestCluster
 
 RUN_TIMEOUT_S = 60.0
 
@@ -83,10 +83,6 @@ def json_of(proc: subprocess.CompletedProcess | Ran) -> Any:
 
 def ndjson_of(proc: subprocess.CompletedProcess | Ran) -> list[Any]:
     return [orjson.loads(line) for line in ok(proc).splitlines()]
-
-
-def _has_groups(http: Http) -> bool:
-    return "/v1/groups/{group}/members" in http.get("/v1/openapi.json").json().get("paths", {})
 
 
 def _dead_url() -> str:
@@ -336,8 +332,6 @@ def test_cluster_status_and_a_round_trip_through_any_broker(shared_cluster: Test
 
 
 def test_group_consume_commits_what_it_printed(broker: TestBroker, topic: str) -> None:
-    if not _has_groups(broker.http):
-        pytest.skip("waits for the consumer groups API (POST /v1/groups/{group}/members) on the broker")
     group = "g-" + topic
     ok(cli(broker.url, "topics", "create", topic, "-p", "3", "-r", "1"))
     ok(cli(broker.url, "produce", topic, "--key", "one-partition",

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) reads docker-compose.yml")
-
-from ring import cli, localcluster  # noqa: E402
-from tests.brokers import REPO_ROOT, TestBroker  # noqa: E402
+from ring import cli, localcluster
+from tests.brokers import REPO_ROOT, TestBroker
 
 BROKERS = ["ring-0", "ring-1", "ring-2"]
 SECRET_ENV = "RING_CLUSTER_SECRET"

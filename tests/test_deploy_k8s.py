@@ -23,12 +23,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 
-yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) reads the manifests")
-
-from ring import cli, localcluster  # noqa: E402
-from ring.localcluster import free_port  # noqa: E402
-from tests.brokers import REPO_ROOT  # noqa: E402
+from ring import cli
+from ring.localcluster import free_port
+from tests.brokers import REPO_ROOT
 
 K8S = REPO_ROOT / "deploy" / "kubernetes"
 SYSTEMD = REPO_ROOT / "deploy" / "systemd"
@@ -145,8 +144,6 @@ def _expanded_args(container: dict, pod: str) -> list[str]:
 
 @pytest.mark.parametrize("ordinal", [0, 1, 2, 5])
 def test_broker_command_parses_with_the_real_cli(container: dict, ordinal: int) -> None:
-    if not localcluster.supports_cluster_flags():
-        pytest.skip("waits for `ring serve --peer-listen/--seeds/--advertise` (the cluster work in ring/cli.py)")
     pod = f"ring-{ordinal}"
     assert "command" not in container, "the image's entrypoint (ring) runs the args"
     argv = _expanded_args(container, pod)
@@ -238,15 +235,11 @@ def test_every_variable_the_unit_and_examples_set_is_one_ring_serve_reads() -> N
     for path in SYSTEMD.glob("*.env.example"):
         used |= set(_env_file(path))
     missing = used - names
-    if missing and not localcluster.supports_cluster_flags():
-        pytest.skip("waits for the cluster flags of ring serve")
     assert not missing, f"ring serve reads no {sorted(missing)}"
 
 
 def test_the_example_environment_starts_a_real_broker(tmp_path: Path) -> None:
     """ring serve --name %i with the unit's defaults and the example files (ports and paths made local)."""
-    if not localcluster.supports_cluster_flags():
-        pytest.skip("waits for the cluster flags of ring serve")
     unit = _unit()
     env = {k: v for k, _, v in (e.partition("=") for e in unit["Environment"])}
     env |= _env_file(SYSTEMD / "ring.env.example") | _env_file(SYSTEMD / "ring-0.env.example")

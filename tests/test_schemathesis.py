@@ -25,23 +25,21 @@ import time
 from typing import Any, Callable, Iterator
 
 import pytest
-
-schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the dev extra")
-
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis.errors import Unsatisfiable  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from schemathesis import GenerationMode  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.errors import FailureGroup  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.errors import FailureGroup
+from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
 
-from tests.brokers import TestBroker  # noqa: E402
+from tests.brokers import TestBroker
 
 EXAMPLES_PER_OPERATION_AND_MODE = 12
 BUDGET_S = 30.0

@@ -298,15 +298,9 @@ class Bench:
         have = list(self.systems)
         if not self.args.quick:
             self.warm_up()
-        group_api = self._group_api()
         for case, rep, system in casemod.plan(self.cases, have, self.settings.reps):
             if rep == 0 and system == "ring":
                 self.say(f"{case.label}")
-            if case.op == "consume_group" and not group_api:
-                if rep == 0:
-                    self.note("consume (group poll): skipped — this broker has no consumer-group API "
-                              "(POST /v1/groups/{g}/members)")
-                continue
             spec = self.spec(case, rep, system)
             if spec is None:
                 self.note(f"{case.id} on {system} skipped: no maximum measured for {case.max_of}")
@@ -316,11 +310,6 @@ class Bench:
             self.say(self.describe(row))
         if self.args.profile and "ring" in self.systems:
             self.run_profile()
-
-    def _group_api(self) -> bool:
-        status, doc = http_json(self.systems["ring"].urls[0] + "/v1/openapi.json")
-        paths = (doc or {}).get("paths", {}) if status == 200 else {}
-        return any(p.startswith("/v1/groups/") and p.endswith("/members") and "post" in v for p, v in paths.items())
 
     def run_profile(self) -> None:
         """py-spy on ring-0 during an extra run of each quorum produce case

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from ring import __version__
-from ring.localcluster import LocalBroker, LocalCluster, free_port, supports_cluster_flags
+from ring.localcluster import LocalBroker, LocalCluster, free_port
 
 CLUSTER_FORM_S = 60.0
 STOP_WAIT_S = 15.0
@@ -97,7 +97,7 @@ class RingSystem:
 
     def start(self) -> None:
         args = ["--fsync", self.fsync, "--log-level", "warning"]
-        if self.want > 1 and supports_cluster_flags():
+        if self.want > 1:
             self.cluster = LocalCluster(self.root, self.want, args=args)
             self.cluster.start()
             self._wait_formed()
@@ -106,8 +106,7 @@ class RingSystem:
             self.single = LocalBroker("ring-0", self.root / "ring-0", free_port(), args=args,
                                       log_path=self.root / "ring-0.log")
             self.single.start()
-            why = "" if self.want == 1 else " (this ring serve has no cluster flags yet)"
-            self.label = f"ring {__version__}, 1 broker, RF 1{why}"
+            self.label = f"ring {__version__}, 1 broker, RF 1"
 
     def _wait_formed(self) -> None:
         """Every broker sees every broker up."""
