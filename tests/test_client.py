@@ -17,6 +17,7 @@ from ring import errors
 from ring.client import AsyncClient, BrokersUnavailable, BufferFull, Client, OutcomeUnknown, RecordMetadata
 from ring.hashing import partition_for_key
 from tests.brokers import TestBroker
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 
@@ -190,9 +191,11 @@ async def test_bad_input_and_unknown_topics(make_broker) -> None:
 async def test_long_poll_fetch_returns_when_records_arrive(broker: TestBroker, topic: str) -> None:
     async with AsyncClient(broker.url) as c:
         await c.create_topic(topic, partitions=1)
+        parked = broker.http.status()["long_polls_open"]
         started = time.monotonic()
         poll = asyncio.ensure_future(c.fetch(topic, 0, 0, wait_ms=5000))
-        await asyncio.sleep(0.2)
+        await until("the broker shows the fetch parked as a long poll",
+                    lambda: asyncio.to_thread(lambda: broker.http.status()["long_polls_open"] > parked))
         await c.produce(topic, b"late")
         got = await poll
         assert [r.value for r in got.records] == [b"late"] and got.next_offset == 1

@@ -26,9 +26,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ring import limits
 from ring.gossip.core import Ack2
 from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
 from ring.localcluster import free_port
+from ring.replication import protocol
 from tests.brokers import Http, TestBroker
 from tests.test_fuzz_decoders import _valid_batches, crafted_batches, damaged
 from tests.test_fuzz_peer_messages import garbage, hand_made_msgpack, messages, packed, plain_maps, vote_requests
@@ -235,5 +237,7 @@ async def _feed_replication_link(port: int, frames: list[bytes]) -> list[bytes]:
     st.sampled_from([0, 5]), st.binary(max_size=10)).map(list)), min_size=1, max_size=4))
 def test_replication_link_frames(node: PeerBroker, frames: list[bytes]) -> None:
     for answer in asyncio.run(_feed_replication_link(node.peer_port, frames)):
-        msgpack.unpackb(answer, raw=False)  # every answer is a well-formed frame
+        # Every answer is a well-formed frame a follower sends (the leader's own decoder, BadRequest if not).
+        frame = protocol.decode(answer, limits.REPLICATION_MESSAGE_BYTES_MAX)
+        assert isinstance(frame, (protocol.Ack, protocol.Reject)), frame
     assert node.peer.get("/peer/v1/status", headers=HEADERS).status == 200  # still serving

@@ -12,6 +12,7 @@ import pytest
 
 from ring import limits
 from tests.brokers import Http, TestBroker
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,9 +57,10 @@ def test_delete_wakes_long_polls_with_404(http: Http, topic: str) -> None:
     def poll() -> None:
         result["reply"] = http.fetch(topic, 0, wait_ms=10_000)
 
+    parked = http.status()["long_polls_open"]
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.4)
+    wait_for("the fetch parked as a long poll", lambda: http.status()["long_polls_open"] > parked)
     assert http.delete(f"/v1/topics/{topic}").status == 200
     t.join(10)
     assert result["reply"].status == 404 and result["reply"].json()["error"] == "unknown_topic"
@@ -133,7 +135,7 @@ def test_sigterm_answers_an_open_long_poll(make_broker) -> None:
 
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.5)
+    wait_for("the fetch parked as a long poll", lambda: b.http.status()["long_polls_open"] == 1)
     t0 = time.monotonic()
     b.signal(signal.SIGTERM)
     t.join(10)

@@ -19,6 +19,7 @@ from ring.log import batch as B
 from ring.replication import leader as leadermod
 from ring.replication import protocol
 from ring.replication.replica import Replica
+from tests.support import until
 
 T0 = 1_700_000_000_000
 PARTITIONS = 50
@@ -42,11 +43,6 @@ class FakeSocket:
 
     def appends(self) -> list[int]:
         return [f.partition for f in self.sent if isinstance(f, protocol.Append)]
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 def append(rep: Replica, value: bytes) -> None:
@@ -85,16 +81,14 @@ async def test_the_sender_looks_only_at_marked_partitions_and_resumes_blocked_on
         link.timed.clear()
         tasks = [asyncio.create_task(link._send_loop(ws)),  # type: ignore[arg-type]
                  asyncio.create_task(link._receive_loop(ws))]  # type: ignore[arg-type]
-        await settle()
-        assert ws.sent == [] and looked == []
-
         append(reps[7], b"one")
         streams.notify(reps[7])
-        await settle()
-        assert ws.appends() == [7]
+        await until("the append frame of partition 7", ws.appends)
+        # The loop runs its turns in order: anything looked at or sent before 7 would show here.
+        assert ws.appends() == [7] and {f.partition for f in ws.sent} == {7}
         assert set(looked) == {7}, "a produce looked at other partitions"
         ws.inbox.put_nowait(protocol.encode(protocol.Ack("t", 7, reps[7].epoch, reps[7].log.end_offset)))
-        await settle()
+        await until("the ack of partition 7 freeing the budget", lambda: link.inflight_bytes() == 0)
 
         # A budget of one byte: the first frame fills it, the second partition waits for an answer.
         monkeypatch.setattr(limits, "REPLICATION_INFLIGHT_BYTES_MAX", 1)
@@ -102,13 +96,11 @@ async def test_the_sender_looks_only_at_marked_partitions_and_resumes_blocked_on
         for p in (1, 2):
             append(reps[p], b"two")
             streams.notify(reps[p])
-        await settle()
+        await until("partition 2 blocked on the budget", lambda: ("t", 2) in link.blocked)
         assert ws.appends() == [1]
-        assert ("t", 2) in link.blocked
         # The answer for 1 frees the budget: 2 goes without any new record of its own.
         ws.inbox.put_nowait(protocol.encode(protocol.Ack("t", 1, reps[1].epoch, reps[1].log.end_offset)))
-        await settle()
-        assert ws.appends() == [1, 2]
+        await until("the append frame of partition 2", lambda: ws.appends() == [1, 2])
         assert not link.blocked
     finally:
         for t in tasks:
