@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ring import __version__, limits
-from ring.catalog import Catalog, TopicConfig, check_not_internal, validate_topic_name, with_defaults
+from ring.catalog import (INTERNAL_TOPICS, Catalog, TopicConfig, check_not_internal, validate_topic_name,
+                          with_defaults)
 from ring.clock import Clock
 from ring.errors import (
     BadRequest,
@@ -318,11 +319,12 @@ class Broker:
         write_atomically(self.data_dir / CATALOG_FILE, self.catalog.dumps())
 
     def list_topics(self) -> list[dict[str, Any]]:
-        return [cfg.to_json() for cfg in self.catalog]
+        return [{**cfg.to_json(), "internal": cfg.name in INTERNAL_TOPICS} for cfg in self.catalog]
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         cfg = self.catalog.get(validate_topic_name(name))
         doc = cfg.to_json()
+        doc["internal"] = cfg.name in INTERNAL_TOPICS
         doc["partitions"] = [self._describe_partition(cfg, p) for p in range(cfg.partitions)]
         doc["partition_count"] = cfg.partitions
         return doc

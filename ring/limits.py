@@ -326,6 +326,22 @@ PRODUCER_STATE_WINDOW_MS = 3_600_000
 # steps so other partitions are served meanwhile.
 PRODUCER_STATE_SCAN_BYTES = 4 * MiB
 
+# --- the admin page's charts (ring.http_api.trends) ---------------------------
+
+# A broker samples its traffic and its groups' lag this often for the admin
+# page's charts: the page refreshes every 2 s, a chart point every 5 s is
+# smooth enough and shows a new producer within one point.
+TRENDS_INTERVAL_MS = 5_000
+# Samples kept: ten minutes at TRENDS_INTERVAL_MS, the "last minutes" a person
+# looks at first; Prometheus (GET /metrics) keeps anything longer.
+TRENDS_SAMPLES_MAX = 120
+# Topics in one sample, the busiest first (quiet ones take no room): bounds a
+# sample's bytes however many topics the cluster holds.
+TRENDS_TOPICS_MAX = 64
+# Consumer groups in one sample, the most behind first.
+TRENDS_GROUPS_MAX = 64
+
+
 # --- Spark (sparkio) ---------------------------------------------------------
 
 # How long a Spark task waits for offsets the planner saw below the high

@@ -17,7 +17,8 @@ test process). Labels never take a raw path or an unchecked name: routes are
 templates, and a topic label is only set once the broker has answered 2xx for
 that topic, so a client cannot grow the series count by sending junk. Events
 only broker internals see are counted by that code calling
-``Metrics.election(result)`` and ``Metrics.sent(follower, nbytes)``; consumer
+``Metrics.election(result)``, ``Metrics.sent(follower, nbytes)`` and
+``Metrics.delivered(topics)`` (group polls); consumer
 group lag comes from ``Metrics.group_source`` (the groups this broker
 coordinates).
 """
@@ -91,6 +92,7 @@ class Metrics:
         self.latency: dict[tuple[str, str], _Histogram] = {}  # (method, route) -> histogram
         self.produced: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
         self.fetched: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
+        self.polled: dict[str, int] = {}  # topic -> records group polls handed to consumers
         self.elections = {"won": 0, "lost": 0}
         self.replication_sent: dict[str, int] = {}  # follower -> bytes
         self.group_source: Callable[[], Iterable[GroupLag]] | None = None
@@ -111,6 +113,12 @@ class Metrics:
     def sent(self, follower: str, nbytes: int) -> None:
         """Stored batch bytes the replication sender handed to ``follower``'s link."""
         self.replication_sent[follower] = self.replication_sent.get(follower, 0) + nbytes
+
+    def delivered(self, topics: Iterable[str]) -> None:
+        """A group poll this broker answered handed consumers one record of each topic named."""
+        polled = self.polled
+        for topic in topics:
+            polled[topic] = polled.get(topic, 0) + 1
 
     # --- traffic -----------------------------------------------------------------------
 
@@ -152,7 +160,7 @@ class Metrics:
 
     def forget_topics(self, keep: set[str]) -> None:
         """Drop the counters of deleted topics, so series do not pile up over a long life."""
-        for table in (self.produced, self.fetched):
+        for table in (self.produced, self.fetched, self.polled):
             for topic in [t for t in table if t not in keep]:
                 del table[topic]
 
@@ -214,6 +222,11 @@ class TrafficCollector:
                 for family, n in zip(families, row):
                     family.add_metric([topic], n)
             yield from families
+        polled = CounterMetricFamily("ring_group_poll_records", "Records group polls handed to consumers",
+                                     labels=["topic"])
+        for topic, n in sorted(m.polled.items()):
+            polled.add_metric([topic], n)
+        yield polled
         elections = CounterMetricFamily("ring_elections", "Leader elections this broker ran, by result",
                                         labels=["result"])
         for result, n in m.elections.items():

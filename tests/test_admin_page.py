@@ -6,31 +6,30 @@ by itself, and computes partition tokens exactly as the brokers do. Three
 brokers: every page shows all three, a topic created on one broker's page
 appears on another's, and a killed broker turns to down.
 
-Needs Debian's ``chromium`` and the ``playwright`` Python package (never its
-browser download); without them the tests skip saying which is missing. With
+Needs Debian's ``chromium`` (``make test`` installs it; without it the tests
+skip, and fail under CI=true) and the ``playwright`` Python package of the
+dev extra, never its browser download. With
 ``RING_ADMIN_SCREENSHOT_DIR`` set, the cluster test saves screenshots there
 (docs/admin-page.png comes from ``RING_ADMIN_SCREENSHOT_DIR=docs``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from playwright import sync_api  # the dev extra; the browser is Debian's chromium, not playwright's download
 
+from ring import limits
 from ring.hashing import partition_token
-from ring.localcluster import LocalCluster, supports_cluster_flags
-from tests.brokers import REPO_ROOT, Http, TestBroker
+from ring.localcluster import LocalCluster
+from tests.brokers import Http, TestBroker, TestCluster
+from tests.support import require
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed "
-                               "(pip install playwright; the browser is Debian's chromium, not a download)")
 expect = sync_api.expect
 
 pytestmark = pytest.mark.integration
@@ -40,13 +39,14 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT_DIR = os.environ.get("RING_ADMIN_SCREENSHOT_DIR")
 WAIT_MS = 15_000
+# A broker samples the charts' numbers every TRENDS_INTERVAL_MS and the page redraws every 2 s.
+CHART_WAIT_MS = 3 * limits.TRENDS_INTERVAL_MS + 5_000
 DOWN_WAIT_MS = 30_000  # phi crosses the threshold ~6 s after the last heartbeat; a busy machine is slower
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    require(None if Path(CHROMIUM).exists() else f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -95,31 +95,11 @@ class Page:
         self.context.close()
 
 
-def _page_hook_missing() -> bool:
-    """Whether make_app leaves out the page: known before starting any broker."""
-    import tempfile
-
-    from ring.broker import Broker, BrokerConfig
-    from ring.clock import ManualClock
-    from ring.http_api.app import make_app
-
-    with tempfile.TemporaryDirectory() as tmp:
-        app = make_app(Broker(BrokerConfig(data_dir=Path(tmp)), ManualClock()))
-        return not any(r.resource is not None and r.resource.canonical == "/" for r in app.router.routes())
-
-
-def _serves_page(http: Http | None = None) -> None:
-    if _page_hook_missing() or (http is not None and http.get("/").status == 404):
-        pytest.skip("waits for the admin page hook: admin.install(app, broker) in ring/http_api/app.make_app")
-
-
 @pytest.fixture(scope="module")
 def one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
-    _serves_page()
     b = TestBroker(tmp_path_factory.mktemp("admin-one"), args=["--fsync", "interval:100"])
     b.start()
     try:
-        _serves_page(b.http)
         yield b
     finally:
         b.stop()
@@ -175,11 +155,13 @@ def test_topic_created_described_and_deleted_through_the_page(page: Page, one: T
     answer = one.http.create_topic(name, partitions=4, replication_factor=1).json()
     expect(page.message("error")).to_contain_text(answer["message"])
 
-    # Cancel keeps it; confirm deletes it everywhere.
+    # Cancel keeps it (no DELETE is sent); confirm deletes it everywhere.
+    deletes: list[Any] = []
+    page.on("request", lambda r: deletes.append(r) if r.method == "DELETE" else None)
     page.topic_row(name).locator("button.danger").click()
     page.locator("#confirm-cancel").click()
-    page.wait_for_timeout(300)
-    assert one.http.get(f"/v1/topics/{name}").status == 200
+    expect(page.locator("#confirm")).not_to_be_visible()
+    assert deletes == [] and one.http.get(f"/v1/topics/{name}").status == 200
     page.topic_row(name).locator("button.danger").click()
     page.confirm()
     expect(page.topic_row(name)).to_have_count(0)
@@ -213,9 +195,7 @@ def test_changing_settings_through_the_page(page: Page, one: TestBroker) -> None
 
 
 def test_decommission_asks_then_shows_the_answer(browser: Any, make_broker: Any) -> None:
-    _serves_page()
     b = make_broker()
-    _serves_page(b.http)
     page = Page(browser, b.url + "/")
     try:
         answers: list[Any] = []
@@ -259,6 +239,47 @@ def test_partition_tokens_are_the_brokers(page: Page) -> None:
             assert int(got) == want, (name, partition, partitions, base)
 
 
+def test_the_page_opens_on_the_users_topics_and_charts_their_traffic_and_lag(browser: Any, one: TestBroker) -> None:
+    """After a topic is created, produced to and read by a group, the page lists the user's topics first and the
+    internal __offsets last, marked; the ring shows a user's topic; and the charts show the records that went in
+    and out of the topic and the group's lag, from the broker's samples (a new one every TRENDS_INTERVAL_MS)."""
+    name, group = _name(), "g-" + uuid.uuid4().hex[:8]
+    http = one.http
+    assert http.create_topic(name, partitions=1, replication_factor=1).status == 201
+    values = [{"n": n} for n in range(50)]
+    assert http.produce(name, values).status == 200
+    joined = http.post(f"/v1/groups/{group}/members", json_body={"consumer": "c1", "topics": [name]})
+    assert joined.status == 200, joined.body
+    polled = [http.post(f"/v1/groups/{group}/members/c1/poll", query={"max_records": n}) for n in (20, 10)]
+    assert [len(r.json()["records"]) for r in polled] == [20, 10]  # the second poll committed the first's 20
+
+    page = Page(browser, one.url + "/")
+    try:
+        rows = page.locator("#topics tr.topic-row")
+        expect(rows.last).to_have_attribute("data-topic", "__offsets")
+        expect(rows.last.locator(".internal-tag")).to_have_text("internal")
+        topics = [rows.nth(i).get_attribute("data-topic") for i in range(rows.count())]
+        assert topics.index("__offsets") == len(topics) - 1 and name in topics
+        assert page.locator("#ring-topic").input_value() not in ("", "__offsets")
+        expect(page.topic_row("__offsets").get_by_role("button", name="delete")).to_be_disabled()
+
+        chart = page.locator(f'.topic-chart[data-topic="{name}"]')
+        expect(chart).to_have_attribute("data-in-records", "50", timeout=CHART_WAIT_MS)
+        expect(chart).to_have_attribute("data-out-records", "30", timeout=CHART_WAIT_MS)
+        expect(chart.locator(".series-in")).not_to_have_count(0)  # a line, or a dot for a first sample
+        expect(chart.locator(".series-out")).not_to_have_count(0)
+        assert "peak" in chart.locator(".chart-foot").inner_text()
+        expect(page.locator('.topic-chart[data-topic="__offsets"]')).to_have_count(0)
+        lag = page.locator(f'.group-chart[data-group="{group}"]')
+        expect(lag).to_have_attribute("data-lag", "30", timeout=CHART_WAIT_MS)  # 50 in, 20 committed
+        expect(lag.locator(".series-lag")).not_to_have_count(0)
+        trends = http.get("/admin/trends").json()
+        assert sum(s["topics"].get(name, [0, 0])[0] for s in trends["samples"]) == 50
+        assert not page.errors, page.errors
+    finally:
+        page.close()
+
+
 def test_admin_files_and_nothing_else(one: TestBroker) -> None:
     from ring.http_api import admin
 
@@ -277,33 +298,12 @@ def test_admin_files_and_nothing_else(one: TestBroker) -> None:
 # --- three brokers ------------------------------------------------------------------------------
 
 
-def _cluster_view(url: str) -> dict[str, str]:
-    try:
-        with urllib.request.urlopen(url + "/v1/cluster", timeout=2) as r:
-            return {b["name"]: b["status"] for b in json.load(r)["brokers"]}
-    except OSError:
-        return {}
-
-
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if not supports_cluster_flags():
-        pytest.skip("waits for the cluster flags of `ring serve` (--peer-listen, --seeds) in ring/cli.py")
-    _serves_page()
-    cluster = LocalCluster(tmp_path_factory.mktemp("admin-three"), size=3, env={"PYTHONPATH": str(REPO_ROOT)},
-                           args=["--fsync", "interval:100"])
-    cluster.start()
+    cluster = TestCluster(tmp_path_factory.mktemp("admin-three"), 3, args=["--fsync", "interval:100"])
+    cluster.start()  # returns once every broker sees every other one up
     try:
-        _serves_page(Http(cluster.brokers[0].host, cluster.brokers[0].port))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            views = [_cluster_view(u) for u in cluster.urls]
-            if all(v == {f"ring-{i}": "up" for i in range(3)} for v in views):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the brokers did not see each other up: {views}")
-        yield cluster
+        yield cluster.local
     finally:
         cluster.kill()
 
@@ -346,6 +346,9 @@ def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_br
             cells = second.broker_row(f"ring-{i}").locator("td")
             expect(cells.nth(5)).to_have_text("4")
             expect(cells.nth(6)).to_have_text("8")
+        # The charts add up every broker's samples: the 60 records went in through ring-2, not this page's broker.
+        expect(second.locator(f'.topic-chart[data-topic="{name}"]')).to_have_attribute(
+            "data-in-records", "60", timeout=CHART_WAIT_MS)
         _screenshot(second, "admin-page.png")
 
         b2.kill()

@@ -90,7 +90,11 @@ class Groups:
 
     async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
                    auto_commit: bool) -> Polled:
-        return await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None and got.records:  # records out, per topic (GET /metrics, the admin page)
+            metrics.delivered(t for t, _, _, _ in got.records)
+        return got
 
     async def commit(self, group: str, consumer: str | None, generation: int | None,
                      offsets: list[tuple[str, int, int]]) -> dict[str, Any]:

@@ -6,7 +6,8 @@ and the token's grants must allow the route's rule, else 401 (no or unknown
 token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
 
     open            GET /, /admin/{file}, /v1/status, /v1/openapi.json
-    authenticated   GET /v1/cluster, /v1/topics, /v1/groups, /metrics
+    authenticated   GET /v1/cluster, /v1/topics, /v1/groups, /metrics, the admin page's trends (and their
+                    relay)
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
     produce         POST /v1/topics/{topic}/messages (and the PolarStreams alias)
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
@@ -76,6 +77,8 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): TOPIC_CONSUME,
     ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate"): TOPIC_ADMIN,
     ("GET", "/metrics"): AUTHENTICATED,  # names and counts any token can list anyway: a scraper needs no grant
+    ("GET", "/admin/trends"): AUTHENTICATED,  # the same counts, sampled for the admin page's charts
+    ("GET", "/admin/brokers/{broker}/trends"): AUTHENTICATED,
     ("GET", "/v1/groups"): AUTHENTICATED,
     ("GET", "/v1/groups/{group}"): AUTHENTICATED,
     ("POST", "/v1/groups/{group}/members"): SOME_CONSUME,

@@ -12,7 +12,9 @@ only call its own origin. ``GET /admin/brokers/{broker}/topics/{topic}``
 therefore asks broker ``{broker}`` (by the client URL gossip gives for it)
 for ``GET /v1/topics/{topic}`` and relays its answer; the request carries the
 cluster secret and the caller's identity (``ring.cluster.peers``), not its
-token. Only that one read, only to brokers in the cluster view, with a
+token. ``GET /admin/brokers/{broker}/trends`` relays that broker's
+``GET /admin/trends`` (its samples for the page's charts, ``trends.py``) the
+same way. Only those reads, only to brokers in the cluster view, with a
 bounded time and answer size.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 import orjson
@@ -31,6 +33,7 @@ from ring import limits
 from ring.catalog import validate_topic_name
 from ring.cluster import peers
 from ring.errors import NotFound, PayloadTooLarge, Unavailable
+from ring.http_api import trends
 
 log = logging.getLogger("ring.admin")
 
@@ -41,11 +44,13 @@ FILES = {
     "style.css": "text/css; charset=utf-8",
     "app.js": _JS,  # the page: loading, refresh, tables, actions; imports the modules below
     "api.js": _JS,
+    "charts.js": _JS,
     "dialogs.js": _JS,
     "dom.js": _JS,
     "groups.js": _JS,
     "ring.js": _JS,
     "tokens.js": _JS,
+    "trends.js": _JS,
 }
 # The page runs only its own script and talks only to this broker: an injected
 # string (a topic or broker name) can never become code.
@@ -106,16 +111,26 @@ async def get_asset(request: web.Request) -> web.Response:
 
 async def relay_topic(request: web.Request) -> web.Response:
     admin: Admin = request.app[ADMIN_KEY]
-    name = request.match_info["broker"]
     topic = validate_topic_name(request.match_info["topic"])
+    return await _relay(admin, request.match_info["broker"], f"/v1/topics/{topic}",
+                        lambda: admin.broker.describe_topic(topic))
+
+
+async def relay_trends(request: web.Request) -> web.Response:
+    admin: Admin = request.app[ADMIN_KEY]
+    return await _relay(admin, request.match_info["broker"], TRENDS_PATH, request.app[trends.TRENDS_KEY].doc)
+
+
+async def _relay(admin: Admin, name: str, path: str, here: Callable[[], Any]) -> web.Response:
+    """GET ``path`` as broker ``name`` answers it; ``here()`` when that is this broker."""
     if name == admin.broker.config.name:
-        return web.Response(body=orjson.dumps(admin.broker.describe_topic(topic)), content_type="application/json")
+        return web.Response(body=orjson.dumps(here()), content_type="application/json")
     url = admin.client_url(name)
     if not url:
         raise NotFound(f"no broker {name[:80]!r} in the cluster view", broker=name[:80])
     headers = {"Accept": "application/json"}
     try:
-        async with admin.session().get(f"{url}/v1/topics/{topic}", headers=headers) as resp:
+        async with admin.session().get(f"{url}{path}", headers=headers) as resp:
             body = await resp.content.read(RELAY_BYTES_MAX + 1)
             if len(body) > RELAY_BYTES_MAX:
                 raise PayloadTooLarge(f"{name} answered more than {RELAY_BYTES_MAX} bytes")
@@ -125,14 +140,30 @@ async def relay_topic(request: web.Request) -> web.Response:
         raise Unavailable(f"broker {name} did not answer: {exc or type(exc).__name__}", broker=name) from None
 
 
-ROUTES = [
+TRENDS_PATH = "/admin/trends"
+ROUTES = [  # /admin/trends before /admin/{file}, which would take it
     ("GET", "/", get_page),
+    ("GET", TRENDS_PATH, trends.get_trends),
     ("GET", "/admin/{file}", get_asset),
     ("GET", "/admin/brokers/{broker}/topics/{topic}", relay_topic),
+    ("GET", "/admin/brokers/{broker}/trends", relay_trends),
 ]
 
 _TEXT = {"description": "the file", "content": {"text/html": {"schema": {"type": "string"}}}}
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_TRENDS_DOC = f"""A sample every {limits.TRENDS_INTERVAL_MS} ms, the last {limits.TRENDS_SAMPLES_MAX} kept: t (ms since
+the epoch), ms (what it covers), topics {{topic: [records acknowledged to producers, records handed to fetches and
+group polls]}} by the requests this broker answered (the {limits.TRENDS_TOPICS_MAX} busiest; quiet topics are
+left out), groups {{group: records behind}} for the groups this broker coordinates (the {limits.TRENDS_GROUPS_MAX}
+most behind)."""
+_TRENDS = {"type": "object", "required": ["broker", "interval_ms", "samples_max", "samples"], "properties": {
+    "broker": {"type": "string"}, "interval_ms": {"type": "integer"}, "samples_max": {"type": "integer"},
+    "samples": {"type": "array", "items": {"type": "object", "required": ["t", "ms", "topics", "groups"],
+                                           "properties": {
+        "t": {"type": "integer"}, "ms": {"type": "integer"},
+        "topics": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}},
+        "groups": {"type": "object", "additionalProperties": {"type": "integer"}}}}}}}
 OPENAPI_PATHS: dict[str, Any] = {
     "/": {"get": {"summary": "The admin page", "operationId": "adminPage", "responses": {"200": _TEXT}}},
     "/admin/{file}": {
@@ -143,6 +174,18 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "text/html": {"schema": {"type": "string"}},
                     "text/javascript": {"schema": {"type": "string"}},
                     "text/css": {"schema": {"type": "string"}}}}, "404": _ERROR}}},
+    TRENDS_PATH: {"get": {
+        "summary": "This broker's samples for the admin page's charts", "operationId": "adminTrends",
+        "description": _TRENDS_DOC,
+        "responses": {"200": {"description": "the samples, oldest first", "content": {
+            "application/json": {"schema": _TRENDS}}}}}},
+    "/admin/brokers/{broker}/trends": {
+        "parameters": [{"name": "broker", "in": "path", "required": True, "schema": {"type": "string"},
+                        "description": "a broker name from GET /v1/cluster"}],
+        "get": {"summary": "GET /admin/trends as another broker answers it (the page sums every broker's)",
+                "operationId": "adminRelayTrends",
+                "responses": {"200": {"description": "that broker's samples", "content": {
+                    "application/json": {"schema": _TRENDS}}}, "404": _ERROR, "503": _ERROR}}},
     "/admin/brokers/{broker}/topics/{topic}": {
         "parameters": [
             {"name": "broker", "in": "path", "required": True, "schema": {"type": "string"},
@@ -162,6 +205,7 @@ def install(app: web.Application, broker: Any) -> Admin:
     """Serve the admin page from ``app``; call before the app starts."""
     admin = Admin(broker)
     app[ADMIN_KEY] = admin
+    trends.install(app, broker)
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
     app.on_cleanup.append(admin.close)

@@ -66,6 +66,12 @@ _TOPIC_CONFIG = {
     },
 }
 
+# A topic as GET /v1/topics lists it: its settings, and whether the cluster keeps it for itself.
+_TOPIC_LISTED = {**_TOPIC_CONFIG, "properties": {
+    **_TOPIC_CONFIG["properties"],
+    "internal": {"type": "boolean", "description": "a topic the cluster keeps for itself (__offsets: consumer "
+                                                  "groups' committed offsets): readable, not changeable"}}}
+
 # PATCH /v1/topics/{topic}: the settings catalog.CHANGEABLE names.
 _TOPIC_CHANGE = {
     "type": "object",
@@ -183,7 +189,7 @@ def _document() -> dict[str, Any]:
             "/v1/topics": {
                 "get": {"summary": "List topics with their settings", "operationId": "listTopics",
                         "responses": {"200": _ok("topics", {"type": "object", "properties": {
-                            "topics": {"type": "array", "items": _TOPIC_CONFIG}}})}},
+                            "topics": {"type": "array", "items": _TOPIC_LISTED}}})}},
                 "post": {"summary": "Create a topic", "operationId": "createTopic",
                          "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CONFIG}}},
                          "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
@@ -193,8 +199,9 @@ def _document() -> dict[str, Any]:
                 "parameters": [_TOPIC],
                 "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
                         "description": _DESCRIBE_DOC,
-                        "responses": {"200": _ok("settings plus partitions: [{partition, earliest_offset, end_offset, "
-                                                 "high_watermark, leader, replicas, epoch, replica_end_offsets}]",
+                        "responses": {"200": _ok("settings, internal, and partitions: [{partition, earliest_offset, "
+                                                 "end_offset, high_watermark, leader, replicas, epoch, "
+                                                 "replica_end_offsets}]",
                                                  {"type": "object"}),
                                       "400": _BAD, "404": _NOT_FOUND}},
                 "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",

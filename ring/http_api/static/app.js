@@ -11,6 +11,7 @@ import { $, el, fmtBytes, fmtMs, fmtNum, fmtPhi } from "./dom.js";
 import { memberRows, offsetRows } from "./groups.js";
 import { drawRing } from "./ring.js";
 import { partitionToken, toBig } from "./tokens.js";
+import { loadTrends, merge, renderActivity } from "./trends.js";
 
 const REFRESH_MS = 2000;
 // Topics described per refresh (one GET each); a bigger catalogue shows settings only.
@@ -35,7 +36,8 @@ const state = {
   groups: [],
   groupsMissing: false,
   expanded: new Set(),
-  ringTopic: null,     // null: follow the first topic
+  ringTopic: null,     // null: follow the first topic that is not internal
+  trends: merge([]),   // the charts' series (trends.js)
   refreshes: 0,
   updatedAt: null,
 };
@@ -117,13 +119,16 @@ async function load() {
   }
 
   const topics = await api("GET", "/v1/topics");
-  state.topics = (topics.topics || []).slice().sort((a, b) => (a.name < b.name ? -1 : 1));
+  // The user's topics first, by name; internal ones (__offsets) after them.
+  state.topics = (topics.topics || []).slice().sort((a, b) =>
+    (Boolean(a.internal) - Boolean(b.internal)) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const described = state.topics.slice(0, DESCRIBE_TOPICS_MAX);
   const docs = await Promise.allSettled(described.map((t) => api("GET", `/v1/topics/${enc(t.name)}`)));
   const details = new Map();
   described.forEach((t, i) => { if (docs[i].status === "fulfilled") details.set(t.name, docs[i].value); });
   state.details = details;
   await loadLeaderViews();
+  state.trends = await loadTrends(state.brokers, state.self, (name) => LIVE.has(brokerStatus(name)));
 
   try {
     const groups = await api("GET", "/v1/groups");
@@ -225,6 +230,7 @@ function refreshNow() { tick(); }
 // --- rendering ------------------------------------------------------------------------------
 
 function render() {
+  renderActivity(state.trends, state.topics);
   renderSummary();
   renderRingTopicChoice();
   renderRing();
@@ -258,7 +264,7 @@ function renderSummary() {
 
 function ringTopicName() {
   if (state.ringTopic !== null && state.details.has(state.ringTopic)) return state.ringTopic;
-  const first = state.topics.find((t) => state.details.has(t.name));
+  const first = state.topics.find((t) => !t.internal && state.details.has(t.name));
   return first ? first.name : "";
 }
 
@@ -344,8 +350,9 @@ function renderTopics() {
     const toggle = el("button", { class: "link", "aria-expanded": open ? "true" : "false",
       onclick: () => { open ? state.expanded.delete(t.name) : state.expanded.add(t.name); state.ringTopic = t.name; refreshNow(); render(); } },
       `${open ? "▾" : "▸"} ${t.name}`);
-    rows.push(el("tr", { class: "topic-row", dataset: { topic: t.name } },
-      el("td", {}, toggle),
+    rows.push(el("tr", { class: `topic-row${t.internal ? " internal" : ""}`, dataset: { topic: t.name } },
+      el("td", {}, toggle, t.internal ? el("span", { class: "internal-tag", title: "kept by the cluster for "
+        + "itself (consumer groups' committed offsets): readable, not changeable" }, "internal") : null),
       el("td", { class: "num" }, t.partitions),
       el("td", { class: "num" }, t.replication_factor),
       el("td", {}, fmtMs(t.retention_ms), t.retention_bytes >= 0 ? ` / ${fmtBytes(t.retention_bytes)}` : ""),
@@ -354,8 +361,8 @@ function renderTopics() {
       el("td", { class: "num" }, fmtNum(records)),
       el("td", {}, healthCell),
       el("td", { class: "actions" },
-        el("button", { class: "small", onclick: () => openSettings(t) }, "settings"),
-        el("button", { class: "small danger", onclick: () => act(`Delete topic ${t.name}?`,
+        el("button", { class: "small", disabled: Boolean(t.internal), onclick: () => openSettings(t) }, "settings"),
+        el("button", { class: "small danger", disabled: Boolean(t.internal), onclick: () => act(`Delete topic ${t.name}?`,
           `Every record of ${t.name} on every broker is deleted. This cannot be undone.`, "delete",
           () => api("DELETE", `/v1/topics/${enc(t.name)}`), `topic ${t.name} deleted`) }, "delete"))));
     if (open) rows.push(el("tr", { class: "partitions-row", dataset: { partitionsOf: t.name } },
