@@ -164,6 +164,20 @@ def test_polarstreams_consumer_api(shared_cluster: TestCluster, topic: str) -> N
     assert c[0].http.get("/v1/groups/polar-app").json()["members"] == []
 
 
+def test_polarstreams_polls_answer_json_whatever_they_accept(shared_cluster: TestCluster, topic: str) -> None:
+    """PolarStreams' clients ask for its binary format; ring answers JSON (or 204), also when the group's
+    coordinator is another broker, whose own poll route would honour the Accept header."""
+    c = shared_cluster
+    assert c[0].http.create_topic(topic, partitions=3).status == 201
+    assert c[0].http.produce(topic, [{"i": 1}]).status == 200
+    for n in range(8):  # groups spread over the coordinators: some are ring-0's, most are another broker's
+        q = {"consumerId": f"p-{n}", "group": f"{topic}-{n}", "topic": topic, "onNewGroup": "startFromEarliest"}
+        assert c[0].http.request("PUT", "/v1/consumer/register", query=q).status == 200
+        accept = ("application/msgpack", "application/vnd.polar.consumermessage")[n % 2]
+        r = c[0].http.post("/v1/consumer/poll", query={"consumerId": f"p-{n}"}, headers={"Accept": accept})
+        assert r.status in (200, 204) and (r.status == 204 or r.content_type == "application/json"), (n, r.body)
+
+
 def test_group_lag_is_in_the_coordinators_metrics(shared_cluster: TestCluster, topic: str) -> None:
     c = shared_cluster
     fill(c, topic, 10, partitions=2)

@@ -29,6 +29,7 @@ import aiohttp
 import msgpack
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from ring import auth, limits
 from ring.errors import BadRequest, Conflict, RingError, Unavailable
@@ -370,7 +371,10 @@ async def _tell_brokers(request: web.Request, consumer: str, group: str) -> None
 async def polar_poll(request: web.Request) -> web.Response:
     consumer = _polar_id(request)
     group = _polar_group(request, consumer)
-    native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll")
+    # Read as JSON here whatever the client accepts (PolarStreams' clients ask for its binary format).
+    headers = CIMultiDict(request.headers)
+    headers["Accept"] = codec.CT_JSON
+    native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll", headers=headers)
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
