@@ -319,7 +319,7 @@ PRODUCER_BATCHES_KEPT = 5
 PRODUCER_IDS_PER_PARTITION_MAX = 1_000
 # A leader that has no producer table for a partition (after a restart or a
 # failover) rebuilds it from the batch headers written in this window, newest
-# last; retries come within a client's delivery timeout (30 s), so an hour is
+# last; retries come within a client's delivery timeout (2 min), so an hour is
 # ample and keeps the scan of a busy partition short.
 PRODUCER_STATE_WINDOW_MS = 3_600_000
 # Bytes of stored batches read per step of that rebuild; the loop yields between
@@ -387,6 +387,9 @@ CLIENT_REQUEST_RECORDS_MAX = 20_000
 # refuses more (Kafka's buffer.memory): bounds a client's memory when brokers
 # are slower than the application.
 CLIENT_BUFFER_BYTES_DEFAULT = 32 * MiB
+# How long a produce waits for room in a full buffer before raising BufferFull
+# (Kafka's max.block.ms): long enough to ride out a failover.
+CLIENT_MAX_BLOCK_MS_DEFAULT = 60_000
 # Produce requests in flight at once per client (at most one per partition,
 # which keeps each partition's records in order across retries).
 CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
@@ -395,15 +398,17 @@ CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
 CLIENT_REQUEST_TIMEOUT_S_DEFAULT = 30.0
 # Opening a TCP connection to a broker: loopback or LAN; longer means it is down.
 CLIENT_CONNECT_TIMEOUT_S = 3.0
-# Attempts of one produce batch or request after the first, each after a backoff.
+# Retries of a fetch or an administrative request, each after a backoff (about
+# 7 s in all). Produce requests retry until the delivery timeout instead.
 CLIENT_RETRIES_MAX_DEFAULT = 8
 # First pause before a retry, doubled per attempt up to the cap below: long
 # enough for gossip to spread a changed status, short enough to ride a restart.
 CLIENT_RETRY_BACKOFF_MS = 50
 CLIENT_RETRY_BACKOFF_MS_MAX = 2_000
 # A record not acknowledged within this after produce() fails (Kafka's
-# delivery.timeout.ms is 2 min; a local cluster recovers much faster).
-CLIENT_DELIVERY_TIMEOUT_S_DEFAULT = 30.0
+# delivery.timeout.ms): well beyond a failover (conviction takes 5-13 s, then
+# an election), so a leader's crash costs no record.
+CLIENT_DELIVERY_TIMEOUT_S_DEFAULT = 120.0
 # Cached topology is refreshed after this even when nothing failed, so new
 # brokers and moved leaders are learned (Kafka's metadata.max.age.ms is 5 min).
 CLIENT_METADATA_MAX_AGE_MS = 30_000

@@ -311,7 +311,7 @@ async def test_cluster_killed_broker_moves_requests_to_live_leaders_and_replicas
 
 async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
     # The client names no consistency: the topic's own ("all") applies.
-    async with AsyncClient(_urls(cluster), retries=3) as c, \
+    async with AsyncClient(_urls(cluster), retries=3, enable_idempotence=False) as c, \
             AsyncClient(_urls(cluster), consistency="one") as hasty:
         await c.create_topic("unknown", partitions=3, replication_factor=3, consistency="all")
         p = next(p["partition"] for p in (await c.describe("unknown"))["partitions"] if p["leader"] == "ring-0")
@@ -323,7 +323,27 @@ async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
                 await c.produce("unknown", b"maybe", partition=p)
         finally:
             cluster[1].resume()
-        assert e.value.extra["needed"] == 3 and c.stats["retries"] == 0
+        assert e.value.extra["partition"] == p and c.stats["retries"] == 1
         # It was stored after all: a retry would have written it twice.
         got = await c.fetch("unknown", p, 0, wait_ms=2000)
         assert [r.value for r in got.records] == [b"first", b"one", b"maybe"]
+
+
+async def test_cluster_outcome_unknown_is_retried_idempotently(cluster) -> None:
+    async with AsyncClient(_urls(cluster)) as c:  # idempotent by default
+        await c.create_topic("unknown", partitions=3, replication_factor=3, consistency="all")
+        p = next(p["partition"] for p in (await c.describe("unknown"))["partitions"] if p["leader"] == "ring-0")
+        assert (await c.produce("unknown", b"first", partition=p)).offset == 0
+        cluster[1].pause()  # a follower that accepts connections and never acks: 504, the outcome unknown
+        try:
+            maybe = c.produce("unknown", b"maybe", partition=p)
+            deadline = time.monotonic() + 60
+            while c.stats["retries"] == 0:  # the first answer was a 504
+                assert time.monotonic() < deadline and not maybe.done()
+                await asyncio.sleep(0.1)
+        finally:
+            cluster[1].resume()
+        md = await maybe  # the retry is recognised: the offset of the first attempt, stored once
+        assert md.offset == 1
+        got = await c.fetch("unknown", p, 0, wait_ms=2000)
+        assert [r.value for r in got.records] == [b"first", b"maybe"]

@@ -119,6 +119,49 @@ def test_movable_batches_move_and_keep_the_open_batch_last() -> None:
     assert moved[0] is batches[0] and len(moved) == 2
 
 
+def test_an_exact_retry_is_sent_again_alone_and_whole() -> None:
+    a = acc(linger_ms=0, batch_bytes=300)
+    for i in range(4):
+        add(a, 0, 0, waiter=i)  # two records per batch
+    [(tp, first)] = a.drain(0, 10)
+    assert [b.count for b in first] == [2, 2]
+    add(a, 0, 1, waiter=4)
+    a.retry(tp, first, retry_at_ms=5, exact=True)  # its answer was lost: the broker may hold it
+    [(_, again)] = a.drain(5, 10)
+    assert again == first  # not merged with the newer batch, even with room for it
+    a.done(tp, again)
+    [(_, rest)] = a.drain(5, 10)
+    assert [w for b in rest for w in b.waiters] == [4]
+
+
+def test_request_batches_max_bounds_a_request() -> None:
+    a = acc(linger_ms=0, batch_bytes=200, request_batches_max=2)
+    for _ in range(5):
+        add(a, 0, 0)  # one record per batch
+    [(tp, batches)] = a.drain(0, 10)
+    assert len(batches) == 2
+
+
+def test_queued_batches_past_their_deadline_expire() -> None:
+    a = acc(linger_ms=10_000, delivery_timeout_ms=100)
+    add(a, 0, 0, waiter="old")
+    add(a, 1, 50, waiter="young")
+    assert a.next_expiry_ms() == 100
+    assert a.expire(99) == []
+    [gone] = a.expire(100)
+    assert gone.waiters == ["old"] and a.buffered_bytes == record_size(None, b"x" * 100, None)
+    assert a.next_expiry_ms() == 150
+
+
+def test_a_moved_batch_goes_at_once_and_is_not_counted_as_a_retry() -> None:
+    a = acc(linger_ms=0)
+    add(a, 0, 0, movable=True)
+    [(tp, batches)] = a.drain(0, 10)
+    a.move(tp, batches, 2, retry_at_ms=0.0)
+    [(tp2, moved)] = a.drain(0, 10)
+    assert tp2 == ("t", 2) and moved[0].attempts == 0
+
+
 def test_flush_seals_everything() -> None:
     a = acc(linger_ms=10_000)
     add(a, 0, 0)
@@ -235,3 +278,10 @@ def test_decode_fetch_refuses_a_damaged_batch() -> None:
     data[-1] ^= 0xFF
     with pytest.raises(errors.CorruptBatch):
         decode_fetch("t", 0, bytes(data), 0, 1, 10, None)
+
+
+def test_set_producer_renumbers_a_batch_and_keeps_its_crc_valid() -> None:
+    buf = batchfmt.encode([(1, None, b"a", None), (2, b"k", b"b", None)], now_ms=0, producer_id=5, base_sequence=10)
+    batchfmt.set_producer(buf, 7, 42)
+    h = batchfmt.check(buf)
+    assert (h.producer_id, h.base_sequence, h.record_count) == (7, 42, 2)

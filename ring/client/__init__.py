@@ -17,7 +17,7 @@ from ring.client.batcher import BufferFull
 from ring.client.consumer import AsyncGroupConsumer, GroupConsumer
 from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
 from ring.client.sync import Client
-from ring.client.transport import BrokersUnavailable, BrokerUnreachable, OutcomeUnknown
+from ring.client.transport import BrokersUnavailable, BrokerUnreachable, ClientClosed, OutcomeUnknown
 
 __all__ = [
     "AsyncClient",
@@ -26,6 +26,7 @@ __all__ = [
     "BrokersUnavailable",
     "BufferFull",
     "Client",
+    "ClientClosed",
     "ConsumerRecord",
     "FetchResult",
     "GroupConsumer",

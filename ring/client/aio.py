@@ -14,6 +14,10 @@ arrived meanwhile; larger values trade per-record latency for fewer, bigger
 requests). Each partition has at most one request in flight, which keeps its
 records in order across retries; ``max_in_flight`` bounds requests across
 partitions and ``buffer_bytes`` the records waiting for acknowledgement.
+The producer is idempotent by default: a request whose answer was lost is
+sent again under the same producer id and sequences, and the leader stores
+it once. Records produced but not yet acknowledged when the event loop ends
+without ``close()``/``flush()`` are lost; the client logs how many.
 Placement, batching and retries are ``ring.client.producer``'s; the cluster
 view is ``ring.client.metadata``'s; this module wires them together and adds
 fetch and topic administration.
@@ -22,19 +26,21 @@ fetch and topic administration.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import weakref
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ring import errors, limits
 from ring.catalog import validate_topic_name
-from ring.client.batcher import Accumulator
+from ring.client.batcher import Accumulator, BufferFull
 from ring.client.metadata import Metadata, backoff_ms, quote
-from ring.client.producer import NO_JSON, Partitioner, Producer, make_record
+from ring.client.producer import NO_JSON, Partitioner, Producer, make_record, new_producer_id
 from ring.client.records import FetchResult, RecordMetadata, decode_fetch
 from ring.client.topology import TopicInfo, parse_brokers
 from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
-    BrokerUnreachable, Transport, classify, error_from, make_session
+    BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session
 from ring.clock import Clock, SystemClock
 from ring.log import batch as batchfmt
 from ring.log.batch import RecordIn
@@ -42,6 +48,9 @@ from ring.log.batch import RecordIn
 log = logging.getLogger("ring.client")
 
 CONSISTENCIES = ("one", "quorum", "all")
+# Called with (error, metadata) once a record is acknowledged (error None) or has failed (metadata None).
+DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], Any]
+_LIVE: weakref.WeakSet[AsyncClient] = weakref.WeakSet()  # clients not closed yet, for the exit check
 
 
 class AsyncClient:
@@ -52,10 +61,12 @@ class AsyncClient:
                  partitioner: Partitioner | None = None,
                  consistency: str | None = None,
                  timeout_s: float = limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT,
-                 retries: int = limits.CLIENT_RETRIES_MAX_DEFAULT,
+                 retries: int | None = None,
                  retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
                  delivery_timeout_s: float = limits.CLIENT_DELIVERY_TIMEOUT_S_DEFAULT,
+                 enable_idempotence: bool = True,
                  buffer_bytes: int = limits.CLIENT_BUFFER_BYTES_DEFAULT,
+                 max_block_ms: float = limits.CLIENT_MAX_BLOCK_MS_DEFAULT,
                  compression: str = "none",
                  auto_create: bool = True,
                  token: str | None = None,
@@ -68,16 +79,26 @@ class AsyncClient:
         batch; ``auto_create`` creates unknown topics on first produce unless
         the brokers run with auto-create off. ``token`` is sent as
         ``Authorization: Bearer`` (brokers with --auth-tokens); ``ca_file`` is the
-        PEM CA that ``https://`` brokers' certificates are checked against."""
+        PEM CA that ``https://`` brokers' certificates are checked against.
+
+        A produce request that fails is tried again, following its partition's
+        leader, until ``delivery_timeout_s`` after the record was produced;
+        ``retries`` (None: no count) also bounds the attempts that reached a
+        broker, and bounds the rounds of fetches and administrative calls (None:
+        ``CLIENT_RETRIES_MAX_DEFAULT``). ``enable_idempotence`` (Kafka's name):
+        retries after a lost answer are stored once; off, such records fail as
+        ``OutcomeUnknown``. ``max_block_ms``: how long ``send`` (and the sync
+        client's ``produce``) waits for room in a full buffer."""
         if consistency is not None and consistency not in CONSISTENCIES:
             raise errors.BadRequest(f"consistency must be one of {', '.join(CONSISTENCIES)}")
         if compression not in batchfmt.CODECS:
             raise errors.BadRequest(f"compression must be one of {', '.join(batchfmt.CODECS)}")
         if not batchfmt.HEADER_SIZE < batch_bytes <= limits.CLIENT_BATCH_BYTES_MAX:
             raise errors.BadRequest(f"batch_bytes must be in ({batchfmt.HEADER_SIZE}, {limits.CLIENT_BATCH_BYTES_MAX}]")
-        if buffer_bytes < limits.BATCH_BYTES_MAX or max_in_flight < 1 or retries < 0 or linger_ms < 0:
+        if buffer_bytes < limits.BATCH_BYTES_MAX or max_in_flight < 1 or (retries is not None and retries < 0) \
+                or linger_ms < 0 or delivery_timeout_s <= 0 or max_block_ms < 0:
             raise errors.BadRequest("buffer_bytes must hold a maximal batch; max_in_flight >= 1; "
-                                    "retries and linger_ms >= 0")
+                                    "retries, linger_ms and max_block_ms >= 0; delivery_timeout_s > 0")
         self.bootstrap = parse_brokers(brokers)
         self.linger_ms = linger_ms
         self.batch_bytes = batch_bytes
@@ -88,7 +109,9 @@ class AsyncClient:
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_s = delivery_timeout_s
+        self.enable_idempotence = enable_idempotence
         self.buffer_bytes = buffer_bytes
+        self.max_block_ms = max_block_ms
         self.codec = batchfmt.CODECS[compression]
         self.auto_create = auto_create
         self._token = token
@@ -102,34 +125,50 @@ class AsyncClient:
         self._sender: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._loss_reported = False
+        _LIVE.add(self)
+
+    @property
+    def rounds(self) -> int:
+        """Retries of a fetch or an administrative call."""
+        return limits.CLIENT_RETRIES_MAX_DEFAULT if self.retries is None else self.retries
 
     # --- lifecycle ------------------------------------------------------------------
 
     def _start(self) -> Metadata:
         """Build the session and the sender on first use, inside the running loop."""
         if self._closed:
-            raise errors.Unavailable("the client is closed")
+            raise ClientClosed("the client is closed")
         if self._meta is None:
             self._transport = Transport(make_session(token=self._token, ca_file=self._ca_file), self.timeout_s)
             self._meta = Metadata(self.bootstrap, self._transport, self.clock,
-                                  retries=self.retries, backoff_ms=self.retry_backoff_ms)
+                                  retries=self.rounds, backoff_ms=self.retry_backoff_ms)
+            # An idempotent broker remembers a producer's last PRODUCER_BATCHES_KEPT batches per
+            # partition: a retried request must not hold more, or it is not recognised.
             acc = Accumulator(linger_ms=self.linger_ms, batch_bytes=self.batch_bytes,
                               buffer_bytes=self.buffer_bytes, request_bytes_max=limits.CLIENT_REQUEST_BYTES_MAX,
                               request_records_max=limits.CLIENT_REQUEST_RECORDS_MAX,
-                              delivery_timeout_ms=self.delivery_timeout_s * 1000)
+                              delivery_timeout_ms=self.delivery_timeout_s * 1000,
+                              request_batches_max=limits.PRODUCER_BATCHES_KEPT if self.enable_idempotence else None)
             self._producer = Producer(
                 self._meta, self._transport, self.clock, acc, max_in_flight=self.max_in_flight,
                 partitioner=self.partitioner, consistency=self.consistency, retries=self.retries,
-                retry_backoff_ms=self.retry_backoff_ms, codec=self.codec, resolve_topic=self._topic_info,
-                spawn=self._spawn, stats=self.stats)
+                retry_backoff_ms=self.retry_backoff_ms, codec=self.codec,
+                producer_id=new_producer_id() if self.enable_idempotence else None,
+                resolve_topic=self._topic_info, spawn=self._spawn, stats=self.stats)
             self._sender = asyncio.get_running_loop().create_task(self._producer.run())
             self._sender.add_done_callback(self._sender_ended)
         return self._meta
 
     def _sender_ended(self, task: asyncio.Task) -> None:
-        # Only close() cancels the sender; anything else is a bug, and records
-        # must fail loudly rather than wait forever.
-        if task.cancelled() or self._producer is None:
+        # Only close() cancels the sender, or the end of the event loop (asyncio.run cancels what is
+        # left): then the records not acknowledged are lost, and the user must hear it. Anything
+        # else is a bug, and records must fail loudly rather than wait forever.
+        if self._producer is None:
+            return
+        if task.cancelled():
+            if not self._closed:
+                self.report_loss("its event loop ended")
             return
         exc = task.exception()
         log.error("the producer's sender stopped: %r", exc)
@@ -152,6 +191,14 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def report_loss(self, why: str) -> None:
+        """Say, once, how many records this client will never deliver because it was not closed."""
+        lost = 0 if self._producer is None else self._producer.unfinished()
+        if lost and not self._loss_reported:
+            self._loss_reported = True
+            log.error("%d records were never sent or acknowledged: the client was not closed (or flushed) "
+                      "before %s; call close() or flush() first", lost, why)
+
     async def close(self, flush: bool = True) -> None:
         """Flush (unless told not to), then fail whatever is left and close the pool."""
         if self._closed:
@@ -159,13 +206,15 @@ class AsyncClient:
         if flush and self._producer is not None:
             await self._producer.flush()
         self._closed = True
+        _LIVE.discard(self)
         tasks = [t for t in [self._sender, *self._tasks] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._meta is not None:
+            await self._meta.close()
         if self._producer is not None:
-            self._producer.fail_everything(
-                errors.Unavailable("the client was closed before the record was acknowledged"))
+            self._producer.fail_everything(ClientClosed("the client was closed before the record was acknowledged"))
         if self._transport is not None:
             await self._transport.session.close()
 
@@ -189,19 +238,48 @@ class AsyncClient:
 
     def produce(self, topic: str, value: bytes | str | None = None, *, key: bytes | str | None = None,
                 headers: dict[str, bytes | str | None] | None = None, partition: int | None = None,
-                timestamp: int | None = None, json: Any = NO_JSON) -> asyncio.Future[RecordMetadata]:
+                timestamp: int | None = None, json: Any = NO_JSON,
+                on_delivery: DeliveryCallback | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves to its ``RecordMetadata``
         once its batch is acknowledged (``await client.produce(...)``), or fails.
 
         ``value`` is bytes or str (UTF-8); or pass ``json=`` any JSON-able value
         (stored as JSON, shown as JSON by fetches). ``timestamp`` defaults to
-        now (ms). Raises at once on bad input, and ``BufferFull`` when
-        ``buffer_bytes`` of records wait (``await drain()`` first).
+        now (ms). ``on_delivery(error, metadata)`` is called on the event loop
+        when the record is acknowledged (error None) or has failed (metadata
+        None). Raises at once on bad input, and ``BufferFull`` when
+        ``buffer_bytes`` of records wait (``await drain()`` first, or use ``send``).
         """
         producer = self._started_producer()
         validate_topic_name(topic)
         record, size, is_json = self._record(value, key, headers, timestamp, json)
-        return producer.enqueue(topic, record, size, is_json, partition)
+        fut = producer.enqueue(topic, record, size, is_json, partition)
+        if on_delivery is not None:
+            fut.add_done_callback(delivery_reporter(on_delivery))
+        return fut
+
+    async def send(self, topic: str, value: bytes | str | None = None, **kw: Any) -> asyncio.Future[RecordMetadata]:
+        """``produce``, waiting up to ``max_block_ms`` for room when the buffer is full (aiokafka's
+        ``send``); then raises ``BufferFull``. Returns the record's future: ``await`` it for the
+        ``RecordMetadata``."""
+        producer = self._started_producer()
+        deadline = self._meta_now() + self.max_block_ms
+        while True:
+            try:
+                return self.produce(topic, value, **kw)
+            except BufferFull:
+                remaining = deadline - self._meta_now()
+                if remaining <= 0:
+                    raise
+                try:
+                    async with asyncio.timeout(remaining / 1000):
+                        await producer.drain()
+                except TimeoutError:
+                    pass
+
+    async def send_and_wait(self, topic: str, value: bytes | str | None = None, **kw: Any) -> RecordMetadata:
+        """``send`` and wait for the acknowledgement."""
+        return await (await self.send(topic, value, **kw))
 
     def _record(self, value: Any, key: Any, headers: Any, timestamp: int | None,
                 json: Any) -> tuple[RecordIn, int, bool]:
@@ -274,7 +352,7 @@ class AsyncClient:
         timeout_s = self.timeout_s + wait_ms / 1000
         last: errors.RingError | None = None
         too_far: errors.RingError | None = None
-        for attempt in range(self.retries + 1):
+        for attempt in range(self.rounds + 1):
             if attempt:
                 await asyncio.sleep(backoff_ms(attempt, self.retry_backoff_ms) / 1000)
                 await meta.refresh()
@@ -312,7 +390,10 @@ class AsyncClient:
     async def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                            *, exist_ok: bool = False, **config: Any) -> dict[str, Any]:
         """Create a topic (settings as the broker's POST /v1/topics) and wait until
-        every live broker knows it, so producing to any leader works at once."""
+        every live broker knows it and a leader for each of its partitions, so
+        producing to any leader works at once. After ``CLIENT_TOPIC_PROPAGATION_S_MAX``
+        it returns anyway (a warning is logged); the description it answers then
+        shows the partitions still without a leader as ``"leader": null``."""
         meta = self._start()
         doc: dict[str, Any] = {"name": validate_topic_name(name), **config}
         if partitions is not None:
@@ -330,6 +411,7 @@ class AsyncClient:
         return described
 
     async def _await_everywhere(self, name: str) -> None:
+        """Until every live broker describes the topic with a leader for each partition (bounded)."""
         meta = self._meta
         assert meta is not None and self._transport is not None
         if not meta.topology.clustered:
@@ -339,16 +421,19 @@ class AsyncClient:
         while waiting and self._meta_now() < deadline:
             for url in list(waiting):
                 try:
-                    reply = await self._transport.json("GET", url, f"/v1/topics/{quote(name)}")
+                    reply = await self._transport.json("GET", url, f"/v1/topics/{quote(name)}",
+                                                       timeout_s=limits.CLIENT_CONNECT_TIMEOUT_S)
                 except BrokerUnreachable:
                     waiting.discard(url)  # a dead broker learns it when it comes back
                     continue
-                if reply.status == 200:
+                doc = reply.json() if reply.status == 200 else None
+                if isinstance(doc, dict) and all(p.get("leader") for p in doc.get("partitions") or [{}]):
                     waiting.discard(url)
             if waiting:
                 await asyncio.sleep(0.05)
         if waiting:
-            log.warning("topic %s not yet known to %s", name, ", ".join(sorted(waiting)))
+            log.warning("topic %s: not yet known, or without a leader for every partition, on %s",
+                        name, ", ".join(sorted(waiting)))
 
     async def change_topic(self, name: str, **settings: Any) -> dict[str, Any]:
         """Change a topic's settings (the broker's PATCH /v1/topics/{topic}: partitions grow only, or
@@ -385,3 +470,25 @@ class AsyncClient:
             brokers = [{"name": b.name, "token": None, "status": b.status, "client_url": b.client_url,
                         "peer_url": None} for b in meta.topology.brokers.values()]
             return {"brokers": brokers, "self": brokers[0]["name"] if brokers else None, "standalone": True}
+
+
+def delivery_reporter(callback: DeliveryCallback) -> Callable[[Any], None]:
+    """A done-callback (for an asyncio or a concurrent future) calling ``callback(error, metadata)``;
+    the callback's own failures are logged, not raised."""
+    def report(fut: Any) -> None:
+        try:
+            if fut.cancelled():
+                callback(asyncio.CancelledError(), None)
+            elif fut.exception() is not None:
+                callback(fut.exception(), None)
+            else:
+                callback(None, fut.result())
+        except Exception:  # the application's callback: its bug must not stop the producer
+            log.exception("on_delivery callback failed")
+    return report
+
+
+@atexit.register
+def _report_unclosed() -> None:
+    for client in list(_LIVE):
+        client.report_loss("the interpreter exited")

@@ -12,6 +12,13 @@ is in flight the next one fills up, so a slow broker gets bigger requests
 instead of more of them (the latency/throughput knob is ``linger_ms`` first,
 ``batch_bytes`` second).
 
+A request that may have been written (its answer was lost) goes back as an
+``exact`` retry: the same batches, alone in their request, so an idempotent
+broker recognises it as a whole (it answers a request mixing written and new
+batches with 409). ``request_batches_max`` keeps a request within what such
+a broker remembers per producer. Batches that were never sent and are past
+their delivery deadline are handed back by ``expire``.
+
 A synchronous core: it takes ``now_ms`` as an argument and never touches a
 socket, the event loop or the clock. The per-record ``waiter`` is opaque here
 (the driver stores futures in it). Every byte queued is counted against
@@ -58,12 +65,17 @@ class ProducerBatch:
     deadline_ms: float  # monotonic ms after which it fails instead of retrying
     movable: bool = True  # only sticky-placed unkeyed records: may move partition on retry
     records: list[RecordIn] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)  # each record's, for its RecordMetadata
     waiters: list[Any] = field(default_factory=list)
     size: int = HEADER_SIZE
     sealed: bool = False
-    attempts: int = 0
+    attempts: int = 0  # failed attempts on this partition: they count against the producer's retries
+    failures: int = 0  # failed attempts anywhere: the backoff doubles with them
     retry_at_ms: float = 0.0
-    encoded: bytes | None = None  # set by the driver on first send, reused by retries
+    encoded: bytearray | None = None  # set by the driver on first send, reused by retries
+    sequence: int = -1  # an idempotent producer's base sequence on ``partition``, set with ``encoded``
+    maybe_written: bool = False  # an attempt's outcome is unknown: the broker may hold it
+    exact: object | None = None  # an exact retry: sent again with exactly the batches sharing this tag
 
     @property
     def count(self) -> int:
@@ -72,15 +84,18 @@ class ProducerBatch:
 
 class Accumulator:
     def __init__(self, *, linger_ms: float, batch_bytes: int, buffer_bytes: int,
-                 request_bytes_max: int, request_records_max: int, delivery_timeout_ms: float) -> None:
+                 request_bytes_max: int, request_records_max: int, delivery_timeout_ms: float,
+                 request_batches_max: int | None = None) -> None:
         assert linger_ms >= 0 and batch_bytes > HEADER_SIZE and buffer_bytes >= batch_bytes
         assert request_bytes_max >= batch_bytes and request_records_max >= 1
+        assert request_batches_max is None or request_batches_max >= 1
         self.linger_ms = linger_ms
         self.batch_bytes = batch_bytes
         self.buffer_bytes = buffer_bytes
         self.request_bytes_max = request_bytes_max
         self.request_records_max = request_records_max
         self.delivery_timeout_ms = delivery_timeout_ms
+        self.request_batches_max = request_batches_max
         self._queues: dict[TP, deque[ProducerBatch]] = {}
         self._busy: set[TP] = set()
         self.buffered_bytes = 0  # queued + in flight; freed by done/fail
@@ -110,6 +125,7 @@ class Accumulator:
             q.append(batch)
             nudge = True
         batch.records.append(record)
+        batch.timestamps.append(record[0])
         batch.waiters.append(waiter)
         batch.size += size
         batch.movable = batch.movable and movable
@@ -163,11 +179,16 @@ class Accumulator:
                 continue
             taken: list[ProducerBatch] = []
             nbytes = nrecords = 0
+            exact = q[0].exact
             while q:
                 b = q[0]
-                if taken and (nbytes + b.size > self.request_bytes_max
-                              or nrecords + b.count > self.request_records_max
-                              or b.retry_at_ms > now_ms):
+                if exact is not None:  # the same request again, nothing more, nothing less
+                    if b.exact is not exact:
+                        break
+                elif taken and (nbytes + b.size > self.request_bytes_max
+                                or nrecords + b.count > self.request_records_max
+                                or len(taken) == self.request_batches_max
+                                or b.retry_at_ms > now_ms or b.exact is not None):
                     break
                 if not (b.sealed or now_ms - b.created_ms >= self.linger_ms):
                     break
@@ -197,30 +218,49 @@ class Accumulator:
         self._busy.discard(tp)
         self.buffered_bytes -= sum(b.size - HEADER_SIZE for b in batches)
 
-    def retry(self, tp: TP, batches: list[ProducerBatch], retry_at_ms: float) -> None:
-        """Put a failed request's batches back at the head of their queue, in order."""
+    def retry(self, tp: TP, batches: list[ProducerBatch], retry_at_ms: float, exact: bool = False) -> None:
+        """Put a failed request's batches back at the head of their queue, in order; ``exact``: to be
+        sent again as exactly this request."""
         self._busy.discard(tp)
         q = self._queues.setdefault(tp, deque())
+        tag = object() if exact else None
         for b in reversed(batches):
             b.attempts += 1
             b.retry_at_ms = retry_at_ms
             b.sealed = True
+            b.exact = tag or b.exact
             q.appendleft(b)
 
-    def move(self, tp: TP, batches: list[ProducerBatch], partition: int) -> None:
-        """Send movable batches of a failed request to another partition instead."""
-        assert all(b.movable for b in batches)
+    def move(self, tp: TP, batches: list[ProducerBatch], partition: int, retry_at_ms: float = 0.0) -> None:
+        """Send movable batches of a failed request to another partition instead (a new partition
+        is a new place: the move spends no retry)."""
+        assert all(b.movable and not b.maybe_written for b in batches)
         self._busy.discard(tp)
         q = self._queues.setdefault((tp[0], partition), deque())
         for b in batches:
             b.partition = partition
-            b.attempts += 1
-            b.retry_at_ms = 0.0
+            b.retry_at_ms = retry_at_ms
             b.sealed = True
+            b.exact = None
             if q and not q[-1].sealed:
                 q.insert(len(q) - 1, b)  # before the open batch: only the last one is open
             else:
                 q.append(b)
+
+    def expire(self, now_ms: float) -> list[ProducerBatch]:
+        """Remove and return the queued batches past their delivery deadline (those in a request
+        in flight stay: the request's end decides)."""
+        out: list[ProducerBatch] = []
+        for tp, q in self._queues.items():
+            if any(b.deadline_ms <= now_ms for b in q):
+                out += [b for b in q if b.deadline_ms <= now_ms]
+                self._queues[tp] = deque(b for b in q if b.deadline_ms > now_ms)
+        self.buffered_bytes -= sum(b.size - HEADER_SIZE for b in out)
+        return out
+
+    def next_expiry_ms(self) -> float | None:
+        """The earliest delivery deadline of a queued batch."""
+        return min((b.deadline_ms for q in self._queues.values() for b in q), default=None)
 
     def fail_all(self) -> Iterator[ProducerBatch]:
         """Remove every queued batch (closing without flushing)."""
@@ -230,6 +270,9 @@ class Accumulator:
                 self.buffered_bytes -= b.size - HEADER_SIZE
                 yield b
             del self._queues[tp]
+
+    def queues(self) -> list[deque[ProducerBatch]]:
+        return list(self._queues.values())
 
     def queued_batches(self) -> int:
         return sum(len(q) for q in self._queues.values())

@@ -51,6 +51,7 @@ class Metadata:
         self._refresh: asyncio.Task[None] | None = None
         self._refreshed_ms = float("-inf")
         self._unreachable: dict[str, float] = {}  # url -> monotonic ms of the last refusal
+        self._refresh_failing = False
 
     def now_ms(self) -> float:
         return self.clock.monotonic() * 1000
@@ -186,6 +187,13 @@ class Metadata:
                 elif isinstance(res, BaseException):
                     log.debug("refreshing topic %s: %s", name, res)
 
+    async def close(self) -> None:
+        """Stop a refresh in flight (the client is closing)."""
+        task = self._refresh
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     def refresh_soon(self, spawn: Callable[[Awaitable[None]], Any]) -> None:
         """Start a rate-limited refresh in the background (failures are logged, not raised)."""
         if self._refresh is not None and not self._refresh.done():
@@ -196,7 +204,12 @@ class Metadata:
         async def quiet() -> None:
             try:
                 await self.refresh()
-            except errors.RingError as exc:
-                log.warning("topology refresh failed: %s", exc)
+            except errors.RingError as exc:  # said once per outage, not at every attempt
+                log.log(logging.DEBUG if self._refresh_failing else logging.WARNING, "topology refresh failed: %s", exc)
+                self._refresh_failing = True
+            else:
+                if self._refresh_failing:
+                    log.info("topology refresh works again")
+                self._refresh_failing = False
 
         spawn(quiet())

@@ -16,20 +16,34 @@ A sender task asks the ``Accumulator`` for ready partitions (full batch,
 ``linger_ms`` waited, or a flush), encodes their batches with
 ``ring.log.batch.encode`` once, and posts them as
 ``application/vnd.ring.batch`` to ``{leader}/v1/topics/{t}/messages?
-partition=P[&consistency=C]``. Connection refused or broken, 429, 503 and "not
-leader" answers refresh the topology and retry after a doubling backoff (to
-another broker, which forwards, while the leader refuses connections), at
-most ``retries`` times and within the delivery timeout; batches of sticky
-unkeyed records move to a partition with a reachable leader instead. A
-broken connection may have delivered the request, so a retry can store a
-record twice (at-least-once). A 504 says the outcome is unknown and is
-raised as ``OutcomeUnknown`` rather than retried.
+partition=P[&consistency=C]``.
+
+Retries. Connection refused or broken, 429, 503, 504 and "not leader"
+answers refresh the topology and try again after a pause that doubles with
+each failure (to another broker, which forwards, while the leader refuses
+connections), until the records' delivery timeout (Kafka's
+``delivery.timeout.ms``) and, when ``retries`` is set, at most that many
+times. Batches of sticky unkeyed records move at once to a partition whose
+leader looks reachable; a move is not a retry, and a batch failing
+everywhere backs off like any other.
+
+Truth about outcomes. A request whose answer was lost (a connection broken
+after it was sent, a 504) may be stored. An idempotent producer (the
+default) stamps each batch with its producer id and a per-partition
+sequence the first time it is sent and sends such a request again exactly
+as it was: the leader recognises it and answers with the original offsets,
+so it is stored once. Without idempotence it is not retried, and its
+records fail as ``OutcomeUnknown``, which is also what any failure of a
+batch that may be stored becomes: ``BrokersUnavailable`` (or a 4xx error)
+means the records are not stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import secrets
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
@@ -39,8 +53,8 @@ from ring import errors, limits
 from ring.client.batcher import TP, Accumulator, BufferFull, ProducerBatch, record_size
 from ring.client.metadata import Metadata, backoff_ms, quote
 from ring.client.records import RecordMetadata
-from ring.client.transport import CT_BATCH, RETRY, BrokersUnavailable, BrokerUnreachable, Transport, \
-    classify, error_from
+from ring.client.transport import CT_BATCH, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, OutcomeUnknown, \
+    Transport, classify, error_from
 from ring.clock import Clock
 from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
@@ -97,8 +111,9 @@ def make_record(value: Any, key: Any, headers: Any, timestamp: int | None, json:
 
 class Producer:
     def __init__(self, meta: Metadata, transport: Transport, clock: Clock, acc: Accumulator, *,
-                 max_in_flight: int, partitioner: Partitioner | None, consistency: str | None, retries: int,
-                 retry_backoff_ms: float, codec: int, resolve_topic: Callable[[str], Awaitable[Any]],
+                 max_in_flight: int, partitioner: Partitioner | None, consistency: str | None,
+                 retries: int | None, retry_backoff_ms: float, codec: int, producer_id: int | None,
+                 resolve_topic: Callable[[str], Awaitable[Any]],
                  spawn: Callable[[Awaitable[Any]], asyncio.Task], stats: Counter[str]) -> None:
         self.meta = meta
         self.transport = transport
@@ -110,6 +125,8 @@ class Producer:
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.codec = codec
+        self.producer_id = producer_id  # None: not idempotent
+        self._sequences: dict[TP, int] = {}  # the next base sequence per partition
         self.resolve_topic = resolve_topic
         self.spawn = spawn
         self.stats = stats
@@ -119,6 +136,7 @@ class Producer:
         self._sticky: dict[str, tuple[int, ProducerBatch | None]] = {}
         self._round_robin: Counter[str] = Counter()
         self._sending: dict[TP, list[ProducerBatch]] = {}
+        self._flushing = 0  # flush() calls waiting: records placed meanwhile are sent without linger
         self._wake = asyncio.Event()
         self._drained: asyncio.Future[None] | None = None
 
@@ -126,8 +144,18 @@ class Producer:
         return self.clock.monotonic() * 1000
 
     @property
+    def idempotent(self) -> bool:
+        return self.producer_id is not None
+
+    @property
     def buffered_bytes(self) -> int:
         return self.acc.buffered_bytes + self._pending_bytes
+
+    def unfinished(self) -> int:
+        """Records produced and neither acknowledged nor failed yet."""
+        pending = sum(len(recs) for recs in self._pending.values())
+        queued = sum(b.count for q in self.acc.queues() for b in q)
+        return pending + queued + sum(b.count for bs in self._sending.values() for b in bs)
 
     # --- records in --------------------------------------------------------------
 
@@ -147,29 +175,44 @@ class Producer:
         return fut
 
     async def _resolve(self, topic: str) -> None:
-        """Learn (or create) a topic, then place the records that waited for it, in order."""
-        try:
-            await self.resolve_topic(topic)
-        except Exception as exc:  # every waiting record learns why; none is left pending
-            self.fail_pending(topic, exc)
-            return
+        """Learn (or create) a topic, then place the records that waited for it, in order. While no
+        broker answers, keep asking (backing off) until the delivery timeout."""
+        deadline = self.now_ms() + self.acc.delivery_timeout_ms
+        for attempt in itertools.count(1):
+            try:
+                await self.resolve_topic(topic)
+                break
+            except errors.Unavailable as exc:
+                pause = backoff_ms(attempt, self.retry_backoff_ms)
+                if self.now_ms() + pause >= deadline:
+                    self.fail_pending(topic, BrokersUnavailable(
+                        f"topic {topic!r}: no broker described it within the delivery timeout; last: {exc.message}",
+                        topic=topic))
+                    return
+                await asyncio.sleep(pause / 1000)
+            except Exception as exc:  # every waiting record learns why; none is left pending
+                self.fail_pending(topic, exc)
+                return
         for record, size, is_json, partition, fut in self._pending.pop(topic, []):
             self._pending_bytes -= size
             if not fut.done():
                 self._place(topic, record, size, is_json, partition, fut)
+        if self._flushing:
+            self.acc.seal_all()
+        self._wake.set()
 
     def fail_pending(self, topic: str, exc: BaseException) -> None:
         for _, size, _, _, fut in self._pending.pop(topic, []):
             self._pending_bytes -= size
             if not fut.done():
                 fut.set_exception(exc)
+        self._freed()
 
     def _writable(self, topic: str) -> list[int]:
         """Partitions whose leader is neither reported down nor refusing connections lately."""
         topo = self.meta.topology
         parts = topo.live_leader_partitions(topic)
-        ok = [p for p in parts if not self.meta.recently_unreachable(topo.leader_url(topic, p))]
-        return ok or parts
+        return [p for p in parts if not self.meta.recently_unreachable(topo.leader_url(topic, p))]
 
     def _sticky_partition(self, topic: str, n: int) -> int:
         current = self._sticky.get(topic)
@@ -178,7 +221,8 @@ class Producer:
             if (p < n and batch is not None and batch is self.acc.open_batch(topic, p)
                     and not self.acc.held_back(topic, p, self.now_ms())):
                 return p
-        candidates = [p for p in self._writable(topic) if p < n] or list(range(n))
+        candidates = ([p for p in self._writable(topic) if p < n]
+                      or [p for p in self.meta.topology.live_leader_partitions(topic) if p < n] or list(range(n)))
         self._round_robin[topic] += 1
         return candidates[self._round_robin[topic] % len(candidates)]
 
@@ -222,22 +266,26 @@ class Producer:
             d.set_result(None)
 
     async def flush(self) -> None:
-        waits: list[asyncio.Future] = [f for recs in self._pending.values() for *_, f in recs]
-        batches = self.acc.seal_all() + [b for bs in self._sending.values() for b in bs]
-        waits += [b.waiters[-1] for b in batches]
-        self._wake.set()
-        if waits:
-            await asyncio.wait(waits)
+        self._flushing += 1
+        try:
+            waits: list[asyncio.Future] = [f for recs in self._pending.values() for *_, f in recs]
+            batches = self.acc.seal_all() + [b for bs in self._sending.values() for b in bs]
+            waits += [b.waiters[-1] for b in batches]
+            self._wake.set()
+            if waits:
+                await asyncio.wait(waits)
+        finally:
+            self._flushing -= 1
 
-    def fail_everything(self, exc: BaseException) -> None:
-        """Closing: every record not yet acknowledged fails with ``exc``."""
+    def fail_everything(self, exc: errors.RingError) -> None:
+        """Closing: every record not yet acknowledged fails with ``exc`` (or ``OutcomeUnknown``)."""
         for b in self.acc.fail_all():
-            _fail_waiters(b.waiters, exc)
+            _fail_waiters(b, exc)
         for topic in list(self._pending):
             self.fail_pending(topic, exc)
         for batches in self._sending.values():
             for b in batches:
-                _fail_waiters(b.waiters, exc)
+                _fail_waiters(b, exc)
 
     # --- the sender --------------------------------------------------------------
 
@@ -245,13 +293,23 @@ class Producer:
         while True:
             self._wake.clear()
             now = self.now_ms()
+            expired = self.acc.expire(now)
+            for b in expired:
+                _fail_waiters(b, BrokersUnavailable(
+                    f"produce to {b.topic}/{b.partition}: not delivered within the delivery timeout "
+                    f"after {b.failures} failed attempts", topic=b.topic, partition=b.partition))
+            if expired:
+                self.stats["expired_batches"] += len(expired)
+                self._freed()
             room = self.max_in_flight - len(self._sending)
-            deadline = None  # when at capacity, a finishing request wakes us
+            deadline = self.acc.next_expiry_ms()  # when at capacity, a finishing request wakes us
             if room > 0:
                 for tp, batches in self.acc.drain(now, room):
                     self._sending[tp] = batches
                     self.spawn(self._send(tp, batches))
-                deadline = self.acc.next_deadline_ms(now)
+                due = self.acc.next_deadline_ms(now)
+                if due is not None:
+                    deadline = due if deadline is None else min(due, deadline)
             if self.meta.stale():
                 self.meta.refresh_soon(self.spawn)
             if deadline is None:
@@ -263,13 +321,27 @@ class Producer:
                 except TimeoutError:
                     pass
 
-    def _encode(self, batches: list[ProducerBatch]) -> bytes:
+    def _encode(self, tp: TP, batches: list[ProducerBatch]) -> bytes:
         for b in batches:
             if b.encoded is None:
-                b.encoded = bytes(batchfmt.encode(b.records, now_ms=self.clock.wall_ms(), codec=self.codec,
-                                                  values_are_json=b.values_are_json))
+                b.encoded = batchfmt.encode(b.records, now_ms=self.clock.wall_ms(), codec=self.codec,
+                                            values_are_json=b.values_are_json)
                 b.records = []  # the bytes are what a retry resends
+            if self.producer_id is not None and b.sequence < 0:
+                self._sequence(tp, b)
         return b"".join(b.encoded for b in batches if b.encoded is not None)
+
+    def _sequence(self, tp: TP, b: ProducerBatch) -> None:
+        """Give ``b`` the next base sequence of its partition (before its first send there)."""
+        assert self.producer_id is not None and b.encoded is not None
+        seq = self._sequences.get(tp, 0)
+        if seq + b.count >= 2**31:  # the sequence space of this id is used up: go on under a new one
+            self.producer_id = new_producer_id()
+            self._sequences.clear()
+            seq = 0
+        self._sequences[tp] = seq + b.count
+        b.sequence = seq
+        batchfmt.set_producer(b.encoded, self.producer_id, seq)
 
     def _target(self, topic: str, partition: int) -> str:
         """The leader's client URL; another live broker (which forwards) while the
@@ -287,7 +359,7 @@ class Producer:
         topic, partition = tp
         try:
             url = self._target(topic, partition)
-            body = self._encode(batches)
+            body = self._encode(tp, batches)
             self.stats["produce_requests"] += 1
             self.stats["batches"] += len(batches)
             self.requests_to[(url, topic, partition)] += 1
@@ -298,7 +370,7 @@ class Producer:
                     body=body, headers={"Content-Type": CT_BATCH, "Accept": "application/json"})
             except BrokerUnreachable as exc:
                 self.meta.mark_unreachable(url)
-                self._retry(tp, batches, exc)
+                self._failed(tp, batches, exc, maybe_written=exc.maybe_sent)
                 return
             self.meta.mark_reachable(url)
             if reply.status == 200:
@@ -306,9 +378,11 @@ class Producer:
                 return
             code = str(reply.error_doc().get("error", ""))
             exc = error_from(reply, f"produce to {topic}/{partition}")
-            # A topic just created on another broker may not have reached this one.
-            if classify(reply.status, code) == RETRY or code == "unknown_topic":
-                self._retry(tp, batches, exc)
+            kind = classify(reply.status, code)
+            if kind == UNKNOWN or reply.status == 502:  # a 502 is a proxy that lost the broker's answer
+                self._failed(tp, batches, exc, maybe_written=True)
+            elif kind == RETRY or code == "unknown_topic":  # (a topic just created elsewhere)
+                self._failed(tp, batches, exc, maybe_written=False)
             else:
                 self._finish(tp, batches, exc)
         except asyncio.CancelledError:
@@ -325,9 +399,9 @@ class Producer:
             raise errors.RingError(f"broker acknowledged {doc!r} for {total} records of {topic}/{partition}")
         offset = doc["base_offset"]
         for b in batches:
-            for w in b.waiters:
+            for w, ts in zip(b.waiters, b.timestamps):
                 if not w.done():
-                    w.set_result(RecordMetadata(topic, partition, offset))
+                    w.set_result(RecordMetadata(topic, partition, offset, ts))
                 offset += 1
         self.stats["records"] += total
         self._sending.pop(tp, None)
@@ -336,41 +410,66 @@ class Producer:
 
     def _finish(self, tp: TP, batches: list[ProducerBatch], exc: BaseException) -> None:
         for b in batches:
-            _fail_waiters(b.waiters, exc)
+            _fail_waiters(b, exc)
         self.stats["failed_batches"] += len(batches)
         self._sending.pop(tp, None)
         self.acc.done(tp, batches)
         self._freed()
 
-    def _retry(self, tp: TP, batches: list[ProducerBatch], exc: errors.RingError) -> None:
+    def _failed(self, tp: TP, batches: list[ProducerBatch], exc: errors.RingError, *, maybe_written: bool) -> None:
+        """A request that did not succeed and may be worth another try. It is tried again (after a
+        doubling pause, following the leader as metadata learns where it went) until the delivery
+        timeout, or ``retries`` attempts if that is set; moving to another partition is a new
+        place, not a retry. A request that may have been written is
+        sent again exactly as it was, and only by an idempotent producer; otherwise its records
+        fail as ``OutcomeUnknown``."""
         topic, partition = tp
         self.stats["retries"] += 1
         self.meta.refresh_soon(self.spawn)
         now = self.now_ms()
+        for b in batches:
+            b.failures += 1
+            b.maybe_written = b.maybe_written or maybe_written
         attempt = batches[0].attempts + 1
-        if attempt > self.retries or now > min(b.deadline_ms for b in batches):
+        if maybe_written and self.producer_id is None:
+            self._finish(tp, batches, exc)
+            return
+        if (self.retries is not None and attempt > self.retries) or now >= min(b.deadline_ms for b in batches):
             self._finish(tp, batches, BrokersUnavailable(
-                f"produce to {topic}/{partition} failed after {attempt} attempts: {exc.message}",
+                f"produce to {topic}/{partition} failed after {batches[0].failures} attempts: {exc.message}",
                 topic=topic, partition=partition))
             return
         self._sending.pop(tp, None)
-        if all(b.movable for b in batches):
+        pause = backoff_ms(batches[0].failures, self.retry_backoff_ms)
+        if all(b.movable and not b.maybe_written for b in batches):
             topo = self.meta.topology
             leader = topo.leader_url(topic, partition)
             others = [p for p in self._writable(topic) if p != partition and topo.leader_url(topic, p) != leader]
-            if others:
+            if others:  # another leader looks reachable: go there now; a batch failing everywhere backs off
                 self._round_robin[topic] += 1
                 self.stats["moved_batches"] += len(batches)
-                self.acc.move(tp, batches, others[self._round_robin[topic] % len(others)])
+                target = others[self._round_robin[topic] % len(others)]
+                for b in batches:  # never written: the next send there numbers it anew
+                    b.sequence = -1
+                self.acc.move(tp, batches, target, retry_at_ms=0.0 if batches[0].failures <= 1 else now + pause)
                 return
-        if isinstance(exc, BrokerUnreachable):
+        if isinstance(exc, BrokerUnreachable):  # _target tries another live broker next
             self.stats["reroutes"] += 1
-        pause = backoff_ms(attempt, self.retry_backoff_ms)
-        self.acc.retry(tp, batches, now + pause)
+        self.acc.retry(tp, batches, now + pause, exact=any(b.maybe_written for b in batches))
         asyncio.get_running_loop().call_later(pause / 1000, self._wake.set)
 
 
-def _fail_waiters(waiters: list[asyncio.Future], exc: BaseException) -> None:
-    for w in waiters:
+def new_producer_id() -> int:
+    """A random id for an idempotent producer: ids are not coordinated, so 63 random bits."""
+    return secrets.randbits(63)
+
+
+def _fail_waiters(b: ProducerBatch, exc: BaseException) -> None:
+    """Fail a batch's records with ``exc``; with ``OutcomeUnknown`` if an attempt may have stored them."""
+    if b.maybe_written and not isinstance(exc, OutcomeUnknown):
+        why = exc.message if isinstance(exc, errors.RingError) else repr(exc)
+        exc = OutcomeUnknown(f"{b.count} records may be stored on {b.topic}/{b.partition} or not (an attempt's "
+                             f"answer was lost): {why}", topic=b.topic, partition=b.partition)
+    for w in b.waiters:
         if not w.done():
             w.set_exception(exc)

@@ -17,11 +17,12 @@ from ring.log import batch as batchfmt
 
 
 class RecordMetadata(NamedTuple):
-    """Where an acknowledged record is stored."""
+    """Where an acknowledged record is stored, and its timestamp (ms since the epoch)."""
 
     topic: str
     partition: int
     offset: int
+    timestamp: int = -1
 
 
 class ConsumerRecord(NamedTuple):

@@ -6,19 +6,28 @@ offers the same methods, blocking until each is done. The exception is
 ``send``), so a loop of ``produce`` calls still batches; call ``.result()`` on
 it to wait for that record, or ``flush()`` for all of them. When
 ``buffer_bytes`` of records wait for acknowledgement, ``produce`` blocks
-until there is room (Kafka's ``max.block.ms``) instead of failing.
+until there is room, for up to ``max_block_ms`` (Kafka's ``max.block.ms``),
+then raises ``BufferFull``. A client still open when the interpreter exits
+is closed then: what it holds is flushed (within the delivery timeout), and
+an error is logged with the count of records that could not be delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import logging
 import threading
+import time
+import weakref
 from collections import deque
 from typing import Any, Coroutine, Iterable, TypeVar
 
-from ring.client.aio import AsyncClient
+from ring.client.aio import AsyncClient, DeliveryCallback, delivery_reporter
+from ring.client.batcher import BufferFull
 from ring.client.producer import NO_JSON
+from ring.client.transport import ClientClosed
 from ring.catalog import validate_topic_name
 from ring.client.records import FetchResult, RecordMetadata
 from ring.log.batch import RecordIn
@@ -27,6 +36,8 @@ T = TypeVar("T")
 # Records moved from the caller's thread onto the loop per loop turn: a few
 # milliseconds of work, then sockets and timers get their turn.
 _PUMP_RECORDS_MAX = 2_000
+log = logging.getLogger("ring.client")
+_OPEN: weakref.WeakSet[Client] = weakref.WeakSet()  # clients to close at interpreter exit
 
 
 class Client:
@@ -50,8 +61,12 @@ class Client:
         self._reserved = 0
         self._handoff: deque[tuple] = deque()  # records on their way to the loop, in order
         self._pump_scheduled = False
+        _OPEN.add(self)
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise ClientClosed("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     @property
@@ -72,11 +87,38 @@ class Client:
     def close(self, flush: bool = True) -> None:
         if self._closed:
             return
-        self._closed = True
         try:
-            self._call(self._client.close(flush=flush))
+            self._call(self._close(flush))
         finally:
+            self._closed = True
+            _OPEN.discard(self)
             self._stop_loop()
+
+    async def _close(self, flush: bool) -> None:
+        if flush:
+            self._pump(limit=len(self._handoff))
+        await self._client.close(flush=flush)
+
+    def _close_at_exit(self) -> None:
+        """The interpreter is exiting with this client open: deliver what it holds, or say what is lost."""
+        timeout_s = self._client.delivery_timeout_s + self._client.timeout_s
+        try:
+            self._call(self._close_within(timeout_s))
+        except Exception as exc:  # at exit, nothing can be raised to anyone: say it
+            log.error("closing the client at interpreter exit failed: %r", exc)
+        finally:
+            self._closed = True
+            self._stop_loop()
+
+    async def _close_within(self, timeout_s: float) -> None:
+        self._pump(limit=len(self._handoff))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._client.flush()
+        except TimeoutError:
+            pass
+        self._client.report_loss("the interpreter exited")
+        await self._client.close(flush=False)
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -88,19 +130,33 @@ class Client:
 
     def produce(self, topic: str, value: bytes | str | None = None, *, key: bytes | str | None = None,
                 headers: dict[str, bytes | str | None] | None = None, partition: int | None = None,
-                timestamp: int | None = None, json: Any = NO_JSON) -> concurrent.futures.Future[RecordMetadata]:
+                timestamp: int | None = None, json: Any = NO_JSON,
+                on_delivery: DeliveryCallback | None = None) -> concurrent.futures.Future[RecordMetadata]:
         """Queue one record; ``.result()`` on the answer gives its ``RecordMetadata``.
 
         The record is checked and encoded here, in the caller's thread: bad
-        input raises at once, and the loop thread only queues it.
+        input raises at once, and the loop thread only queues it. A full buffer
+        blocks the call up to ``max_block_ms``, then raises ``BufferFull``.
+        ``on_delivery(error, metadata)`` is called on the client's thread when
+        the record is acknowledged or has failed.
         """
+        if self._closed:
+            raise ClientClosed("the client is closed")
         validate_topic_name(topic)
         record, size, is_json = self._client._record(value, key, headers, timestamp, json)
         limit = self._client.buffer_bytes
         out: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        if on_delivery is not None:
+            out.add_done_callback(delivery_reporter(on_delivery))
         with self._room:
+            deadline = time.monotonic() + self._client.max_block_ms / 1000
             while self._reserved > 0 and self._reserved + size > limit:
-                self._room.wait()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferFull(f"{self._reserved} bytes of records wait for acknowledgement "
+                                     f"(buffer_bytes={limit}) and no room came within max_block_ms="
+                                     f"{self._client.max_block_ms:g}")
+                self._room.wait(remaining)
             self._reserved += size
             self._handoff.append((out, topic, record, size, is_json, partition))
             wake = not self._pump_scheduled
@@ -185,3 +241,11 @@ class Client:
     @property
     def stats(self) -> dict[str, int]:
         return dict(self._client.stats)
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    """Registered after ``ring.client.aio``'s exit check, so it runs first (atexit is LIFO)."""
+    for client in list(_OPEN):
+        if not client._closed:
+            client._close_at_exit()

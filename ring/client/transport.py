@@ -3,7 +3,9 @@ the rule that says which failures are worth another try.
 
 ``Transport.request`` sends one request to one broker URL and returns a
 ``Reply`` whatever the status; a connection that cannot be made or breaks
-raises ``BrokerUnreachable``. ``classify`` decides, from a status and the
+raises ``BrokerUnreachable``, whose ``maybe_sent`` says whether the broker
+may have received the request (a connection that broke after it was made,
+or a timeout) or certainly did not (refused, or not connected in time). ``classify`` decides, from a status and the
 ``error`` code of a JSON error body, whether to retry (elsewhere or later),
 to give up, or to report that the outcome is unknown. ``error_from`` turns an
 error answer into the matching ``ring.errors`` class with the body's fields
@@ -42,6 +44,10 @@ _RETRY_STATUSES = frozenset({421, 429, 502, 503})
 _RETRY_CODES = frozenset({"not_leader", "leader_not_available", "not_enough_replicas", "unavailable",
                           "overloaded", "shutting_down", "stale_epoch"})
 
+# Failures that happen before a connection exists: the request certainly did not reach the broker.
+# (aiohttp before 3.10 has no ConnectionTimeoutError: a connect timeout then counts as "maybe sent".)
+_NOT_CONNECTED = (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", aiohttp.ClientConnectorError))
+
 _BY_STATUS: dict[int, type[errors.RingError]] = {
     400: errors.BadRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
     408: errors.BodyTimeout, 409: errors.Conflict, 413: errors.PayloadTooLarge,
@@ -56,9 +62,20 @@ _BY_CODE: dict[str, type[errors.RingError]] = {
 
 
 class BrokerUnreachable(errors.Unavailable):
-    """No answer from a broker: refused, reset, or timed out."""
+    """No answer from a broker: refused, reset, or timed out. ``maybe_sent``: the broker may have
+    received the request (and done it); False when no connection was made."""
 
     code = "broker_unreachable"
+
+    def __init__(self, message: str, maybe_sent: bool = True, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.maybe_sent = maybe_sent
+
+
+class ClientClosed(errors.Unavailable):
+    """The client was closed: nothing more can be produced, fetched or asked through it."""
+
+    code = "client_closed"
 
 
 class BrokersUnavailable(errors.Unavailable):
@@ -68,8 +85,9 @@ class BrokersUnavailable(errors.Unavailable):
 
 
 class OutcomeUnknown(errors.RequestTimeout):
-    """The broker may have appended the records but could not confirm it (504).
-    Retrying could store them twice, so the client reports it instead."""
+    """The records may be stored or not: a broker answered 504, or the connection broke after the
+    request was sent, and the client could not settle it by an idempotent retry (idempotence off,
+    or the delivery timeout ran out). ``extra["partition"]`` is where they may be."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +162,9 @@ class Transport:
                 data = await resp.read()
                 return Reply(resp.status, resp.headers, data, url)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            not_sent = isinstance(exc, _NOT_CONNECTED)
             raise BrokerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}".rstrip(": "),
-                                    broker=url) from None
+                                    maybe_sent=not not_sent, broker=url) from None
 
     async def json(self, method: str, url: str, path: str, doc: Any = None, **kw: Any) -> Reply:
         headers = {"Accept": CT_JSON}

@@ -220,6 +220,16 @@ def producer_id(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return _PRODUCER_ID.unpack_from(buf, pos + _PRODUCER_ID_POS)[0]
 
 
+_PRODUCER = struct.Struct(">qi")  # producer_id, base_sequence
+
+
+def set_producer(buf: bytearray, producer_id: int, base_sequence: int) -> None:
+    """Give the (single, encoded) batch ``buf`` another producer id and base sequence, and its CRC
+    again: an idempotent client moving a batch it never delivered to another partition."""
+    _PRODUCER.pack_into(buf, _PRODUCER_ID_POS, producer_id, base_sequence)
+    struct.pack_into(">I", buf, 16, crc32(memoryview(buf)[20:]))
+
+
 def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Assign offset and epoch in place; the CRC stays valid."""
     _OFFSET_EPOCH.pack_into(buf, pos, base_offset, leader_epoch)
