@@ -409,6 +409,9 @@ CLIENT_RETRY_BACKOFF_MS_MAX = 2_000
 # delivery.timeout.ms): well beyond a failover (conviction takes 5-13 s, then
 # an election), so a leader's crash costs no record.
 CLIENT_DELIVERY_TIMEOUT_S_DEFAULT = 120.0
+# A group consumer's lag (high watermark minus position, in its stats) is
+# refreshed by a poll at most this often: two small requests per refresh.
+CLIENT_CONSUMER_LAG_REFRESH_MS = 5_000
 # Cached topology is refreshed after this even when nothing failed, so new
 # brokers and moved leaders are learned (Kafka's metadata.max.age.ms is 5 min).
 CLIENT_METADATA_MAX_AGE_MS = 30_000

@@ -128,14 +128,20 @@ def test_a_stale_generation_is_told_to_rejoin(shared_cluster: TestCluster, topic
     c = shared_cluster
     assert c[0].http.create_topic(topic, partitions=2).status == 201
     first = join(c[0], "stale", "x", [topic])
-    join(c[1], "stale", "y", [topic])
+    [moved] = join(c[1], "stale", "y", [topic])["assignment"]
+    kept = 1 - moved["partition"]
     r = poll(c[2], "stale", "x", generation=first["generation"])
     assert r.status == 409, r.body
     body = r.json()
     assert body["rejoin"] is True and body["reason"] == "stale_generation" and body["generation"] == first["generation"] + 1
     r = c[1].http.post("/v1/groups/stale/offsets", json_body={
-        "consumer": "x", "generation": first["generation"], "offsets": [{"topic": topic, "partition": 0, "offset": 1}]})
+        "consumer": "x", "generation": first["generation"],
+        "offsets": [{"topic": topic, "partition": moved["partition"], "offset": 1}]})
     assert r.status == 409 and r.json()["rejoin"] is True
+    # A partition x held all along: its commit counts, whatever generation x last heard of.
+    r = c[1].http.post("/v1/groups/stale/offsets", json_body={
+        "consumer": "x", "generation": first["generation"], "offsets": [{"topic": topic, "partition": kept, "offset": 1}]})
+    assert r.status == 200 and r.json()["committed"] == [{"topic": topic, "partition": kept, "offset": 1}], r.body
     assert poll(c[0], "stale", "nobody").status == 409
     # More consumers than partitions: the third gets none and says so.
     doc = join(c[2], "stale", "z", [topic])

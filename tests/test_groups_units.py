@@ -147,6 +147,27 @@ def test_commits_only_of_held_partitions_and_only_by_members() -> None:
         g.propose_commit("a", None, [(mine[0], mine[1], -1)], 0.0, 1)
 
 
+def test_a_stale_generation_commits_what_the_member_held_all_along() -> None:
+    g = Group("g")
+    joined(g, "a")  # generation 1: a holds every partition
+    joined(g, "b")  # generation 2: b takes a share
+    kept = g.members["a"].spec.assignment[0]
+    gone = g.members["b"].spec.assignment[0]
+    ev = g.propose_commit("a", 1, [(kept[0], kept[1], 7)], 0.0, 1)  # a never lost it: accepted
+    g.apply(ev, 0.0)
+    assert g.committed[kept] == 7
+    with pytest.raises(Conflict) as info:  # it moved to b: a's offset is not the group's any more
+        g.propose_commit("a", 1, [(gone[0], gone[1], 7), (kept[0], kept[1], 8)], 0.0, 1)
+    assert info.value.extra["rejoin"] and info.value.extra["reason"] == "stale_generation"
+    g.apply(g.propose_leave("b", 1000, {"t": 4}), 0.0)  # generation 3: gone is back with a, held since 3 only
+    assert gone in g.members["a"].spec.assignment
+    with pytest.raises(Conflict):
+        g.propose_commit("a", 2, [(gone[0], gone[1], 7)], 0.0, 1)
+    with pytest.raises(Conflict):  # a generation the group never reached
+        g.propose_commit("a", 9, [(kept[0], kept[1], 9)], 0.0, 1)
+    assert g.propose_commit("a", 3, [(gone[0], gone[1], 7)], 0.0, 1).offsets == ((gone[0], gone[1], 7),)
+
+
 def test_positions_survive_a_rebalance_only_where_the_partition_stayed() -> None:
     g = Group("g")
     joined(g, "a", counts={"t": 2})

@@ -14,9 +14,9 @@ Consumer groups: ``GroupConsumer`` / ``AsyncGroupConsumer`` (``ring.client.consu
 
 from ring.client.aio import AsyncClient, Partitioner
 from ring.client.batcher import BufferFull
-from ring.client.consumer import AsyncGroupConsumer, GroupConsumer
+from ring.client.consumer import AsyncGroupConsumer
 from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
-from ring.client.sync import Client
+from ring.client.sync import Client, GroupConsumer
 from ring.client.transport import BrokersUnavailable, BrokerUnreachable, ClientClosed, OutcomeUnknown
 
 __all__ = [

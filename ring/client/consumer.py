@@ -1,4 +1,5 @@
-"""Group consumers: ``AsyncGroupConsumer`` (an async iterator) and ``GroupConsumer`` (a blocking one).
+"""Group consumers: ``AsyncGroupConsumer`` (an async iterator) and ``GroupConsumer`` (a blocking one,
+in ``ring.client.sync``).
 
     async with AsyncGroupConsumer("http://127.0.0.1:9250", "billing", ["orders"]) as consumer:
         async for record in consumer:          # at-least-once: auto commit
@@ -21,51 +22,75 @@ application stopped reading) and leaves. Without ``auto_commit`` nothing is
 committed unless ``commit`` is called: before processing a record for
 at-most-once, after it for at-least-once.
 
+The consumer also keeps its own position per partition (``ring.client.positions``):
+when the coordinator changes (a failover) or a request fails, it puts its
+positions back on the coordinator before the next poll, and drops records it
+received already, so a failover does not deliver the last poll again.
+``seek``/``seek_to_beginning``/``seek_to_end``, ``pause``/``resume``,
+``position`` and ``committed`` work on it as on Kafka's consumer.
+
 A rebalance (another member joined or left) makes the coordinator answer 409;
-the consumer joins again and goes on with its new partitions. Brokers that do
-not answer, and 503s (a coordinator moving), are retried on the next broker
-after a doubling backoff, up to ``retries`` times.
+the consumer joins again and goes on with its new partitions, telling the
+``listener`` (``on_partitions_revoked``/``on_partitions_assigned``, plain or
+async) what changed. Subscribing by ``pattern`` follows the topics whose name
+matches it, checked every ``metadata_max_age_ms``. Brokers that do not
+answer, and 503s (a coordinator moving), are retried on the next broker after
+a doubling backoff, up to ``retries`` times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
+import logging
 import os
+import re
 import socket
-import threading
+import time
 import uuid
-from collections import deque
-from typing import Any, AsyncIterator, Coroutine, Iterable, Iterator, TypeVar
+from collections import Counter
+from typing import Any, AsyncIterator, Iterable
 
 import msgpack
 import orjson
 
 from ring import errors, limits
 from ring.client.metadata import backoff_ms, quote
+from ring.client.positions import TP, Positions
 from ring.client.records import ConsumerRecord
 from ring.client.topology import parse_brokers
 from ring.client.transport import CT_JSON, RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, \
     classify, error_from, make_session
 
 CT_MSGPACK = "application/msgpack"
-T = TypeVar("T")
+log = logging.getLogger("ring.client")
 
 
 class AsyncGroupConsumer:
-    def __init__(self, brokers: str | Iterable[str], group: str, topics: str | Iterable[str], *,
+    def __init__(self, brokers: str | Iterable[str], group: str, topics: str | Iterable[str] | None = None, *,
+                 pattern: str | re.Pattern[str] | None = None, listener: Any = None,
                  consumer_id: str | None = None, auto_commit: bool = True, reset: str = "earliest",
                  session_timeout_ms: int = limits.GROUP_SESSION_TIMEOUT_MS_DEFAULT,
                  max_records: int = limits.FETCH_RECORDS_DEFAULT, wait_ms: int = 5_000,
                  timeout_s: float = limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT,
                  retries: int = limits.CLIENT_RETRIES_MAX_DEFAULT,
-                 retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS) -> None:
-        """``topics``: one name or several; ``consumer_id``: this member's id (default: host, pid and a
-        random suffix); ``reset``: where partitions without a committed offset start (earliest|latest);
+                 retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
+                 metadata_max_age_ms: int = limits.CLIENT_METADATA_MAX_AGE_MS) -> None:
+        """``topics``: one name or several, or ``pattern`` (a regular expression the whole topic
+        name must match; internal topics, named ``__...``, never do); ``listener``: an object with
+        ``on_partitions_revoked(partitions)`` and/or ``on_partitions_assigned(partitions)`` (sets of
+        (topic, partition), plain or async), called after each rebalance with what this consumer
+        lost and gained; ``consumer_id``: this member's id (default: host, pid and a random suffix);
+        ``reset``: where partitions without a committed offset start (earliest|latest);
         ``wait_ms``: how long each poll long-polls when there is nothing."""
+        if (topics is None) == (pattern is None):
+            raise errors.BadRequest("give topics or a pattern")
         self.urls = parse_brokers(brokers)
         self.group = group
-        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+        self.topics = [] if topics is None else [topics] if isinstance(topics, str) else list(topics)
+        self.listener = listener
         self.consumer_id = consumer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.auto_commit = auto_commit
         self.reset = reset
@@ -75,23 +100,33 @@ class AsyncGroupConsumer:
         self.timeout_s = timeout_s
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
         self.generation: int | None = None
-        self.assignment: list[tuple[str, int]] = []
         self.rejoins = 0
+        # polls, records, commits, rejoins, redelivered_dropped, lag_records (at the last lag refresh)
+        self.stats: Counter[str] = Counter()
         self._next_url = itertools.cycle(range(len(self.urls)))
         self._url = self.urls[0]
         self._transport: Transport | None = None
-        self._buffer: deque[ConsumerRecord] = deque()
-        self._handed: dict[tuple[str, int], int] = {}  # next offset after the last record handed out
-        self._committed: dict[tuple[str, int], int] = {}  # what this consumer last committed itself
+        self._pos = Positions()
+        self._unsteady = False  # a request failed: the coordinator may have changed
+        self._pattern_at = float("-inf")
+        self._lag_at = float("-inf")
         self._closed = False
+
+    @property
+    def assignment(self) -> list[TP]:
+        return self._pos.assignment
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> AsyncGroupConsumer:
         if self._transport is None:
             self._transport = Transport(make_session(), self.timeout_s)
-            await self._join()
+            if self.pattern is not None:
+                await self._follow_pattern(force=True)
+            else:
+                await self._join()
         return self
 
     async def __aenter__(self) -> AsyncGroupConsumer:
@@ -108,8 +143,10 @@ class AsyncGroupConsumer:
         try:
             if commit:
                 await self._commit_handed()
-            await self._call("DELETE", f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}",
-                             params={"commit": "false"}, ok_conflict=True)
+            if self.generation is not None:
+                await self._call("DELETE", f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}",
+                                 params={"commit": "false"}, ok_conflict=True)
+                await self._tell("on_partitions_revoked", self._pos.assign([])[0])
         finally:
             await self._transport.session.close()
 
@@ -130,6 +167,7 @@ class AsyncGroupConsumer:
                                                       headers=headers, timeout_s=self.timeout_s + wait_ms / 1000)
             except BrokerUnreachable as exc:
                 last = exc
+                self._unsteady = True
                 self._url = self.urls[next(self._next_url)]
                 continue
             if reply.status < 300 or (ok_conflict and reply.status in (404, 409)):
@@ -138,9 +176,13 @@ class AsyncGroupConsumer:
             if classify(reply.status, str(reply.error_doc().get("error", ""))) != RETRY:
                 raise err
             last = err
+            self._unsteady = True
             self._url = self.urls[next(self._next_url)]
         raise BrokersUnavailable(f"{method} {path}: no broker did it; last: {last.message if last else 'none'}",
                                  group=self.group)
+
+    def _member_path(self, what: str = "") -> str:
+        return f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}{what}"
 
     async def _join(self) -> None:
         reply = await self._call("POST", f"/v1/groups/{quote(self.group)}/members", {
@@ -148,9 +190,43 @@ class AsyncGroupConsumer:
             "session_timeout_ms": self.session_timeout_ms, "client": socket.gethostname()})
         doc = reply.json()
         self.generation = doc["generation"]
-        self.assignment = [(a["topic"], a["partition"]) for a in doc["assignment"]]
-        held = set(self.assignment)
-        self._handed = {tp: o for tp, o in self._handed.items() if tp in held}
+        revoked, added = self._pos.assign((a["topic"], a["partition"]) for a in doc["assignment"])
+        await self._tell("on_partitions_revoked", revoked)
+        await self._tell("on_partitions_assigned", added)
+
+    async def _tell(self, what: str, partitions: list[TP]) -> None:
+        """Call the listener's ``what`` (if it has one) with ``partitions`` (if any)."""
+        hook = getattr(self.listener, what, None)
+        if hook is None or not partitions:
+            return
+        result = hook(set(partitions))
+        if inspect.isawaitable(result):
+            await result
+
+    async def _rejoin(self, exc: errors.Conflict) -> None:
+        if not exc.extra.get("rejoin"):
+            raise exc
+        self.rejoins += 1
+        self.stats["rejoins"] += 1
+        await self._join()  # a rebalance: new generation, maybe other partitions
+
+    async def _follow_pattern(self, force: bool = False) -> None:
+        """With a pattern: the matching topics, checked every ``metadata_max_age_ms``; a change rejoins."""
+        now = time.monotonic()
+        if self.pattern is None or (not force and now - self._pattern_at < self.metadata_max_age_ms / 1000):
+            return
+        self._pattern_at = now
+        names = [t.get("name") for t in (await self._call("GET", "/v1/topics")).json().get("topics", [])]
+        matched = sorted(n for n in names if isinstance(n, str) and not n.startswith("__") and self.pattern.fullmatch(n))
+        if matched == self.topics and self.generation is not None:
+            return
+        self.topics = matched
+        if matched:
+            await self._join()
+        elif self.generation is not None:  # every matching topic is gone: leave until one comes
+            await self._call("DELETE", self._member_path(), params={"commit": "true"}, ok_conflict=True)
+            self.generation = None
+            await self._tell("on_partitions_revoked", self._pos.assign([])[0])
 
     # --- reading ------------------------------------------------------------------------
 
@@ -164,55 +240,97 @@ class AsyncGroupConsumer:
 
     async def _poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
         await self.start()
+        await self._follow_pattern()
         wait = self.wait_ms if wait_ms is None else wait_ms
-        path = f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}/poll"
+        if self.generation is None or (self.assignment and set(self.assignment) <= self._pos.paused):
+            if self.generation is not None:
+                await self._join()  # everything paused: a heartbeat, no records
+            await asyncio.sleep(wait / 1000)
+            return []
+        path = self._member_path("/poll")
         for _ in range(self.retries + 1):
-            params = {"max_records": max_records or self.max_records, "wait_ms": wait,
-                      "generation": self.generation, "auto_commit": "true" if self.auto_commit else "false"}
             try:
+                await self._put_positions()
+                params = {"max_records": max_records or self.max_records, "wait_ms": wait,
+                          "generation": self.generation, "auto_commit": "true" if self.auto_commit else "false"}
                 reply = await self._call("POST", path, params=params, accept=CT_MSGPACK, wait_ms=wait)
             except errors.Conflict as exc:
-                if not exc.extra.get("rejoin"):
-                    raise
-                self.rejoins += 1
-                await self._join()  # a rebalance: new generation, maybe other partitions
+                await self._rejoin(exc)
                 continue
             doc = msgpack.unpackb(reply.body, raw=False)
             self.generation = doc["generation"]
-            return [ConsumerRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
-                                   r["headers"] or None, bool(r["json"])) for r in doc["records"]]
+            got = [ConsumerRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
+                                  r["headers"] or None, bool(r["json"])) for r in doc["records"]]
+            out = self._pos.accept(got)
+            self.stats["polls"] += 1
+            self.stats["records"] += len(out)
+            self.stats["redelivered_dropped"] = self._pos.dropped
+            await self._refresh_lag()
+            return out
         raise errors.Conflict(f"group {self.group!r} kept rebalancing; gave up after {self.retries} rejoins",
                               group=self.group)
 
+    async def _put_positions(self) -> None:
+        """Before a poll: put this consumer's positions on the coordinator where it may not know them
+        (a failed request, records received again, a seek or a pause)."""
+        if self._unsteady:
+            self._unsteady = False
+            self._pos.resync()
+        seeks = self._pos.take_seeks()
+        if not seeks:
+            return
+        try:
+            await self._call("PUT", self._member_path("/positions"), {"generation": self.generation, "positions": [
+                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(seeks.items())]})
+        except errors.Conflict:
+            self._pos.seeks.update(seeks)  # kept for the partitions still held after the rejoin
+            raise
+
     def mark(self, record: ConsumerRecord) -> None:
         """``record`` was handed to the application: ``commit()`` and ``close()`` count it as read."""
-        self._handed[(record.topic, record.partition)] = record.offset + 1
+        self._pos.mark(record)
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
-        while not self._buffer:
+        while not self._pos.buffer:
             if self._closed:
                 raise StopAsyncIteration
-            self._buffer.extend(await self._poll())
-        record = self._buffer.popleft()
+            self._pos.buffer.extend(await self._poll())
+        record = self._pos.buffer.popleft()
         self.mark(record)
         return record
 
     # --- committing ---------------------------------------------------------------------
 
-    async def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+    async def commit(self, offsets: dict[TP, int] | None = None) -> None:
         """Commit ``offsets`` ((topic, partition) -> next offset to read), by default everything handed out.
-        Raises ``Conflict`` when a partition moved to another member meanwhile (its records will be read again)."""
-        todo = dict(self._handed if offsets is None else offsets)
-        todo = {tp: o for tp, o in todo.items() if self._committed.get(tp) != o}
+        Partitions this consumer has held all along are committed even if the group rebalanced
+        meanwhile; raises ``Conflict`` when one moved to another member (its records will be read again)."""
+        todo = dict(self._pos.handed if offsets is None else offsets)
+        todo = {tp: o for tp, o in todo.items() if self._pos.committed.get(tp) != o}
         if not todo:
             return
+        try:
+            await self._commit(todo)
+        except errors.Conflict as exc:
+            await self._rejoin(exc)
+            held = set(self.assignment)
+            moved = sorted(tp for tp in todo if tp not in held)
+            if len(moved) < len(todo):
+                await self._commit({tp: o for tp, o in todo.items() if tp in held})
+            if moved:
+                raise errors.Conflict(f"{', '.join(f'{t}/{p}' for t, p in moved[:5])} moved to another member of "
+                                      f"group {self.group!r} before the commit: their records will be read again",
+                                      group=self.group, reason="not_assigned") from None
+
+    async def _commit(self, todo: dict[TP, int]) -> None:
         await self._call("POST", f"/v1/groups/{quote(self.group)}/offsets", {
             "consumer": self.consumer_id, "generation": self.generation,
             "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(todo.items())]})
-        self._committed.update(todo)
+        self._pos.committed.update(todo)
+        self.stats["commits"] += 1
 
     async def _commit_handed(self) -> None:
         try:
@@ -220,67 +338,86 @@ class AsyncGroupConsumer:
         except errors.Conflict:
             pass  # those partitions moved on: their new owner reads the rest again (at-least-once)
 
+    # --- positions (Kafka's seek, position, committed, pause) -----------------------------
 
-class GroupConsumer:
-    """The blocking face of ``AsyncGroupConsumer``: the same arguments, run on a loop in a daemon thread."""
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read ``topic``/``partition`` (assigned to this consumer) from ``offset`` next; takes effect at the
+        next poll. Committed offsets do not change (``commit()`` afterwards commits from there)."""
+        self._pos.seek((topic, partition), offset)
 
-    def __init__(self, brokers: str | Iterable[str], group: str, topics: str | Iterable[str], **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="ring-consumer", daemon=True)
-        self._thread.start()
-        self._consumer = AsyncGroupConsumer(brokers, group, topics, **options)
-        self._buffer: deque[ConsumerRecord] = deque()
+    async def seek_to_beginning(self, *partitions: TP) -> None:
+        """Seek ``partitions`` (default: all assigned) to their earliest offset."""
+        await self._seek_to("earliest", partitions)
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    async def seek_to_end(self, *partitions: TP) -> None:
+        """Seek ``partitions`` (default: all assigned) past their last record: only new records come."""
+        await self._seek_to("latest", partitions)
 
-    @property
-    def consumer(self) -> AsyncGroupConsumer:
-        return self._consumer
+    async def _seek_to(self, where: str, partitions: tuple[TP, ...]) -> None:
+        for t, p in partitions or list(self.assignment):
+            doc = (await self._call("GET", f"/v1/topics/{quote(t)}/partitions/{p}/offsets",
+                                    params={"timestamp": where})).json()
+            self.seek(t, p, int(doc["offset"]))
 
-    def start(self) -> GroupConsumer:
-        self._call(self._consumer.start())
-        return self
+    async def position(self, topic: str, partition: int) -> int:
+        """The offset of the next record of ``topic``/``partition`` (assigned) the application gets."""
+        known = self._pos.position((topic, partition))
+        if known is not None:
+            return known
+        self._pos._held([(topic, partition)])
+        doc = (await self._call("GET", self._member_path("/positions"))).json()
+        for row in doc["positions"]:
+            if (row["topic"], row["partition"]) == (topic, partition) and row["position"] is not None:
+                return int(row["position"])
+        offsets = (await self._call("GET", f"/v1/topics/{quote(topic)}/partitions/{partition}/offsets",
+                                    params={"timestamp": self.reset})).json()
+        return int(offsets["offset"])  # the reset policy's, as the next poll will pin it
 
-    def __enter__(self) -> GroupConsumer:
-        return self.start()
+    async def committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset of ``topic``/``partition`` (None: nothing committed)."""
+        reply = await self._call("GET", f"/v1/groups/{quote(self.group)}", ok_conflict=True)
+        if reply.status == 404:
+            return None
+        for row in reply.json()["offsets"]:
+            if (row["topic"], row["partition"]) == (topic, partition):
+                return row["committed"]
+        return None
 
-    def __exit__(self, *exc: object) -> None:
-        self.close(commit=exc[0] is None)
+    def pause(self, *partitions: TP) -> None:
+        """Hand out no more records of ``partitions`` (assigned) until ``resume``; buffered ones come again."""
+        self._pos.pause(partitions)
 
-    def close(self, commit: bool = True) -> None:
+    def resume(self, *partitions: TP) -> None:
+        self._pos.resume(partitions)
+
+    def paused(self) -> set[TP]:
+        return set(self._pos.paused)
+
+    # --- lag --------------------------------------------------------------------------
+
+    async def lag(self) -> dict[TP, int]:
+        """Records after this consumer's position per assigned partition (high watermark minus position);
+        partitions whose position or high watermark is not known yet are left out. Also in ``stats``."""
+        assert self._transport is not None, "start() the consumer first"
+        hws: dict[TP, int] = {}
+        for topic in sorted({t for t, _ in self.assignment}):
+            doc = (await self._call("GET", f"/v1/topics/{quote(topic)}")).json()
+            hws.update(((topic, p["partition"]), p["high_watermark"]) for p in doc["partitions"]
+                       if isinstance(p.get("high_watermark"), int))
+        out = {}
+        for tp in self.assignment:
+            pos = self._pos.position(tp)
+            if pos is not None and tp in hws:
+                out[tp] = max(0, hws[tp] - pos)
+        self.stats["lag_records"] = sum(out.values())
+        self._lag_at = time.monotonic()
+        return out
+
+    async def _refresh_lag(self) -> None:
+        if time.monotonic() - self._lag_at < limits.CLIENT_CONSUMER_LAG_REFRESH_MS / 1000:
+            return
         try:
-            self._call(self._consumer.close(commit))
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            self._loop.close()
-
-    def poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
-        return self._call(self._consumer.poll(max_records, wait_ms))
-
-    def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
-        self._call(self._consumer.commit(offsets))
-
-    def mark(self, record: ConsumerRecord) -> None:
-        self._consumer.mark(record)
-
-    def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self
-
-    def __next__(self) -> ConsumerRecord:
-        while not self._buffer:
-            if self._consumer._closed:
-                raise StopIteration
-            self._buffer.extend(self._call(self._consumer._poll()))
-        record = self._buffer.popleft()
-        self._consumer.mark(record)
-        return record
-
-    @property
-    def generation(self) -> int | None:
-        return self._consumer.generation
-
-    @property
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._consumer.assignment
+            await self.lag()
+        except errors.RingError as exc:  # a figure for operators: it must not stop the consumer
+            log.debug("refreshing the consumer's lag: %s", exc)
+            self._lag_at = time.monotonic()

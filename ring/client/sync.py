@@ -1,4 +1,5 @@
-"""``Client``: the blocking face of ``AsyncClient`` for code without an event loop.
+"""``Client`` and ``GroupConsumer``: the blocking faces of ``AsyncClient`` and ``AsyncGroupConsumer``
+for code without an event loop.
 
 It runs an ``AsyncClient`` on its own event loop in a daemon thread and
 offers the same methods, blocking until each is done. The exception is
@@ -22,14 +23,16 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Coroutine, Iterable, TypeVar
+from typing import Any, Coroutine, Iterable, Iterator, TypeVar
 
 from ring.client.aio import AsyncClient, DeliveryCallback, delivery_reporter
 from ring.client.batcher import BufferFull
+from ring.client.consumer import AsyncGroupConsumer
+from ring.client.positions import TP
 from ring.client.producer import NO_JSON
 from ring.client.transport import ClientClosed
 from ring.catalog import validate_topic_name
-from ring.client.records import FetchResult, RecordMetadata
+from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
 from ring.log.batch import RecordIn
 
 T = TypeVar("T")
@@ -241,6 +244,105 @@ class Client:
     @property
     def stats(self) -> dict[str, int]:
         return dict(self._client.stats)
+
+
+class GroupConsumer:
+    """The blocking face of ``AsyncGroupConsumer``: the same arguments, run on a loop in a daemon thread."""
+
+    def __init__(self, brokers: str | Iterable[str], group: str, topics: str | Iterable[str] | None = None,
+                 **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ring-consumer", daemon=True)
+        self._thread.start()
+        self._consumer = AsyncGroupConsumer(brokers, group, topics, **options)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def consumer(self) -> AsyncGroupConsumer:
+        return self._consumer
+
+    def start(self) -> GroupConsumer:
+        self._call(self._consumer.start())
+        return self
+
+    def __enter__(self) -> GroupConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(commit=exc[0] is None)
+
+    def close(self, commit: bool = True) -> None:
+        try:
+            self._call(self._consumer.close(commit))
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            self._loop.close()
+
+    def poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
+        return self._call(self._consumer.poll(max_records, wait_ms))
+
+    def commit(self, offsets: dict[TP, int] | None = None) -> None:
+        self._call(self._consumer.commit(offsets))
+
+    def mark(self, record: ConsumerRecord) -> None:
+        self._consumer.mark(record)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        # The consumer's own buffer, read from this thread while no call runs on the loop (the
+        # consumer has no background task: nothing else touches it meanwhile).
+        c = self._consumer
+        while not c._pos.buffer:
+            if c._closed:
+                raise StopIteration
+            c._pos.buffer.extend(self._call(c._poll()))
+        record = c._pos.buffer.popleft()
+        c.mark(record)
+        return record
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._consumer.seek(topic, partition, offset)
+
+    def seek_to_beginning(self, *partitions: TP) -> None:
+        self._call(self._consumer.seek_to_beginning(*partitions))
+
+    def seek_to_end(self, *partitions: TP) -> None:
+        self._call(self._consumer.seek_to_end(*partitions))
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._call(self._consumer.position(topic, partition))
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        return self._call(self._consumer.committed(topic, partition))
+
+    def pause(self, *partitions: TP) -> None:
+        self._consumer.pause(*partitions)
+
+    def resume(self, *partitions: TP) -> None:
+        self._consumer.resume(*partitions)
+
+    def paused(self) -> set[TP]:
+        return self._consumer.paused()
+
+    def lag(self) -> dict[TP, int]:
+        return self._call(self._consumer.lag())
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return dict(self._consumer.stats)
+
+    @property
+    def generation(self) -> int | None:
+        return self._consumer.generation
+
+    @property
+    def assignment(self) -> list[TP]:
+        return self._consumer.assignment
 
 
 @atexit.register

@@ -26,9 +26,12 @@ leave, a session timeout, or a change in the partitions of a subscribed topic
 bumps the generation and reassigns with ``assignment.assign`` (sticky). A
 member keeps its read positions only for partitions it holds without a break,
 so a partition that moved is read from its committed offset by its new owner.
-A commit or poll that names a generation other than the current one, comes
-from an unknown member, or commits a partition the member does not hold, is
-refused with 409 and ``rejoin: true``. Time is passed in (``now``: monotonic
+A poll that names a generation other than the current one, a request from
+an unknown member, or a commit of a partition the member does not hold, is
+refused with 409 and ``rejoin: true``. A commit naming an older generation
+is accepted for partitions the member has held without a break since that
+generation (``Member.since``): nobody else can have read them meanwhile, so
+a rebalance elsewhere in the group does not throw away a member's progress. Time is passed in (``now``: monotonic
 seconds, ``now_ms``: wall milliseconds); nothing here reads a clock.
 """
 
@@ -100,6 +103,9 @@ class Member:
     last_seen: float  # monotonic seconds of its last request
     positions: dict[TopicPartition, int] = field(default_factory=dict)  # uncommitted read positions
     polling: int = 0  # polls of this member running now (one at a time; see the driver)
+    # The generation since which it has held each partition without a break, as far as this
+    # state knows (a replayed member: from the generation replay found it in).
+    since: dict[TopicPartition, int] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -148,11 +154,12 @@ class Group:
         for spec in specs:
             prev = old.get(spec.id)
             if prev is None:
-                self.members[spec.id] = Member(spec, now)
+                self.members[spec.id] = Member(spec, now, since={tp: generation for tp in spec.assignment})
                 continue
             kept = set(spec.assignment) & set(prev.spec.assignment)
             positions = {tp: o for tp, o in prev.positions.items() if tp in kept}
-            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling)
+            since = {tp: prev.since.get(tp, generation) if tp in kept else generation for tp in spec.assignment}
+            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling, since)
         self.generation = generation
         self.partitions = dict(partitions)
 
@@ -234,23 +241,34 @@ class Group:
         m.last_seen = now
         return m
 
+    def holding(self, member_id: str, generation: int | None, tps: Iterable[TopicPartition], now: float) -> Member:
+        """The member, which holds every one of ``tps`` now (and, if ``generation`` is an older one,
+        has held them since); 409 with ``rejoin`` otherwise."""
+        tps = list(tps)
+        m = self.member(member_id, None, now)
+        if generation is not None and generation != self.generation and (
+                generation > self.generation or any(m.since.get(tp, generation + 1) > generation for tp in tps)):
+            self.member(member_id, generation, now)  # 409: stale, and a partition may have moved meanwhile
+        held = set(m.spec.assignment)
+        foreign = sorted({tp for tp in tps if tp not in held})
+        if foreign:
+            raise Conflict(f"{member_id!r} does not hold {', '.join(f'{t}/{p}' for t, p in foreign[:5])} in "
+                           f"generation {self.generation} of group {self.name!r}; join again",
+                           group=self.name, consumer=member_id, generation=self.generation,
+                           reason="not_assigned", rejoin=True)
+        return m
+
     def propose_commit(self, member_id: str | None, generation: int | None,
                        offsets: Iterable[tuple[str, int, int]], now: float, now_ms: int) -> Commit:
-        """A member's explicit commit: only partitions it holds now. Without a member, only an empty group."""
+        """A member's explicit commit: only partitions it holds now, and under an older generation
+        only those it has held since. Without a member, only an empty group."""
         items = tuple(offsets)
         if member_id is None:
             if self.members:
                 raise Conflict(f"group {self.name!r} has members: commits must name the consumer",
                                group=self.name, generation=self.generation, reason="group_active")
         else:
-            m = self.member(member_id, generation, now)
-            held = set(m.spec.assignment)
-            foreign = sorted({(t, p) for t, p, _ in items if (t, p) not in held})
-            if foreign:
-                raise Conflict(f"{member_id!r} does not hold {', '.join(f'{t}/{p}' for t, p in foreign[:5])} in "
-                               f"generation {self.generation} of group {self.name!r}; join again",
-                               group=self.name, consumer=member_id, generation=self.generation,
-                               reason="not_assigned", rejoin=True)
+            self.holding(member_id, generation, [(t, p) for t, p, _ in items], now)
         for t, p, o in items:
             if type(o) is not int or o < 0 or type(p) is not int or p < 0:
                 raise BadRequest(f"bad offset {o!r} for {t}/{p}: offsets and partitions are non-negative integers")
@@ -266,6 +284,18 @@ class Group:
 
     def propose_reset(self, offsets: Iterable[tuple[str, int, int]], now_ms: int) -> Commit:
         return Commit(tuple(offsets), now_ms, reset=True)
+
+    def seek(self, member_id: str, generation: int | None, positions: Iterable[tuple[str, int, int]],
+             now: float) -> Member:
+        """Set where the member's next poll reads partitions it holds (Kafka's seek): not persisted,
+        like every read position; its committed offsets stay."""
+        items = list(positions)
+        m = self.holding(member_id, generation, [(t, p) for t, p, _ in items], now)
+        for t, p, o in items:
+            if type(o) is not int or o < 0:
+                raise BadRequest(f"bad position {o!r} for {t}/{p}: a non-negative integer")
+        m.positions.update({(t, p): o for t, p, o in items})
+        return m
 
     def start_offset(self, m: Member, tp: TopicPartition) -> int | None:
         """Where ``m`` reads ``tp`` next: its position, else the committed offset, else None (its reset policy)."""

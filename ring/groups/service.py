@@ -119,6 +119,28 @@ class Groups:
             g.member(consumer, generation, clock.monotonic()), clock.wall_ms()))
         return [o for e in events if isinstance(e, Commit) for o in e.offsets]
 
+    async def seek(self, group: str, consumer: str, generation: int | None,
+                   positions: list[tuple[str, int, int]]) -> dict[str, Any]:
+        """Move where a member's next poll reads (partitions it holds); committed offsets stay."""
+        if not positions:
+            raise BadRequest("positions must list at least one {topic, partition, offset}")
+        for t, p, _ in positions:
+            validate_topic_name(t)
+            self._check_partition(t, p)
+        _, _, g = await self.coord.group(group)
+        g = g or Group(group)
+        g.seek(consumer, generation, positions, self.coord.clock.monotonic())
+        return await self.positions(group, consumer)
+
+    async def positions(self, group: str, consumer: str) -> dict[str, Any]:
+        """Where the member's next poll reads each partition it holds (null: its reset policy decides)."""
+        _, _, g = await self.coord.group(group)
+        g = g or Group(group)
+        m = g.member(consumer, None, self.coord.clock.monotonic())
+        return {"group": group, "consumer": consumer, "generation": g.generation, "positions": [
+            {"topic": t, "partition": p, "position": g.start_offset(m, (t, p)), "committed": g.committed.get((t, p))}
+            for t, p in m.spec.assignment]}
+
     def _check_partition(self, topic: str, partition: int) -> int:
         cfg = self.broker.catalog.get(topic)
         if type(partition) is not int or not 0 <= partition < cfg.partitions:

@@ -246,6 +246,28 @@ async def commit(request: web.Request) -> web.Response:
     return await _at_coordinator(request, group, raw, local)
 
 
+async def positions(request: web.Request) -> web.Response:
+    """GET: where the member's next poll reads; PUT {"generation"?, "positions": [...]}: seek there."""
+    group = _group(request)
+    consumer = validate_name(request.match_info["consumer"], "consumer")
+    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX) if request.method == "PUT" else None
+    doc = codec.json_body(raw) if raw is not None else {}
+    if not isinstance(doc, dict) or (raw is not None and doc.get("positions") is None):
+        raise BadRequest('the body must be {"generation"?, "positions": [{"topic", "partition", "offset"}]}')
+    generation = doc.get("generation")
+    if generation is not None and (type(generation) is not int or generation < 0):
+        raise BadRequest("generation must be a non-negative integer")
+    wanted = _offsets(doc["positions"]) if raw is not None else []
+
+    async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
+        if raw is None:
+            return _json(await _groups(request).positions(group, consumer))
+        return _json(await _groups(request).seek(group, consumer, generation, wanted))
+
+    return await _at_coordinator(request, group, raw, local)
+
+
 async def reset(request: web.Request) -> web.Response:
     group = _group(request)
     topic = request.match_info["topic"]
@@ -455,6 +477,8 @@ ROUTES = [
     ("POST", "/v1/groups/{group}/members", join),
     ("POST", "/v1/groups/{group}/members/{consumer}/poll", poll),
     ("DELETE", "/v1/groups/{group}/members/{consumer}", leave),
+    ("GET", "/v1/groups/{group}/members/{consumer}/positions", positions),
+    ("PUT", "/v1/groups/{group}/members/{consumer}/positions", positions),
     ("POST", "/v1/groups/{group}/offsets", commit),
     ("PUT", "/v1/groups/{group}/offsets/{topic}", reset),
     ("PUT", "/v1/consumer/register", polar_register),

@@ -61,6 +61,11 @@ _GROUP_DOC = {"type": "object", "properties": {
         "topic": {"type": "string"}, "partition": {"type": "integer"}, "committed": {"type": ["integer", "null"]},
         "high_watermark": {"type": ["integer", "null"]}, "lag": {"type": ["integer", "null"]},
         "consumer": {"type": ["string", "null"]}}}}}}
+_POSITIONS = {"type": "object", "properties": {
+    "group": {"type": "string"}, "consumer": {"type": "string"}, "generation": {"type": "integer"},
+    "positions": {"type": "array", "items": {"type": "object", "properties": {
+        "topic": {"type": "string"}, "partition": {"type": "integer"}, "position": {"type": ["integer", "null"]},
+        "committed": {"type": ["integer", "null"]}}}}}}
 _CONSUMER_ID = _param("consumerId", "query", _NAME, "the consumer's id", required=True)
 
 _POLL_DOC = """Records from the partitions the group assigned to this consumer, from where its previous poll
@@ -124,9 +129,26 @@ OPENAPI_PATHS: dict[str, Any] = {
                                                  "commit the previous poll's positions first")],
         "responses": {"200": _ok("left, and what was committed", {"type": "object"}), "400": _BAD,
                       "409": _STALE, "503": _DOWN}}},
+    "/v1/groups/{group}/members/{consumer}/positions": {
+        "get": {"summary": "Where the member's next poll reads each partition it holds",
+                "operationId": "memberPositions", "parameters": [_GROUP, _CONSUMER],
+                "responses": {"200": _ok("per partition held: position (null: the reset policy decides) and "
+                                         "committed offset", _POSITIONS), "400": _BAD, "409": _STALE,
+                              "503": _DOWN}},
+        "put": {"summary": "Seek: move where the member's next poll reads partitions it holds",
+                "operationId": "seekMember", "parameters": [_GROUP, _CONSUMER],
+                "description": "Committed offsets stay; positions are not persisted (a new coordinator starts "
+                               "from the committed offsets). A stale generation is accepted for partitions "
+                               "the member has held since.",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["positions"], "properties": {
+                        "generation": {"type": "integer"}, "positions": {"type": "array", "items": _OFFSET}}}}}},
+                "responses": {"200": _ok("the member's positions after the seek", _POSITIONS), "400": _BAD,
+                              "404": _err("unknown topic or partition"), "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/offsets": {"post": {
         "summary": "Commit offsets", "operationId": "commitOffsets", "parameters": [_GROUP],
-        "description": "A member commits partitions it holds (generation optional; a stale one is refused). "
+        "description": "A member commits partitions it holds (generation optional; a stale one is refused "
+                       "unless the member has held the partitions since that generation). "
                        "Without offsets, commits where the consumer's previous poll left off. Without a "
                        "consumer, only a group with no members accepts a commit.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object", "properties": {
