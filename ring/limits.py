@@ -398,8 +398,9 @@ CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
 CLIENT_REQUEST_TIMEOUT_S_DEFAULT = 30.0
 # Opening a TCP connection to a broker: loopback or LAN; longer means it is down.
 CLIENT_CONNECT_TIMEOUT_S = 3.0
-# Retries of a fetch or an administrative request, each after a backoff (about
-# 7 s in all). Produce requests retry until the delivery timeout instead.
+# Retries of a fetch, an administrative or a group consumer's request, each
+# after a backoff (about 7 s in all). Produce requests retry until the delivery
+# timeout instead.
 CLIENT_RETRIES_MAX_DEFAULT = 8
 # First pause before a retry, doubled per attempt up to the cap below: long
 # enough for gossip to spread a changed status, short enough to ride a restart.
@@ -421,7 +422,8 @@ CLIENT_METADATA_REFRESH_MS_MIN = 100
 # Open connections in a client's pool, across all brokers.
 CLIENT_CONNECTIONS_MAX = 128
 # After create_topic, how long the client waits for every live broker to know
-# the topic (the catalogue spreads by gossip) before producing to it.
+# the topic (the catalogue spreads by gossip) and a leader for each of its
+# partitions (an election on a busy cluster may take a few seconds).
 CLIENT_TOPIC_PROPAGATION_S_MAX = 10.0
 
 
