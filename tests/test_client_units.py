@@ -285,3 +285,45 @@ def test_set_producer_renumbers_a_batch_and_keeps_its_crc_valid() -> None:
     batchfmt.set_producer(buf, 7, 42)
     h = batchfmt.check(buf)
     assert (h.producer_id, h.base_sequence, h.record_count) == (7, 42, 2)
+
+
+# --- a group consumer's own positions ------------------------------------------------------------
+
+
+def crec(p: int, o: int):
+    from ring.client.records import ConsumerRecord
+
+    return ConsumerRecord("t", p, o, 0, None, b"v", None, False)
+
+
+def test_records_received_again_are_dropped_and_positions_go_back_to_the_coordinator() -> None:
+    from ring.client.positions import Positions
+
+    pos = Positions()
+    assert pos.assign([("t", 0), ("t", 1)]) == ([], [("t", 0), ("t", 1)])
+    assert [r.offset for r in pos.accept([crec(0, 0), crec(0, 1), crec(1, 0)])] == [0, 1, 0]
+    assert pos.take_seeks() == {}
+    # a new coordinator starts partition 0 from its committed offset again
+    assert [(r.partition, r.offset) for r in pos.accept([crec(0, 0), crec(0, 1), crec(0, 2)])] == [(0, 2)]
+    assert pos.dropped == 2 and pos.take_seeks() == {("t", 0): 3, ("t", 1): 1}
+
+
+def test_pause_gives_buffered_records_back_and_seek_moves_the_position() -> None:
+    from ring.client.positions import Positions
+
+    pos = Positions()
+    pos.assign([("t", 0), ("t", 1)])
+    pos.buffer.extend(pos.accept([crec(0, 5), crec(1, 7), crec(0, 6)]))
+    pos.pause([("t", 0)])
+    assert [(r.partition, r.offset) for r in pos.buffer] == [(1, 7)] and pos.take_seeks() == {("t", 0): 5}
+    assert pos.accept([crec(0, 5), crec(1, 8)]) == [crec(1, 8)]  # paused: read again once resumed
+    assert pos.take_seeks() == {("t", 0): 5} and pos.position(("t", 0)) == 5
+    pos.resume([("t", 0)])
+    assert pos.accept([crec(0, 5)]) == [crec(0, 5)]
+    pos.seek(("t", 1), 2)
+    assert pos.position(("t", 1)) == 2 and not pos.buffer and pos.handed[("t", 1)] == 2
+    assert pos.accept([crec(1, 2)]) == [crec(1, 2)]
+    with pytest.raises(errors.BadRequest):
+        pos.seek(("t", 9), 0)
+    revoked, added = pos.assign([("t", 1)])
+    assert revoked == [("t", 0)] and added == [] and ("t", 0) not in pos.fetched
