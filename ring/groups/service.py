@@ -98,11 +98,7 @@ class Groups:
 
     async def commit(self, group: str, consumer: str | None, generation: int | None,
                      offsets: list[tuple[str, int, int]]) -> dict[str, Any]:
-        if not offsets:
-            raise BadRequest("offsets must list at least one {topic, partition, offset}")
-        for t, p, _ in offsets:
-            validate_topic_name(t)
-            self._check_partition(t, p)
+        self._check_offsets(offsets, "offsets")
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_commit(consumer, generation, offsets,
                                                                   clock.monotonic(), clock.wall_ms()))
@@ -122,11 +118,7 @@ class Groups:
     async def seek(self, group: str, consumer: str, generation: int | None,
                    positions: list[tuple[str, int, int]]) -> dict[str, Any]:
         """Move where a member's next poll reads (partitions it holds); committed offsets stay."""
-        if not positions:
-            raise BadRequest("positions must list at least one {topic, partition, offset}")
-        for t, p, _ in positions:
-            validate_topic_name(t)
-            self._check_partition(t, p)
+        self._check_offsets(positions, "positions")
         _, _, g = await self.coord.group(group)
         g = g or Group(group)
         g.seek(consumer, generation, positions, self.coord.clock.monotonic())
@@ -140,6 +132,13 @@ class Groups:
         return {"group": group, "consumer": consumer, "generation": g.generation, "positions": [
             {"topic": t, "partition": p, "position": g.start_offset(m, (t, p)), "committed": g.committed.get((t, p))}
             for t, p in m.spec.assignment]}
+
+    def _check_offsets(self, offsets: list[tuple[str, int, int]], what: str) -> None:
+        if not offsets:
+            raise BadRequest(f"{what} must list at least one {{topic, partition, offset}}")
+        for t, p, _ in offsets:
+            validate_topic_name(t)
+            self._check_partition(t, p)
 
     def _check_partition(self, topic: str, partition: int) -> int:
         cfg = self.broker.catalog.get(topic)
