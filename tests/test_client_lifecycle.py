@@ -51,6 +51,28 @@ async def test_close_leaves_no_task_and_a_closed_client_says_so(broker: TestBrok
         await c.fetch(topic, 0, 0)
 
 
+async def test_close_during_a_topology_refresh_leaves_no_task(make_broker) -> None:
+    b = make_broker()
+    errors_seen: list = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors_seen.append(ctx))
+    before = asyncio.all_tasks()
+    c = AsyncClient(b.url)
+    await c.create_topic("gone", partitions=1)
+    b.kill()
+    fut = c.produce("gone", b"x")
+    deadline = time.monotonic() + 30
+    refreshing = None
+    while refreshing is None or refreshing.done():  # failing: a refresh of the topology, backing off
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+        refreshing = c._meta._refresh if c._meta is not None else None
+    await c.close(flush=False)
+    assert asyncio.all_tasks() - before == set()
+    assert isinstance(fut.exception(), ClientClosed)
+    await asyncio.sleep(0.1)
+    assert errors_seen == []
+
+
 def test_a_closed_sync_client_raises_the_same_error(broker: TestBroker, topic: str) -> None:
     c = Client(broker.url)
     c.create_topic(topic, partitions=1)
