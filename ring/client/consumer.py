@@ -395,13 +395,20 @@ class AsyncGroupConsumer:
 
     # --- lag --------------------------------------------------------------------------
 
-    async def lag(self) -> dict[TP, int]:
+    async def lag(self, retry: bool = True) -> dict[TP, int]:
         """Records after this consumer's position per assigned partition (high watermark minus position);
         partitions whose position or high watermark is not known yet are left out. Also in ``stats``."""
         assert self._transport is not None, "start() the consumer first"
         hws: dict[TP, int] = {}
         for topic in sorted({t for t, _ in self.assignment}):
-            doc = (await self._call("GET", f"/v1/topics/{quote(topic)}")).json()
+            path = f"/v1/topics/{quote(topic)}"
+            if retry:
+                reply = await self._call("GET", path)
+            else:  # one attempt: a poll refreshing the figure must not wait out retries
+                reply = await self._transport.json("GET", self._url, path)
+                if reply.status != 200:
+                    raise error_from(reply, f"GET {path}")
+            doc = reply.json()
             hws.update(((topic, p["partition"]), p["high_watermark"]) for p in doc["partitions"]
                        if isinstance(p.get("high_watermark"), int))
         out = {}
@@ -417,7 +424,7 @@ class AsyncGroupConsumer:
         if time.monotonic() - self._lag_at < limits.CLIENT_CONSUMER_LAG_REFRESH_MS / 1000:
             return
         try:
-            await self.lag()
+            await self.lag(retry=False)
         except errors.RingError as exc:  # a figure for operators: it must not stop the consumer
             log.debug("refreshing the consumer's lag: %s", exc)
             self._lag_at = time.monotonic()
