@@ -21,10 +21,11 @@ demo: venv
 # System packages some tests drive for real: Chromium (the admin page, via
 # Playwright with the system browser), iproute2 and iptables (network
 # partitions in namespaces), curl (the README's examples), a Java 17 runtime
-# (the Spark tier). Installed with apt-get when we are root and they are
-# missing; otherwise those tests skip and say why. CI (CI=true) insists: a
-# missing package fails the run.
-SYSTEM_DEPS := chromium:chromium ip:iproute2 iptables:iptables curl:curl java:openjdk-17-jre-headless
+# (the Spark tier), faketime (a broker whose wall clock is wrong). Installed
+# with apt-get when we are root and they are missing; otherwise those tests
+# skip and say why. CI (CI=true) insists: a missing package fails the run.
+SYSTEM_DEPS := chromium:chromium ip:iproute2 iptables:iptables curl:curl java:openjdk-17-jre-headless \
+	faketime:faketime
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \

@@ -15,15 +15,22 @@ consumers may see) is, alone, the durable end: the synced end under
 ``always`` and the appended end otherwise; fetches never return data at or
 above it, and long-polls wake when it moves.
 
+Retention runs on a partition's leader only (by size, and by age on this
+broker's clock unless ``clock_refusal`` says it may not be used), and so do
+truncations: the leader alone moves a partition's start offset, which
+replication carries to the followers (``_start_moved``). Records are stamped
+with this broker's clock only while it may be used; else their produce is
+refused (``ClockUnusable``, 503), a check of one attribute.
+
 This class is the storage half of the broker ``ring serve`` runs, never run
 alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
 forwarding, replication) and fills its hooks, which raise
 NotImplementedError here: which partitions are held (``_held``), where a
 partition's batches go (``_produce_partition``), what happens after an
-append (``_appended``), and how a topic is added, changed or removed
-(``add_topic``, ``change_topic``, ``delete_topic``). The two stay two
-classes to keep each module a size one can read. Partition state lives in
-``ring.replication.replica.Replica``.
+append (``_appended``) or a move of a log start (``_start_moved``), and how a
+topic is added, changed or removed (``add_topic``, ``change_topic``,
+``delete_topic``). The two stay two classes to keep each module a size one
+can read. Partition state lives in ``ring.replication.replica.Replica``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from ring.catalog import (INTERNAL_TOPICS, Catalog, TopicConfig, check_not_inter
 from ring.clock import Clock
 from ring.errors import (
     BadRequest,
+    ClockUnusable,
     Conflict,
     OffsetOutOfRange,
     Overloaded,
@@ -91,6 +99,8 @@ class BrokerConfig:
     down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
     repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds
     auto_partitions_grace_s: float = limits.AUTO_PARTITIONS_GRACE_MS / 1000  # before an auto topic grows
+    retention_interval_s: float = limits.RETENTION_CHECK_INTERVAL_MS / 1000  # leaders apply retention this often
+    max_clock_offset_ms: float = limits.CLOCK_OFFSET_MS_MAX_DEFAULT  # beyond it the wall clock is not used
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,11 @@ class Broker:
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
+        # Why this broker's wall clock may not be used now (None: it may): no record is stamped
+        # with it and no time-based retention applied. A clustered broker sets it from how its
+        # clock compares with its peers' (``ring.gossip.clocks``); alone, its clock is the only one.
+        self.clock_refusal: str | None = None
+        self.retention_sweeps = 0
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -409,6 +424,8 @@ class Broker:
             target = partition if partition is not None or records[0][1] is not None else pinned
             p = self._choose_partition(cfg, target, records[0][1])
             groups = {p: range(len(records))}
+        if self.clock_refusal is not None:
+            raise ClockUnusable(self.clock_refusal, broker=self.config.name)
         now_ms = self.clock.wall_ms()
         codec = batchfmt.CODECS[cfg.compression]
         framed: dict[int, list[bytearray]] = {}
@@ -492,14 +509,31 @@ class Broker:
 
     async def _retention_loop(self) -> None:
         while True:
-            await asyncio.sleep(limits.RETENTION_CHECK_INTERVAL_MS / 1000)
-            for parts in list(self._parts.values()):
-                for part in list(parts.values()):
-                    if part.running_sync is None and not part.deleted:
-                        try:
-                            part.log.enforce_retention(upto=part.hw)
-                        except OSError as exc:
-                            log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
+            await asyncio.sleep(self.config.retention_interval_s)
+            self.retention_sweep()
+
+    def retention_sweep(self) -> None:
+        """Apply retention to every partition led here: by size, and by age on this broker's clock
+        unless it may not be used (``clock_refusal``). A partition's start offset is its leader's to
+        move, within the high watermark; followers learn it through replication
+        (``_start_moved``) and never apply retention themselves."""
+        self._check_clock()
+        now_ms = None if self.clock_refusal is not None else self.clock.wall_ms()
+        for part in self._all_replicas():
+            if not part.is_leader or part.running_sync is not None or part.deleted:
+                continue
+            try:
+                if part.log.enforce_retention(now_ms, upto=part.hw):
+                    self._start_moved(part)
+            except (OSError, StorageError) as exc:
+                log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
+        self.retention_sweeps += 1
+
+    def _check_clock(self) -> None:
+        """Bring ``clock_refusal`` up to date before the clock is read for a decision."""
+
+    def _start_moved(self, part: Replica) -> None:
+        """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
 
     # --- fetch -------------------------------------------------------------------
 
@@ -581,6 +615,7 @@ class Broker:
                 topic=topic, partition=partition, earliest=part.log.start_offset, latest=part.hw)
         if before_offset > part.log.start_offset:
             part.log.truncate_before(before_offset)
+            self._start_moved(part)
         return {"topic": topic, "partition": partition, "earliest_offset": part.log.start_offset}
 
     # --- status ------------------------------------------------------------------
@@ -599,6 +634,11 @@ class Broker:
             "long_polls_open": self._long_polls,
             "fsyncs": self.commits.fsyncs,
             "writebacks": self.commits.writebacks,
+            "retention_sweeps": self.retention_sweeps,
+            "clock": {"state": "ok", "offset_ms": 0, "uncertainty_ms": 0,
+                      "max_offset_ms": self.config.max_clock_offset_ms,
+                      "warn_offset_ms": self.config.max_clock_offset_ms * limits.CLOCK_OFFSET_WARN_PERCENT / 100,
+                      "message": "a broker alone: its clock is the only one", "peers": {}},
         }
 
     def cluster(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
 ``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, ``RING_DOWN_GRACE_S``,
-``RING_REPAIR_INTERVAL_S``, and for security
+``RING_REPAIR_INTERVAL_S``, ``RING_RETENTION_INTERVAL_S``, ``RING_MAX_CLOCK_OFFSET``, and for security
 ``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
 visible to every user of the machine. ``--tls-cert``/``--tls-key`` serve
@@ -76,6 +76,20 @@ def parse_token(text: str) -> int:
     return value
 
 
+def parse_duration_ms(text: str) -> float:
+    """``500ms``, ``2s``, ``1.5s`` or a bare number of milliseconds."""
+    t = text.strip().lower()
+    scale = 1000.0 if t.endswith("s") and not t.endswith("ms") else 1.0
+    number = t[:-2] if t.endswith("ms") else t[:-1] if t.endswith("s") else t
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 500ms or 2s, not {text!r}") from None
+    if not 0 < value < 1e12:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, not {text!r}")
+    return value
+
+
 def parse_fsync(text: str):
     from ring.log.fsync import FsyncPolicy
 
@@ -124,6 +138,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    default=float(_env("REPAIR_INTERVAL_S", str(limits.REPAIR_INTERVAL_S_DEFAULT))),
                    help="anti-entropy: compare replicas' committed segments this often (env RING_REPAIR_INTERVAL_S; "
                         "default 60)")
+    p.add_argument("--retention-interval-s", type=float,
+                   default=float(_env("RETENTION_INTERVAL_S", str(limits.RETENTION_CHECK_INTERVAL_MS / 1000))),
+                   help="a partition's leader applies retention this often; followers follow its log start "
+                        "(env RING_RETENTION_INTERVAL_S; default 30)")
+    p.add_argument("--max-clock-offset", type=parse_duration_ms,
+                   default=_env("MAX_CLOCK_OFFSET", f"{limits.CLOCK_OFFSET_MS_MAX_DEFAULT}ms"),
+                   help="beyond this offset from most peers' clocks a broker stops leading partitions, stamping "
+                        "records and applying time-based retention; it warns beyond half of it "
+                        f"(env RING_MAX_CLOCK_OFFSET; default {limits.CLOCK_OFFSET_MS_MAX_DEFAULT}ms)")
     p.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None,
                    help="PEM certificate (chain) both ports serve TLS with; plaintext without it (env RING_TLS_CERT)")
     p.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None,
@@ -173,7 +196,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if isinstance(args.fsync, str):
         args.fsync = parse_fsync(args.fsync)
     try:  # defaults that came through the environment, not the types
-        for name, parse in (("peer_listen", parse_listen), ("seeds", parse_seeds), ("token", parse_token)):
+        for name, parse in (("peer_listen", parse_listen), ("seeds", parse_seeds), ("token", parse_token),
+                            ("max_clock_offset", parse_duration_ms)):
             if isinstance(getattr(args, name), str):
                 setattr(args, name, parse(getattr(args, name)))
     except argparse.ArgumentTypeError as exc:
@@ -199,7 +223,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
                           peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
                           token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
                           repair_interval_s=args.repair_interval_s,
-                          auto_partitions_grace_s=args.auto_partitions_grace_s)
+                          auto_partitions_grace_s=args.auto_partitions_grace_s,
+                          retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset)
     from ring.cluster.node import token_of
 
     try:

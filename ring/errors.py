@@ -22,6 +22,7 @@ code base builds error responses. Programmer errors are ``assert``s, not these.
     +-- Overloaded                  429  a bounded queue is full (Retry-After)
     +-- NotEnoughReplicas           503  too few live replicas (Retry-After)
     +-- Unavailable                 503  generic: shutting down, no leader ...
+    |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
     +-- RequestTimeout              504  outcome unknown
     +-- StorageError                500  the local disk failed (local's fault)
 
@@ -130,6 +131,12 @@ class Unavailable(RingError):
     status = 503
     code = "unavailable"
     retry_after_s = 1.0
+
+
+class ClockUnusable(Unavailable):
+    """This broker's wall clock is too far from its peers' (or not compared yet) to stamp records with."""
+
+    code = "clock_unusable"
 
 
 class RequestTimeout(RingError):

@@ -120,7 +120,9 @@ FSYNC_INTERVAL_MS_DEFAULT = 1_000
 WRITEBACK_START_BYTES = 1 * MiB
 # How often the logs are checked for WRITEBACK_START_BYTES of new bytes.
 WRITEBACK_CHECK_INTERVAL_MS = 100
-# How often a broker applies retention: deleting whole segments is not urgent.
+# How often a partition's leader applies retention (ring serve --retention-interval-s):
+# deleting whole segments is not urgent. Followers never apply it: they follow the
+# leader's log start offset.
 RETENTION_CHECK_INTERVAL_MS = 30_000
 
 # --- gossip ------------------------------------------------------------------
@@ -141,6 +143,26 @@ GOSSIP_STRING_BYTES_MAX = 4 * KiB
 # One gossip message on the wire: a full state of BROKERS_MAX endpoints and
 # GOSSIP_TOPIC_ENTRIES_MAX catalogue entries of a few hundred bytes each fits.
 GOSSIP_MESSAGE_BYTES_MAX = 16 * MiB
+
+# --- clocks (ring.gossip.clocks) ---------------------------------------------
+
+# A broker whose wall clock is further than this from most of its peers' (ring
+# serve --max-clock-offset) stops leading partitions, stamping records and
+# applying time-based retention until it is back within it. Record timestamps
+# and retention are read in seconds to days: two seconds is far beyond what NTP
+# leaves (milliseconds) and far below what would move a retention decision.
+CLOCK_OFFSET_MS_MAX_DEFAULT = 2_000
+# Beyond this fraction of the hard bound, in percent, a broker warns (log,
+# status, metrics, ring cluster status, the admin page) and goes on.
+CLOCK_OFFSET_WARN_PERCENT = 50
+# A gossip round trip longer than this measures a peer's clock too loosely
+# (+- half of it) and is not used: a healthy loopback or LAN exchange takes
+# milliseconds, a busy broker a few hundred.
+CLOCK_SAMPLE_RTT_MS_MAX = 1_000
+# A peer's latest clock measurement counts this long: gossip measures every
+# peer of a small cluster every few seconds, and a broker missing a fresh one
+# for a peer it needs starts an exchange with that peer.
+CLOCK_SAMPLE_TTL_S = 30.0
 
 
 # --- cluster and replication -------------------------------------------------
@@ -538,6 +560,9 @@ def validate() -> None:
     assert REQUEST_BODY_BYTES_IN_FLIGHT_MAX >= REQUEST_BYTES_MAX
     assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX
     assert FETCH_BYTES_MAX <= FETCH_ANSWER_BYTES_IN_FLIGHT_MAX
+    assert 0 < CLOCK_OFFSET_WARN_PERCENT <= 100
+    assert CLOCK_SAMPLE_RTT_MS_MAX / 2 < CLOCK_OFFSET_MS_MAX_DEFAULT
+    assert CLOCK_SAMPLE_RTT_MS_MAX < GOSSIP_REQUEST_TIMEOUT_S * 1000
 
 
 validate()

@@ -85,6 +85,7 @@ class LocalBroker:
     log_path: Path | None = None
     proc: subprocess.Popen | None = None
     detach: bool = False  # its own session: outlives the launcher and its terminal's ^C
+    prefix: list[str] = field(default_factory=list)  # run through this: ip netns exec NS, faketime +8d ...
 
     @property
     def url(self) -> str:
@@ -92,7 +93,7 @@ class LocalBroker:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "ring", "serve",
+            *self.prefix, sys.executable, "-m", "ring", "serve",
             "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen", f"{self.host}:{self.port}",

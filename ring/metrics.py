@@ -48,6 +48,7 @@ PRODUCE_ROUTE = "/v1/topics/{topic}/messages"
 FETCH_ROUTE = "/v1/topics/{topic}/partitions/{partition}/messages"
 NEXT_OFFSET_HEADER = "Ring-Next-Offset"
 STATUSES = ("up", "suspect", "down", "joining", "leaving", "removed")
+CLOCK_STATES = ("unknown", "ok", "warning", "out_of_bounds")
 # Seconds: a produce is ~1 ms on a local disk, a long-poll fetch up to its wait (30 s at most).
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -288,6 +289,10 @@ class BrokerCollector:
         ready = _gauge("ring_broker_ready", "1 when /v1/status answers 200 (not joining, not shutting down)")
         ready.add_metric([], 1.0 if status.get("status") == "ok" else 0.0)
         yield ready
+        if isinstance(status.get("retention_sweeps"), int):
+            yield CounterMetricFamily("ring_retention_sweeps", "Retention checks of the partitions led here",
+                                      value=status["retention_sweeps"])
+        yield from self._clock(status.get("clock"))
         yield from self._replication_links(status.get("replication"))
         brokers = b.cluster().get("brokers", [])
         yield from self._gossip(brokers)
@@ -295,6 +300,27 @@ class BrokerCollector:
         alive.add(me)
         yield from self._partitions(me, alive)
         yield from self._groups()
+
+    def _clock(self, clock: Any) -> Iterator[Metric]:
+        if not isinstance(clock, dict):
+            return  # a broker alone: its clock is the only one
+        state = _gauge("ring_clock_state", "1 for this broker's clock judgement against its peers' (unknown, ok, "
+                       "warning, out_of_bounds), 0 for the others", ["state"])
+        for s in CLOCK_STATES:
+            state.add_metric([s], 1.0 if clock.get("state") == s else 0.0)
+        yield state
+        offset = _gauge("ring_clock_offset_seconds", "This broker's wall clock minus the cluster's (most peers')")
+        uncertainty = _gauge("ring_clock_offset_uncertainty_seconds", "How far that estimate may be off")
+        if isinstance(clock.get("offset_ms"), (int, float)):
+            offset.add_metric([], clock["offset_ms"] / 1000)
+            uncertainty.add_metric([], (clock.get("uncertainty_ms") or 0) / 1000)
+        peers = _gauge("ring_clock_peer_offset_seconds", "Each peer's wall clock minus this broker's, as last "
+                       "measured over gossip", ["broker"])
+        for name, seen in sorted((clock.get("peers") or {}).items()):
+            peers.add_metric([name], seen["offset_ms"] / 1000)
+        bound = _gauge("ring_clock_offset_max_seconds", "The hard bound (--max-clock-offset)")
+        bound.add_metric([], (clock.get("max_offset_ms") or 0) / 1000)
+        yield from (offset, uncertainty, peers, bound)
 
     def _replication_links(self, links: Any) -> Iterator[Metric]:
         links = links if isinstance(links, dict) else {}  # a broker alone has no followers

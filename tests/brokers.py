@@ -5,11 +5,14 @@ data directory under a temporary root, waits until ``/v1/status`` answers,
 and stops it by PID with SIGTERM (clean) or SIGKILL (crash); ``restart``
 reuses the same directory; its ``http`` is a ``tests.support.Http`` on its
 client port. ``TestCluster`` runs several brokers that gossip with each other (``ring.localcluster.LocalCluster``), each
-a ``Member`` with its client API, its peer port and the cluster secret.
+a ``Member`` with its client API, its peer port and the cluster secret; a
+member may run through a command prefix, such as ``faketime("+8d")`` for a
+broker whose wall clock is wrong.
 """
 
 from __future__ import annotations
 
+import glob
 import signal
 import socket
 from pathlib import Path
@@ -19,9 +22,37 @@ from ring.localcluster import LocalBroker, free_port
 from ring.log import batch as batchfmt
 from tests.support import Http, Reply, wait_for
 
-__all__ = ["REPO_ROOT", "Http", "Reply", "TestBroker", "Member", "TestCluster"]
+__all__ = ["REPO_ROOT", "Http", "Reply", "TestBroker", "Member", "TestCluster", "faketime", "faketime_file",
+           "libfaketime"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def libfaketime() -> str | None:
+    """The path of the faketime package's library, None when it is not installed."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    return found[0] if found else None
+
+
+def _preloaded(*settings: str) -> list[str]:
+    # Through env, which execs: the broker keeps the PID we started (the faketime command forks a
+    # child and waits, so a SIGKILL would reach the wrapper and leave the broker running).
+    lib = libfaketime()
+    assert lib is not None, "the faketime package is not installed"
+    return ["env", f"LD_PRELOAD={lib}", "FAKETIME_DONT_FAKE_MONOTONIC=1", *settings]
+
+
+def faketime(offset: str) -> list[str]:
+    """A command prefix that runs a broker with its wall clock moved by ``offset`` (libfaketime's
+    relative form: ``+8d``, ``-60s``) and its monotonic clock untouched: what ``faketime -f OFFSET``
+    with FAKETIME_DONT_FAKE_MONOTONIC=1 does (Debian package faketime)."""
+    return _preloaded(f"FAKETIME={offset}")
+
+
+def faketime_file(offset_file: Path) -> list[str]:
+    """Like ``faketime``, with the offset read from ``offset_file`` (``+0``, ``+60s`` ...) about every
+    second: writing the file sets the broker's clock while it runs."""
+    return _preloaded(f"FAKETIME_TIMESTAMP_FILE={offset_file}", "FAKETIME_CACHE_DURATION=1")
 
 
 class TestBroker:
@@ -133,9 +164,12 @@ class Member:
     def resume(self) -> None:
         self.local.resume()
 
-    def restart(self) -> None:
-        """Start again on the same data directory and ports; returns once it has joined."""
+    def restart(self, prefix: list[str] | None = None) -> None:
+        """Start again on the same data directory and ports (through ``prefix`` instead of the one it
+        had, when given); returns once it has joined."""
         self.local.kill()
+        if prefix is not None:
+            self.local.prefix = list(prefix)
         self.local.start()
 
     def cluster_view(self) -> dict[str, str]:
@@ -167,11 +201,15 @@ class TestCluster:
 
     __test__ = False
 
-    def __init__(self, root: Path, size: int = 3, args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, size: int = 3, args: Iterable[str] = (), env: dict[str, str] | None = None,
+                 prefixes: dict[int, list[str]] | None = None) -> None:
+        """``prefixes``: broker index -> a prefix its command runs through (``faketime("+8d")``)."""
         from ring.localcluster import LocalCluster
 
         self.local = LocalCluster(root, size, args=list(args),
                                   env={"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+        for i, prefix in (prefixes or {}).items():
+            self.local.brokers[i].prefix = list(prefix)
         assert self.local.peer_ports is None  # free ports, chosen in LocalCluster
         peers = [int(b.args[b.args.index("--peer-listen") + 1].rpartition(":")[2]) for b in self.local.brokers]
         self.members = [Member(b, p, self.local.secret or "") for b, p in zip(self.local.brokers, peers)]

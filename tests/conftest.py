@@ -69,8 +69,8 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., TestCluster]]:
     """Private clusters (killed, paused, restarted), killed at the end of the test whatever happens."""
     started: list[TestCluster] = []
 
-    def make(size: int = 3, *args: str) -> TestCluster:
-        c = TestCluster(tmp_path / f"cluster-{len(started)}", size, args=args)
+    def make(size: int = 3, *args: str, prefixes: dict[int, list[str]] | None = None) -> TestCluster:
+        c = TestCluster(tmp_path / f"cluster-{len(started)}", size, args=args, prefixes=prefixes)
         started.append(c)
         return c.start()
 

@@ -4,7 +4,8 @@ One broker: the page shows it, creates, describes and deletes topics, shows
 the API's error when a call fails, sends the client token it keeps, redraws
 by itself, and computes partition tokens exactly as the brokers do. Three
 brokers: every page shows all three, a topic created on one broker's page
-appears on another's, and a killed broker turns to down.
+appears on another's, and a killed broker turns to down; a broker whose
+clock is out of bounds (run under libfaketime) is named as such.
 
 Needs Debian's ``chromium`` (``make test`` installs it; without it the tests
 skip, and fail under CI=true) and the ``playwright`` Python package of the
@@ -344,8 +345,9 @@ def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_br
         assert leaders == {"ring-0", "ring-1", "ring-2"}
         for i in range(3):  # gossiped load: each broker leads a third and follows the rest
             cells = second.broker_row(f"ring-{i}").locator("td")
-            expect(cells.nth(5)).to_have_text("4")
-            expect(cells.nth(6)).to_have_text("8")
+            expect(cells.nth(6)).to_have_text("4")
+            expect(cells.nth(7)).to_have_text("8")
+            expect(second.broker_row(f"ring-{i}").locator(".broker-clock")).to_have_text("ok")
         # The charts add up every broker's samples: the 60 records went in through ring-2, not this page's broker.
         expect(second.locator(f'.topic-chart[data-topic="{name}"]')).to_have_attribute(
             "data-in-records", "60", timeout=CHART_WAIT_MS)
@@ -363,3 +365,19 @@ def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_br
     finally:
         first.close()
         second.close()
+
+
+def test_a_broker_whose_clock_is_out_of_bounds_is_named_on_the_page(browser: Any, make_cluster: Any) -> None:
+    from tests.brokers import faketime, libfaketime
+
+    require(None if libfaketime() else "the faketime package is not installed (apt-get install faketime)")
+    c = make_cluster(3, "--fsync", "interval:100", prefixes={2: faketime("+1d")})
+    p = Page(browser, c[0].url + "/")
+    try:
+        expect(p.broker_row("ring-2").locator(".broker-clock")).to_have_text("out of bounds 1.0 d ahead")
+        for i in (0, 1):
+            expect(p.broker_row(f"ring-{i}").locator(".broker-clock")).to_have_text("ok")
+        expect(p.locator("#summary .clock-alert")).to_have_text("ring-2 clock out of bounds 1.0 d ahead")
+        assert not p.errors, p.errors
+    finally:
+        p.close()

@@ -317,8 +317,10 @@ def test_cluster_status_and_a_round_trip_through_any_broker(shared_cluster: Test
     status = json_of(ring(urls, "cluster", "status", "--json", env=env))
     assert sorted(b["name"] for b in status["brokers"]) == ["ring-0", "ring-1", "ring-2"]
     assert {b["status"] for b in status["brokers"]} == {"up"}
+    assert {b["clock"]["state"] for b in status["brokers"]} == {"ok"}  # every clock agrees with the others
     human = ok(cli(urls, "cluster", "status")).decode()
     assert human.startswith("3 brokers: 3 up") and all(f"ring-{i}" in human for i in range(3))
+    assert "CLOCK" in human.splitlines()[1] and "out of bounds" not in human
 
     ok(cli(urls, "topics", "create", topic, "-p", "6", "-r", "3"))
     lines = [b"event-%d" % i for i in range(1000)]

@@ -175,7 +175,7 @@ def test_frame_data_over_the_limit_is_refused() -> None:
 def test_cursor_starts_at_the_followers_answer_to_the_probe() -> None:
     c = p.SendCursor(probe_retry_s=0.5)
     assert c.wants_probe(0.0) and not c.can_send()
-    c.probed(0.0)
+    c.probed(0.0, 0, 0)
     assert not c.wants_probe(0.2) and c.wants_probe(0.5)
     c.on_ack(7, leader_end=20)
     assert c.next == 7 and c.acked == 7 and c.can_send() and not c.wants_probe(1.0)
@@ -256,7 +256,7 @@ def test_cursor_moves_forward_on_overlap_and_parks_a_follower_ahead() -> None:
 
 def test_cursor_probes_again_when_the_follower_lacks_the_partition_and_parks_on_stale_epoch() -> None:
     c = p.SendCursor(0.5)
-    c.probed(0.0)
+    c.probed(0.0, 0, 0)
     c.on_reject(-1, p.UNKNOWN_PARTITION, 100, now_s=1.0)
     assert c.next is None and not c.wants_probe(1.2) and c.wants_probe(1.5)
     c.on_ack(0, 100)

@@ -216,10 +216,12 @@ def test_leadership_goes_back_to_the_natural_leader_once_caught_up() -> None:
 class Seen:
     """A View as plain data: who is alive and up, generations, claims, replicas still catching up."""
 
-    def __init__(self, alive=("a", "b", "c"), up=None, claims=None, behind=None, generations=None) -> None:
+    def __init__(self, alive=("a", "b", "c"), up=None, claims=None, behind=None, generations=None,
+                 clock_out=()) -> None:
         self._alive, self._up = set(alive), set(up if up is not None else alive)
         self._claims, self._behind = claims or {}, behind or {}
         self._gens = generations or {}
+        self._clock_out = set(clock_out)
 
     def alive(self, name):
         return name in self._alive
@@ -235,6 +237,9 @@ class Seen:
 
     def behind(self, name):
         return self._behind.get(name, set())
+
+    def clock_usable(self, name):
+        return name not in self._clock_out
 
 
 def _replica(tmp_path, me: str, leader: str | None, epoch: int = 1):
@@ -299,3 +304,28 @@ def test_a_leader_steps_down_for_a_newer_claim_and_hands_back_to_the_natural_lea
     assert wb2.tick(5.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # one handover at a time
     wb2.handed(b2, 5.0)
     assert wb2.tick(6.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # and a pause before the next
+
+
+def test_a_broker_whose_clock_is_out_of_bounds_never_stands_and_hands_its_partitions_over(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "a")
+    down = Seen(alive=("b", "c"), clock_out=("b",))
+    assert wb.tick(10.0, [b], down) == [] and wb.tick(30.0, [b], down) == []  # not even as the last resort
+    assert [a.kind for a in wb.tick(30.1, [b], Seen(alive=("b", "c")))] == ["stand"]  # back within bounds
+    a, wa = _replica(tmp_path, "a", "a", epoch=2)
+    a.lead()
+    from ring.log import batch as batchfmt
+    a.log.append(batchfmt.encode([(None, None, b"v", None)], now_ms=1), a.epoch)
+    assert wa.tick(0.0, [a], Seen()) == []  # the natural leader keeps its partition
+    assert wa.tick(0.1, [a], Seen(clock_out=("a",))) == []  # no follower holds everything yet
+    a.set_follower_end("b", a.log.end_offset)
+    acts = wa.tick(0.2, [a], Seen(clock_out=("a",)))
+    assert [(x.kind, x.target) for x in acts] == [("hand_off", "b")]  # at once, whatever the lead time
+
+
+def test_leadership_is_not_handed_back_to_a_natural_leader_whose_clock_is_out_of_bounds(tmp_path) -> None:
+    b, wb = _replica(tmp_path, "b", "b", epoch=3)
+    b.lead()
+    b.set_follower_end("a", 0)
+    assert wb.tick(0.0, [b], Seen(clock_out=("a",))) == []
+    assert wb.tick(10.0, [b], Seen(clock_out=("a",))) == []
+    assert [(x.kind, x.target) for x in wb.tick(20.0, [b], Seen())] == [("hand_off", "a")]

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from ring import limits
 from ring.gossip.core import Ack2
+from ring.replication import protocol
 from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
 from ring.localcluster import free_port
 from ring.replication import protocol
@@ -136,6 +137,26 @@ def test_gossip_bodies(gossip_node: PeerBroker, body: bytes) -> None:
         msgpack.unpackb(r.body, raw=False)
 
 
+def test_a_replication_link_of_another_protocol_version_is_refused_saying_so(node: PeerBroker) -> None:
+    ws = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+          "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Ring-Broker": "fz-old", "Ring-Cluster-Secret": SECRET}
+    for offered in (None, "ring-replication.1", "ring-replication.1, other"):
+        headers = {**ws, **({"Sec-WebSocket-Protocol": offered} if offered else {})}
+        r = node.peer.get("/peer/v1/replicate", headers=headers)
+        assert r.status == 400, (offered, r.status, r.body)
+        body = r.json()
+        assert body["expected"] == protocol.SUBPROTOCOL and "different versions" in body["message"]
+    assert "refused a replication link from fz-old" in node.broker.log_text()
+    # The one this version speaks is let in, and named back.
+    async def link() -> str | None:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"http://127.0.0.1:{node.peer_port}/peer/v1/replicate",
+                                          protocols=("ring-replication.1", protocol.SUBPROTOCOL),
+                                          headers={"Ring-Cluster-Secret": SECRET, "Ring-Broker": "fz-new"}) as c:
+                return c.protocol
+    assert asyncio.run(link()) == protocol.SUBPROTOCOL
+
+
 @settings(PEER_SETTINGS, max_examples=15)
 @given(st.binary(max_size=60) | packed(garbage) | vote_requests.map(lambda v: msgpack.packb(v.to_wire())))
 def test_vote_bodies(gossip_node: PeerBroker, body: bytes) -> None:
@@ -211,7 +232,7 @@ async def _feed_replication_link(port: int, frames: list[bytes]) -> list[bytes]:
     answers: list[bytes] = []
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.ws_connect(f"http://127.0.0.1:{port}/peer/v1/replicate",
+        async with session.ws_connect(f"http://127.0.0.1:{port}/peer/v1/replicate", protocols=(protocol.SUBPROTOCOL,),
                                       headers={"Ring-Cluster-Secret": SECRET, "Ring-Broker": "fz-1"}) as ws:
             for frame in frames:
                 if ws.closed:

@@ -454,9 +454,11 @@ def test_retention_by_age(tmp_path):
         put(log, 2, ts=T0 + 1000 * i, tag=f"b{i}")  # records one second apart
     n_segments = log.segment_count
     assert n_segments > 4
-    assert log.enforce_retention() == 0
+    assert log.enforce_retention(clock.wall_ms()) == 0
+    assert log.enforce_retention(None) == 0  # no time to judge by: nothing goes by age
     clock.advance(60 + 15)  # records older than T0 + 15 s are now past retention
-    deleted = log.enforce_retention()
+    assert log.enforce_retention(None) == 0
+    deleted = log.enforce_retention(clock.wall_ms())
     assert 0 < deleted < n_segments
     assert log.segment_count == n_segments - deleted
     first_kept = int(log_files(tmp_path)[0].stem)
@@ -467,7 +469,7 @@ def test_retention_by_age(tmp_path):
         log.read(0, 100)
     assert err.value.extra["earliest"] == first_kept
     clock.advance(10_000)
-    log.enforce_retention()
+    log.enforce_retention(clock.wall_ms())
     assert log.segment_count == 1  # the active segment is never deleted
     assert log.read(log.start_offset, 100)
     log.close()
@@ -480,12 +482,29 @@ def test_retention_by_size_and_upto(tmp_path):
         put(log, 2, tag=f"b{i}")
     total, count = log.size_bytes, log.segment_count
     hw = int(log_files(tmp_path)[2].stem)
-    assert log.enforce_retention(upto=hw) == 2  # only segments wholly below the high watermark
-    deleted = log.enforce_retention()
+    assert log.enforce_retention(None, upto=hw) == 2  # only segments wholly below the high watermark
+    deleted = log.enforce_retention(None)
     assert deleted > 0 and log.segment_count == count - 2 - deleted
     assert 3000 <= log.size_bytes < 3000 + 1024  # keeps at least retention_bytes, drops whole segments
     assert log.size_bytes == sum(p.stat().st_size for p in log_files(tmp_path)) < total
     assert log.start_offset == int(log_files(tmp_path)[0].stem)
+
+
+def test_a_start_moved_by_retention_survives_a_crash_that_kept_the_deleted_files(tmp_path):
+    log = mk(tmp_path, retention_bytes=3000)
+    for i in range(60):
+        put(log, 2, tag=f"b{i}")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert log.enforce_retention(None) > 0
+    start = log.start_offset
+    log.abandon()
+    for name, data in before.items():  # the deletions never reached the disk
+        if not (tmp_path / name).exists():
+            (tmp_path / name).write_bytes(data)
+    reopened = mk(tmp_path)
+    assert reopened.start_offset == start > 0
+    with pytest.raises(OffsetOutOfRange):
+        reopened.read(0, 100)
 
 
 def test_truncate_before_survives_reopen(tmp_path):
@@ -564,7 +583,7 @@ def test_sync_in_another_thread_while_appending_and_deleting(tmp_path):
         for i in range(400):
             put(log, 2, tag=f"b{i}")
             if i % 25 == 0:
-                log.enforce_retention()
+                log.enforce_retention(T0)
             if i == 300:
                 log.truncate_after(log.end_offset - 5)
     finally:

@@ -167,6 +167,66 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) 
     assert f.log.end_offset == lead.log.end_offset
 
 
+def _led_and_followed(tmp_path: Path, n: int = 40) -> tuple[Replica, Replica]:
+    """A leader with ``n`` one-record batches, committed, and a follower synced and holding them all."""
+    lead = replica(mk(tmp_path / "a"), "a", 1)
+    lead.voted_for = "a"
+    assert steps.win(lead, 1)
+    put(lead.log, 1, n)
+    lead.set_durable(n)
+    lead.set_follower_end("b", n)
+    assert lead.hw == n
+    f = replica(mk(tmp_path / "b"), "b", 0)
+    steps.on_sync(f, "a", sync_of(lead))
+    assert steps.on_append(f, "a", protocol.Append("t", 0, 1, 0, lead.hw, lead.log.read(0, 1 << 20))) == n
+    return lead, f
+
+
+def test_a_follower_takes_its_leaders_log_start_from_an_hw_frame_and_reports_it(tmp_path: Path) -> None:
+    lead, f = _led_and_followed(tmp_path)
+    assert steps.hw_frame(lead) == protocol.Hw("t", 0, 1, 40, 0)
+    lead.log.truncate_before(25)
+    kept = max(b for b in f.log.segment_bases() if b <= 25)  # the segment holding offset 25 stays
+    frame = steps.hw_frame(lead)
+    assert frame.log_start == 25 and steps.start_behind(f, frame)
+    ack = steps.on_hw(f, "a", frame)
+    assert isinstance(ack, protocol.Ack) and ack.log_start == 25 == f.log.start_offset
+    assert kept > 0 and f.log.segment_bases()[0] == kept and not steps.start_behind(f, frame)
+    reopened = mk(tmp_path / "b")  # saved: a restarted follower never serves below it
+    assert reopened.start_offset == 25
+    # From a broker it does not follow, or in an older epoch, nothing moves.
+    assert isinstance(steps.on_hw(f, "c", protocol.Hw("t", 0, 1, 40, 30)), protocol.Reject)
+    assert isinstance(steps.on_hw(f, "a", protocol.Hw("t", 0, 0, 40, 30)), protocol.Reject)
+    assert f.log.start_offset == 25
+
+
+def test_a_follower_whose_log_ends_below_its_leaders_start_starts_again_there(tmp_path: Path) -> None:
+    lead, f = _led_and_followed(tmp_path, 10)
+    put(lead.log, 1, 30)
+    lead.set_durable(40)
+    lead.set_follower_end("c", 40)  # a, c hold 40: committed without b
+    lead.log.truncate_before(35)
+    ack = steps.on_hw(f, "a", steps.hw_frame(lead))
+    assert isinstance(ack, protocol.Ack) and ack.log_start == 35
+    assert f.log.start_offset == f.log.end_offset == f.durable == f.hw == 35
+    frame = protocol.Append("t", 0, 1, 35, lead.hw, lead.log.read(35, 1 << 20))
+    assert steps.on_append(f, "a", frame) == 40
+
+
+def test_a_leader_moves_up_to_a_followers_later_start_within_its_high_watermark(tmp_path: Path) -> None:
+    lead, f = _led_and_followed(tmp_path)
+    f.log.truncate_before(30)  # a move this leader missed (it followed someone else then)
+    cur = protocol.SendCursor(0.5)
+    cur.reset(0.0)
+    assert steps.on_answer(lead, cur, "b", steps.ack(f), 0.0) is None
+    assert lead.peer_start == 30 and lead.log.start_offset == 0
+    lead.hw = 20  # (as if its high watermark were behind: the start never passes it)
+    assert steps.lead_start(lead) and lead.log.start_offset == 20
+    lead.hw = 40
+    assert steps.lead_start(lead) and lead.log.start_offset == 30
+    assert not steps.lead_start(lead)
+
+
 def test_a_vote_is_saved_and_survives_a_reopen(tmp_path: Path) -> None:
     rep = replica(mk(tmp_path / "a"), "b", 3)
     from ring.replication import election

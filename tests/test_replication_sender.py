@@ -109,3 +109,44 @@ async def test_the_sender_looks_only_at_marked_partitions_and_resumes_blocked_on
         await streams.close()
         for rep in reps.values():
             rep.log.close()
+
+
+async def test_a_follower_that_does_not_answer_with_this_versions_subprotocol_gets_no_frame(
+        reps: dict[int, Replica], caplog: pytest.LogCaptureFixture) -> None:
+    from aiohttp import web
+
+    got: list[bytes] = []
+    accepted = asyncio.Event()
+
+    async def old_follower(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()  # an older broker: no subprotocol named back
+        await ws.prepare(request)
+        accepted.set()
+        async for msg in ws:
+            got.append(msg.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get(leadermod.REPLICATE_PATH, old_follower)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    session = aiohttp.ClientSession()
+    streams = leadermod.Streams("a", "s", ManualClock(T0), session, lambda name: f"http://127.0.0.1:{port}",
+                                reps.get)
+    try:
+        streams.assign({"b": {("t", 0)}})
+        await asyncio.wait_for(accepted.wait(), 10)
+        for _ in range(100):  # the link is closed as soon as its answer is read
+            if any("speaks another replication protocol" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+        assert any("speaks another replication protocol than ring-replication.2" in r.getMessage()
+                   for r in caplog.records)
+        assert got == [] and not streams.links["b"].connected
+    finally:
+        await streams.close()
+        await session.close()
+        await runner.cleanup()

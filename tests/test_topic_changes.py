@@ -103,12 +103,12 @@ async def test_a_new_retention_reaches_the_open_logs(local_broker: ClusterBroker
     for _ in range(20):
         await b.produce_records("t", 0, [(None, None, value, None)], [len(value)], False, False)
     part = b._parts["t"][0]
-    assert part.log.enforce_retention(upto=part.hw) == 0  # unlimited by size: nothing goes
+    assert part.log.enforce_retention(b.clock.wall_ms(), upto=part.hw) == 0  # unlimited by size: nothing goes
     assert part.log.start_offset == 0
 
     await b.change_topic("t", {"retention_bytes": 5000})
     assert part.log.config.retention_bytes == 5000
-    assert part.log.enforce_retention(upto=part.hw) > 0
+    assert part.log.enforce_retention(b.clock.wall_ms(), upto=part.hw) > 0
     assert part.log.start_offset > 0
     assert b.describe_topic("t")["partitions"][0]["earliest_offset"] == part.log.start_offset
 

@@ -11,6 +11,9 @@ Every broker puts three small maps in the ``extra`` of its gossip entry:
   while any live broker lists its current generation (a later restart of it
   joins afresh).
 
+(Beside them, ``clock`` carries the broker's judgement of its own clock,
+``ring.gossip.clocks.to_gossip``.)
+
 Both partition maps are packed the same way: keys ``@0``, ``@1`` ... (no
 topic is named with an ``@``), each a string of at most
 ``GOSSIP_STRING_BYTES_MAX`` bytes of space-separated tokens, where ``@topic``

@@ -17,7 +17,8 @@ returns:
 Whom this broker leads, and which of its replicas are still catching up after
 an unclean shutdown, go into its gossip entry (``ring.cluster.leaders``), so
 every broker knows every partition's leader (``leader_of``) and never elects
-a replica that has not caught up. The voter's side (``on_vote``,
+a replica that has not caught up, nor one on a broker whose clock is out of
+bounds (``Membership.clock_usable``): such a broker hands over what it leads. The voter's side (``on_vote``,
 ``on_transfer``) answers the peer routes.
 """
 
@@ -120,6 +121,10 @@ class Leadership:
         ep = ms.endpoint(name) if ms is not None and name is not None else None
         return ep.generation if ep is not None else None
 
+    def clock_usable(self, name: str) -> bool:
+        ms = self.node.membership
+        return ms is not None and ms.clock_usable(name)
+
     def leader_of(self, topic: str, partition: int) -> str | None:
         """The leader as this broker knows it: its own replica's, or the newest live claim in gossip."""
         rep = self.node.replica(topic, partition)
@@ -143,6 +148,7 @@ class Leadership:
     # --- the tick ------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        self.node._check_clock()  # a clock set meanwhile stops this broker's leading in this very tick
         for action in self.watch.tick(self.clock.monotonic(), self.node.replicas(), _TickView(self)):
             self._carry_out(action)
         self.publish()
@@ -325,7 +331,8 @@ class Leadership:
     def on_transfer(self, sender: str, topic: str, partition: int, epoch: int) -> bool:
         """``sender`` leads ``epoch`` and asks us to take over: stand now, without a pre-vote."""
         rep = self.node.replica(topic, partition)
-        if rep is None or not self.watch.may_take_over(rep, sender, epoch, self.clock.monotonic()):
+        if rep is None or not self.clock_usable(self.name) or \
+                not self.watch.may_take_over(rep, sender, epoch, self.clock.monotonic()):
             return False
         self._spawn(self._stand(rep, transfer=True), f"take over {topic}/{partition}")
         return True
@@ -343,6 +350,7 @@ class _TickView:
         self._up: dict[str, bool] = {}
         self._generation: dict[str | None, int | None] = {}
         self._behind: dict[str, set[Key]] = {}
+        self._clock_usable: dict[str, bool] = {}
         self._claims: dict[str, dict[Key, int]] | None = None
 
     @staticmethod
@@ -362,6 +370,9 @@ class _TickView:
 
     def behind(self, name: str) -> set[Key]:
         return self._once(self._behind, name, self._source.behind)
+
+    def clock_usable(self, name: str) -> bool:
+        return self._once(self._clock_usable, name, self._source.clock_usable)
 
     def claims(self) -> dict[str, dict[Key, int]]:
         if self._claims is None:

@@ -17,6 +17,14 @@ partitions as before from its first moment and gossips to its old peers at
 once; a peer loaded from that file counts as ``down`` until it is heard from
 in this run.
 
+Every exchange this broker starts also measures the peer's wall clock (the
+ACK carries it; ``ring.gossip.clocks``), and every gossip round judges this
+broker's clock against its peers': the judgement is gossiped (``clock`` in
+the entry's extra), logged when it changes, and handed to the broker
+(``on_clock``); live peers without a fresh measurement get an exchange of
+their own. A starting broker stays joining until it has compared its clock
+with its live peers' (a broker with none has nothing to compare with).
+
 Failure detection is the core's phi accrual: with the defaults (threshold 8,
 1 s gossip) a stopped broker (SIGKILL or SIGSTOP) is reported ``down`` by
 every other broker about 4-13 s after it stopped (``suspect`` about half a
@@ -26,6 +34,7 @@ second earlier), and ``up`` again within a gossip round or two of its return.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -39,6 +48,7 @@ from ring import limits
 from ring.clock import Clock
 from ring.cluster import leaders, peers, placement
 from ring.errors import BadRequest, NotFound, StorageError
+from ring.gossip import clocks
 from ring.gossip.core import GOSSIP_INTERVAL_S, Ack, Ack2, GossipCore, Message, Syn, message_from_wire
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring
@@ -75,8 +85,15 @@ class Membership:
                  rng: random.Random, data_dir: Path,
                  on_change: Callable[[bool, bool], None] = lambda ring, topics: None,
                  load: Callable[[], dict[str, Any]] = dict,
-                 down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT, tls: TlsConfig = PLAINTEXT) -> None:
+                 down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT, tls: TlsConfig = PLAINTEXT,
+                 max_clock_offset_ms: float = limits.CLOCK_OFFSET_MS_MAX_DEFAULT,
+                 on_clock: Callable[[clocks.Verdict], None] = lambda verdict: None) -> None:
         self.name = self_state.name
+        warn_ms = max_clock_offset_ms * limits.CLOCK_OFFSET_WARN_PERCENT / 100
+        self.clocks = clocks.ClockOffsets(max_clock_offset_ms, warn_ms, limits.CLOCK_SAMPLE_RTT_MS_MAX,
+                                          limits.CLOCK_SAMPLE_TTL_S)
+        self.clock_verdict = clocks.Verdict(clocks.UNKNOWN, reason="not judged yet")
+        self.on_clock = on_clock
         self.tls = tls  # every broker of a cluster speaks TLS, or none does: it makes the URLs' scheme
         self.down_grace_s = down_grace_s
         self._extra: dict[str, Any] = {}
@@ -101,6 +118,7 @@ class Membership:
         self._restore()
         self._restore_removed()
         self._ring_changed()
+        self.check_clock()
         self._check_joined()
 
     # --- persistence -----------------------------------------------------------------
@@ -174,6 +192,8 @@ class Membership:
             self.core.set_load(load)
         for out in self.core.tick(self.now()):
             self._spawn_exchange(out.to_addr, out.message)
+        self.check_clock()
+        self._measure_clocks()
         self._check_joined()
         self._check_grace()
         if self._ring_changed():
@@ -194,6 +214,9 @@ class Membership:
         task.add_done_callback(lambda t: self._exchanges.pop(addr, None) if self._exchanges.get(addr) is t else None)
         return task
 
+    def _stamped(self, msg: Message) -> Message:
+        return dataclasses.replace(msg, wall_ms=self.clock.wall_ms())
+
     async def _post(self, addr: str, msg: Message) -> bytes:
         assert self._session is not None
         headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_MSGPACK}
@@ -206,12 +229,20 @@ class Membership:
             return body
 
     async def _exchange(self, addr: str, syn: Message) -> None:
+        """One push-pull with a peer, which also measures its clock: the SYN carries our wall clock as
+        it leaves, the ACK the peer's as it answered (``ring.gossip.clocks``)."""
         try:
+            syn = self._stamped(syn)
+            sent_s = self.now()
             body = await self._post(addr, syn)
             if not body:
                 return
-            for out in self.step(addr, unpack_message(body)):
-                await self._post(out.to_addr, out.message)
+            msg = unpack_message(body)
+            if isinstance(msg, Ack) and msg.wall_ms is not None and syn.wall_ms is not None:
+                now = self.now()
+                self.clocks.sample(msg.sender, now, syn.wall_ms, now - sent_s, msg.wall_ms)
+            for out in self.step(addr, msg):
+                await self._post(out.to_addr, self._stamped(out.message))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadRequest) as exc:
             log.debug("gossip with %s failed: %s", addr, exc)
 
@@ -220,10 +251,12 @@ class Membership:
         msg = unpack_message(body)
         peer = self.core.state.endpoints.get(msg.sender)
         outs = self.step(peer.peer_addr if peer is not None else "", msg)
-        return pack(outs[0].message.to_wire()) if outs else None
+        return pack(self._stamped(outs[0].message).to_wire()) if outs else None
 
     def step(self, addr: str, msg: Message) -> list:
         outs = self.core.on_message(self.now(), addr, msg)
+        if isinstance(msg, Ack) and self.check_clock().state == clocks.UNKNOWN:
+            self._measure_clocks()  # the exchange measured a clock; a joining broker needs the others too
         if isinstance(msg, (Ack, Ack2)):
             if self._first_exchange_s is None:
                 self._first_exchange_s = self.now()
@@ -254,7 +287,8 @@ class Membership:
         known = {ep.peer_addr for ep in self.core.state.endpoints.values()}
         since = 0.0 if self._first_exchange_s is None else self.now() - self._first_exchange_s
         if placement.joined(bool(self.core.seeds), self._first_exchange_s is not None,
-                            all(s in known for s in self.core.seeds), since, JOIN_SETTLE_S):
+                            all(s in known for s in self.core.seeds), since, JOIN_SETTLE_S) \
+                and self.clock_verdict.state != clocks.UNKNOWN:  # compared with its peers' clocks first
             self._joined = True
             self.core.set_status("normal")
             log.info("%s joined the cluster: %s", self.name, ", ".join(n for _, n in self.ring.brokers))
@@ -265,6 +299,80 @@ class Membership:
     @property
     def joined(self) -> bool:
         return self._joined
+
+    # --- clocks ----------------------------------------------------------------------------
+
+    def live_peers(self) -> list[str]:
+        """Peers whose clocks can be measured: heard from in this run and not down (joining ones too)."""
+        return [n for n in sorted(self.core.state.endpoints)
+                if n != self.name and self.status(n) not in ("down", "removed")]
+
+    def check_clock(self) -> clocks.Verdict:
+        """Judge our clock against the peers measured (``ring.gossip.clocks``); gossip the verdict,
+        say when it changes, and tell the broker."""
+        self._clock_stepped()
+        verdict = self.clocks.judge(self.now(), len(self.live_peers()))
+        old, self.clock_verdict = self.clock_verdict, verdict
+        self.set_extra("clock", clocks.to_gossip(verdict))
+        if verdict.state != old.state:
+            self._say_clock(old, verdict)
+        if clocks.to_gossip(verdict) != clocks.to_gossip(old):
+            self.on_clock(verdict)
+        return verdict
+
+    def watch_clock_steps(self) -> None:
+        """Between gossip rounds: notice at once that the wall clock was set (cheap: two clock reads)."""
+        if self._clock_stepped():
+            self.check_clock()
+
+    def _clock_stepped(self) -> bool:
+        if not self.clocks.observe(self.now(), self.clock.wall_ms()):
+            return False
+        log.error("the wall clock of %s was set (it jumped against the monotonic clock): it is not used until "
+                  "measured against the peers again", self.name)
+        return True
+
+    def _say_clock(self, old: clocks.Verdict, new: clocks.Verdict) -> None:
+        if new.state == clocks.OUT_OF_BOUNDS:
+            log.error("clock of %s out of bounds (--max-clock-offset %.0f ms): %s. It stops leading partitions, "
+                      "stamping records and applying time-based retention until it is back within bounds",
+                      self.name, self.clocks.max_offset_ms, new.reason)
+        elif new.state == clocks.WARNING:
+            log.warning("clock of %s: %s (the hard bound is %.0f ms)", self.name, new.reason,
+                        self.clocks.max_offset_ms)
+        elif new.state == clocks.OK and old.state != clocks.UNKNOWN:
+            log.info("clock of %s back within bounds: %s", self.name, new.reason)
+
+    def _measure_clocks(self) -> None:
+        """Exchange with live peers we have no fresh clock measurement of, as many as a judgement needs."""
+        live = self.live_peers()
+        fresh = self.clocks.fresh(self.now())
+        missing = clocks.needed(len(live)) - sum(1 for n in live if n in fresh)
+        unmeasured = [n for n in live if n not in fresh]
+        self.core.rng.shuffle(unmeasured)
+        for name in unmeasured[:max(0, missing)]:
+            self._spawn_exchange(self.core.state.endpoints[name].peer_addr, Syn(self.name, self.core.state.digest()))
+
+    def clock_of(self, name: str) -> dict[str, Any]:
+        """A broker's clock as this broker knows it: its own judgement (gossiped), and our measurement."""
+        if name == self.name:
+            v = self.clock_verdict
+            return {"state": v.state, "offset_ms": None if v.offset_ms is None else round(v.offset_ms),
+                    "measured_offset_ms": 0}
+        ep = self.endpoint(name)
+        state, offset = clocks.from_gossip(ep.extra.get("clock")) if ep is not None else (None, None)
+        seen = self.clocks.fresh(self.now()).get(name)
+        return {"state": state, "offset_ms": None if offset is None else round(offset),
+                "measured_offset_ms": None if seen is None else round(seen.offset_ms)}
+
+    def clock_usable(self, name: str) -> bool:
+        """Whether ``name`` may use its clock (lead, stamp, retain by time): by its own gossiped judgement;
+        a broker of a version that gossips none counts as usable."""
+        if name == self.name:
+            return self.clock_verdict.usable
+        ep = self.endpoint(name)
+        state = clocks.from_gossip(ep.extra.get("clock"))[0] if ep is not None else None
+        return state is None or state in clocks.USABLE
 
     # --- the ring and statuses -----------------------------------------------------------
 
@@ -310,7 +418,7 @@ class Membership:
         out = []
         for name, ep in sorted(self.core.state.endpoints.items(), key=lambda kv: kv[1].token):
             out.append({"name": name, "token": ep.token, "status": self.status(name),
-                        "phi": round(self.core.phi(name, now), 3),
+                        "phi": round(self.core.phi(name, now), 3), "clock": self.clock_of(name),
                         "client_url": f"{self.tls.scheme}://{ep.client_addr}",
                         "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
                         "load": dict(ep.load)})

@@ -26,7 +26,10 @@ offsets are null.
 
 A starting broker answers 503 to client requests until membership says it
 has joined (``Membership.joined``), so no broker places partitions on a ring
-it has not seen yet.
+it has not seen yet (nor stamps records with a clock it has not compared).
+Membership's judgement of this broker's clock sets ``clock_refusal``: out of
+bounds, or not compared, the broker stamps no record, applies no retention by
+age and (``ring.cluster.watch``) leads no partition.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ from ring.cluster.leadership import Leadership
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient, make_session
 from ring.cluster.routing import Routing
-from ring.errors import Conflict, Unavailable
+from ring.errors import Conflict, RingError, Unavailable
+from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.fsync import write_atomically
@@ -97,6 +101,7 @@ class ClusterBroker(Routing, Broker):
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
+        self._start_catchups: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     def bind(self, client_port: int, peer_port: int) -> None:
         """The ports actually listened on (port 0 picks one): what gossip advertises. Before open()."""
@@ -113,7 +118,10 @@ class ClusterBroker(Routing, Broker):
         seeds = [s.strip() for s in self.config.seeds if s.strip()]
         self.membership = Membership(me, seeds, self.config.cluster_secret, self.clock, self.rng, self.data_dir,
                                      on_change=self._cluster_changed, load=self._load,
-                                     down_grace_s=self.config.down_grace_s, tls=self.config.tls)
+                                     down_grace_s=self.config.down_grace_s, tls=self.config.tls,
+                                     max_clock_offset_ms=self.config.max_clock_offset_ms,
+                                     on_clock=self._clock_changed)
+        self._clock_changed(self.membership.clock_verdict)
         if not self.membership.topics():
             for cfg in self.catalog:  # topics on disk while gossip's saved state holds none: they join it
                 self.membership.put_topic(cfg.name, cfg.to_json())
@@ -128,7 +136,8 @@ class ClusterBroker(Routing, Broker):
         self.peers = PeerClient(self.name, self.config.cluster_secret, self.session)
         self.streams = Streams(self.name, self.config.cluster_secret, self.clock, self.session,
                                self.membership.peer_url, self.replica, on_newer_epoch=self._newer_epoch,
-                               on_damage=self.damaged, on_sent=self._replicated_bytes)
+                               on_damage=self.damaged, on_sent=self._replicated_bytes,
+                               on_peer_start=self._peer_start)
         await self.membership.start()
         self._tasks.append(asyncio.create_task(self._hw_checkpoint_loop(), name="hw checkpoint"))
         await self._reconcile()
@@ -141,6 +150,8 @@ class ClusterBroker(Routing, Broker):
         await self.repair.close()
         if self._reconcile_task is not None:
             self._reconcile_task.cancel()
+        for task in list(self._start_catchups.values()):
+            task.cancel()
         if self.streams is not None:
             await self.streams.close()
         if self.membership is not None:
@@ -279,6 +290,40 @@ class ClusterBroker(Routing, Broker):
         if self.streams is not None:
             self.streams.notify(part)
 
+    # --- the log start offset and the clock ------------------------------------------------
+
+    def _start_moved(self, part: Replica) -> None:
+        if self.streams is not None:
+            self.streams.notify(part)  # an hw frame carries the new start to each follower
+
+    def _peer_start(self, rep: Replica) -> None:
+        """A follower's log starts past ours: move up to it (after any running fsync), once at a time."""
+        key = (rep.topic, rep.index)
+        if key in self._start_catchups or self._closing:
+            return
+
+        async def catch_up() -> None:
+            try:
+                await self.commits.idle(rep)
+                if not rep.deleted and steps.lead_start(rep):
+                    self._start_moved(rep)
+            except (OSError, RingError) as exc:
+                log.error("%s/%d: moving the log start up to a follower's failed: %s", rep.topic, rep.index, exc)
+            finally:
+                self._start_catchups.pop(key, None)
+
+        self._start_catchups[key] = asyncio.create_task(catch_up(), name=f"log start {rep.topic}/{rep.index}")
+
+    def _clock_changed(self, verdict: clocks.Verdict) -> None:
+        self.clock_refusal = None if verdict.usable else (
+            f"the clock of {self.name} is not used now ({verdict.state}): {verdict.reason}. Produce through another "
+            "broker, or send batches with the client's timestamps")
+        self.leadership.notify()
+
+    def _check_clock(self) -> None:
+        if self.membership is not None:
+            self.membership.watch_clock_steps()
+
     # --- high watermark checkpoints ------------------------------------------------------
 
     def _load_hws(self) -> dict[tuple[str, int], int]:
@@ -393,7 +438,20 @@ class ClusterBroker(Routing, Broker):
         reps = self.replicas()
         doc["leadership"] = {"led": sum(r.is_leader for r in reps), "leaderless": sum(r.leader is None for r in reps),
                              "behind": sum(not r.caught_up for r in reps), "repairing": self.repair.describe()}
+        if self.membership is not None:
+            doc["clock"] = self._clock_status()
         return doc
+
+    def _clock_status(self) -> dict[str, Any]:
+        assert self.membership is not None
+        v, offsets = self.membership.clock_verdict, self.membership.clocks
+        peers = offsets.fresh(self.clock.monotonic())
+        return {"state": v.state, "offset_ms": None if v.offset_ms is None else round(v.offset_ms),
+                "uncertainty_ms": None if v.uncertainty_ms is None else round(v.uncertainty_ms),
+                "max_offset_ms": offsets.max_offset_ms, "warn_offset_ms": offsets.warn_offset_ms,
+                "message": v.reason, "peers": {n: {"offset_ms": round(o.offset_ms),
+                                                   "uncertainty_ms": round(o.uncertainty_ms)}
+                                               for n, o in peers.items()}}
 
     def cluster(self) -> dict[str, Any]:
         if self.membership is None:

@@ -250,7 +250,8 @@ class Routing(Broker):
                                      f"/v1/topics/{topic}/partitions/{partition}/offsets", {"timestamp": timestamp})
 
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
-        """On the leader's log; followers keep their records below it until their own retention."""
+        """On the leader's log (any broker forwards it there); replication carries the new start to the
+        followers."""
         self._check_joined()
         self.catalog.get(validate_topic_name(topic))
         leader = self.leadership.leader_of(topic, partition)

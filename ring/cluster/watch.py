@@ -13,7 +13,11 @@ catching up), decides on each ``tick``:
   newer epoch, moving the voter set one step toward the preference list
   (``placement.next_voters``; a replica joins once it holds everything
   committed), and handing the partition over (``election.transfer_target``,
-  or any caught-up voter when our copy is damaged): an ``Action("hand_off")``.
+  or any caught-up voter when our copy is damaged or our clock is out of
+  bounds): an ``Action("hand_off")``.
+
+A broker whose clock is out of bounds (``View.clock_usable``) never stands
+and is never a target of a hand-over.
 
 It changes replicas only through ``steps`` (adopting an epoch, saving voters)
 and returns what the driver must do: stand, hand over, or carry out a change
@@ -51,6 +55,8 @@ class View(Protocol):
     def claims(self) -> dict[str, dict[Key, int]]: ...  # other brokers' "partitions I lead, at epoch"
 
     def behind(self, name: str) -> set[Key]: ...  # a broker's replicas still catching up
+
+    def clock_usable(self, name: str) -> bool: ...  # its wall clock is within bounds (ourselves too)
 
 
 @dataclass
@@ -120,6 +126,8 @@ class Watch:
         return out
 
     def eligible(self, rep: Replica, name: str, view: View) -> bool:
+        if not view.clock_usable(name):
+            return False
         if name == self.name:
             return rep.caught_up and rep.damaged_at is None
         return (rep.topic, rep.index) not in view.behind(name)
@@ -152,8 +160,8 @@ class Watch:
             t.leaderless_since = now
             if rep.leader is not None:
                 log.info("%s/%d: leader %s of epoch %d is lost", rep.topic, rep.index, rep.leader, rep.epoch)
-        if t.standing or now < t.next_try or self.name not in rep.voters:
-            return
+        if t.standing or now < t.next_try or self.name not in rep.voters or not view.clock_usable(self.name):
+            return  # (a broker whose clock is out of bounds never stands, not even as the last resort)
         if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
             return  # we just voted: give that candidate time to win and sync us
         s = self.settings
@@ -186,16 +194,17 @@ class Watch:
             out.append(Action("changed", rep, target="voters"))
         if t.handing or now < t.handoff_next:
             return
-        if settled and rep.replicas[0] == self.name and rep.damaged_at is None:
-            return  # the natural leader, placed and undamaged: nobody to hand over to
-        target = self._handoff_target(rep, t, view, now)
+        must_go = rep.damaged_at is not None or not view.clock_usable(self.name)
+        if settled and rep.replicas[0] == self.name and not must_go:
+            return  # the natural leader, placed, undamaged, its clock in bounds: nobody to hand over to
+        target = self._handoff_target(rep, t, view, now, must_go)
         if target is not None:
             t.handing = True
             out.append(Action("hand_off", rep, target))
 
-    def _handoff_target(self, rep: Replica, t: Timers, view: View, now: float) -> str | None:
+    def _handoff_target(self, rep: Replica, t: Timers, view: View, now: float, must_go: bool) -> str | None:
         acked = rep.follower_ends.get
-        if rep.damaged_at is not None:  # our copy is damaged: any caught-up voter will do
+        if must_go:  # our copy is damaged, or our clock is out of bounds: any caught-up voter will do
             return next((r for r in election.candidate_order(rep.replicas, rep.voters)
                          if r != self.name and view.up(r) and self.eligible(rep, r, view)
                          and (acked(r) or 0) >= rep.log.end_offset), None)

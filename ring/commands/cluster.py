@@ -2,8 +2,10 @@
 
 One ``GET /v1/cluster`` through the client (a standalone broker shows as a
 cluster of one): per broker its status (up, suspect, down, joining, leaving),
-the failure detector's phi, ring token, partitions led, replicas held, disk
-used and client URL; the broker that answered is marked. The command exits 0
+the failure detector's phi, its clock as it judges it against its peers'
+(ok, warning or OUT with its offset, unknown), ring token, partitions led,
+replicas held, disk used and client URL; the broker that answered is marked,
+and a broker whose clock is off is named below the table. The command exits 0
 whenever a broker answered, whatever the statuses say: scripts read them
 from ``--json``.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from ring.commands.base import EXIT_OK, Context, add_command, add_group, table
 from ring.commands.positions import format_bytes
+from ring.gossip.clocks import describe_ms
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +29,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _phi(value: Any) -> str | None:
     return f"{value:.1f}" if isinstance(value, (int, float)) else None
+
+
+def _clock(value: Any) -> str | None:
+    """A broker's clock as it judges it: ``ok``, ``warning 1.2 s ahead``, ``OUT 8.0 d ahead``."""
+    if not isinstance(value, dict) or not isinstance(value.get("state"), str):
+        return None
+    state, offset = value["state"], value.get("offset_ms")
+    label = {"out_of_bounds": "OUT"}.get(state, state)
+    if state in ("ok", "unknown") or not isinstance(offset, (int, float)):
+        return label
+    return f"{label} {describe_ms(offset)}"
 
 
 def status(ctx: Context, args: argparse.Namespace) -> int:
@@ -44,8 +58,18 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
     for b in brokers:
         load = b.get("load") or {}
         name = str(b.get("name")) + (" *" if b.get("name") == doc.get("self") else "")
-        rows.append((name, b.get("status"), _phi(b.get("phi")), load.get("partitions_led"), load.get("replicas"),
+        rows.append((name, b.get("status"), _phi(b.get("phi")), _clock(b.get("clock")), load.get("partitions_led"),
+                     load.get("replicas"),
                      format_bytes(load["disk_bytes"]) if isinstance(load.get("disk_bytes"), int) else None,
                      b.get("token"), b.get("client_url")))
-    ctx.say(table(["BROKER", "STATUS", "PHI", "LEADS", "REPLICAS", "DISK", "TOKEN", "CLIENT URL"], rows))
+    ctx.say(table(["BROKER", "STATUS", "PHI", "CLOCK", "LEADS", "REPLICAS", "DISK", "TOKEN", "CLIENT URL"], rows))
+    for b in brokers:
+        clock = b.get("clock") if isinstance(b.get("clock"), dict) else {}
+        offset = clock.get("offset_ms")
+        off = f"{describe_ms(offset)} of the cluster's" if isinstance(offset, (int, float)) else "not measured"
+        if clock.get("state") == "out_of_bounds":
+            ctx.say(f"{b.get('name')}: clock out of bounds ({off}): it leads no partition, stamps no record and "
+                    "applies no time-based retention until it is back within bounds")
+        elif clock.get("state") == "warning":
+            ctx.say(f"{b.get('name')}: clock warning ({off}; still within the hard bound)")
     return EXIT_OK

@@ -94,13 +94,20 @@ _CLUSTER = {
             "name": {"type": "string"}, "token": {"type": ["integer", "null"]},
             "status": {"enum": ["up", "suspect", "down", "joining", "leaving", "removed"]},
             "phi": {"type": "number"}, "client_url": {"type": "string"}, "peer_url": {"type": ["string", "null"]},
-            "generation": {"type": ["integer", "null"]}, "load": {"type": "object"}}}},
+            "generation": {"type": ["integer", "null"]}, "load": {"type": "object"},
+            "clock": {"type": "object", "properties": {
+                "state": {"enum": ["unknown", "ok", "warning", "out_of_bounds", None]},
+                "offset_ms": {"type": ["integer", "null"]}, "measured_offset_ms": {"type": ["integer", "null"]}}}}}},
     },
 }
 
 _CLUSTER_DOC = """Every broker gossip has told this one about, in token order, with its status as this broker
 sees it: up, suspect (phi >= 5), down (phi >= 8: about 4-13 s after a broker stops), joining, leaving, removed.
-A down broker keeps its place on the ring; its partitions run on their other replicas."""
+A down broker keeps its place on the ring; its partitions run on their other replicas. clock: the broker's
+own judgement of its wall clock against most of its peers' (state ok, warning, out_of_bounds, or unknown before
+it has measured; offset_ms its clock minus the cluster's, in steps of 100 ms; null for a broker that gossips
+none) and measured_offset_ms, the answering broker's own last measurement of that broker's clock minus its own.
+A broker whose clock is out_of_bounds (ring serve --max-clock-offset) leads no partition and stamps no record."""
 
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
 replica's acknowledged end offset (authoritative); on a follower only its own (others null) and its
@@ -109,8 +116,8 @@ partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster)
 leader is the elected leader as this broker knows it (its own replica's, else the newest claim gossip carries);
 null while an election runs. epoch is the leader epoch this replica is in."""
 
-_CHANGE_DOC = """Settings not named stay as they are. A new retention applies at once to every replica's log
-(records past it go at the next retention check). More partitions: the new ones are placed between the
+_CHANGE_DOC = """Settings not named stay as they are. A new retention applies at once (records past it go at the
+leader's next retention check, and from every follower as the leader's earliest offset reaches it). More partitions: the new ones are placed between the
 existing ones, so no existing partition moves, and the answer comes once they have leaders. Keys move as little
 as jump hashing allows: from P to P+1 partitions about 1/(P+1) of the keys move, all to the new partition, so a
 key's records before the change and after it are in two partitions (see the README on ordering)."""
@@ -175,7 +182,9 @@ def _document() -> dict[str, Any]:
             **cluster_api.OPENAPI_PATHS,
             "/v1/status": {"get": {
                 "summary": "Broker status", "operationId": "status",
-                "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, ...",
+                "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, retention_sweeps, "
+                                         "clock (a clustered broker: state, offset_ms, uncertainty_ms, max_offset_ms, "
+                                         "warn_offset_ms, message, and peers: each measured peer's offset), ...",
                                          {"type": "object"}),
                               "503": _ok("the same document while status is joining: the broker has not yet "
                                          "seen the cluster (readiness)", {"type": "object"})}}},
@@ -247,8 +256,11 @@ def _document() -> dict[str, Any]:
                               "503": _err("too few live replicas for the consistency level (the body says how many "
                                           "are alive and needed; nothing was written), the partition has no leader "
                                           "(an election runs: about 4-13 s after a leader stops), not_leader (the "
-                                          "body names the leader this broker knows), or the broker is joining or "
-                                          "shutting down; nothing was written; retry after Retry-After"),
+                                          "body names the leader this broker knows), clock_unusable (this broker's "
+                                          "clock is out of bounds: it stamps no record; produce through another "
+                                          "broker, or send application/vnd.ring.batch stamped by the client), or the "
+                                          "broker is joining or shutting down; nothing was written; retry after "
+                                          "Retry-After"),
                               "504": _err("the replicas the consistency level needs did not acknowledge in time, "
                                           "or the leader stepped down first: the outcome is unknown")}}},
             "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
@@ -292,6 +304,9 @@ def _document() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["before_offset"],
                     "properties": {"before_offset": {"type": "integer", "minimum": 0}}}}}},
+                "description": "On the partition's leader (any broker forwards it there); the followers take "
+                               "the new earliest offset through replication, as they take the high watermark, "
+                               "and serve nothing below it from then on.",
                 "responses": {"200": _ok("the new earliest offset", {"type": "object"}), "400": _BAD,
                               "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark")}}},
         },

@@ -9,7 +9,8 @@ broker alone). Routes:
 * ``POST /peer/v1/gossip``: a msgpack gossip message (SYN, ACK or ACK2); the
   answer, if any, is the response body.
 * ``GET /peer/v1/replicate``: the websocket a partition leader streams
-  batches on (``ring.replication``); ``Ring-Broker`` names the leader.
+  batches on (``ring.replication``); ``Ring-Broker`` names the leader, and
+  the subprotocol must be ``protocol.SUBPROTOCOL`` (else 400).
 * ``POST /peer/v1/produce?topic=&partition=&consistency=``: a produce
   forwarded by another broker; the body is the framed (unstamped) batches,
   the answer the leader's ProduceResult or error.
@@ -98,8 +99,15 @@ async def replicate(request: web.Request) -> web.StreamResponse:
     leader = request.headers.get(H_BROKER)
     if not leader:
         raise BadRequest("the replication link needs the leader's name (header Ring-Broker)")
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    if protocol.SUBPROTOCOL not in offered:
+        log.warning("refused a replication link from %s offering %s: this broker speaks %s (another version?)",
+                    leader, ", ".join(offered) or "no subprotocol", protocol.SUBPROTOCOL)
+        raise BadRequest(f"this broker speaks replication protocol {protocol.SUBPROTOCOL}; the link offered "
+                         f"{', '.join(offered) or 'none'} (brokers of different versions do not replicate to "
+                         "each other)", expected=protocol.SUBPROTOCOL)
     ws = web.WebSocketResponse(max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX,
-                               heartbeat=limits.REPLICATION_HEARTBEAT_S)
+                               heartbeat=limits.REPLICATION_HEARTBEAT_S, protocols=(protocol.SUBPROTOCOL,))
     await ws.prepare(request)
     request.app[SOCKETS_KEY].add(ws)
     log.info("replication link from %s open", leader)

@@ -436,19 +436,19 @@ class PartitionLog:
 
     # --- deleting ----------------------------------------------------------------
 
-    def enforce_retention(self, upto: int | None = None) -> int:
-        """Delete whole closed segments past ``retention_ms`` (by their newest record) or beyond
+    def enforce_retention(self, now_ms: int | None, upto: int | None = None) -> int:
+        """Delete whole closed segments past ``retention_ms`` (by their newest record, against
+        ``now_ms``; None: no time-based retention, the clock is not to be trusted) or beyond
         ``retention_bytes``; returns how many. With ``upto`` (the high watermark), only segments
-        wholly below it go.
+        wholly below it go. The new start offset is saved before the files go.
         """
         self._check_open()
-        now_ms = self._clock.wall_ms()
         limit = self.end_offset if upto is None else upto
         closed = [s for s in self._segments[:-1] if s.end_offset <= limit]
         n = 0
         while n < len(closed) and closed[n].end_offset <= self._start_offset:
             n += 1
-        if self.config.retention_ms >= 0:
+        if self.config.retention_ms >= 0 and now_ms is not None:
             while n < len(closed) and now_ms - closed[n].max_timestamp > self.config.retention_ms:
                 n += 1
         if self.config.retention_bytes >= 0:
@@ -456,6 +456,8 @@ class PartitionLog:
             while n < len(closed) and excess - closed[n].size >= 0:
                 excess -= closed[n].size
                 n += 1
+        if n and closed[n - 1].end_offset > self._start_offset:
+            self._save_start(closed[n - 1].end_offset)
         self._delete_oldest(n)
         return n
 
@@ -469,13 +471,18 @@ class PartitionLog:
             )
         if offset <= self._start_offset:
             return
-        write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
-        self._start_offset = offset
-        self._epochs.truncate_from_start(offset)
+        self._save_start(offset)
         n = 0
         while n < len(self._segments) - 1 and self._segments[n].end_offset <= offset:
             n += 1
         self._delete_oldest(n)
+
+    def _save_start(self, offset: int) -> None:
+        """The log starts at ``offset`` from now on, on disk first: after a crash, segments whose
+        deletion did not reach the disk stay below it, never readable again."""
+        write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+        self._start_offset = offset
+        self._epochs.truncate_from_start(offset)
 
     def _delete_oldest(self, n: int) -> None:
         if not n:

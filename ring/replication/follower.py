@@ -10,7 +10,8 @@ append is answered with an ack once its batches are durable by this broker's
 fsync policy (at once, or by group commit with ``always``; the next frames
 are read meanwhile, so the leader's pipeline stays full), a refused one at
 once with a reject naming this replica's end offset. Appends go on while an
-fsync thread runs on the log. A sync (the leader's first frame for a
+fsync thread runs on the log; moving the log start (an hw frame naming a new
+one) waits for it. A sync (the leader's first frame for a
 partition) makes this replica follow the sender in its epoch, cutting its
 log back to where it agrees with the leader's first (after any running
 fsync). What each frame does is ``steps`` (``on_sync``, ``on_append``,
@@ -68,7 +69,7 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
             elif isinstance(frame, protocol.Append):
                 answer = await _append(frame, leader, host)
             elif isinstance(frame, protocol.Hw):
-                told = _hw(frame, leader, host)
+                told = await _hw(frame, leader, host)
                 if isinstance(told, protocol.Ack):
                     continue  # it would repeat the durable end the last append's ack named
                 answer = _done(told)
@@ -125,11 +126,24 @@ async def _sync(frame: protocol.Sync, leader: str, host: Host) -> protocol.Frame
     return answer
 
 
-def _hw(frame: protocol.Hw, leader: str, host: Host) -> protocol.Frame:
+async def _hw(frame: protocol.Hw, leader: str, host: Host) -> protocol.Frame:
     rep = host.replica(frame.topic, frame.partition)
     if rep is None:
         return steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
-    return steps.on_hw(rep, leader, frame)
+    if steps.start_behind(rep, frame) and steps.following(rep, leader, frame.epoch):
+        try:
+            await host.wait_idle(rep)  # the log start moves: files go, never beside an fsync
+        except RingError:
+            return steps.reject_storage(rep, frame.epoch)
+        rep = host.replica(frame.topic, frame.partition)
+        if rep is None:
+            return steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
+    try:
+        return steps.on_hw(rep, leader, frame)
+    except (StorageError, OffsetOutOfRange) as exc:
+        log.error("%s/%d: following %s's log start %d failed: %s", rep.topic, rep.index, leader, frame.log_start,
+                  exc.message)
+        return steps.reject_storage(rep, frame.epoch)
 
 
 async def _append(frame: protocol.Append, leader: str, host: Host) -> Awaitable[protocol.Frame]:
@@ -148,7 +162,7 @@ async def _append(frame: protocol.Append, leader: str, host: Host) -> Awaitable[
     if isinstance(end, protocol.Reject):
         return _done(end)
     if host.durable_now(rep, end):  # no fsync to wait for: the ack without a task of its own
-        return _done(protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable))
+        return _done(steps.ack(rep))
     return asyncio.ensure_future(_ack_when_durable(frame, rep, end, host))
 
 
@@ -157,4 +171,4 @@ async def _ack_when_durable(frame: protocol.Append, rep: Replica, end: int, host
         await host.make_durable(rep, end)
     except RingError:
         return steps.reject_storage(rep, frame.epoch)
-    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+    return steps.ack(rep)

@@ -15,7 +15,8 @@ with doubling backoff, and runs two loops on the connection:
   stay under ``REPLICATION_INFLIGHT_BYTES_MAX``, except that new records short
   of a frame's worth (``REPLICATION_FRAME_HOLD_RECORDS_MAX``) wait while a frame
   of that partition is unanswered and leave together when the answer comes; then an
-  hw frame if the high watermark moved past what the follower was told.
+  hw frame if the high watermark or the log start offset moved past what the
+  follower was told.
   The links of one partition's followers usually read the same range in the
   same loop turn, so the bytes one link read are kept (``Streams.read``)
   until the partition's other followers have taken them: one read and CRC
@@ -23,7 +24,9 @@ with doubling backoff, and runs two loops on the connection:
 * the receiver applies acks and rejects to the cursors (``SendCursor``) and
   each ack to the replica (``set_follower_end``), which moves the high
   watermark and releases produces waiting for acknowledgements. A follower
-  that answers with a newer epoch deposes this leader (``on_newer_epoch``).
+  that answers with a newer epoch deposes this leader (``on_newer_epoch``);
+  one whose log starts past ours has the broker move our start up
+  (``on_peer_start``).
 
 Every decision is in ``protocol`` and ``steps``; this module moves bytes.
 """
@@ -69,8 +72,10 @@ class Streams:
                  peer_url: Callable[[str], str | None], replica: Callable[[str, int], Replica | None],
                  on_newer_epoch: Callable[[Replica, int], None] = lambda rep, epoch: None,
                  on_damage: Callable[[Replica, int], None] = lambda rep, offset: None,
-                 on_sent: Callable[[str, int], None] = lambda follower, nbytes: None) -> None:
+                 on_sent: Callable[[str, int], None] = lambda follower, nbytes: None,
+                 on_peer_start: Callable[[Replica], None] = lambda rep: None) -> None:
         self.name = name
+        self.on_peer_start = on_peer_start  # a follower's log starts past ours (``steps.lead_start``)
         self.on_sent = on_sent  # stored batch bytes handed to a follower's link (metrics)
         self.on_newer_epoch = on_newer_epoch
         self.on_damage = on_damage
@@ -259,6 +264,10 @@ class FollowerLink:
                 try:
                     await self._connected(url)
                     delay_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
+                except aiohttp.WSServerHandshakeError as exc:
+                    # 400: it refused our link's subprotocol (a broker of another version); else starting, etc.
+                    log.log(logging.WARNING if exc.status == 400 else logging.DEBUG,
+                            "replication link to %s refused: %s %s", self.follower, exc.status, exc.message)
                 except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                     log.debug("replication link to %s: %s", self.follower, exc)
                 except BadRequest as exc:
@@ -274,7 +283,11 @@ class FollowerLink:
         headers = {H_SECRET: self.streams.secret or "", H_BROKER: self.streams.name}
         async with self.streams.session.ws_connect(
                 url + REPLICATE_PATH, headers=headers, heartbeat=limits.REPLICATION_HEARTBEAT_S,
-                max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX) as ws:
+                max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX, protocols=(protocol.SUBPROTOCOL,)) as ws:
+            if ws.protocol != protocol.SUBPROTOCOL:
+                raise BadRequest(f"{self.follower} speaks another replication protocol than {protocol.SUBPROTOCOL} "
+                                 f"(it answered {ws.protocol or 'none'}): a broker of another version; "
+                                 "not replicating to it")
             _unmasked(ws)
             self.connected = True
             log.info("replicating to %s", self.follower)
@@ -324,8 +337,7 @@ class FollowerLink:
         now = self.streams.clock.monotonic()
         if cur.next is None:
             if cur.wants_probe(now):
-                cur.probed(now)
-                cur.hw_sent = rep.hw
+                cur.probed(now, rep.hw, rep.log.start_offset)
                 await ws.send_bytes(protocol.encode(steps.sync_frame(rep)))
         else:
             await self._send_batches(ws, rep, cur)
@@ -333,9 +345,10 @@ class FollowerLink:
                 self._bound_exact = False  # reset: its frames no longer count
             if cur.should_send(rep.log.end_offset, limits.REPLICATION_FRAME_HOLD_RECORDS_MAX) and not rep.deleted:
                 self.blocked.add(key)  # out of in-flight budget: again on the next answer
-            if cur.can_send() and cur.hw_sent < rep.hw and not rep.deleted:
-                cur.hw_sent = rep.hw
-                await ws.send_bytes(protocol.encode(protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw)))
+            if cur.wants_hw(rep.hw, rep.log.start_offset) and not rep.deleted:
+                frame = steps.hw_frame(rep)
+                cur.told(frame.hw, frame.log_start)
+                await ws.send_bytes(protocol.encode(frame))
         if cur.next is None and cur.parked is None:
             self.timed.add(key)  # probed again at probe_at
         else:
@@ -407,6 +420,8 @@ class FollowerLink:
             elif isinstance(frame, protocol.Reject):
                 log.debug("%s/%d to %s: rejected (%s) at %d", rep.topic, rep.index, self.follower,
                           frame.reason, frame.end_offset)
+            elif rep.peer_start > rep.log.start_offset:
+                self.streams.on_peer_start(rep)
             if self.blocked:
                 self.ready.update(dict.fromkeys(self.blocked))
                 self.blocked.clear()

@@ -9,12 +9,15 @@ per-(follower, partition) send cursor (``SendCursor``). The drivers
 (``leader.py``, ``follower.py``) only move bytes and call these; who leads is
 decided by elections (``election.py``).
 
-Frames travel as msgpack arrays on one websocket per (leader, follower) pair::
+Frames travel as msgpack arrays on one websocket per (leader, follower) pair,
+opened with the websocket subprotocol ``SUBPROTOCOL``: each side refuses a
+link that does not name it, so brokers that speak different frames never
+exchange one (a frame of another shape would be refused as malformed)::
 
     leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters]
                         ["append", topic, partition, epoch, prev_end, hw, data]
-                        ["hw", topic, partition, epoch, hw]
-    follower -> leader  ["ack", topic, partition, epoch, end_offset]
+                        ["hw", topic, partition, epoch, hw, log_start]
+    follower -> leader  ["ack", topic, partition, epoch, end_offset, log_start]
                         ["reject", topic, partition, epoch, end_offset, reason]
 
 A follower answers every sync and append frame exactly once, in the order
@@ -30,6 +33,14 @@ accepted only from the leader the follower synced with, in that epoch,
 continuing its log exactly (``prev_end``); an ack names the follower's
 durable end once the batches are durable by its fsync policy. A stale epoch
 is refused before anything else, so a deposed leader learns it at once.
+
+The partition's log start offset is the leader's to move (retention,
+truncation) and travels like the high watermark: in the sync and hw frames
+(an hw frame goes out when either moved), never above the high watermark,
+so it only ever names committed offsets. A follower moves its own start up
+to it and reports its start in every ack; a leader that finds a follower's
+start ahead of its own (it missed a move while it followed) moves up to it,
+within its high watermark: the start only ever grows, on every replica.
 """
 
 from __future__ import annotations
@@ -43,6 +54,9 @@ import msgpack
 
 from ring.catalog import CONSISTENCY_DEFAULT, CONSISTENCY_LEVELS as LEVELS
 from ring.errors import BadRequest, NotEnoughReplicas
+
+# The websocket subprotocol of replication links: the version of the frames below.
+SUBPROTOCOL = "ring-replication.2"
 
 # Statuses (from gossip) that count a replica as alive for a consistency level.
 ALIVE_STATUSES = ("up", "suspect")
@@ -172,9 +186,10 @@ class Hw:
     partition: int
     epoch: int
     hw: int
+    log_start: int = 0  # the leader's log start offset
 
     def to_wire(self) -> list[Any]:
-        return ["hw", self.topic, self.partition, self.epoch, self.hw]
+        return ["hw", self.topic, self.partition, self.epoch, self.hw, self.log_start]
 
 
 @dataclass(frozen=True)
@@ -183,9 +198,10 @@ class Ack:
     partition: int
     epoch: int
     end_offset: int
+    log_start: int = 0  # the follower's log start offset
 
     def to_wire(self) -> list[Any]:
-        return ["ack", self.topic, self.partition, self.epoch, self.end_offset]
+        return ["ack", self.topic, self.partition, self.epoch, self.end_offset, self.log_start]
 
 
 @dataclass(frozen=True)
@@ -201,7 +217,7 @@ class Reject:
 
 
 Frame = Union[Sync, Append, Hw, Ack, Reject]
-_ARITY = {"sync": 10, "append": 7, "hw": 5, "ack": 5, "reject": 6}
+_ARITY = {"sync": 10, "append": 7, "hw": 6, "ack": 6, "reject": 6}
 _HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
 _VOTERS_BYTES_MAX = 64 * 1024
 # An append frame's fields before its data: the tag, a topic name (at most 249 bytes,
@@ -295,9 +311,9 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
             raise BadRequest("malformed replication frame: data must be bytes")
         return Append(topic, partition, epoch, _int(w[4], "prev_end"), _int(w[5], "hw"), w[6])
     if kind == "hw":
-        return Hw(topic, partition, epoch, _int(w[4], "hw"))
+        return Hw(topic, partition, epoch, _int(w[4], "hw"), _int(w[5], "log_start"))
     if kind == "ack":
-        return Ack(topic, partition, epoch, _int(w[4], "end_offset"))
+        return Ack(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"))
     if w[5] not in REASONS:
         raise BadRequest("malformed replication frame: unknown reject reason")
     return Reject(topic, partition, epoch, _int(w[4], "end_offset", -1), w[5])
@@ -377,6 +393,7 @@ class SendCursor:
         self.next: int | None = None
         self.acked = 0
         self.hw_sent = -1
+        self.start_sent = -1  # the log start offset last told (sync or hw frame)
         self.probe_at = 0.0
         self.parked: str | None = None
         self._inflight: deque[tuple[int, int]] = deque()
@@ -387,6 +404,7 @@ class SendCursor:
         """A new connection: nothing in flight, where the follower stands must be asked again."""
         self.next = None
         self.hw_sent = -1
+        self.start_sent = -1
         self.probe_at = now_s
         self.parked = None
         self._drop_inflight()
@@ -395,8 +413,18 @@ class SendCursor:
     def wants_probe(self, now_s: float) -> bool:
         return self.next is None and self.parked is None and now_s >= self.probe_at
 
-    def probed(self, now_s: float) -> None:
+    def probed(self, now_s: float, hw: int, log_start: int) -> None:
+        """A sync frame went out, naming ``hw`` and ``log_start``."""
         self.probe_at = now_s + self.probe_retry_s
+        self.hw_sent, self.start_sent = hw, log_start
+
+    def wants_hw(self, hw: int, log_start: int) -> bool:
+        """Whether to send an hw frame: the high watermark or the log start moved past what was told."""
+        return self.can_send() and (self.hw_sent < hw or self.start_sent < log_start)
+
+    def told(self, hw: int, log_start: int) -> None:
+        """An hw frame went out."""
+        self.hw_sent, self.start_sent = max(self.hw_sent, hw), max(self.start_sent, log_start)
 
     def can_send(self) -> bool:
         return self.next is not None and self.parked is None

@@ -5,8 +5,9 @@ voter set (``voters``: the replicas that count for quorum, the high watermark
 and elections; a new replica joins it once filled), its ballot (``epoch``,
 ``voted_for``), its leader (None while it knows of none), its own durable end
 (what the fsync policy has made safe), and the high watermark (``hw``): what
-consumers may see. On the leader the high watermark is
-``protocol.leader_high_watermark`` over its own durable end and the ends its
+consumers may see. Its log's start offset is the partition's as the leader
+set it (a follower's moves only when replication says so). On the leader the
+high watermark is ``protocol.leader_high_watermark`` over its own durable end and the ends its
 followers acknowledged in its epoch; on a follower it is the leader's high
 watermark as last told, capped at its own log end. A replica alone (a single
 broker) is its own majority: its high watermark is its durable end.
@@ -42,7 +43,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "_ack_seq",
                  "_ack_deadlines", "_ack_timer",
-                 "on_hw", "frozen", "damaged_at", "sums")
+                 "on_hw", "frozen", "damaged_at", "sums", "peer_start")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -62,7 +63,9 @@ class Replica:
         self.catch_up_to: int | None = None  # a leader's log end this replica must reach to count as caught up
         # What survived to this open counts as durable: it was read back from disk.
         self.durable: int = plog.end_offset
-        self.hw: int = plog.end_offset if hw is None else min(hw, plog.end_offset)
+        # Below the log start everything is committed (a leader moves it only within its high
+        # watermark), whatever an older high-watermark checkpoint says.
+        self.hw: int = plog.end_offset if hw is None else min(max(hw, plog.start_offset), plog.end_offset)
         self.follower_ends: dict[str, int] = {}
         self.leader_hw = self.hw
         self.next_sync: asyncio.Future[None] | None = None  # resolves after a sync not yet started
@@ -81,6 +84,7 @@ class Replica:
         self.on_hw: Callable[[Replica], None] | None = None  # told when hw moves (leaders tell followers)
         self.frozen = False  # a leader handing its partition over takes no new appends
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
+        self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
 
     # --- placement and leadership -----------------------------------------------------
 
@@ -120,6 +124,7 @@ class Replica:
         self.leader = self.self_name
         self.epoch_start = self.log.end_offset
         self.follower_ends = {}
+        self.peer_start = 0
         self.aligned = True
         self.frozen = False
         self.refresh()

@@ -109,16 +109,49 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
         rep.log.truncate_after(cut)
         rep.truncated()
     _drop_stray_epoch(rep, frame)
-    if rep.log.end_offset < frame.log_start:
-        rep.log.restart_at(frame.log_start)  # everything we hold is below the leader's log start
-        rep.truncated()
+    follow_start(rep, frame.log_start)
     rep.epoch_start = frame.epoch_start
     rep.aligned = True
     if not rep.caught_up:
         rep.catch_up_to = frame.log_end
     _progress(rep)
     rep.set_leader_hw(frame.hw)
-    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+    return ack(rep)
+
+
+def ack(rep: Replica) -> protocol.Ack:
+    """A follower's answer: its durable end and its log start offset."""
+    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset)
+
+
+def follow_start(rep: Replica, log_start: int) -> bool:
+    """Move a follower's log start offset up to its leader's (never down); whether it moved.
+
+    The leader moves its start only within its high watermark, so the
+    offsets dropped here are committed ones the partition has deleted. A
+    log that ends below it holds nothing the partition still has: it starts
+    again, empty, there. The new start is on disk before any file goes, so a
+    restarted follower never serves below it. A caller must not run this
+    beside an fsync of the log (``GroupCommit.idle`` first).
+    """
+    if log_start <= rep.log.start_offset:
+        return False
+    if log_start <= rep.log.end_offset:
+        rep.log.truncate_before(log_start)
+        log.debug("%s/%d: log start moves to %d, as the leader's", rep.topic, rep.index, log_start)
+    else:
+        log.info("%s/%d: the leader's log starts at %d, past all this replica holds (up to %d): starting again there",
+                 rep.topic, rep.index, log_start, rep.log.end_offset)
+        rep.log.restart_at(log_start)  # synced: durable at once
+        rep.truncated()
+        rep.set_durable(rep.log.end_offset)
+        rep.refresh()
+    return True
+
+
+def start_behind(rep: Replica, frame: protocol.Sync | protocol.Hw) -> bool:
+    """Whether the frame moves this replica's log start (the caller first waits for a running fsync)."""
+    return frame.log_start > rep.log.start_offset
 
 
 def _drop_stray_epoch(rep: Replica, frame: protocol.Sync) -> None:
@@ -172,7 +205,8 @@ def on_hw(rep: Replica, sender: str, frame: protocol.Hw) -> protocol.Frame:
     if not following(rep, sender, frame.epoch):
         return _reject(rep, frame.topic, frame.partition, frame.epoch, protocol.NOT_FOLLOWER)
     rep.set_leader_hw(frame.hw)
-    return protocol.Ack(frame.topic, frame.partition, rep.epoch, rep.durable)
+    follow_start(rep, frame.log_start)
+    return ack(rep)
 
 
 def reject_unknown(topic: str, partition: int, epoch: int) -> protocol.Reject:
@@ -193,6 +227,23 @@ def frame_upto(rep: Replica, prev: int) -> int | None:
     return starts[i] if i < len(starts) else None
 
 
+def hw_frame(rep: Replica) -> protocol.Hw:
+    assert rep.is_leader
+    return protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw, rep.log.start_offset)
+
+
+def lead_start(rep: Replica) -> bool:
+    """A leader moves its log start up to the largest one a follower reported (a move this replica
+    missed while it followed), within its high watermark; whether it moved. Not beside an fsync."""
+    target = min(rep.peer_start, rep.hw)
+    if not rep.is_leader or target <= rep.log.start_offset:
+        return False
+    log.info("%s/%d: a follower's log starts at %d, past ours (%d): moving up to %d", rep.topic, rep.index,
+             rep.peer_start, rep.log.start_offset, target)
+    rep.log.truncate_before(target)
+    return True
+
+
 def sync_frame(rep: Replica) -> protocol.Sync:
     assert rep.is_leader
     history = tuple(rep.log.epochs()[-limits.LEADER_EPOCHS_SENT_MAX:])
@@ -208,6 +259,7 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
         if frame.epoch == rep.epoch:
             cursor.on_ack(frame.end_offset, rep.log.end_offset)
             rep.set_follower_end(follower, frame.end_offset)
+            rep.peer_start = max(rep.peer_start, frame.log_start)  # ``lead_start`` catches up with it
         return None
     if isinstance(frame, protocol.Reject):
         if frame.epoch > rep.epoch and frame.reason in (protocol.STALE_EPOCH, protocol.NOT_FOLLOWER):

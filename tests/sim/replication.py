@@ -78,8 +78,7 @@ class Replication:
                 cur.reset(now)
             if cur.next is None:
                 if cur.wants_probe(now):
-                    cur.probed(now)
-                    cur.hw_sent = rep.hw
+                    cur.probed(now, rep.hw, rep.log.start_offset)
                     self._send(name, link, steps.sync_frame(rep))
                 continue
             while cur.can_send() and cur.next < rep.log.end_offset and \
@@ -94,9 +93,10 @@ class Replication:
                 cur.sent(prev, end, len(data))
                 cur.hw_sent = max(cur.hw_sent, rep.hw)
                 self._send(name, link, protocol.Append(rep.topic, rep.index, rep.epoch, prev, rep.hw, data))
-            if cur.can_send() and cur.hw_sent < rep.hw:
-                cur.hw_sent = rep.hw
-                self._send(name, link, protocol.Hw(rep.topic, rep.index, rep.epoch, rep.hw))
+            if cur.wants_hw(rep.hw, rep.log.start_offset):
+                frame = steps.hw_frame(rep)
+                cur.told(frame.hw, frame.log_start)
+                self._send(name, link, frame)
 
     def _send(self, name: str, link: Link, frame: protocol.Frame) -> None:
         if link.waiting_since is None:
@@ -140,7 +140,7 @@ class Replication:
             elif answer is None:
                 if rep.durable < end and rep.log.end_offset >= end:
                     return  # not synced yet
-                answer = protocol.Ack(key[0], key[1], rep.epoch, rep.durable)
+                answer = steps.ack(rep)
             queue.pop(0)
             self.net.send_frame(self.name, src, conn, answer)
 

@@ -7,7 +7,7 @@
 
 import { api, TOKEN_KEY } from "./api.js";
 import { clearMessage, confirmAction, showMessage } from "./dialogs.js";
-import { $, el, fmtBytes, fmtMs, fmtNum, fmtPhi } from "./dom.js";
+import { $, el, fmtBytes, fmtMs, fmtNum, fmtOffset, fmtPhi } from "./dom.js";
 import { memberRows, offsetRows } from "./groups.js";
 import { drawRing } from "./ring.js";
 import { partitionToken, toBig } from "./tokens.js";
@@ -258,6 +258,13 @@ function renderSummary() {
   ];
   if (under) chips.push(el("span", { class: "warn" }, `${under} under-replicated`));
   if (leaderless) chips.push(el("span", { class: "bad" }, `${leaderless} leaderless`));
+  for (const b of state.brokers) {
+    const c = b.clock || {};
+    if (c.state === "out_of_bounds" || c.state === "warning") {
+      chips.push(el("span", { class: c.state === "warning" ? "warn clock-alert" : "bad clock-alert" },
+        `${b.name} clock ${c.state === "warning" ? "warning" : "out of bounds"} ${fmtOffset(c.offset_ms)}`));
+    }
+  }
   $("#summary").replaceChildren(...chips);
   $("#updated").textContent = state.updatedAt ? `updated ${state.updatedAt.toLocaleTimeString()}` : "";
 }
@@ -295,6 +302,18 @@ function renderRing() {
   );
 }
 
+// A broker's clock as it judges it against its peers' (GET /v1/cluster): an element, and how bad.
+function clockCell(clock) {
+  const state = clock && clock.state;
+  if (!state) return el("span", { class: "muted" }, "—");
+  if (state === "out_of_bounds") {
+    return el("span", { class: "bad", title: "beyond --max-clock-offset: leads no partition, stamps no record" },
+      `out of bounds ${fmtOffset(clock.offset_ms)}`);
+  }
+  if (state === "warning") return el("span", { class: "warn" }, `warning ${fmtOffset(clock.offset_ms)}`);
+  return el("span", { class: state === "ok" ? "good" : "muted" }, state);
+}
+
 function renderBrokers() {
   const body = $("#brokers tbody");
   const rows = state.brokers.map((b) => {
@@ -314,6 +333,7 @@ function renderBrokers() {
       el("td", { class: "addr" }, b.client_url || "—"),
       el("td", { class: "broker-status" }, statusChip(b.status)),
       el("td", { class: "num" }, fmtPhi(b.phi)),
+      el("td", { class: "broker-clock" }, clockCell(b.clock)),
       el("td", { class: "num" }, fmtBytes(load.disk_bytes)),
       el("td", { class: "num" }, fmtNum(led)),
       el("td", { class: "num" }, fmtNum(followed)),

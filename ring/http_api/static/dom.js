@@ -48,5 +48,14 @@ export function fmtMs(ms) {
   return `${ms} ms`;
 }
 
+// A clock offset for people: "8.0 d ahead", "61.2 s behind", "340 ms ahead".
+export function fmtOffset(ms) {
+  if (typeof ms !== "number") return "";
+  const size = Math.abs(ms), way = ms >= 0 ? "ahead" : "behind";
+  if (size >= 86400000) return `${(size / 86400000).toFixed(1)} d ${way}`;
+  if (size >= 1000) return `${(size / 1000).toFixed(1)} s ${way}`;
+  return `${Math.round(size)} ms ${way}`;
+}
+
 export const fmtNum = (n) => (n === null || n === undefined ? "—" : String(n));
 export const fmtPhi = (phi) => (typeof phi === "number" ? phi.toFixed(2) : "—");

@@ -1,0 +1,107 @@
+"""A partition starts where its leader says: truncation and retention on three real brokers.
+
+The leader alone moves a partition's log start offset (``POST .../truncate``,
+retention by its clock and by size); the followers take it through
+replication, as they take the high watermark, and then report it and serve
+nothing below it. A follower that was down meanwhile takes it when it comes
+back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import orjson
+import pytest
+
+from tests.brokers import Member, TestCluster
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 20.0
+ARGS = ("--fsync", "interval:100", "--retention-interval-s", "0.5")
+
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.1)
+
+
+def earliest(m: Member, topic: str, partition: int) -> int | None:
+    """The earliest offset of this broker's own replica."""
+    r = m.http.get(f"/v1/topics/{topic}")
+    assert r.status == 200, (m.name, r.body)
+    return r.json()["partitions"][partition]["earliest_offset"]
+
+
+def assert_starts_at(m: Member, topic: str, partition: int, start: int) -> None:
+    """``m`` reports ``start`` as the earliest offset and serves from it, never below it."""
+    assert earliest(m, topic, partition) == start, m.name
+    if start > 0:
+        below = m.http.fetch(topic, partition, offset=start - 1)
+        assert below.status == 416, (m.name, below.status, below.body)
+        assert below.json()["earliest"] == start
+    first = m.http.fetch(topic, partition)  # no offset: from the earliest
+    assert first.status == 200, (m.name, first.body)
+    assert first.json()["records"][0]["offset"] == start, m.name
+    at = m.http.get(f"/v1/topics/{topic}/partitions/{partition}/offsets", query={"timestamp": "earliest"})
+    assert at.json()["offset"] == start, m.name
+
+
+def produce(m: Member, topic: str, n: int, size: int = 100) -> None:
+    body = orjson.dumps([{"value": "x" * size} for _ in range(n)])
+    for _ in range(3):  # a few requests, so the segments roll
+        r = m.http.produce(topic, body, partition=0, consistency="all")
+        assert r.status == 200, r.body
+
+
+def test_truncate_reaches_every_replica_and_a_follower_down_meanwhile_catches_up(make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
+    produce(c[0], topic, 20)
+    leader = c.member(c.leaders(topic)[0])
+    up, down = [m for m in c if m is not leader]
+    for m in c:  # every replica holds everything, and starts at 0
+        wait_for(f"{m.name} holds offsets 0-59", lambda m=m: m.http.get(f"/v1/topics/{topic}").json()
+                 ["partitions"][0]["high_watermark"] == 60)
+        assert_starts_at(m, topic, 0, 0)
+    down.kill()
+    r = up.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 15})  # forwarded
+    assert r.status == 200 and r.json()["earliest_offset"] == 15, r.body
+    assert_starts_at(leader, topic, 0, 15)
+    wait_for(f"{up.name} follows the leader's start", lambda: earliest(up, topic, 0) == 15)
+    assert_starts_at(up, topic, 0, 15)
+    down.restart()
+    wait_for(f"{down.name}, back, follows the leader's start", lambda: earliest(down, topic, 0) == 15)
+    assert_starts_at(down, topic, 0, 15)
+    # Past a follower's whole log: it starts again there (the leader's log ends at 60 too).
+    assert up.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 60}).status == 200
+    for m in c:
+        wait_for(f"{m.name} starts at 60", lambda m=m: earliest(m, topic, 0) == 60)
+        assert m.http.fetch(topic, 0, offset=59).status == 416
+
+
+def test_retention_by_the_leaders_clock_and_by_size_reaches_every_replica(make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    by_age, by_size = topic + "-age", topic + "-size"
+    assert c[0].http.create_topic(by_age, partitions=1, replication_factor=3, segment_bytes=4096,
+                                  retention_ms=1000).status == 201
+    assert c[0].http.create_topic(by_size, partitions=1, replication_factor=3, segment_bytes=4096,
+                                  retention_bytes=3000).status == 201
+    produce(c[1], by_age, 20)
+    produce(c[1], by_size, 20)
+    for t in (by_age, by_size):
+        leader = c.member(c.leaders(t)[0])
+        start = wait_for(f"the leader of {t} applies retention",
+                         lambda t=t, leader=leader: earliest(leader, t, 0) or None)
+        assert 0 < start < 60  # whole closed segments went; the active one never does
+        for m in c:
+            wait_for(f"{m.name} follows the leader's start of {t}", lambda m=m, t=t, s=start: earliest(m, t, 0) == s)
+            assert_starts_at(m, t, 0, start)
