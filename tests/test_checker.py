@@ -169,6 +169,36 @@ def test_final_read_errors_are_counted() -> None:
     assert r.drain_errors == 1 and counts(r) == ZEROS
 
 
+def test_a_moved_start_offset_is_counted_once_per_replica() -> None:
+    h = clean_history()
+    h.starts = [(1.0, "ring-0", 0, 0), (1.0, "ring-2", 0, 0), (2.0, "ring-2", 0, 80), (3.0, "ring-2", 0, 80)]
+    h.meta["partitions"] = {"0": [{"partition": 0, "earliest_offset": 0}], "1": [{"partition": 0, "earliest_offset": 3}]}
+    r = check(History.from_json(json.loads(json.dumps(h.to_json()))))
+    assert r.starts_moved == 2 and counts(r) == ZEROS
+    assert r.examples["starts_moved"] == ["ring-2 partition 0 started at offset 80 at 2.0s",
+                                          "ring-1 partition 0 started at offset 3 after the drain"]
+    assert check(clean_history()).starts_moved == 0
+
+
+def test_a_record_stamped_off_the_clock_of_its_produce_is_counted() -> None:
+    h = clean_history()
+    h.meta["wall_ms_at_start"] = 1_000_000
+    h.reads = [Read(x.source, x.broker, x.partition, x.offset, x.value, x.at_s,
+                    1_000_000 + 100 if x.value != "c" else 1_000_000 + 8 * 86_400_000) for x in h.reads]
+    r = check(h)
+    assert r.stamped_off == 1 and "c at 0/2" in r.examples["stamped_off"][0] and counts(r) == ZEROS
+    h.meta["wall_ms_at_start"] = 1_000_000 + 4_000  # within the tolerance still
+    h.reads = [x for x in h.reads if x.value != "c"]
+    assert check(h).stamped_off == 0
+
+
+def test_an_offset_by_timestamp_answer_that_changed_is_counted() -> None:
+    h = clean_history()
+    h.timestamp_answers = [("ring-0", 0, 5, 2, 2), ("ring-1", 0, 5, 2, 0)]
+    r = check(History.from_json(json.loads(json.dumps(h.to_json()))))
+    assert r.timestamp_answers_changed == 1 and "ring-1 partition 0" in r.examples["timestamp_answers_changed"][0]
+
+
 def test_two_attempts_with_one_value_are_a_harness_bug() -> None:
     h = clean_history()
     h.writes.append(w("a", 1.0, 1.1, FAIL))

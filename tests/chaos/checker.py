@@ -27,6 +27,14 @@ Pure and deterministic (no I/O, no clock), so hand-made histories test it
   producer went without an acknowledgement while it kept trying.
 * ``divergent_partitions``: partitions whose replicas, compared after
   healing, do not hold the same stored batches (or could not be read whole).
+* ``starts_moved``: (broker, partition) replicas ever reported with a start
+  offset above 0: a chaos run never truncates and its topic keeps records
+  for days, so a moved start is records deleted by a wrong clock (or worse).
+* ``stamped_off``: records whose stored timestamp lies more than
+  ``STAMP_TOLERANCE_MS`` outside the time their produce was in flight, by
+  the harness's clock: stamped by a broker whose clock was off.
+* ``timestamp_answers_changed``: a broker's first offset at or after a
+  timestamp, asked before the faults and after the drain, differs.
 
 Each anomaly keeps a few examples, so a report can be acted on.
 """
@@ -40,6 +48,9 @@ from typing import Any, Iterable
 from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, REPLICA, UNKNOWN, History, ReplicaCopy, Write
 
 EXAMPLES_MAX = 5  # per anomaly: enough to start debugging, short enough to print
+# A record's timestamp may lie this far outside its produce's flight (the brokers' clocks are the
+# harness machine's, unless a fault moved one): past ring's default hard clock bound of 2 s.
+STAMP_TOLERANCE_MS = 5_000
 
 
 @dataclass
@@ -62,6 +73,9 @@ class Report:
     longest_outage_s: float = 0.0
     divergent_partitions: int = 0
     drain_errors: int = 0
+    starts_moved: int = 0
+    stamped_off: int = 0
+    timestamp_answers_changed: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -104,7 +118,45 @@ def check(history: History) -> Report:
     r.order_violations = _order(r, writes, history)
     r.longest_outage_s = _longest_outage(writes)
     r.divergent_partitions = _divergence(r, history.replicas)
+    r.starts_moved = _starts(r, history)
+    r.stamped_off = _stamps(r, history, by_value)
+    for broker, p, ts, before, after in history.timestamp_answers:
+        if before != after:
+            r.timestamp_answers_changed += 1
+            r.note("timestamp_answers_changed", f"{broker} partition {p}: first offset at or after {ts} was "
+                   f"{before} before the faults, {after} after")
     return r
+
+
+def _starts(r: Report, history: History) -> int:
+    seen = [(at, broker, p, start) for at, broker, p, start in history.starts]
+    for i, parts in (history.meta.get("partitions") or {}).items():
+        seen += [(None, f"ring-{i}", x["partition"], x["earliest_offset"]) for x in parts or []
+                 if x.get("earliest_offset") is not None]
+    moved: set[tuple[str, int]] = set()
+    for at, broker, p, start in seen:
+        if start > 0 and (broker, p) not in moved:
+            moved.add((broker, p))
+            when = "after the drain" if at is None else f"at {at:.1f}s"
+            r.note("starts_moved", f"{broker} partition {p} started at offset {start} {when}")
+    return len(moved)
+
+
+def _stamps(r: Report, history: History, by_value: dict[str, Write]) -> int:
+    wall0 = history.meta.get("wall_ms_at_start")
+    if wall0 is None:
+        return 0
+    off: set[str] = set()
+    for x in history.reads:
+        w = by_value.get(x.value)
+        if x.source != FINAL or x.timestamp is None or w is None or x.value in off:
+            continue
+        early, late = wall0 + w.start_s * 1000 - STAMP_TOLERANCE_MS, wall0 + w.end_s * 1000 + STAMP_TOLERANCE_MS
+        if not early <= x.timestamp <= late:
+            off.add(x.value)
+            r.note("stamped_off", f"{x.value} at {x.partition}/{x.offset} stamped {x.timestamp - wall0:.0f} ms after "
+                   f"the run began; its produce was in flight {w.start_s:.2f}-{w.end_s:.2f}s")
+    return len(off)
 
 
 def _outcomes(r: Report, writes: list[Write], final_values: set[str], read_values: set[str]) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from ring.localcluster import LocalBroker
 from ring.log import batch as batchfmt
 from ring.errors import RingError
 from tests.chaos.history import BatchId, Read, ReplicaCopy
+from tests.brokers import faketime
 from tests.chaos.network import Network
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,14 +36,6 @@ READ_BYTES_MAX = 1 << 20  # per fetch: a chaos partition holds a few MiB at most
 READ_ROUNDS_MAX = 10_000  # per partition read: each round moves forward or stops
 HTTP_TIMEOUT_S = 10.0
 JOIN_TIMEOUT_S = 60.0  # three cold starts on a busy 2-core machine, plus gossip rounds
-
-
-@dataclass
-class ChaosBroker(LocalBroker):
-    prefix: list[str] = field(default_factory=list)  # e.g. ip netns exec NS
-
-    def command(self) -> list[str]:
-        return [*self.prefix, *super().command()]
 
 
 def value_text(raw: bytes) -> str:
@@ -55,30 +47,31 @@ def value_text(raw: bytes) -> str:
     return v if isinstance(v, str) else raw.decode("utf-8", "replace")
 
 
-def decode_batches(data: bytes, from_offset: int = 0) -> tuple[list[tuple[int, str]], list[BatchId]]:
-    """(offset, value) of every record at or after ``from_offset``, and each batch's identity."""
+def decode_batches(data: bytes, from_offset: int = 0) -> tuple[list[tuple[int, str, int]], list[BatchId]]:
+    """(offset, value, timestamp) of every record at or after ``from_offset``, and each batch's identity."""
     records, ids = [], []
     for h, pos in batchfmt.scan(data, verify=True):
         ids.append((h.base_offset, h.leader_epoch, h.crc, h.record_count))
         for rec in batchfmt.decode(data, pos, verify=False)[1]:
             if rec.offset >= from_offset:
-                records.append((rec.offset, value_text(rec.value)))
+                records.append((rec.offset, value_text(rec.value), rec.timestamp))
     return records, ids
 
 
 class ChaosCluster:
-    def __init__(self, root: Path, network: Network, fsync: str) -> None:
+    def __init__(self, root: Path, network: Network, fsync: str, extra_args: tuple[str, ...] = ()) -> None:
         self.root, self.network, self.fsync = Path(root), network, fsync
         self.secret = secrets.token_hex(16)
         places = network.places
         seeds = ",".join(f"{p.reach_host}:{p.peer_port}" for p in places)
-        self.brokers: list[ChaosBroker] = []
+        self.brokers: list[LocalBroker] = []
         for i, place in enumerate(places):
-            args = ["--peer-listen", f"{place.host}:{place.peer_port}", "--seeds", seeds, "--fsync", fsync]
+            args = ["--peer-listen", f"{place.host}:{place.peer_port}", "--seeds", seeds, "--fsync", fsync,
+                    *extra_args]
             if place.advertise:
                 args += ["--advertise", place.advertise]
             name = f"ring-{i}"
-            self.brokers.append(ChaosBroker(
+            self.brokers.append(LocalBroker(
                 name, self.root / name, place.client_port, host=place.host, args=args,
                 env={"PYTHONPATH": str(REPO_ROOT), "RING_CLUSTER_SECRET": self.secret},
                 log_path=self.root / f"{name}.log", prefix=place.prefix))
@@ -123,6 +116,16 @@ class ChaosCluster:
         b = self.brokers[i]
         b.kill()
         self.paused.discard(i)
+        await asyncio.to_thread(b.start, True)
+
+    async def restart_with_clock(self, i: int, offset: str | None) -> None:
+        """Stop broker i cleanly and start it again with its wall clock ``offset`` off (libfaketime:
+        ``+8d``, ``-60s``), or right (None); returns once it answers."""
+        b = self.brokers[i]
+        if i in self.paused:
+            self.resume(i)
+        await asyncio.to_thread(b.stop)
+        b.prefix = [*self.network.places[i].prefix, *(faketime(offset) if offset else [])]
         await asyncio.to_thread(b.start, True)
 
     def kill(self, i: int) -> None:
@@ -200,6 +203,10 @@ class ChaosCluster:
                     return {p["partition"]: self.index(p["leader"]) for p in parts if p["leader"]}
         return {}
 
+    async def offset_for_timestamp(self, i: int, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        doc = await self.get_json(i, f"/v1/topics/{topic}/partitions/{partition}/offsets?timestamp={timestamp_ms}")
+        return doc["offset"] if doc else None
+
     async def statuses(self, i: int) -> dict[str, str]:
         doc = await self.get_json(i, "/v1/cluster")
         return {b["name"]: b["status"] for b in doc["brokers"]} if doc else {}
@@ -237,7 +244,7 @@ class ChaosCluster:
             except RingError as exc:
                 return reads, f"bad batches: {exc}"
             name = self.brokers[i].name
-            reads += [Read(source, name, partition, o, v, at_s) for o, v in records]
+            reads += [Read(source, name, partition, o, v, at_s, ts) for o, v, ts in records]
             next_offset, hw = int(headers["Ring-Next-Offset"]), int(headers["Ring-High-Watermark"])
             if next_offset >= hw or next_offset <= offset:
                 return reads, ""
@@ -268,7 +275,7 @@ class ChaosCluster:
             except RingError as exc:
                 return ReplicaCopy(name, partition, tuple(ids), end, f"bad batches: {exc}"), reads
             ids += [b for b in batch_ids if b[0] + b[3] > offset]
-            reads += [Read(source, name, partition, o, v, at_s) for o, v in records]
+            reads += [Read(source, name, partition, o, v, at_s, ts) for o, v, ts in records]
             if not batch_ids or ids[-1][0] + ids[-1][3] >= end:
                 return ReplicaCopy(name, partition, tuple(ids), end), reads
             offset = ids[-1][0] + ids[-1][3]

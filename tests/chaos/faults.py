@@ -16,6 +16,13 @@
   every broker's last-segment sizes a few times a second.
 * ``flip_bit``: one random bit of one closed segment of one replica, flipped
   in place while the broker runs (silent disk corruption).
+* ``skew_clock``: a broker stopped cleanly and started again with its wall
+  clock moved (libfaketime, the monotonic clock untouched), or right again.
+
+Two observations go with the clock: ``sample_starts`` records every replica's
+start offset as its broker reports it, and ``probe_timestamps`` asks every
+broker for the first offset at or after a recent timestamp (before the
+faults, and again after the drain).
 
 Every fault's event text carries what is needed to reproduce it (broker,
 file, position, bit). ``heal_all`` undoes whatever is still in effect.
@@ -134,6 +141,7 @@ class Faults:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
         self.history, self.rng, self.now, self.sampler = history, rng, now, sampler
         self.killed: set[int] = set()
+        self.skewed: set[int] = set()
 
     def event(self, text: str) -> None:
         self.history.events.append((round(self.now(), 3), text))
@@ -189,6 +197,59 @@ class Faults:
             self.resume(i)
         for i in sorted(self.killed):
             await self.restart(i)
+        for i in sorted(self.skewed):
+            await self.skew_clock(i, None)
+
+    # --- clocks ---------------------------------------------------------------------------
+
+    async def skew_clock(self, i: int, offset: str | None) -> None:
+        """Restart broker i (a clean stop) with its wall clock ``offset`` off (``+8d``, ``-60s``), or right."""
+        self.event(f"restart {self.name(i)} with its clock {offset}" if offset else
+                   f"restart {self.name(i)} with its clock right")
+        await self.cluster.restart_with_clock(i, offset)
+        if offset:
+            self.skewed.add(i)
+        else:
+            self.skewed.discard(i)
+        self.killed.discard(i)
+        self.event(f"{self.name(i)} ready")
+
+    async def sample_starts(self) -> None:
+        """Every answering broker's report of its replicas' start offsets, into the history."""
+        for j in range(self.cluster.size):
+            if self.cluster.answering(j):
+                for p in await self.cluster.describe(self.topic, j) or []:
+                    if p.get("earliest_offset") is not None:
+                        self.history.starts.append((round(self.now(), 3), self.name(j), p["partition"],
+                                                    p["earliest_offset"]))
+
+    async def probe_timestamps(self) -> None:
+        """Ask every broker, on every partition, for the first offset at or after each of a few timestamps of
+        the last two seconds (by this machine's clock). The first call notes the answers on which every broker
+        agreed (a lagging follower's may still be its high watermark); a later call asks again and adds
+        (broker, partition, timestamp, before, after) for each of them to the history."""
+        probe = self.history.meta.get("timestamp_probe")
+        now_ms = int(time.time() * 1000)
+        stamps = probe["timestamps"] if probe else [now_ms - 1500, now_ms - 1000, now_ms - 500]
+        answers: dict[tuple[int, int], dict[str, int]] = {}
+        for j in range(self.cluster.size):
+            if not self.cluster.answering(j):
+                continue
+            for p in range(self.partitions):
+                for ts in stamps:
+                    got = await self.cluster.offset_for_timestamp(j, self.topic, p, ts)
+                    if got is not None:
+                        answers.setdefault((p, ts), {})[self.name(j)] = got
+        if probe is None:
+            agreed = [[p, ts, a] for (p, ts), a in sorted(answers.items()) if len(set(a.values())) == 1]
+            self.history.meta["timestamp_probe"] = {"timestamps": stamps, "before": agreed}
+            self.event(f"offsets at {len(stamps)} timestamps noted on every broker ({len(agreed)} agreed)")
+            return
+        for p, ts, before in probe["before"]:
+            for broker, offset in sorted(before.items()):
+                after = answers.get((p, ts), {}).get(broker)
+                if after is not None:
+                    self.history.timestamp_answers.append((broker, p, ts, offset, after))
 
     # --- power loss -----------------------------------------------------------------------
 

@@ -89,8 +89,9 @@ async def run(spec: RunSpec) -> dict[str, Any]:
     rng = random.Random(spec.seed)
     t0 = time.monotonic()
     now = lambda: time.monotonic() - t0  # noqa: E731
-    history = History(meta={"spec": asdict(spec), "fsync": scenario.fsync})
-    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync)
+    history = History(meta={"spec": asdict(spec), "fsync": scenario.fsync,
+                            "wall_ms_at_start": int(time.time() * 1000) - int((time.monotonic() - t0) * 1000)})
+    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync, scenario.args)
     result: dict[str, Any] = {"spec": asdict(spec), "scenario": scenario.what, "fsync": scenario.fsync,
                               "network": cluster.network.name, "seconds": spec.seconds, "error": "",
                               "drained": False}
@@ -156,6 +157,9 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
     history.events.append((round(now(), 3), "drained"))
     result["drained"] = True
     history.meta["partitions"] = {i: await cluster.describe(TOPIC, i) for i in range(cluster.size)}
+    await faults.sample_starts()
+    if "timestamp_probe" in history.meta:
+        await faults.probe_timestamps()
 
 
 async def _copies(cluster: ChaosCluster, now) -> list[tuple[ReplicaCopy, list]]:

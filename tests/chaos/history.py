@@ -8,9 +8,9 @@ value under its producer's key, with the outcome the client could tell
 (``ok`` with the partition and offset the broker gave it; ``fail`` when the
 broker said nothing was written, a 503 or a 4xx; ``unknown`` for a 504, a
 timeout or a broken connection). A read is one record at one offset as one
-source returned it: a consumer during the run, the final drain of one
-broker's client API, or one replica's own log read on the peer port after
-healing. A ``ReplicaCopy`` is one replica's stored batches of one partition,
+source returned it (with the record's timestamp): a consumer during the
+run, the final drain of one broker's client API, or one replica's own log
+read on the peer port after healing. A ``ReplicaCopy`` is one replica's stored batches of one partition,
 by header, for comparing replicas byte for byte without keeping the bytes.
 """
 
@@ -54,6 +54,7 @@ class Read:
     offset: int
     value: str
     at_s: float = 0.0
+    timestamp: int | None = None  # the record's, ms since the epoch (None: not kept)
 
     def __post_init__(self) -> None:
         assert self.source in SOURCES, self.source
@@ -81,17 +82,25 @@ class History:
     fetches_failed: int = 0
     drain_errors: list[str] = field(default_factory=list)  # final reads that failed: broker, partition, why
     events: list[tuple[float, str]] = field(default_factory=list)  # faults as they happened
+    # (at_s, broker, partition, earliest offset) as brokers reported their replicas' starts; a chaos
+    # run never truncates and its topic keeps records for days, so every one must be 0
+    starts: list[tuple[float, str, int, int]] = field(default_factory=list)
+    # (broker, partition, timestamp, offset before, offset after): a broker's answer for the first offset
+    # at or after a timestamp, asked before the faults and again after the drain
+    timestamp_answers: list[tuple[str, int, int, int, int]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "writes": [asdict(w) for w in self.writes],
-            "reads": [[r.source, r.broker, r.partition, r.offset, r.value, r.at_s] for r in self.reads],
+            "reads": [[r.source, r.broker, r.partition, r.offset, r.value, r.at_s, r.timestamp] for r in self.reads],
             "replicas": [{**asdict(c), "batches": [list(b) for b in c.batches]} for c in self.replicas],
             "fetches_ok": self.fetches_ok,
             "fetches_failed": self.fetches_failed,
             "drain_errors": self.drain_errors,
             "events": [list(e) for e in self.events],
+            "starts": [list(x) for x in self.starts],
+            "timestamp_answers": [list(x) for x in self.timestamp_answers],
             "meta": self.meta,
         }
 
@@ -106,5 +115,7 @@ class History:
             fetches_failed=doc.get("fetches_failed", 0),
             drain_errors=list(doc.get("drain_errors", [])),
             events=[(float(t), str(what)) for t, what in doc.get("events", [])],
+            starts=[tuple(x) for x in doc.get("starts", [])],  # type: ignore[misc]
+            timestamp_answers=[tuple(x) for x in doc.get("timestamp_answers", [])],  # type: ignore[misc]
             meta=dict(doc.get("meta", {})),
         )

@@ -40,7 +40,9 @@ def _row(res: dict[str, Any]) -> str:
     notes = []
     for key, label in (("failed_but_read", "refused yet read"), ("vanished", "read then vanished"),
                        ("inconsistent_visible", "client-visible inconsistent offsets"),
-                       ("drain_errors", "final reads failed")):
+                       ("drain_errors", "final reads failed"), ("starts_moved", "replica start offsets moved"),
+                       ("stamped_off", "records stamped off the clock"),
+                       ("timestamp_answers_changed", "offsets by timestamp changed")):
         if r.get(key):
             notes.append(f"{r[key]} {label}")
     meta = res.get("meta") or {}

@@ -47,6 +47,7 @@ class Scenario:
     fsync: str = "always"
     duration_s: float = 60.0
     short_s: float = 15.0
+    args: tuple[str, ...] = ()  # more `ring serve` flags for every broker
 
 
 async def no_faults(ctx: Ctx) -> None:
@@ -159,6 +160,28 @@ async def bit_flip(ctx: Ctx) -> None:
         await f.restart(victim)
 
 
+async def clock_skew(ctx: Ctx) -> None:
+    """The leader of a random partition restarted with its wall clock 8 days off (ahead or behind, by the
+    run's seed), then 60 s off the same way, then right; a third of the time left each. Every replica's
+    start offset is sampled every second, and offsets by timestamp are noted before the first skew."""
+    f = ctx.faults
+    await ctx.sleep(WARMUP_S)
+    await f.probe_timestamps()
+    victim, _ = await f.a_leader()
+    sign = f.rng.choice("+-")
+    phase_s = max(3.0, (ctx.left_s - 1) / 3)
+    for offset in (f"{sign}8d", f"{sign}60s", None):
+        if ctx.left_s < 2:
+            return
+        began = time.monotonic()
+        await f.skew_clock(victim, offset)
+        for _ in range(1000):
+            if time.monotonic() - began >= phase_s or ctx.left_s <= 0:
+                break
+            await f.sample_starts()
+            await ctx.sleep(1.0)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("none", "no faults", no_faults, short_s=8.0),
     Scenario("leader-kill", "SIGKILL a leader every 10 s, restart after 5 s", leader_kill, short_s=12.0),
@@ -173,4 +196,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "(fsync interval:1000)", torn_kill, fsync="interval:1000", short_s=10.0),
     Scenario("bit-flip", "one bit flipped in a closed segment of one replica (full run: then kill, restart)",
              bit_flip, short_s=10.0),
+    Scenario("clock-skew", "a leader restarted with its clock 8 days off, then 60 s off, then right (retention "
+             "checked every second)", clock_skew, short_s=24.0, args=("--retention-interval-s", "1")),
 ]}

@@ -254,7 +254,7 @@ class Workload:
         except RingError:
             return None
         at, name = self.now(), self.cluster.brokers[i].name
-        self.history.reads += [Read(CONSUMER, name, p, o, v, at) for o, v in records]
+        self.history.reads += [Read(CONSUMER, name, p, o, v, at, ts) for o, v, ts in records]
         return next_offset
 
 
