@@ -15,18 +15,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import orjson
 import pytest
 
 from ring.log import batch as batchfmt
 from tests.brokers import REPO_ROOT, Member, TestCluster, faketime, faketime_file, libfaketime
+from tests.support import require, wait_for
 
 pytestmark = pytest.mark.integration
 
 DAY_MS = 86_400_000
-WAIT_S = 30.0
 ARGS = ("--fsync", "interval:100", "--retention-interval-s", "0.5")
 
 
@@ -38,16 +37,6 @@ def _needs_faketime() -> None:
             pytest.fail(why)
         pytest.skip(why)
 
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.1)
 
 
 def clock(m: Member) -> dict:

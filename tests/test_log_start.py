@@ -9,29 +9,17 @@ back.
 
 from __future__ import annotations
 
-import time
-from typing import Callable
 
 import orjson
 import pytest
 
 from tests.brokers import Member, TestCluster
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
-WAIT_S = 20.0
 ARGS = ("--fsync", "interval:100", "--retention-interval-s", "0.5")
 
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.1)
 
 
 def earliest(m: Member, topic: str, partition: int) -> int | None:
