@@ -162,15 +162,15 @@ async def bit_flip(ctx: Ctx) -> None:
 
 async def clock_skew(ctx: Ctx) -> None:
     """The leader of a random partition restarted with its wall clock 8 days off (ahead or behind, by the
-    run's seed), then 60 s off the same way, then right; a third of the time left each. Every replica's
+    run's seed), then 60 s off the other way, then right; a third of the time left each. Every replica's
     start offset is sampled every second, and offsets by timestamp are noted before the first skew."""
     f = ctx.faults
     await ctx.sleep(WARMUP_S)
     await f.probe_timestamps()
     victim, _ = await f.a_leader()
-    sign = f.rng.choice("+-")
+    sign, other = f.rng.choice((("+", "-"), ("-", "+")))
     phase_s = max(3.0, (ctx.left_s - 1) / 3)
-    for offset in (f"{sign}8d", f"{sign}60s", None):
+    for offset in (f"{sign}8d", f"{other}60s", None):
         if ctx.left_s < 2:
             return
         began = time.monotonic()
@@ -196,6 +196,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "(fsync interval:1000)", torn_kill, fsync="interval:1000", short_s=10.0),
     Scenario("bit-flip", "one bit flipped in a closed segment of one replica (full run: then kill, restart)",
              bit_flip, short_s=10.0),
-    Scenario("clock-skew", "a leader restarted with its clock 8 days off, then 60 s off, then right (retention "
-             "checked every second)", clock_skew, short_s=24.0, args=("--retention-interval-s", "1")),
+    Scenario("clock-skew", "a leader restarted with its clock 8 days off, then 60 s off the other way, then right "
+             "(retention checked every second)", clock_skew, short_s=24.0, args=("--retention-interval-s", "1")),
 ]}
