@@ -18,7 +18,8 @@ once; a peer loaded from that file counts as ``down`` until it is heard from
 in this run.
 
 Every exchange this broker starts also measures the peer's wall clock (the
-ACK carries it; ``ring.gossip.clocks``), and every gossip round judges this
+answer carries it in a header, ``H_WALL_MS``; ``ring.gossip.clocks``), and
+every gossip round judges this
 broker's clock against its peers': the judgement is gossiped (``clock`` in
 the entry's extra), logged when it changes, and handed to the broker
 (``on_clock``); live peers without a fresh measurement get an exchange of
@@ -34,7 +35,6 @@ second earlier), and ``up`` again within a gossip round or two of its return.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import random
@@ -55,7 +55,7 @@ from ring.hashing import Ring
 from ring.log.fsync import write_atomically
 from ring.replication.protocol import ALIVE_STATUSES
 from ring.tls import PLAINTEXT, TlsConfig
-from ring.cluster.peers import H_BROKER, H_SECRET
+from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
 log = logging.getLogger("ring.cluster")
 
@@ -214,10 +214,8 @@ class Membership:
         task.add_done_callback(lambda t: self._exchanges.pop(addr, None) if self._exchanges.get(addr) is t else None)
         return task
 
-    def _stamped(self, msg: Message) -> Message:
-        return dataclasses.replace(msg, wall_ms=self.clock.wall_ms())
-
-    async def _post(self, addr: str, msg: Message) -> bytes:
+    async def _post(self, addr: str, msg: Message) -> tuple[bytes, str | None]:
+        """The answer's body, and the peer's wall clock as it answered (``H_WALL_MS``, None without)."""
         assert self._session is not None
         headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_MSGPACK}
         async with self._session.post(f"{self.tls.scheme}://{addr}{GOSSIP_PATH}", data=pack(msg.to_wire()),
@@ -226,32 +224,33 @@ class Membership:
             if resp.status >= 300:
                 raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
                                                   message=body[:200].decode(errors="replace"))
-            return body
+            return body, resp.headers.get(H_WALL_MS)
 
     async def _exchange(self, addr: str, syn: Message) -> None:
-        """One push-pull with a peer, which also measures its clock: the SYN carries our wall clock as
-        it leaves, the ACK the peer's as it answered (``ring.gossip.clocks``)."""
+        """One push-pull with a peer, which also measures its clock: our wall clock as the SYN leaves,
+        the peer's in the ACK's ``H_WALL_MS`` header, the round trip on the monotonic clock
+        (``ring.gossip.clocks``)."""
         try:
-            syn = self._stamped(syn)
-            sent_s = self.now()
-            body = await self._post(addr, syn)
+            sent_s, sent_wall_ms = self.now(), self.clock.wall_ms()
+            body, peer_wall = await self._post(addr, syn)
             if not body:
                 return
             msg = unpack_message(body)
-            if isinstance(msg, Ack) and msg.wall_ms is not None and syn.wall_ms is not None:
-                now = self.now()
-                self.clocks.sample(msg.sender, now, syn.wall_ms, now - sent_s, msg.wall_ms)
+            if isinstance(msg, Ack) and peer_wall and len(peer_wall) <= 19 and peer_wall.isdigit():
+                now = self.now()  # (isdigit: ASCII or other digits; int() takes both, the peer has the secret)
+                self.clocks.sample(msg.sender, now, sent_wall_ms, now - sent_s, int(peer_wall))
             for out in self.step(addr, msg):
-                await self._post(out.to_addr, self._stamped(out.message))
+                await self._post(out.to_addr, out.message)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadRequest) as exc:
             log.debug("gossip with %s failed: %s", addr, exc)
 
     def handle(self, body: bytes) -> bytes | None:
-        """The peer side: step on a message from a peer; the answer goes back in the response."""
+        """The peer side: step on a message from a peer; the answer goes back in the response (with our
+        wall clock in its ``H_WALL_MS`` header)."""
         msg = unpack_message(body)
         peer = self.core.state.endpoints.get(msg.sender)
         outs = self.step(peer.peer_addr if peer is not None else "", msg)
-        return pack(self._stamped(outs[0].message).to_wire()) if outs else None
+        return pack(outs[0].message.to_wire()) if outs else None
 
     def step(self, addr: str, msg: Message) -> list:
         outs = self.core.on_message(self.now(), addr, msg)

@@ -38,6 +38,10 @@ H_SECRET = "Ring-Cluster-Secret"  # every peer request: the shared cluster secre
 H_BROKER = "Ring-Broker"
 H_PRINCIPAL = "Ring-Principal"
 H_HIGH_WATERMARK = "Ring-High-Watermark"
+# A gossip exchange's answer: the answering broker's wall clock, ms since the epoch (its sender
+# measures the clock offset between them: ring.gossip.clocks). A header, so that a broker of a
+# version without it gossips as before.
+H_WALL_MS = "Ring-Wall-Ms"
 CT_BATCH = "application/vnd.ring.batch"
 CT_BATCHES = "application/vnd.ring.batches"
 

@@ -2,7 +2,7 @@
 
 Every gossip exchange a broker starts is a measurement (as NTP and
 CockroachDB measure): the broker notes its own wall clock as the SYN leaves
-and the round trip on its monotonic clock; the peer's ACK carries the
+and the round trip on its monotonic clock; the peer's answer carries the
 peer's wall clock as it answered. The peer read its clock somewhere within
 the round trip, so::
 

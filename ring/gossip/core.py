@@ -24,8 +24,6 @@ gossiped status with phi: convicted (phi >= 8) is "down", phi >= 5 is
 message to ``on_message`` with the address to answer, and send what both
 return; they may drop or reorder messages freely, gossip repairs that.
 Message wire forms are plain dicts (``to_wire`` / ``message_from_wire``).
-The driver stamps each message it sends with its wall clock (``wall_ms``):
-an ACK's tells the SYN's sender the peer's clock (``ring.gossip.clocks``).
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ from ring.gossip.state import (
     Digest,
     EndpointState,
     TopicEntry,
-    _int,
     _plain_map,
     _str,
     _topic_name,
@@ -60,20 +57,13 @@ SUSPECT_PHI_DEFAULT = 5.0
 # -- messages ----------------------------------------------------------------
 
 
-def _with_wall(wire: dict[str, Any], wall_ms: int | None) -> dict[str, Any]:
-    if wall_ms is not None:
-        wire["wall_ms"] = wall_ms
-    return wire
-
-
 @dataclass(frozen=True)
 class Syn:
     sender: str
     digest: Digest
-    wall_ms: int | None = None  # the sender's wall clock as it sent (stamped by the driver)
 
     def to_wire(self) -> dict[str, Any]:
-        return _with_wall({"type": "syn", "sender": self.sender, "digest": self.digest.to_wire()}, self.wall_ms)
+        return {"type": "syn", "sender": self.sender, "digest": self.digest.to_wire()}
 
 
 @dataclass(frozen=True)
@@ -81,21 +71,19 @@ class Ack:
     sender: str
     delta: ClusterState
     request: Digest
-    wall_ms: int | None = None  # the answering broker's wall clock: the SYN's sender measures its offset
 
     def to_wire(self) -> dict[str, Any]:
-        return _with_wall({"type": "ack", "sender": self.sender, "delta": self.delta.to_wire(),
-                           "request": self.request.to_wire()}, self.wall_ms)  # fmt: skip
+        return {"type": "ack", "sender": self.sender, "delta": self.delta.to_wire(),
+                "request": self.request.to_wire()}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Ack2:
     sender: str
     delta: ClusterState
-    wall_ms: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return _with_wall({"type": "ack2", "sender": self.sender, "delta": self.delta.to_wire()}, self.wall_ms)
+        return {"type": "ack2", "sender": self.sender, "delta": self.delta.to_wire()}
 
 
 Message = Union[Syn, Ack, Ack2]
@@ -104,18 +92,16 @@ _FIELDS = {"syn": {"type", "sender", "digest"}, "ack": {"type", "sender", "delta
 
 
 def message_from_wire(w: Any) -> Message:
-    """Parse a gossip message; BadRequest on anything malformed. ``wall_ms`` is optional (a broker of
-    an older version sends none)."""
+    """Parse a gossip message; BadRequest on anything malformed."""
     kind = w.get("type") if type(w) is dict else None
-    if type(kind) is not str or kind not in _FIELDS or set(w) - {"wall_ms"} != _FIELDS[kind]:
+    if type(kind) is not str or kind not in _FIELDS or set(w) != _FIELDS[kind]:
         raise BadRequest("malformed gossip: not a syn, ack or ack2 message")
     sender = _str(w["sender"], "sender")
-    wall_ms = _int(w["wall_ms"], "wall_ms", 0) if "wall_ms" in w else None
     if kind == "syn":
-        return Syn(sender, Digest.from_wire(w["digest"]), wall_ms)
+        return Syn(sender, Digest.from_wire(w["digest"]))
     if kind == "ack":
-        return Ack(sender, ClusterState.from_wire(w["delta"]), Digest.from_wire(w["request"]), wall_ms)
-    return Ack2(sender, ClusterState.from_wire(w["delta"]), wall_ms)
+        return Ack(sender, ClusterState.from_wire(w["delta"]), Digest.from_wire(w["request"]))
+    return Ack2(sender, ClusterState.from_wire(w["delta"]))
 
 
 @dataclass(frozen=True)

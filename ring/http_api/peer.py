@@ -7,7 +7,8 @@ nothing. A broker given no secret refuses every peer request (it is a
 broker alone). Routes:
 
 * ``POST /peer/v1/gossip``: a msgpack gossip message (SYN, ACK or ACK2); the
-  answer, if any, is the response body.
+  answer, if any, is the response body, and ``Ring-Wall-Ms`` this broker's
+  wall clock (the sender measures the offset between their clocks).
 * ``GET /peer/v1/replicate``: the websocket a partition leader streams
   batches on (``ring.replication``); ``Ring-Broker`` names the leader, and
   the subprotocol must be ``protocol.SUBPROTOCOL`` (else 400).
@@ -46,7 +47,7 @@ from ring.http_api import codec
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.replication import election, follower, protocol
-from ring.cluster.peers import H_BROKER, H_SECRET
+from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
 log = logging.getLogger("ring.peer")
 
@@ -89,9 +90,10 @@ async def gossip(request: web.Request) -> web.Response:
     # What the message changed (a new topic) is in place before the sender hears back:
     # a broker announcing a topic knows every live peer has opened its replicas.
     await node.settle()
+    clock = {H_WALL_MS: str(node.clock.wall_ms())}  # the sender measures our clock's offset by it
     if answer is None:
-        return web.Response(status=204)
-    return web.Response(body=answer, content_type="application/msgpack")
+        return web.Response(status=204, headers=clock)
+    return web.Response(body=answer, content_type="application/msgpack", headers=clock)
 
 
 async def replicate(request: web.Request) -> web.StreamResponse:
