@@ -72,6 +72,12 @@ def pack(wire: Any) -> bytes:
     return msgpack.packb(wire, use_bin_type=True)
 
 
+def _header_ms(value: str | None) -> int | None:
+    """A header's milliseconds (non-negative int64), None when absent or malformed."""
+    ok = value is not None and 0 < len(value) <= 18 and value.isascii() and value.isdigit()
+    return int(value) if ok else None  # type: ignore[arg-type]
+
+
 def unpack_message(body: bytes) -> Message:
     try:
         wire = msgpack.unpackb(body, raw=False)  # the body was read with GOSSIP_MESSAGE_BYTES_MAX
@@ -236,9 +242,10 @@ class Membership:
             if not body:
                 return
             msg = unpack_message(body)
-            if isinstance(msg, Ack) and peer_wall and len(peer_wall) <= 19 and peer_wall.isdigit():
-                now = self.now()  # (isdigit: ASCII or other digits; int() takes both, the peer has the secret)
-                self.clocks.sample(msg.sender, now, sent_wall_ms, now - sent_s, int(peer_wall))
+            peer_wall_ms = _header_ms(peer_wall)
+            if isinstance(msg, Ack) and peer_wall_ms is not None:
+                now = self.now()
+                self.clocks.sample(msg.sender, now, sent_wall_ms, now - sent_s, peer_wall_ms)
             for out in self.step(addr, msg):
                 await self._post(out.to_addr, out.message)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadRequest) as exc:
