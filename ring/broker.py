@@ -517,7 +517,7 @@ class Broker:
         unless it may not be used (``clock_refusal``). A partition's start offset is its leader's to
         move, within the high watermark; followers learn it through replication
         (``_start_moved``) and never apply retention themselves."""
-        self._check_clock()
+        self.refresh_clock()
         now_ms = None if self.clock_refusal is not None else self.clock.wall_ms()
         for part in self._all_replicas():
             if not part.is_leader or part.running_sync is not None or part.deleted:
@@ -529,7 +529,7 @@ class Broker:
                 log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
         self.retention_sweeps += 1
 
-    def _check_clock(self) -> None:
+    def refresh_clock(self) -> None:
         """Bring ``clock_refusal`` up to date before the clock is read for a decision."""
 
     def _start_moved(self, part: Replica) -> None:

@@ -148,7 +148,7 @@ class Leadership:
     # --- the tick ------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        self.node._check_clock()  # a clock set meanwhile stops this broker's leading in this very tick
+        self.node.refresh_clock()  # a clock set meanwhile stops this broker's leading in this very tick
         for action in self.watch.tick(self.clock.monotonic(), self.node.replicas(), _TickView(self)):
             self._carry_out(action)
         self.publish()

@@ -320,7 +320,7 @@ class ClusterBroker(Routing, Broker):
             "broker, or send batches with the client's timestamps")
         self.leadership.notify()
 
-    def _check_clock(self) -> None:
+    def refresh_clock(self) -> None:
         if self.membership is not None:
             self.membership.watch_clock_steps()
 
