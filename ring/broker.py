@@ -144,8 +144,8 @@ class Broker:
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped
-        # with it and no time-based retention applied. A clustered broker sets it from how its
-        # clock compares with its peers' (``ring.gossip.clocks``); alone, its clock is the only one.
+        # with it and no time-based retention applied. ClusterBroker sets it from how its clock
+        # compares with its peers' (``ring.gossip.clocks``).
         self.clock_refusal: str | None = None
         self.retention_sweeps = 0
 
@@ -531,9 +531,11 @@ class Broker:
 
     def refresh_clock(self) -> None:
         """Bring ``clock_refusal`` up to date before the clock is read for a decision."""
+        raise NotImplementedError  # ClusterBroker: membership judges the clock
 
     def _start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
+        raise NotImplementedError  # ClusterBroker: replication carries it
 
     # --- fetch -------------------------------------------------------------------
 
@@ -635,10 +637,6 @@ class Broker:
             "fsyncs": self.commits.fsyncs,
             "writebacks": self.commits.writebacks,
             "retention_sweeps": self.retention_sweeps,
-            "clock": {"state": "ok", "offset_ms": 0, "uncertainty_ms": 0,
-                      "max_offset_ms": self.config.max_clock_offset_ms,
-                      "warn_offset_ms": self.config.max_clock_offset_ms * limits.CLOCK_OFFSET_WARN_PERCENT / 100,
-                      "message": "a broker alone: its clock is the only one", "peers": {}},
         }
 
     def cluster(self) -> dict[str, Any]:
