@@ -175,9 +175,11 @@ class Broker:
             fsync_dir(self.data_dir)
 
     def _log_config(self, cfg: TopicConfig) -> LogConfig:
+        # A segment smaller than the index interval (a topic may ask for 1 KiB) indexes its start only.
         return LogConfig(segment_bytes=cfg.segment_bytes, retention_ms=cfg.retention_ms,
                          retention_bytes=cfg.retention_bytes, fsync=self.config.fsync,
-                         codec=cfg.compression)
+                         codec=cfg.compression,
+                         index_interval_bytes=min(limits.INDEX_INTERVAL_BYTES, cfg.segment_bytes))
 
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
         """Partition -> preference list, for the partitions this broker holds."""

@@ -50,6 +50,16 @@ def test_defaults_of_a_created_topic(http: Http, topic: str) -> None:
     assert doc["retention_ms"] == limits.RETENTION_MS_DEFAULT and doc["compression"] == "none"
 
 
+def test_the_smallest_segments_roll_and_serve(http: Http, topic: str) -> None:
+    # Segments below the index interval once failed to open: a 500, and a topic left half-made.
+    r = http.create_topic(topic, partitions=1, segment_bytes=limits.SEGMENT_BYTES_MIN)
+    assert r.status == 201, r.body
+    values = ["x" * 300 + str(i) for i in range(20)]  # about 6 KiB: several segments
+    assert http.produce(topic, orjson.dumps(values), partition=0).status == 200
+    got = http.fetch(topic, 0, max_records=100).json()["records"]
+    assert [rec["value"] for rec in got] == values
+
+
 def test_delete_wakes_long_polls_with_404(http: Http, topic: str) -> None:
     http.create_topic(topic, partitions=1)
     result = {}
