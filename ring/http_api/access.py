@@ -84,6 +84,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/groups/{group}/members"): SOME_CONSUME,
     ("POST", "/v1/groups/{group}/members/{consumer}/poll"): SOME_CONSUME,
     ("DELETE", "/v1/groups/{group}/members/{consumer}"): SOME_CONSUME,
+    ("GET", "/v1/groups/{group}/members/{consumer}/positions"): SOME_CONSUME,
+    ("PUT", "/v1/groups/{group}/members/{consumer}/positions"): SOME_CONSUME,
     ("POST", "/v1/groups/{group}/offsets"): SOME_CONSUME,
     ("PUT", "/v1/groups/{group}/offsets/{topic}"): TOPIC_CONSUME,
     ("PUT", "/v1/consumer/register"): SOME_CONSUME,
