@@ -319,6 +319,12 @@ GROUP_TICK_MS = 250
 # Partitions one group poll long-polls at once when none has records; each
 # holds one of the broker's LONG_POLLS_OPEN_MAX slots while it waits.
 GROUP_POLL_WAIT_PARTITIONS_MAX = 32
+# Poll answers of one member the coordinator remembers until the client
+# acknowledges one (names its token, or polls again on the connection that
+# carried it). More than one is out when a client polls through several
+# connections or retries; past this the oldest is forgotten and its records
+# are handed out again.
+GROUP_POLL_ANSWERS_UNACKED_MAX = 8
 # PolarStreams-style consumers (consumer id -> group) each broker remembers; the
 # least recently used are forgotten first and must register again (409).
 POLAR_CONSUMERS_MAX = 10_000

@@ -162,11 +162,12 @@ def test_groups_need_consume_on_their_topics(cluster) -> None:
     # joined and polled through every broker: the coordinator is one of them, the others forward
     r = cons[1].post(f"/v1/groups/{group}/members", json_body=join)
     assert r.status == 200, r.body
-    seen = []
-    for i in range(3):
-        r = cons[i].post(f"/v1/groups/{group}/members/m1/poll", query={"wait_ms": 500})
+    seen, token = [], {}
+    for i in range(3):  # each poll names the last answer's token: it acknowledges that answer
+        r = cons[i].post(f"/v1/groups/{group}/members/m1/poll", query={"wait_ms": 500, **token})
         assert r.status == 200, r.body
         seen += r.json()["records"]
+        token = {"token": r.json()["token"]}
     assert [rec["value"] for rec in seen] == [{"k": 1}]
     # the admin's member of another group, on the other topic: the consumer token may not poll it
     g2 = group + "-2"

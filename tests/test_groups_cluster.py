@@ -33,8 +33,23 @@ def join(m: Member, group: str, consumer: str, topics: list[str], **extra: Any) 
     return r.json()
 
 
+TOKENS: dict[tuple[str, str], str] = {}  # (group, consumer) -> token of the last answer it read
+
+
 def poll(m: Member, group: str, consumer: str, **query: Any):
-    return m.http.post(f"/v1/groups/{group}/members/{consumer}/poll", query=query or None)
+    """A poll naming the token of the member's last answer, as clients do (which commits that answer)."""
+    token = TOKENS.get((group, consumer))
+    r = m.http.post(f"/v1/groups/{group}/members/{consumer}/poll",
+                    query={**query, **({"token": token} if token else {})} or None)
+    if r.status == 200:
+        TOKENS[(group, consumer)] = r.json()["token"]
+    return r
+
+
+def leave(m: Member, group: str, consumer: str, **query: Any):
+    token = TOKENS.get((group, consumer))
+    return m.http.delete(f"/v1/groups/{group}/members/{consumer}",
+                         query={**query, **({"token": token} if token else {})} or None)
 
 
 def describe(m: Member, group: str) -> dict[str, Any]:
@@ -192,10 +207,9 @@ def test_members_come_and_go_without_skips_or_backwards_commits(shared_cluster: 
                 live[name] = len(live) % 3
                 join(c[live[name]], group, name, [topic], session_timeout_ms=1500 if name == "c4" else 10_000)
             elif action == "leave":  # a clean leave commits the last poll
-                assert c[live.pop(name)].http.delete(f"/v1/groups/{group}/members/{name}").status == 200
+                assert leave(c[live.pop(name)], group, name).status == 200
             elif action == "quit":  # leaves without committing its last poll: those are read again
-                r = c[live.pop(name)].http.delete(f"/v1/groups/{group}/members/{name}", query={"commit": "false"})
-                assert r.status == 200
+                assert leave(c[live.pop(name)], group, name, commit="false").status == 200
             else:
                 silent.add(name)
         if rnd < 10:

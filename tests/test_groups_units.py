@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ring import limits
 from ring.errors import BadRequest, Conflict, CorruptBatch
-from ring.groups import codec
+from ring.groups import codec, delivery
 from ring.groups.assignment import assign, moved
 from ring.errors import Overloaded
 from ring.groups.group import Commit, Drop, Group, Member, Members, MemberSpec, State
@@ -195,6 +195,81 @@ def test_a_reset_drops_read_positions() -> None:
     g.apply(g.propose_reset([("t", 0, 3)], 5), 0.0)
     assert g.committed[("t", 0)] == 3 and g.members["a"].positions == {}
     assert g.start_offset(g.members["a"], ("t", 0)) == 3
+
+
+def handed(g: Group, member: str, *reads: tuple[str, int, int, int]) -> str:
+    """A poll answer handed to ``member`` (reads: topic, partition, start, end); its token."""
+    answer = delivery.answer(g.generation, g.resets, reads)
+    g.hand_out(g.members[member], answer)
+    return answer.token
+
+
+def test_a_position_moves_only_with_the_answer_acknowledged() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 2})
+    a = g.members["a"]
+    a.positions.update({("t", 0): 0, ("t", 1): 0})  # where reading starts (the poller pins it)
+    first = handed(g, "a", ("t", 0, 0, 20), ("t", 1, 0, 5))
+    assert a.positions == {("t", 0): 0, ("t", 1): 0}  # handed out is not acknowledged
+    lost = handed(g, "a", ("t", 0, 0, 20), ("t", 1, 0, 7))  # read again after no acknowledgement
+    assert g.acknowledge(a, first) and a.positions == {("t", 0): 20, ("t", 1): 5}
+    assert not g.acknowledge(a, first)  # once
+    assert g.acknowledge(a, lost) and a.positions == {("t", 0): 20, ("t", 1): 5}  # known, but its starts moved on
+    assert not g.acknowledge(a, "A" * delivery.TOKEN_CHARS) and not g.acknowledge(a, None)
+    commit = g.propose_poll_commit(a, 2)
+    assert commit is not None and commit.offsets == (("t", 0, 20), ("t", 1, 5))
+
+
+def test_acknowledging_applies_only_where_the_answer_still_starts() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 2})
+    a = g.members["a"]
+    a.positions.update({("t", 0): 10, ("t", 1): 10})
+    token = handed(g, "a", ("t", 0, 10, 15), ("t", 1, 10, 12))
+    a.positions[("t", 1)] = 11  # another answer moved it meanwhile
+    assert g.acknowledge(a, token) and a.positions == {("t", 0): 15, ("t", 1): 11}
+
+
+def test_a_reset_forgets_answers_and_tokens_name_the_state_they_came_from() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 1})
+    a = g.members["a"]
+    a.positions[("t", 0)] = 0
+    before = handed(g, "a", ("t", 0, 0, 20))
+    g.apply(g.propose_reset([("t", 0, 0)], 5), 0.0)
+    assert a.answers == {} and not g.acknowledge(a, before)
+    after = handed(g, "a", ("t", 0, 0, 20))  # the same records, handed out after the reset
+    assert after != before and g.acknowledge(a, after) and a.positions == {("t", 0): 20}
+    assert delivery.answer(1, 0, [("t", 0, 0, 20)]).token == delivery.answer(1, 0, [("t", 0, 0, 20), ("t", 1, 3, 3)]).token
+
+
+def test_answers_out_at_once_are_bounded_oldest_first() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 1})
+    a = g.members["a"]
+    a.positions[("t", 0)] = 0
+    tokens = [handed(g, "a", ("t", 0, 0, n)) for n in range(1, limits.GROUP_POLL_ANSWERS_UNACKED_MAX + 2)]
+    assert list(a.answers) == tokens[1:]
+    assert handed(g, "a") and len(a.answers) == limits.GROUP_POLL_ANSWERS_UNACKED_MAX  # an empty answer: none kept
+    assert not g.acknowledge(a, tokens[0]) and g.acknowledge(a, tokens[-1]) and a.positions == {("t", 0): len(tokens)}
+
+
+def test_an_answer_acknowledged_after_a_rebalance_moves_only_partitions_still_held() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 2})
+    g.members["a"].positions.update({("t", 0): 0, ("t", 1): 0})
+    token = handed(g, "a", ("t", 0, 0, 4), ("t", 1, 0, 6))
+    joined(g, "b", counts={"t": 2})
+    a = g.members["a"]
+    (kept,) = a.spec.assignment
+    assert g.acknowledge(a, token) and a.positions == {kept: 4 if kept == ("t", 0) else 6}
+
+
+@pytest.mark.parametrize("raw", ["short", "A" * 21 + "!", 12, "A" * 23])
+def test_a_malformed_token_is_400(raw) -> None:
+    with pytest.raises(BadRequest):
+        delivery.parse_token(raw)
+    assert delivery.parse_token("") is None and delivery.parse_token(None) is None
 
 
 def test_expiry_spares_a_member_that_is_polling() -> None:

@@ -168,7 +168,7 @@ class RingDriver:
 
     async def consume_group(self, expected: int, seconds_max: float) -> int:
         """One member of a fresh consumer group polls (msgpack, as ring.client's
-        consumer does, committing the previous poll each time) until it has
+        consumer does, each poll naming the previous answer's token, which commits it) until it has
         ``expected`` records or ``seconds_max`` passed."""
         import msgpack
 
@@ -178,6 +178,7 @@ class RingDriver:
         deadline = time.perf_counter() + seconds_max
         got = 0
         generation = None
+        token = None
         while got < expected and time.perf_counter() < deadline:
             if generation is None:
                 status, doc = await self._json("POST", base, json={
@@ -185,9 +186,11 @@ class RingDriver:
                 if status != 200:
                     raise RuntimeError(f"join: {status} {doc}")
                 generation = doc["generation"]
+            params = {"max_records": str(GROUP_POLL_RECORDS), "wait_ms": "200", "generation": str(generation)}
+            if token is not None:
+                params["token"] = token
             async with self.session.post(
-                f"{base}/{consumer}/poll", headers={"Accept": "application/msgpack"},
-                params={"max_records": str(GROUP_POLL_RECORDS), "wait_ms": "200", "generation": str(generation)},
+                f"{base}/{consumer}/poll", headers={"Accept": "application/msgpack"}, params=params,
             ) as r:
                 body = await r.read()
                 if r.status == 409:  # a rebalance: join again
@@ -195,7 +198,9 @@ class RingDriver:
                     continue
                 if r.status != 200:
                     raise RuntimeError(f"poll {r.status}: {body[:200]!r}")
-            got += len(msgpack.unpackb(body, raw=False)["records"])
+            doc = msgpack.unpackb(body, raw=False)
+            got += len(doc["records"])
+            token = doc.get("token")
         await self._json("DELETE", f"{base}/{consumer}")
         return got
 

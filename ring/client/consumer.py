@@ -12,10 +12,12 @@ in ``ring.client.sync``).
 
 The consumer joins the group on the broker side (any broker; requests are
 forwarded to the group's coordinator), which assigns it partitions and keeps
-its read positions: each poll returns records of its partitions from where
-the previous one ended. With ``auto_commit`` (the default) every poll first
-commits where the previous poll ended, and the iterator polls again only
-once every record of the previous poll was handed out, so a record is
+its read positions: each poll names the token of the last answer this
+consumer received, which moves the positions past that answer's records
+(an answer lost on the way is never acknowledged, so its records come
+again), and returns records from there. With ``auto_commit`` (the default)
+every poll first commits what it acknowledged, and the iterator polls again
+only once every record of the previous poll was handed out, so a record is
 committed only after the application asked for the next one: at-least-once.
 ``close`` commits exactly what was handed out (not the rest of a poll the
 application stopped reading) and leaves. Without ``auto_commit`` nothing is
@@ -112,6 +114,7 @@ class AsyncGroupConsumer:
         self._unsteady = False  # a request failed: the coordinator may have changed
         self._pattern_at = float("-inf")
         self._lag_at = float("-inf")
+        self._token: str | None = None  # of the last poll answer received: the next poll acknowledges it
         self._closed = False
 
     @property
@@ -253,12 +256,15 @@ class AsyncGroupConsumer:
                 await self._put_positions()
                 params = {"max_records": max_records or self.max_records, "wait_ms": wait,
                           "generation": self.generation, "auto_commit": "true" if self.auto_commit else "false"}
+                if self._token is not None:
+                    params["token"] = self._token
                 reply = await self._call("POST", path, params=params, accept=CT_MSGPACK, wait_ms=wait)
             except errors.Conflict as exc:
                 await self._rejoin(exc)
                 continue
             doc = msgpack.unpackb(reply.body, raw=False)
             self.generation = doc["generation"]
+            self._token = doc.get("token")
             got = [ConsumerRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
                                   r["headers"] or None, bool(r["json"])) for r in doc["records"]]
             out = self._pos.accept(got)

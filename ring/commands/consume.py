@@ -13,9 +13,9 @@ through the async client, handing answers to one writer through a bounded
 queue. It stops when every partition is caught up with its high watermark,
 after ``--max`` records, or never with ``--follow``. With ``--group`` it joins
 the consumer group, polls the partitions the group assigns to it (each poll
-commits the previous one), and leaves on the way out, committing what it
-printed: at-least-once, and a second run of the same group continues where
-the first stopped.
+names the previous answer's token, which commits it), and leaves on the way
+out, committing what it printed: at-least-once, and a second run of the same
+group continues where the first stopped.
 """
 
 from __future__ import annotations
@@ -217,13 +217,16 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
     printed: dict[tuple[str, int], int] = {}  # next offset after the last record written out
     generation = join()
     rejoins = 0
+    token = None  # of the last answer read: the next poll acknowledges it
     try:
         while remaining != 0:
             size = FETCH_RECORDS if remaining < 0 else min(remaining, FETCH_RECORDS)
+            query = {"max_records": size, "wait_ms": GROUP_FOLLOW_WAIT_MS if args.follow else 0,
+                     "generation": generation}
+            if token is not None:
+                query["token"] = token
             try:
-                got = api.call("POST", f"{member}/poll", query={
-                    "max_records": size, "wait_ms": GROUP_FOLLOW_WAIT_MS if args.follow else 0,
-                    "generation": generation})
+                got = api.call("POST", f"{member}/poll", query=query)
             except errors.Conflict:  # a rebalance: join the new generation and go on
                 rejoins += 1
                 if rejoins > REJOINS_MAX:
@@ -232,6 +235,7 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
                 continue
             rejoins = 0
             generation = int(got.get("generation", generation))
+            token = got.get("token")
             records = got.get("records") or []
             if records:
                 if ctx.json:

@@ -17,9 +17,10 @@ against the current state, return the event or None when nothing changes);
 the driver persists the event and only then applies it, one at a time per
 offsets partition, so an acknowledged change is in the log and the log's
 order is the order of application. Liveness is not persisted: members'
-``last_seen`` (any request counts as a heartbeat) and read ``positions``
-(where the member's next poll starts, past what it was handed and has not
-committed) live only here; a replayed member starts a fresh session.
+``last_seen`` (any request counts as a heartbeat), read ``positions``
+(where the member's next poll starts: past what it acknowledged receiving,
+committed or not) and the poll ``answers`` it has not acknowledged
+(``delivery``) live only here; a replayed member starts a fresh session.
 
 Generations: a join of a new member (or a known one with other topics), a
 leave, a session timeout, or a change in the partitions of a subscribed topic
@@ -43,6 +44,7 @@ from typing import Iterable, Mapping, Union
 from ring import limits
 from ring.errors import BadRequest, Conflict, Overloaded
 from ring.groups.assignment import TopicPartition, assign
+from ring.groups.delivery import Answer
 
 RESET_POLICIES = ("earliest", "latest")
 
@@ -101,11 +103,12 @@ Event = Union[Members, Commit, State, Drop]
 class Member:
     spec: MemberSpec
     last_seen: float  # monotonic seconds of its last request
-    positions: dict[TopicPartition, int] = field(default_factory=dict)  # uncommitted read positions
+    positions: dict[TopicPartition, int] = field(default_factory=dict)  # acknowledged read positions
     polling: int = 0  # polls of this member running now (one at a time; see the driver)
     # The generation since which it has held each partition without a break, as far as this
     # state knows (a replayed member: from the generation replay found it in).
     since: dict[TopicPartition, int] = field(default_factory=dict)
+    answers: dict[str, Answer] = field(default_factory=dict)  # token -> poll answer not acknowledged, oldest first
 
     @property
     def id(self) -> str:
@@ -124,6 +127,7 @@ class Group:
         self.committed: dict[TopicPartition, int] = {}
         self.used_ms = 0  # wall time of the last persisted change
         self.dropped = False
+        self.resets = 0  # resets applied here: a poll token names the state it was handed out in
 
     # --- applying persisted events --------------------------------------------------------
 
@@ -134,6 +138,10 @@ class Group:
                 if event.reset:
                     for m in self.members.values():
                         m.positions.pop((topic, p), None)
+            if event.reset:  # answers handed out before it acknowledge nothing after it
+                self.resets += 1
+                for m in self.members.values():
+                    m.answers.clear()
         elif isinstance(event, Members):
             self._set_members(event.generation, event.members, event.partitions, now)
         elif isinstance(event, State):
@@ -159,7 +167,7 @@ class Group:
             kept = set(spec.assignment) & set(prev.spec.assignment)
             positions = {tp: o for tp, o in prev.positions.items() if tp in kept}
             since = {tp: prev.since.get(tp, generation) if tp in kept else generation for tp in spec.assignment}
-            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling, since)
+            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling, since, prev.answers)
         self.generation = generation
         self.partitions = dict(partitions)
 
@@ -275,12 +283,33 @@ class Group:
         return Commit(items, now_ms)
 
     def propose_poll_commit(self, m: Member, now_ms: int) -> Commit | None:
-        """The positions ``m``'s previous poll reached, where they are past what is committed
+        """``m``'s positions (what it acknowledged), where they are past what is committed
         (an implicit commit never moves an offset back: an explicit commit or a reset may have)."""
         held = set(m.spec.assignment)
         moves = tuple(sorted((t, p, o) for (t, p), o in m.positions.items()
                              if (t, p) in held and o > self.committed.get((t, p), -1)))
         return Commit(moves, now_ms) if moves else None
+
+    def hand_out(self, m: Member, answer: Answer) -> None:
+        """``answer`` went out to ``m``: kept until acknowledged, or until newer ones push it out."""
+        if not answer.reads:
+            return  # handed out nothing: there is nothing to acknowledge
+        m.answers.pop(answer.token, None)
+        m.answers[answer.token] = answer
+        while len(m.answers) > limits.GROUP_POLL_ANSWERS_UNACKED_MAX:
+            del m.answers[next(iter(m.answers))]
+
+    def acknowledge(self, m: Member, token: str | None) -> bool:
+        """The client got the answer named ``token``: ``m``'s positions move to its ends, where they
+        still are at its starts and ``m`` holds the partition. False for a token not (or no longer) known."""
+        answer = m.answers.pop(token, None) if token else None
+        if answer is None:
+            return False
+        held = set(m.spec.assignment)
+        for t, p, start, end in answer.reads:
+            if (t, p) in held and self.start_offset(m, (t, p)) == start:
+                m.positions[(t, p)] = end
+        return True
 
     def propose_reset(self, offsets: Iterable[tuple[str, int, int]], now_ms: int) -> Commit:
         return Commit(tuple(offsets), now_ms, reset=True)

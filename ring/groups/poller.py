@@ -20,6 +20,14 @@ generation is stale). Polls of one member run one at a time, and a poll is
 answered only if the group is still at the generation it started in: records
 read across a rebalance are not handed out, positions stay where they were,
 and the member is told to join again.
+
+A poll first acknowledges the answer its token names (``delivery``), then,
+with auto commit, commits the positions, then reads. What it reads moves no
+position: its answer is remembered under the token it returns, until a
+later request acknowledges it. Acknowledging outside a poll (a commit of
+positions, a leave) does not wait for a poll in progress: if it moves a
+position that poll read from, that poll's answer no longer applies there
+and its records past the position come again.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+
 from ring import limits
 from ring.errors import Conflict, RingError, Unavailable
+from ring.groups import delivery
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
@@ -43,6 +53,17 @@ log = logging.getLogger("ring.groups")
 class Polled:
     records: list[tuple[str, int, Record, bool]]  # (topic, partition, record, value is JSON)
     generation: int
+    token: str  # names this answer: the client's next request acknowledges it by naming it
+
+
+@dataclass
+class _Read:
+    """What one poll read: records, and per partition where it started and where the next read would."""
+
+    records: list[tuple[str, int, Record, bool]]
+    starts: dict[TopicPartition, int]
+    ends: dict[TopicPartition, int]
+    pinned: dict[TopicPartition, int]  # starts chosen by the reset policy: kept whatever becomes of the answer
 
 
 @dataclass
@@ -59,7 +80,7 @@ class Poller:
         self._slots: dict[tuple[str, str], _MemberSlot] = {}
 
     async def poll(self, group: str, member_id: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool) -> Polled:
+                   auto_commit: bool, token: str | None = None) -> Polled:
         key = (group, member_id)
         slot = self._slots.get(key)
         if slot is None:
@@ -67,11 +88,17 @@ class Poller:
         slot.users += 1
         try:
             async with slot.lock:
-                return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit)
+                return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit,
+                                        token)
         finally:
             slot.users -= 1
             if slot.users == 0:
                 self._slots.pop(key, None)
+
+    async def acknowledge(self, group: str, member_id: str, generation: int | None, token: str | None) -> None:
+        """Outside a poll: the client got the answer named ``token`` (409 for a stale member first)."""
+        g, m = await self._member(group, member_id, generation)
+        g.acknowledge(m, token)
 
     async def _member(self, group: str, member_id: str, generation: int | None) -> tuple[Group, Member]:
         _, _, g = await self.coord.group(group)
@@ -79,18 +106,19 @@ class Poller:
         return g, g.member(member_id, generation, self.coord.clock.monotonic())
 
     async def _poll(self, slot: _MemberSlot, group: str, member_id: str, generation: int | None,
-                    max_records: int, wait_ms: int, auto_commit: bool) -> Polled:
+                    max_records: int, wait_ms: int, auto_commit: bool, token: str | None) -> Polled:
         clock = self.coord.clock
         g, m = await self._member(group, member_id, generation)
         gen = g.generation
+        g.acknowledge(m, token)
         if auto_commit and m.positions:
-            # The previous poll's records were processed (the member asks for more): commit them.
+            # What the client acknowledged was processed (it asks for more): commit it.
             await self.coord.change(group, lambda g: g.propose_poll_commit(
                 g.member(member_id, gen, clock.monotonic()), clock.wall_ms()))
             g, m = await self._member(group, member_id, gen)
         m.polling += 1
         try:
-            records, positions = await self._read(slot, g, m, max_records, wait_ms)
+            read = await self._read(slot, g, m, max_records, wait_ms)
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()
@@ -98,44 +126,46 @@ class Poller:
         if g2 is not g or m2 is not m:
             raise Unavailable(f"the coordinator of group {group!r} reloaded its state during the poll; poll again",
                               group=group)
-        m.positions.update(positions)
-        return Polled(records, gen)
+        m.positions.update(read.pinned)
+        answer = delivery.answer(gen, g.resets, ((t, p, read.starts[(t, p)], end)
+                                                 for (t, p), end in read.ends.items()))
+        g.hand_out(m, answer)
+        return Polled(read.records, gen, answer.token)
 
-    async def _read(self, slot: _MemberSlot, g: Group, m: Member, max_records: int,
-                    wait_ms: int) -> tuple[list[tuple[str, int, Record, bool]], dict[TopicPartition, int]]:
+    async def _read(self, slot: _MemberSlot, g: Group, m: Member, max_records: int, wait_ms: int) -> _Read:
+        read = _Read([], {}, {}, {})
         tps = list(m.spec.assignment)
         if not tps:
             if wait_ms > 0:  # nothing to read until a rebalance gives this member something
                 await asyncio.wait({self.coord.rebalanced(g.name)}, timeout=wait_ms / 1000)
-            return [], {}
+            return read
         slot.rotation += 1
         k = slot.rotation % len(tps)
         tps = tps[k:] + tps[:k]
-        positions: dict[TopicPartition, int] = {}
-        records: list[tuple[str, int, Record, bool]] = []
         failures: list[RingError] = []
         bytes_left = limits.GROUP_POLL_BYTES_MAX
         for tp in tps:
-            if len(records) >= max_records or bytes_left <= 0:
+            if len(read.records) >= max_records or bytes_left <= 0:
                 break
             try:
-                start = await self._start(g, m, tp, positions)
-                got, nxt, read = await self._fetch(tp, start, max_records - len(records), bytes_left, 0, positions)
+                start = await self._start(g, m, tp, read)
+                got, nxt, size = await self._fetch(tp, start, max_records - len(read.records), bytes_left, 0,
+                                                   read.ends)
             except RingError as exc:
                 failures.append(exc)
                 continue
-            records.extend((tp[0], tp[1], r, j) for r, j in got)
-            positions[tp] = nxt
-            bytes_left -= read
+            read.records.extend((tp[0], tp[1], r, j) for r, j in got)
+            read.ends[tp] = nxt
+            bytes_left -= size
         if failures and len(failures) == len(tps):
             raise failures[0]
-        if records or wait_ms <= 0:
-            return records, positions
-        return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], positions, max_records, wait_ms)
+        if read.records or wait_ms <= 0:
+            return read
+        return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], read, max_records, wait_ms)
 
-    async def _wait(self, g: Group, tps: list[TopicPartition], positions: dict[TopicPartition, int],
-                    max_records: int, wait_ms: int) -> tuple[list[tuple[str, int, Record, bool]],
-                                                             dict[TopicPartition, int]]:
+    async def _wait(self, g: Group, tps: list[TopicPartition], read: _Read, max_records: int,
+                    wait_ms: int) -> _Read:
+        positions = read.ends
         waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, limits.GROUP_POLL_BYTES_MAX,
                                                    wait_ms, None)): tp
                  for tp in tps if tp in positions}
@@ -146,25 +176,25 @@ class Poller:
             for task in waits:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
-        records: list[tuple[str, int, Record, bool]] = []
         bytes_left = limits.GROUP_POLL_BYTES_MAX
         for task, tp in waits.items():
-            if task.cancelled() or task.exception() is not None or len(records) >= max_records or bytes_left <= 0:
+            if task.cancelled() or task.exception() is not None or len(read.records) >= max_records or bytes_left <= 0:
                 continue
-            got, nxt, read = task.result()
-            got = got[: max_records - len(records)]
+            got, nxt, size = task.result()
+            got = got[: max_records - len(read.records)]
             if got:
-                records.extend((tp[0], tp[1], r, j) for r, j in got)
+                read.records.extend((tp[0], tp[1], r, j) for r, j in got)
                 positions[tp] = got[-1][0].offset + 1
-                bytes_left -= read
-        return records, positions
+                bytes_left -= size
+        return read
 
-    async def _start(self, g: Group, m: Member, tp: TopicPartition, positions: dict[TopicPartition, int]) -> int:
+    async def _start(self, g: Group, m: Member, tp: TopicPartition, read: _Read) -> int:
         start = g.start_offset(m, tp)
         if start is None:
             doc = await self.broker.offsets(tp[0], tp[1], m.spec.reset)
             start = int(doc["offset"])
-            positions[tp] = start  # pinned: "latest" means from this poll on
+            read.pinned[tp] = start  # "latest" means from this member's first poll on
+        read.starts[tp] = read.ends[tp] = start
         return start
 
     async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, max_bytes: int, wait_ms: int,

@@ -65,15 +65,14 @@ class Groups:
                               f"{', '.join(topics)}: {consumer} gets none until a rebalance gives it some")
         return doc
 
-    async def leave(self, group: str, consumer: str, commit: bool) -> dict[str, Any]:
+    async def leave(self, group: str, consumer: str, commit: bool, token: str | None = None) -> dict[str, Any]:
+        """With ``commit``, first commit what the member acknowledged (``token`` names an answer it got)."""
         clock = self.coord.clock
         _, _, g = await self.coord.group(group)
         (g or Group(group)).member(consumer, None, clock.monotonic())  # 409 when not a member
         committed: list[Any] = []
         if commit:
-            events = await self.coord.change(group, lambda g: g.propose_poll_commit(
-                g.member(consumer, None, clock.monotonic()), clock.wall_ms()))
-            committed = [o for e in events if isinstance(e, Commit) for o in e.offsets]
+            committed = await self.commit_positions(group, consumer, None, token)
         await self.coord.change(group, lambda g: g.propose_leave(
             consumer, clock.wall_ms(), self.coord.partitions_of(g.subscribed())))
         g = await self.coord.existing(group)
@@ -89,8 +88,8 @@ class Groups:
         return () if m is None else m.spec.topics
 
     async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool) -> Polled:
-        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+                   auto_commit: bool, token: str | None = None) -> Polled:
+        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token)
         metrics = getattr(self.broker, "metrics", None)
         if metrics is not None and got.records:  # records out, per topic (GET /metrics, the admin page)
             metrics.delivered(t for t, _, _, _ in got.records)
@@ -106,11 +105,12 @@ class Groups:
         return {"group": group, "generation": g.generation,
                 "committed": [{"topic": t, "partition": p, "offset": g.committed[(t, p)]} for t, p, _ in offsets]}
 
-    async def commit_positions(self, group: str, consumer: str, generation: int | None) -> list[tuple[str, int, int]]:
-        """Commit where the member's previous poll left off (a poll's implicit commit, on its own)."""
+    async def commit_positions(self, group: str, consumer: str, generation: int | None,
+                               token: str | None = None) -> list[tuple[str, int, int]]:
+        """Commit the member's positions, after acknowledging the answer ``token`` names (a poll's implicit
+        commit, on its own)."""
         clock = self.coord.clock
-        _, _, g = await self.coord.group(group)
-        (g or Group(group)).member(consumer, generation, clock.monotonic())  # 409 before anything else
+        await self.poller.acknowledge(group, consumer, generation, token)  # 409 before anything else
         events = await self.coord.change(group, lambda g: g.propose_poll_commit(
             g.member(consumer, generation, clock.monotonic()), clock.wall_ms()))
         return [o for e in events if isinstance(e, Commit) for o in e.offsets]

@@ -19,13 +19,14 @@ read (``hold``) and is answered 429 with ``Retry-After`` when nothing is left
 or its answer no longer fits. ``response`` wraps an answer in a body that is
 written in ``ANSWER_WRITE_CHUNK_BYTES`` pieces (copies: the transport never
 queues, nor pins through a slice, a whole answer), drops its bytes and gives its hold back as soon as the last
-piece is written, or when the send fails or never starts.
+piece is written, or when the send fails or never starts. ``before_last_piece`` asks an answer to call back
+right before its last piece goes to the transport (a group poll marks its connection then: ``link``).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
@@ -108,6 +109,7 @@ class SentOnce(Payload):
         super().__init__(data, content_type=content_type)
         self._size = len(data)
         self._hold = hold
+        self.before_last: Callable[[], None] | None = None
         # Backstop for an answer never sent (the client left before its headers):
         # the hold goes when the response object goes.
         self._finalizer = weakref.finalize(self, hold.release) if hold is not None else None
@@ -126,6 +128,9 @@ class SentOnce(Payload):
             end = len(view) if content_length is None else min(len(view), content_length)
             step = limits.ANSWER_WRITE_CHUNK_BYTES
             for pos in range(0, end, step):
+                if pos + step >= end and self.before_last is not None:
+                    # No await between this and the write below handing the bytes to the transport.
+                    self.before_last()
                 # A copy of each piece: a transport that queues what it cannot send at once
                 # keeps only that piece, never (through a slice) the whole answer after its hold is gone.
                 await writer.write(bytes(view[pos : min(pos + step, end)]))  # waits while the transport is full
@@ -144,6 +149,13 @@ def response(body: bytes, content_type: str, headers: dict[str, str], hold: Hold
     """An answer whose body is not kept once sent (nor, with ``hold``, counted any longer)."""
     headers = {**headers, hdrs.CONTENT_LENGTH: str(len(body))}
     return web.Response(body=SentOnce(body, content_type, hold), headers=headers, status=status)
+
+
+def before_last_piece(resp: web.Response, callback: Callable[[], None]) -> None:
+    """Have ``callback`` run right before the last piece of ``resp`` (made by ``response``) is written."""
+    body = resp.body
+    assert isinstance(body, SentOnce), type(body)
+    body.before_last = callback
 
 
 def body_bytes(resp: web.Response) -> bytes:

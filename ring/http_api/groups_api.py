@@ -9,14 +9,24 @@ forwarded request that reaches a broker which does not coordinate the group
 requests never loop. ``GET /v1/groups`` asks every live broker for the groups
 it coordinates (``?local=true``) and merges the answers.
 
+A poll, a commit of positions and a leave acknowledge the member's previous
+poll answer by its token (``ring.groups.delivery``). The broker holding the
+client's connection decides which answer that is: the token the request
+names, else the poll answer this connection wrote whole before the request
+began (``link``); it forwards that as the request's token, so a coordinator
+never takes the forwarding broker's connection for the client's. Every poll
+answer carries its token in the body and in ``Ring-Poll-Token``.
+
 PolarStreams' consumer API is an alias over the same groups: ``PUT
 /v1/consumer/register?consumerId=&group=&topic=&onNewGroup=`` joins (and
 tells every live broker which group the consumer id belongs to, as
 PolarStreams registers on all brokers), ``POST /v1/consumer/poll`` polls
 without waiting (204 when there is nothing; records grouped in PolarStreams'
-shape), ``/commit`` commits the previous poll's positions, ``/goodbye``
-commits and leaves. ``POST /v1/topic/{topic}/messages?partitionKey=`` is the
-produce route with ``key`` spelled PolarStreams' way.
+shape; its token only in ``Ring-Poll-Token``), ``/commit`` commits the
+positions, ``/goodbye`` commits and leaves: these acknowledge an answer by
+their connection (or a ``token`` parameter) like the native routes. ``POST
+/v1/topic/{topic}/messages?partitionKey=`` is the produce route with ``key``
+spelled PolarStreams' way.
 """
 
 from __future__ import annotations
@@ -29,21 +39,23 @@ import aiohttp
 import msgpack
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, MultiDict
 
 from ring import auth, limits
 from ring.errors import BadRequest, Conflict, RingError, Unavailable
+from ring.groups import delivery
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
 from ring.hashing import partition_token
-from ring.http_api import access, codec
+from ring.http_api import access, codec, link
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
 
 log = logging.getLogger("ring.groups")
 
 H_FORWARDED = "Ring-Group-Forwarded"
+H_POLL_TOKEN = "Ring-Poll-Token"
 H_POLAR_NOTE = "Ring-Polar-Register-Only"
 GROUPS_KEY: web.AppKey[Groups] = web.AppKey("groups", Groups)
 POLAR_KEY: web.AppKey[OrderedDict] = web.AppKey("polar consumers", OrderedDict)
@@ -73,7 +85,8 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 # --- finding the coordinator ---------------------------------------------------------------
 
 
-async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_ms: int = 0) -> web.Response:
+async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_ms: int = 0,
+                 query: Any = None) -> web.Response:
     broker = _groups(request).broker
     peers = getattr(broker, "peers", None)
     if peers is None:
@@ -83,12 +96,13 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
                "Accept": request.headers.get("Accept", "application/json")}
     try:
         async with peers.session.request(request.method, remote.url + request.rel_url.path,
-                                         params=request.rel_url.query, data=body, headers=headers,
-                                         timeout=timeout) as resp:
+                                         params=request.rel_url.query if query is None else query, data=body,
+                                         headers=headers, timeout=timeout) as resp:
             data = await resp.read()
             out = answers.response(data, resp.content_type or "application/json", {}, status=resp.status)
-            if "Retry-After" in resp.headers:
-                out.headers["Retry-After"] = resp.headers["Retry-After"]
+            for name in ("Retry-After", H_POLL_TOKEN):
+                if name in resp.headers:
+                    out.headers[name] = resp.headers[name]
             return out
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise Unavailable(f"the coordinator {remote.name} did not answer: {exc!r}; retry",
@@ -97,7 +111,7 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
 
 async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
                           local: Callable[[], Awaitable[web.Response]], wait_ms: int = 0,
-                          create: bool = True) -> web.Response:
+                          create: bool = True, query: Any = None) -> web.Response:
     remote = await _groups(request).coord.locate(group, create)
     if remote is None:
         _groups(request).coord.start()
@@ -105,11 +119,47 @@ async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
     if request.headers.get(H_FORWARDED):
         raise Unavailable(f"{remote.name} coordinates group {group!r} now, not this broker; retry",
                           group=group, coordinator=remote.name)
-    return await _proxy(request, remote, body, wait_ms)
+    return await _proxy(request, remote, body, wait_ms, query)
 
 
 def _group(request: web.Request) -> str:
     return validate_name(request.match_info["group"], "group")
+
+
+# --- which poll answer a request acknowledges ---------------------------------------------------
+
+
+def _acknowledged(request: web.Request, group: str, consumer: str, named: object) -> str | None:
+    """The token of the answer a request acknowledges: the one it names, else (not forwarded: the
+    forwarding broker decided) the poll answer its connection wrote whole before it began."""
+    token = delivery.parse_token(named)
+    if token is not None or request.headers.get(H_FORWARDED):
+        return token
+    via = link.via_of(request)
+    return None if via is None else via.token_for(group, consumer)
+
+
+def _with_token(query: Any, token: str | None) -> Any:
+    """The request's query with ``token`` as its token parameter (for forwarding)."""
+    out = MultiDict(query)
+    out.popall("token", None)
+    if token is not None:
+        out["token"] = token
+    return out
+
+
+def _carried(request: web.Request, resp: web.Response, group: str, consumer: str) -> web.Response:
+    """``resp`` answers a poll on the client's connection: once its last byte goes out, the connection
+    vouches for it (until then, for no answer)."""
+    via = None if request.headers.get(H_FORWARDED) else link.via_of(request)
+    if via is None or resp.status not in (200, 204):
+        return resp
+    via.link.written = None
+    token = resp.headers.get(H_POLL_TOKEN)
+    if resp.status == 200 and token and isinstance(resp.body, answers.SentOnce):
+        mark = link.Mark(group, consumer, token)
+        answers.before_last_piece(resp, lambda: via.link.wrote(mark))
+    return resp
 
 
 # --- native routes -----------------------------------------------------------------------------
@@ -155,25 +205,28 @@ async def poll(request: web.Request) -> web.Response:
     wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
     generation = codec.int_param(q, "generation", None, 0, 2**62)
     auto_commit = _flag(request, "auto_commit", True)
+    token = _acknowledged(request, group, consumer, q.get("token"))
 
     as_msgpack = codec.fetch_type(request.headers.get("Accept")) == codec.CT_MSGPACK
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
-        got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit)
+        got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token)
         if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
-            body = msgpack.packb({"generation": got.generation, "records": [
+            body = msgpack.packb({"generation": got.generation, "token": got.token, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
                 use_bin_type=True)
             ctype = codec.CT_MSGPACK
         else:
             body, ctype = orjson.dumps(_poll_doc(got)), codec.CT_JSON
+        headers = {H_POLL_TOKEN: got.token}
         del got
         # Not kept once sent: an idle keep-alive connection would hold it until its next request.
-        # (Not refused for want of room either: the member's positions have moved already.)
-        return answers.response(body, ctype, {})
+        # (Not refused for want of room either: the answer is remembered already.)
+        return answers.response(body, ctype, headers)
 
-    return await _at_coordinator(request, group, None, local, wait_ms)
+    answer = await _at_coordinator(request, group, None, local, wait_ms, query=_with_token(q, token))
+    return _carried(request, answer, group, consumer)
 
 
 async def _require_member_topics(request: web.Request, group: str, consumer: str) -> None:
@@ -183,21 +236,23 @@ async def _require_member_topics(request: web.Request, group: str, consumer: str
 
 
 def _poll_doc(got: Polled) -> dict[str, Any]:
-    return {"records": [record_doc(t, p, r, j) for t, p, r, j in got.records], "generation": got.generation}
+    return {"records": [record_doc(t, p, r, j) for t, p, r, j in got.records], "generation": got.generation,
+            "token": got.token}
 
 
 async def leave(request: web.Request) -> web.Response:
     group = _group(request)
     consumer = validate_name(request.match_info["consumer"], "consumer")
     commit = _flag(request, "commit", True)
+    token = _acknowledged(request, group, consumer, request.query.get("token"))
 
     async def local() -> web.Response:
         # Leaving, with or without a commit, needs consume on the member's topics: else any token
         # could evict another group's members.
         await _require_member_topics(request, group, consumer)
-        return _json(await _groups(request).leave(group, consumer, commit))
+        return _json(await _groups(request).leave(group, consumer, commit, token))
 
-    return await _at_coordinator(request, group, None, local)
+    return await _at_coordinator(request, group, None, local, query=_with_token(request.query, token))
 
 
 def _offsets(raw: Any) -> list[tuple[str, int, int]]:
@@ -227,16 +282,18 @@ async def commit(request: web.Request) -> web.Response:
     if generation is not None and (type(generation) is not int or generation < 0):
         raise BadRequest("generation must be a non-negative integer")
     if doc.get("offsets") is None:
-        # No offsets: commit where the consumer's previous poll left off (a poll's implicit commit, alone).
+        # No offsets: commit the consumer's positions (a poll's implicit commit, alone).
         who = validate_name(consumer, "consumer")
+        token = _acknowledged(request, group, who, doc.get("token"))
 
         async def positions() -> web.Response:
             await _require_member_topics(request, group, who)
-            done = await _groups(request).commit_positions(group, who, generation)
+            done = await _groups(request).commit_positions(group, who, generation, token)
             return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o}
                                                         for t, p, o in done]})
 
-        return await _at_coordinator(request, group, raw, positions)
+        forwarded = raw if token == doc.get("token") else orjson.dumps({**doc, "token": token})
+        return await _at_coordinator(request, group, forwarded, positions)
     offsets = _offsets(doc.get("offsets"))
     access.require(request, auth.CONSUME, {t for t, _, _ in offsets})
 
@@ -393,23 +450,26 @@ async def _tell_brokers(request: web.Request, consumer: str, group: str) -> None
 async def polar_poll(request: web.Request) -> web.Response:
     consumer = _polar_id(request)
     group = _polar_group(request, consumer)
+    token = _acknowledged(request, group, consumer, request.query.get("token"))
     # Read as JSON here whatever the client accepts (PolarStreams' clients ask for its binary format).
-    headers = CIMultiDict(request.headers)
-    headers["Accept"] = codec.CT_JSON
-    native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll", headers=headers)
+    as_json = CIMultiDict(request.headers)
+    as_json["Accept"] = codec.CT_JSON
+    native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll", headers=as_json)
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
-        got = await _groups(request).poll(group, consumer, None, limits.FETCH_RECORDS_DEFAULT, 0, True)
-        return _json(_poll_doc(got))
+        got = await _groups(request).poll(group, consumer, None, limits.FETCH_RECORDS_DEFAULT, 0, True, token)
+        return answers.response(orjson.dumps(_poll_doc(got)), codec.CT_JSON, {H_POLL_TOKEN: got.token})
 
-    answer = await _at_coordinator(native, group, None, local)
+    answer = await _at_coordinator(native, group, None, local, query=_with_token({}, token))
     if answer.status != 200:
         return answer
+    headers = {H_POLL_TOKEN: answer.headers.get(H_POLL_TOKEN, "")}
     doc = orjson.loads(answers.body_bytes(answer))
     if not doc["records"]:
-        return web.Response(status=204)
-    return _json(_polar_items(request, doc))
+        return _carried(request, web.Response(status=204, headers=headers), group, consumer)
+    items = orjson.dumps(_polar_items(request, doc))
+    return _carried(request, answers.response(items, codec.CT_JSON, headers), group, consumer)
 
 
 def _polar_items(request: web.Request, doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -432,12 +492,13 @@ def _polar_items(request: web.Request, doc: dict[str, Any]) -> list[dict[str, An
 async def polar_commit(request: web.Request) -> web.Response:
     consumer = _polar_id(request)
     group = _polar_group(request, consumer)
-    body = orjson.dumps({"consumer": consumer})
+    token = _acknowledged(request, group, consumer, request.query.get("token"))
+    body = orjson.dumps({"consumer": consumer, "token": token})
     native = request.clone(method="POST", rel_url=f"/v1/groups/{group}/offsets")
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
-        await _groups(request).commit_positions(group, consumer, None)
+        await _groups(request).commit_positions(group, consumer, None, token)
         return web.Response(status=204)
 
     answer = await _at_coordinator(native, group, body, local)
@@ -447,14 +508,15 @@ async def polar_commit(request: web.Request) -> web.Response:
 async def polar_goodbye(request: web.Request) -> web.Response:
     consumer = _polar_id(request)
     group = _polar_group(request, consumer)
-    native = request.clone(method="DELETE", rel_url=f"/v1/groups/{group}/members/{consumer}?commit=true")
+    token = _acknowledged(request, group, consumer, request.query.get("token"))
+    native = request.clone(method="DELETE", rel_url=f"/v1/groups/{group}/members/{consumer}")
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
-        await _groups(request).leave(group, consumer, True)
+        await _groups(request).leave(group, consumer, True, token)
         return web.Response(status=200)
 
-    answer = await _at_coordinator(native, group, None, local)
+    answer = await _at_coordinator(native, group, None, local, query=_with_token({"commit": "true"}, token))
     if answer.status < 300:
         request.app[POLAR_KEY].pop(consumer, None)
         return web.Response(status=200)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ring import limits
+from ring.groups.delivery import TOKEN_CHARS
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -67,12 +68,20 @@ _POSITIONS = {"type": "object", "properties": {
         "topic": {"type": "string"}, "partition": {"type": "integer"}, "position": {"type": ["integer", "null"]},
         "committed": {"type": ["integer", "null"]}}}}}}
 _CONSUMER_ID = _param("consumerId", "query", _NAME, "the consumer's id", required=True)
+_TOKEN_SCHEMA = {"type": "string", "pattern": f"^[A-Za-z0-9_-]{{{TOKEN_CHARS}}}$"}
+_ACK = ("the token of the last poll answer this consumer received: acknowledges it (the consumer's "
+        "positions move past its records). Without it, the answer this connection carried whole before "
+        "this request is acknowledged, if any")
+_TOKEN = _param("token", "query", _TOKEN_SCHEMA, _ACK)
+_TOKEN_HEADER = {"Ring-Poll-Token": {"description": "the answer's token", "schema": _TOKEN_SCHEMA}}
 
-_POLL_DOC = """Records from the partitions the group assigned to this consumer, from where its previous poll
-left off (else the committed offset, else its reset policy), at most max_records. Long-polls up to wait_ms
-when there is nothing. Unless auto_commit=false, first commits the positions the previous poll reached
-(at-least-once: poll again only after processing). Answered only if the group is still at the generation
-the poll started in; otherwise 409 (join again)."""
+_POLL_DOC = """Records from the partitions the group assigned to this consumer, from its positions (past the
+last answer it acknowledged; else the committed offset, else its reset policy), at most max_records.
+Long-polls up to wait_ms when there is nothing. First acknowledges the answer named by token (or carried
+whole on this connection before this request), then, unless auto_commit=false, commits the positions
+(at-least-once: poll again only after processing). An answer never acknowledged (lost on the way) moves
+nothing: its records are handed out again. Answered only if the group is still at the generation the poll
+started in; otherwise 409 (join again)."""
 
 OPENAPI_PATHS: dict[str, Any] = {
     "/v1/groups": {"get": {
@@ -119,14 +128,19 @@ OPENAPI_PATHS: dict[str, Any] = {
             _param("generation", "query", {"type": "integer"}, "the generation the consumer joined in: a "
                                                                "stale one is refused with 409"),
             _param("auto_commit", "query", {"type": "boolean", "default": True},
-                   "commit the previous poll's positions first")],
-        "responses": {"200": _ok("records and the group's generation", {"type": "object", "properties": {
-            "records": {"type": "array", "items": _RECORD}, "generation": {"type": "integer"}}}),
-            "400": _BAD, "409": _STALE, "503": _DOWN}}},
+                   "commit the positions (what was acknowledged) first"),
+            _TOKEN],
+        "responses": {"200": {**_ok("records, the group's generation and this answer's token: name it in the "
+                                    "next request to acknowledge this answer", {"type": "object", "properties": {
+                                        "records": {"type": "array", "items": _RECORD},
+                                        "generation": {"type": "integer"}, "token": _TOKEN_SCHEMA}}),
+                              "headers": _TOKEN_HEADER},
+                      "400": _BAD, "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/members/{consumer}": {"delete": {
         "summary": "Leave a group (a rebalance)", "operationId": "leaveGroup",
         "parameters": [_GROUP, _CONSUMER, _param("commit", "query", {"type": "boolean", "default": True},
-                                                 "commit the previous poll's positions first")],
+                                                 "commit the positions (what was acknowledged) first"),
+                       _TOKEN],
         "responses": {"200": _ok("left, and what was committed", {"type": "object"}), "400": _BAD,
                       "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/members/{consumer}/positions": {
@@ -148,12 +162,13 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/v1/groups/{group}/offsets": {"post": {
         "summary": "Commit offsets", "operationId": "commitOffsets", "parameters": [_GROUP],
         "description": "A member commits partitions it holds (generation optional; a stale one is refused "
-                       "unless the member has held the partitions since that generation). "
-                       "Without offsets, commits where the consumer's previous poll left off. Without a "
-                       "consumer, only a group with no members accepts a commit.",
+                       "unless the member has held the partitions since that generation). Without offsets, "
+                       "commits the consumer's positions (what it acknowledged, token acknowledging one more "
+                       "answer). Without a consumer, only a group with no members accepts a commit.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object", "properties": {
             "consumer": _NAME, "generation": {"type": "integer"},
-            "offsets": {"type": "array", "items": _OFFSET}}}}}},
+            "offsets": {"type": "array", "items": _OFFSET},
+            "token": {**_TOKEN_SCHEMA, "description": "without offsets: " + _ACK}}}}}},
         "responses": {"200": _ok("the committed offsets", {"type": "object"}), "400": _BAD,
                       "404": _err("unknown topic or partition"), "409": _STALE, "503": _DOWN,
                       "504": _err("the offsets partition's replicas did not acknowledge in time")}}},
@@ -178,20 +193,20 @@ OPENAPI_PATHS: dict[str, Any] = {
                               "where partitions without a committed offset start (default latest)")],
         "responses": {"200": _ok("registered on every live broker"), "400": _BAD, "503": _DOWN}}},
     "/v1/consumer/poll": {"post": {
-        "summary": "PolarStreams alias: poll without waiting (commits the previous poll)",
-        "operationId": "polarPoll", "parameters": [_CONSUMER_ID],
-        "responses": {"200": _ok("[{topic, token, rangeIndex, version, startOffset, values}]",
-                                 {"type": "array", "items": {"type": "object"}}),
-                      "204": {"description": "nothing to read"}, "400": _BAD,
+        "summary": "PolarStreams alias: poll without waiting (commits the previous answer it acknowledges)",
+        "operationId": "polarPoll", "parameters": [_CONSUMER_ID, _TOKEN],
+        "responses": {"200": {**_ok("[{topic, token, rangeIndex, version, startOffset, values}]",
+                                    {"type": "array", "items": {"type": "object"}}), "headers": _TOKEN_HEADER},
+                      "204": {"description": "nothing to read", "headers": _TOKEN_HEADER}, "400": _BAD,
                       "409": _err("not registered here (or stale): register again"), "503": _DOWN}}},
     "/v1/consumer/commit": {"post": {
-        "summary": "PolarStreams alias: commit the previous poll's positions", "operationId": "polarCommit",
-        "parameters": [_CONSUMER_ID],
+        "summary": "PolarStreams alias: commit the positions", "operationId": "polarCommit",
+        "parameters": [_CONSUMER_ID, _TOKEN],
         "responses": {"200": {"description": "never: see 204"}, "204": {"description": "committed"},
                       "400": _BAD, "409": _err("not registered: register again"), "503": _DOWN}}},
     "/v1/consumer/goodbye": {"post": {
         "summary": "PolarStreams alias: commit and leave", "operationId": "polarGoodbye",
-        "parameters": [_CONSUMER_ID],
+        "parameters": [_CONSUMER_ID, _TOKEN],
         "responses": {"200": _ok("left"), "400": _BAD, "409": _err("not registered"), "503": _DOWN}}},
     "/v1/topic/{topic}/messages": {"post": {
         "summary": "PolarStreams alias of POST /v1/topics/{topic}/messages", "operationId": "polarProduce",

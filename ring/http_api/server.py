@@ -19,6 +19,14 @@ never reads) gets its connection aborted, dropping the buffered bytes; and
 with TLS the handshake must end within ``TLS_HANDSHAKE_TIMEOUT_S``. Request
 bodies have their own deadline (``BODY_READ_TIMEOUT_S``, in ``codec``). A body
 aiohttp cannot read (a malformed gzip stream) costs one log line, not a traceback.
+
+Each connection has a ``link.Link`` and each request a ``link.Via`` (what the
+connection had written whole when the request began: see ``link``). aiohttp
+does not say where in a chunk a request begins, so a request is stamped when
+the first chunk that may hold its first byte arrives: the chunk after the one
+that completed the previous request if that one ended exactly at a request's
+end (a bodyless request ending its headers), else that same chunk. Early
+stamps only make a request prove less.
 """
 
 from __future__ import annotations
@@ -36,9 +44,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from ring import limits
+from ring.http_api.link import VIA_KEY, Link, Via
 from ring.http_api.middleware import http_error_response
 
 log = logging.getLogger("ring.http")
+
+_UNSTAMPED = object()  # no byte of a next request has arrived yet
 
 
 class GuardedHandler(RequestHandler):
@@ -54,6 +65,9 @@ class GuardedHandler(RequestHandler):
         self._header_timer: asyncio.TimerHandle | None = None
         self._last_payload: Any = None  # body stream of the newest parsed request
         self._refused = False
+        self.link = Link()
+        self._arrival: Any = _UNSTAMPED  # the stamp of the request whose bytes are arriving
+        self._vias: dict[int, Via] = {}  # id(parsed message) -> its Via, until its handler starts
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         manager = self._manager
@@ -100,11 +114,18 @@ class GuardedHandler(RequestHandler):
         if self._refused:
             return
         if not data:
-            return super().data_received(data)
+            before = self._request_count
+            super().data_received(data)
+            if self._request_count != before:  # requests aiohttp held back (pipelined): they prove nothing
+                self._arrival = None
+                self._stamp(before, data)
+            return
         if self._upgraded or self._payload_parser is not None:
             # A websocket (the peer port's replication link): frames, not requests, from here on.
             self._disarm()
             return super().data_received(data)
+        if self._arrival is _UNSTAMPED:
+            self._arrival = self.link.written
         body_done = self._last_payload is None or self._last_payload.is_eof()
         parsed_before = self._request_count
         super().data_received(data)
@@ -112,8 +133,26 @@ class GuardedHandler(RequestHandler):
             self._disarm()  # headers complete
             if self._messages:
                 self._last_payload = self._messages[-1][1]
+            self._stamp(parsed_before, data)
         elif body_done and self._header_timer is None:
             self._arm()  # these bytes began a new request whose headers are not complete
+
+    def _stamp(self, parsed_before: int, data: bytes) -> None:
+        """Give the requests parsed from ``data`` their Via; say when the next request's stamp is taken."""
+        new = self._request_count - parsed_before
+        if new <= 0:
+            return
+        for msg, _ in list(self._messages)[-new:]:
+            self._vias[id(msg)] = Via(self.link, self._arrival)
+        last = self._messages[-1][1] if self._messages else None
+        at_end = data.endswith(b"\r\n\r\n") and last is not None and last.is_eof() and not self._buffer_paused
+        self._arrival = _UNSTAMPED if at_end else self.link.written
+
+    async def _handle_request(self, request: Any, start_time: Any, request_handler: Any) -> Any:
+        via = self._vias.pop(id(request._message), None)  # the parsed message the request was made of
+        if via is not None:
+            request[VIA_KEY] = via
+        return await super()._handle_request(request, start_time, request_handler)
 
     def _arm(self) -> None:
         self._disarm()

@@ -1,0 +1,82 @@
+"""What a client connection vouches for: the group poll answer it wrote whole before a request began.
+
+A group poll commits its member's previous answer only once the client shows
+it got that answer (``ring.groups.delivery``). The connection can show it: an
+HTTP/1.1 client that does not pipeline sends its next request on a
+connection only after reading the whole previous answer. So when a poll
+answer's last byte was handed to the socket and the next request on that
+connection began to arrive after that, the client read the answer.
+
+Any server front provides this with two obligations and nothing else:
+
+* a ``Link`` per client connection, and for each request a ``Via`` made when
+  the request's *first byte* arrived: ``Via(link, link.written)``. A front
+  that cannot tell exactly when a request began may make it earlier, never
+  later (an early Via only vouches for less);
+* the group poll handler asks its answer to call ``Link.wrote`` right before
+  the answer's last byte is handed to the transport, in the same synchronous
+  step, so no request can be stamped in between (``answer.before_last_piece``
+  for aiohttp answers).
+
+A request forwarded to the group's coordinator carries no Via of the
+client's connection: the broker holding that connection names the answer
+in the forwarded request's token (``groups_api``), and the coordinator never
+mistakes the forwarding broker's connection for the client's. A link
+remembers one answer, the last poll answer it carried: a token covers
+clients that interleave members on one connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A group poll answer: the member it went to, and its token."""
+
+    group: str
+    consumer: str
+    token: str
+
+
+class Link:
+    """One client connection, as group polls see it."""
+
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        self.written: Mark | None = None  # the last poll answer handed to the socket whole
+
+    def wrote(self, mark: Mark) -> None:
+        self.written = mark
+
+
+@dataclass(frozen=True)
+class Via:
+    """A request's connection, and the poll answer that connection had written whole when the request began."""
+
+    link: Link
+    seen: Mark | None
+
+    def token_for(self, group: str, consumer: str) -> str | None:
+        """The token of that answer, if it went to this member."""
+        seen = self.seen
+        if seen is None or seen.group != group or seen.consumer != consumer:
+            return None
+        return seen.token
+
+
+# Where the aiohttp front keeps a request's Via (``request[VIA_KEY]``).
+VIA_KEY: Any = web.RequestKey("via", Via) if hasattr(web, "RequestKey") else "ring.via"
+
+
+def via_of(request: Any) -> Via | None:
+    """The request's Via, None when its front made none (or it is not a request of a client connection)."""
+    try:
+        return request.get(VIA_KEY)
+    except AttributeError:
+        return None

@@ -1,0 +1,293 @@
+"""A group poll's answer is committed only once the client shows it got it: real brokers, answers lost
+on the way.
+
+An answer is lost here the way a killed pod or a proxy timeout loses it: the
+poll is sent, its answer reaches the client's socket, and the connection is
+closed without reading it. The next poll either names the token of the last
+answer the client did read, names none, or comes on the connection that
+carried the previous answer. In every case the records of the lost answer
+are handed out again (to the same member or to the next one), and the
+group's committed offset never passes what a client acknowledged. The same
+holds through a broker that only forwards (neither coordinator nor leader),
+and for ``GroupConsumer`` retrying elsewhere while that broker is stopped.
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import threading
+import time
+import urllib.parse
+from typing import Any, Iterator
+
+import orjson
+import pytest
+
+from ring.client import Client, GroupConsumer
+from ring.hashing import partition_for_key
+from tests.brokers import Member, TestBroker, TestCluster
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 30.0
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _poll_path(group: str, consumer: str, **query: Any) -> str:
+    query = {k: v for k, v in query.items() if v is not None}
+    return f"/v1/groups/{group}/members/{consumer}/poll" + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def drop_poll(host: str, port: int, group: str, consumer: str, **query: Any) -> None:
+    """Send a poll and close the connection once its answer has reached this socket, unread."""
+    with socket.create_connection((host, port), timeout=WAIT_S) as s:
+        s.sendall(f"POST {_poll_path(group, consumer, **query)} HTTP/1.1\r\nHost: ring\r\n"
+                  "Content-Length: 0\r\n\r\n".encode())
+        readable, _, _ = select.select([s], [], [], WAIT_S)
+        assert readable, "the poll was not answered"
+
+
+def poll(host: str, port: int, group: str, consumer: str, **query: Any) -> dict[str, Any]:
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT_S)
+    try:
+        conn.request("POST", _poll_path(group, consumer, **query))
+        r = conn.getresponse()
+        body = r.read()
+        assert r.status == 200, body
+        return orjson.loads(body)
+    finally:
+        conn.close()
+
+
+def read_answer(reader: Any) -> dict[str, Any]:
+    """One 200 answer with a Content-Length body, from a connection's buffered reader."""
+    status = reader.readline()
+    assert status.split()[1] == b"200", status
+    length = 0
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return orjson.loads(reader.read(length))
+
+
+def offsets(doc: dict[str, Any]) -> list[int]:
+    return [r["offset"] for r in doc["records"]]
+
+
+def committed(api: Any, group: str) -> dict[int, int | None]:
+    r = api.get(f"/v1/groups/{group}")
+    assert r.status == 200, r.body
+    return {o["partition"]: o["committed"] for o in r.json()["offsets"]}
+
+
+def join(api: Any, group: str, consumer: str, topic: str) -> dict[str, Any]:
+    r = api.post(f"/v1/groups/{group}/members", json_body={"consumer": consumer, "topics": [topic]})
+    assert r.status == 200, r.body
+    return r.json()
+
+
+def fill(api: Any, topic: str, n: int) -> None:
+    assert api.create_topic(topic, partitions=1).status == 201
+    r = api.produce(topic, orjson.dumps([{"i": i} for i in range(n)]), partition=0)
+    assert r.status == 200, r.body
+
+
+# --- one broker ---------------------------------------------------------------------------------
+
+
+def test_a_dropped_answer_is_handed_out_again_with_or_without_the_token(make_broker, topic: str) -> None:
+    b: TestBroker = make_broker()
+    host, port, api = b.local.host, b.local.port, b.http
+    fill(api, topic, 50)
+    join(api, "g", "c1", topic)
+
+    # Lost, and the next poll names no token (a fresh connection): the same records again, nothing committed.
+    drop_poll(host, port, "g", "c1", max_records=20)
+    again = poll(host, port, "g", "c1", max_records=20)
+    assert offsets(again) == list(range(20))
+    assert committed(api, "g") == {0: 0}  # where reading starts (the reset policy), no further
+
+    # Read (token T), then one lost: a poll naming T commits what T handed out, and hands out the lost
+    # answer's records again.
+    drop_poll(host, port, "g", "c1", max_records=20, token=again.get("token"))
+    after = poll(host, port, "g", "c1", max_records=20, token=again.get("token"))
+    assert offsets(after) == list(range(20, 40))
+    assert committed(api, "g") == {0: 20}
+
+    # Lost once more, then c1 leaves naming the last token it read: the next member gets the lost records.
+    drop_poll(host, port, "g", "c1", max_records=20, token=after.get("token"))
+    r = api.delete("/v1/groups/g/members/c1", query={"token": after.get("token")})
+    assert r.status == 200, r.body
+    assert committed(api, "g") == {0: 40}
+    join(api, "g", "c2", topic)
+    assert offsets(poll(host, port, "g", "c2", max_records=20)) == list(range(40, 50))
+    assert committed(api, "g") == {0: 40}
+
+
+def test_the_same_connection_acknowledges_an_answer_written_before_the_next_poll(make_broker,
+                                                                                  topic: str) -> None:
+    b: TestBroker = make_broker()
+    host, port, api = b.local.host, b.local.port, b.http
+    fill(api, topic, 50)
+    join(api, "g", "c1", topic)
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT_S)
+    try:
+        got = []
+        for _ in range(2):  # keep-alive, no token: the second poll commits what the first handed out
+            conn.request("POST", _poll_path("g", "c1", max_records=20))
+            r = conn.getresponse()
+            got.append(orjson.loads(r.read()))
+        assert [offsets(d) for d in got] == [list(range(20)), list(range(20, 40))]
+        assert committed(api, "g") == {0: 20}
+    finally:
+        conn.close()
+
+    # Two polls sent at once on one connection (pipelined): the second was on its way before the first
+    # answer was written, so it acknowledges nothing and gets the same records.
+    with socket.create_connection((host, port), timeout=WAIT_S) as s:
+        one = f"POST {_poll_path('g', 'c1', max_records=5)} HTTP/1.1\r\nHost: ring\r\nContent-Length: 0\r\n\r\n"
+        s.sendall((one + one).encode())
+        with s.makefile("rb") as reader:
+            answers = [read_answer(reader) for _ in range(2)]
+    assert [offsets(d) for d in answers] == [list(range(20, 25)), list(range(20, 25))]
+    assert committed(api, "g") == {0: 20}
+
+
+# --- through a broker that only forwards --------------------------------------------------------
+
+
+def _coordinator(c: TestCluster, group: str) -> str:
+    doc = c[0].http.get("/v1/topics/__offsets").json()
+    return doc["partitions"][partition_for_key(group.encode(), doc["partition_count"])]["leader"]
+
+
+def forwarding_setup(c: TestCluster, topic: str, n: int) -> tuple[str, Member, Member, Member]:
+    """A one-partition topic of ``n`` records and a group whose coordinator is not the partition's
+    leader: (group, forwarder, coordinator, leader), the forwarder being neither."""
+    fill(c[0].http, topic, n)
+    join(c[0].http, f"{topic}-warmup", "w", topic)  # creates the offsets topic
+    leader = c.leaders(topic)[0]
+    group = next(g for g in (f"{topic}-g{i}" for i in range(500)) if _coordinator(c, g) != leader)
+    coord = _coordinator(c, group)
+    forwarder = next(m for m in c if m.name not in (leader, coord))
+    return group, forwarder, c.member(coord), c.member(leader)
+
+
+def test_an_answer_lost_between_the_forwarder_and_the_client_is_handed_out_again(
+        shared_cluster: TestCluster, topic: str) -> None:
+    c = shared_cluster
+    group, fwd, coord, leader = forwarding_setup(c, topic, 50)
+    host, port = fwd.local.host, fwd.local.port
+    join(fwd.http, group, "c1", topic)
+
+    # The coordinator wrote its answer whole to the forwarder, whose client then vanished.
+    drop_poll(host, port, group, "c1", max_records=20)
+    again = poll(host, port, group, "c1", max_records=20)
+    assert offsets(again) == list(range(20))
+    assert committed(coord.http, group) == {0: 0}  # where reading starts, no further
+
+    drop_poll(host, port, group, "c1", max_records=20, token=again.get("token"))
+    # Retried at another broker, naming the last answer read.
+    after = poll(leader.local.host, leader.local.port, group, "c1", max_records=20, token=again.get("token"))
+    assert offsets(after) == list(range(20, 40))
+    assert committed(fwd.http, group) == {0: 20}
+
+    # The forwarder's own connection knowledge: a keep-alive connection acknowledges through it.
+    conn = http.client.HTTPConnection(host, port, timeout=WAIT_S)
+    try:
+        docs = []
+        for token in (after.get("token"), None):
+            conn.request("POST", _poll_path(group, "c1", max_records=5, token=token))
+            docs.append(orjson.loads(conn.getresponse().read()))
+    finally:
+        conn.close()
+    assert [offsets(d) for d in docs] == [list(range(40, 45)), list(range(45, 50))]
+    assert committed(coord.http, group) == {0: 45}
+
+    # The next member gets what c1 was handed and never acknowledged.
+    assert fwd.http.delete(f"/v1/groups/{group}/members/c1").status == 200
+    join(coord.http, group, "c2", topic)
+    assert offsets(poll(coord.local.host, coord.local.port, group, "c2")) == list(range(45, 50))
+
+
+# --- the client, retrying elsewhere while the forwarder is stopped --------------------------------
+
+
+@pytest.fixture(scope="module")
+def paused_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    c = TestCluster(tmp_path_factory.mktemp("groups-delivery"), 3, args=["--fsync", "interval:100"])
+    c.start()
+    try:
+        yield c
+    finally:
+        c.kill()
+
+
+def _long_polls_open(m: Member) -> int:
+    r = m.http.get("/v1/status")
+    return int(r.json().get("long_polls_open", 0)) if r.status == 200 else 0
+
+
+@pytest.mark.parametrize("auto_commit", [True, False], ids=["auto-commit", "commit-each-record"])
+def test_group_consumer_retrying_past_a_stopped_forwarder_misses_nothing(paused_cluster: TestCluster,
+                                                                          topic: str, auto_commit: bool) -> None:
+    c = paused_cluster
+    group, fwd, coord, leader = forwarding_setup(c, topic, 200)
+    delivered: list[int] = []
+    stop = threading.Event()
+    # A session that outlives the retries: the member keeps its server-side position throughout.
+    consumer = GroupConsumer([fwd.url, leader.url, coord.url], group, topic, auto_commit=auto_commit,
+                             wait_ms=5_000, timeout_s=2.0, retry_backoff_ms=50, session_timeout_ms=60_000)
+
+    def consume() -> None:
+        while not stop.is_set():
+            for record in consumer.poll():
+                delivered.append(record.offset)
+                if not auto_commit:
+                    consumer.commit()  # after each record: at-least-once by hand
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while len(set(delivered)) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    with consumer:
+        reader.start()
+        try:
+            wait_for(200)
+            assert sorted(set(delivered)) == list(range(200))
+            # Caught up: the member's long-poll waits at the coordinator, forwarded by ``fwd``. Stop ``fwd``
+            # while it does (a poll that has not reached the coordinator yet would prove nothing).
+            parked = False
+            for _ in range(10):
+                deadline = time.monotonic() + WAIT_S
+                while _long_polls_open(coord) < 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                fwd.pause()
+                parked = _long_polls_open(coord) >= 1
+                if parked:
+                    break
+                fwd.resume()
+            assert parked, "the member's long-poll never waited at the coordinator"
+            try:
+                with Client([leader.url]) as producer:
+                    for i in range(100):
+                        producer.produce(topic, json={"i": 200 + i}, partition=0)
+                    producer.flush()
+                # The coordinator answers the stopped forwarder; the consumer gives up on it, polls elsewhere.
+                wait_for(300)
+            finally:
+                fwd.resume()
+        finally:
+            stop.set()
+            reader.join(timeout=WAIT_S)
+    missing = sorted(set(range(300)) - set(delivered))
+    assert not missing, f"never delivered: {missing[:10]} ({len(missing)} in all)"
+    done = committed(leader.http, group)
+    assert done[0] is not None and done[0] <= max(delivered) + 1
