@@ -4,9 +4,10 @@ Each scenario of ``tests/chaos`` runs once at consistency=quorum for 8-24 s of
 load, then heals, settles and drains. What quorum promises is asserted:
 nothing acknowledged lost, one value per offset, every key in the order it
 was acknowledged, nothing read that was not written or that later vanished,
-replicas identical after healing and every partition writable again; and,
-whatever the fault, no replica's start offset moved, no record stamped off
-the clock, no offset-by-timestamp answer changed. The
+replicas identical after healing and every partition writable again; with
+consumer-group members, no committed offset past a record no member got;
+and, whatever the fault, no replica's start offset moved, no record stamped
+off the clock, no offset-by-timestamp answer changed. The
 scenarios that cut links between brokers run in network namespaces when this
 machine allows it (root, iproute2, iptables) and through the fault-injecting
 proxy otherwise; the namespace and proxy mechanics are also checked on their
@@ -46,6 +47,7 @@ FAULT_MARKS = {  # what each scenario's events must show, so a scenario that inj
     "none": None, "leader-kill": "SIGKILL", "leader-stop": "SIGSTOP", "isolate": "isolate",
     "one-way": "cannot reach", "torn-always": "power loss", "torn-interval": "power loss", "bit-flip": "bit flip",
     "clock-skew": "with its clock ",
+    "consumer-kill": "kill consumer",
 }
 
 
@@ -77,6 +79,8 @@ def test_short_scenario_at_quorum_keeps_what_quorum_promises(name: str, tmp_path
     assert res["meta"]["writable_after_heal_s"] is not None, why
     if name == "clock-skew":  # the skew really happened, and the answers compared were many
         assert any("8d" in what for _, what in res["events"]) and len(res["meta"]["timestamp_probe"]["before"]) >= 12, why
+    if SCENARIOS[name].groups:  # at-least-once: nothing committed that no member was handed
+        assert r["group_delivered"] > 0 and r["committed_undelivered"] == 0, why
     if name == "none":
         assert r["availability"] == 1.0 and r["failed"] == r["unknown"] == 0, why
     # bit-flip included: repair cuts the damaged copy and refills it from a sound replica.

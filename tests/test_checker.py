@@ -16,7 +16,8 @@ from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
 from tests.chaos.checker import check
 from tests.chaos.faults import choose_cut, position_of_offset
-from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, REPLICA, UNKNOWN, History, Read, ReplicaCopy, Write
+from tests.chaos.history import (CONSUMER, FAIL, FINAL, OK, REPLICA, UNKNOWN, GroupRead, History, Read, ReplicaCopy,
+                                 Write)
 from tests.chaos.workload import Session, classify, keys_for
 
 ZEROS = dict(lost=0, unexpected=0, duplicated=0, recovered=0, failed_but_read=0, vanished=0,
@@ -53,6 +54,20 @@ def test_a_clean_history_has_no_anomaly() -> None:
     assert (r.attempted, r.acknowledged, r.failed, r.unknown) == (3, 3, 0, 0)
     assert r.availability == 1.0 and r.read_availability == 0.9
     assert r.longest_outage_s == pytest.approx(0.1) and r.examples == {}
+
+
+def test_group_commits_past_what_no_member_handed_out_are_counted_and_redeliveries_reported() -> None:
+    h = clean_history()
+    h.group_reads = [GroupRead("c1", 0, 0, "a"), GroupRead("c1", 0, 1, "b"), GroupRead("c2", 0, 1, "b")]
+    h.group_committed = {0: 2}
+    r = check(History.from_json(json.loads(json.dumps(h.to_json()))))
+    assert (r.group_delivered, r.group_redelivered, r.committed_undelivered) == (2, 1, 0) and r.safe
+    assert counts(r) == ZEROS
+    h.group_reads = h.group_reads[1:]  # offset 0 never handed out, yet committed past
+    h.group_committed = {0: 3}
+    r = check(h)
+    assert (r.group_delivered, r.group_redelivered, r.committed_undelivered) == (1, 1, 2) and not r.safe
+    assert r.examples["committed_undelivered"] == ["partition 0 committed at 3: 2 offsets never handed out, from 0"]
 
 
 def test_acknowledged_but_absent_from_the_final_drain_is_lost_and_what_a_consumer_saw_vanished() -> None:

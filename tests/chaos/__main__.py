@@ -6,10 +6,11 @@ all) for its full duration and writes the table; ``--scenario``,
 that cut links between brokers run in network namespaces when this machine
 allows it (root, iproute2, iptables), else through the fault-injecting proxy
 (``--transport`` forces one). The exit status is 1 when a run at quorum or
-all lost an acknowledged write, gave two values for one offset or broke a
-key's order. ``one SPEC`` runs a single spec and is how the harness runs
-itself inside a namespace; ``check HISTORY.json.gz ...`` runs the checker
-again on saved histories.
+all lost an acknowledged write, gave two values for one offset, broke a
+key's order or committed a consumer group past records no member was
+handed. ``one SPEC`` runs a single spec and is how the harness runs itself
+inside a namespace; ``check HISTORY.json.gz ...`` runs the checker again on
+saved histories.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {time.monotonic() - began:.0f} s: acked {r.get('acknowledged')}/{r.get('attempted')}, "
                   f"lost {r.get('lost')}, inconsistent {r.get('inconsistent_offsets')}, "
                   f"order {r.get('order_violations')}, divergent {r.get('divergent_partitions')}"
+                  + (f", group delivered {r.get('group_delivered')} (twice {r.get('group_redelivered')}), "
+                     f"committed never delivered {r.get('committed_undelivered')}" if SCENARIOS[name].groups else "")
                   + (f", ERROR {res['error']}" if res.get("error") else ""), flush=True)
             results.append(res)
     command = "make chaos" if not argv else "python -m tests.chaos " + " ".join(argv)
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.artifacts / stamp / "results.json").write_text(json.dumps(results, indent=1))
     unsafe = [r for r in results if r["spec"]["consistency"] != "one" and r.get("drained")
               and r.get("report") and (r["report"]["lost"] or r["report"]["inconsistent_offsets"]
-                                       or r["report"]["order_violations"])]
+                                       or r["report"]["order_violations"]
+                                       or r["report"].get("committed_undelivered"))]
     for r in unsafe:
         print(f"UNSAFE: {r['spec']['scenario']} / {r['spec']['consistency']}: see {r['spec']['root']}",
               file=sys.stderr)

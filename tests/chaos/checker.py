@@ -35,6 +35,12 @@ Pure and deterministic (no I/O, no clock), so hand-made histories test it
   the harness's clock: stamped by a broker whose clock was off.
 * ``timestamp_answers_changed``: a broker's first offset at or after a
   timestamp, asked before the faults and after the drain, differs.
+* Runs with consumer-group members: ``group_delivered``, the (partition,
+  offset) pairs a member handed to its application; ``group_redelivered``,
+  those handed out more than once (at-least-once allows it: reported, not
+  an error); ``committed_undelivered``, offsets below the group's committed
+  offset (it starts at the earliest) that no member ever handed out: what a
+  commit of a lost poll answer would skip. It must be 0.
 
 Each anomaly keeps a few examples, so a report can be acted on.
 """
@@ -76,6 +82,9 @@ class Report:
     starts_moved: int = 0
     stamped_off: int = 0
     timestamp_answers_changed: int = 0
+    group_delivered: int = 0
+    group_redelivered: int = 0
+    committed_undelivered: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -83,8 +92,10 @@ class Report:
 
     @property
     def safe(self) -> bool:
-        """What quorum and all promise: nothing acknowledged lost, one value per offset, key order kept."""
-        return self.lost == 0 and self.inconsistent_offsets == 0 and self.order_violations == 0
+        """What quorum and all promise: nothing acknowledged lost, one value per offset, key order kept,
+        nothing committed for a group that no member handed out."""
+        return (self.lost == 0 and self.inconsistent_offsets == 0 and self.order_violations == 0
+                and self.committed_undelivered == 0)
 
     def note(self, kind: str, text: str) -> None:
         shown = self.examples.setdefault(kind, [])
@@ -125,6 +136,7 @@ def check(history: History) -> Report:
             r.timestamp_answers_changed += 1
             r.note("timestamp_answers_changed", f"{broker} partition {p}: first offset at or after {ts} was "
                    f"{before} before the faults, {after} after")
+    _group(r, history)
     return r
 
 
@@ -157,6 +169,25 @@ def _stamps(r: Report, history: History, by_value: dict[str, Write]) -> int:
             r.note("stamped_off", f"{x.value} at {x.partition}/{x.offset} stamped {x.timestamp - wall0:.0f} ms after "
                    f"the run began; its produce was in flight {w.start_s:.2f}-{w.end_s:.2f}s")
     return len(off)
+
+
+def _group(r: Report, history: History) -> None:
+    if not history.group_reads and history.group_committed is None:
+        return
+    times: dict[tuple[int, int], int] = defaultdict(int)
+    for x in history.group_reads:
+        times[(x.partition, x.offset)] += 1
+    r.group_delivered = len(times)
+    twice = sorted(k for k, n in times.items() if n > 1)
+    r.group_redelivered = len(twice)
+    for p, o in twice[:EXAMPLES_MAX]:
+        r.note("group_redelivered", f"{p}/{o} handed out {times[(p, o)]} times")
+    for p, committed in sorted((history.group_committed or {}).items()):
+        skipped = [o for o in range(committed) if (p, o) not in times]
+        r.committed_undelivered += len(skipped)
+        if skipped:
+            r.note("committed_undelivered", f"partition {p} committed at {committed}: {len(skipped)} offsets never "
+                   f"handed out, from {skipped[0]}")
 
 
 def _outcomes(r: Report, writes: list[Write], final_values: set[str], read_values: set[str]) -> None:

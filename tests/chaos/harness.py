@@ -17,7 +17,8 @@ partition (retrying until acknowledged: is the cluster writable again?),
 waits until every partition's replicas hold the same batches, then reads
 every partition through every broker's client API and every replica's own
 log: the final drain. Replicas that still differ are what the checker calls
-divergent.
+divergent. Scenarios with consumer-group members stop them (a clean close)
+when the load stops, and read the group's committed offsets after the drain.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tests.chaos import netns
 from tests.chaos.checker import check
 from tests.chaos.cluster import REPO_ROOT, ChaosCluster
 from tests.chaos.faults import Faults, SizeSampler
+from tests.chaos.groupload import GroupLoad
 from tests.chaos.history import FINAL, REPLICA, History, ReplicaCopy
 from tests.chaos.network import Loopback, Network, NetnsNetwork, ProxyNetwork
 from tests.chaos.scenarios import SCENARIOS, Ctx
@@ -52,6 +54,7 @@ PROBE_S = 30.0  # then: a write to every partition is acknowledged again (10 s i
 PROBE_SHORT_S = 10.0
 CONVERGE_S = 20.0  # then: replicas identical (8 s in short runs: divergence does not heal by waiting)
 CONVERGE_SHORT_S = 8.0
+GROUP_OFFSETS_S = 20.0  # after the drain: some broker describes the consumer group
 RUN_BUDGET_S = 240.0  # start, healing, settling, draining, stopping: beyond this a run is stuck
 TRANSPORTS = ("loopback", "netns", "proxy")
 
@@ -131,13 +134,18 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
     sampler_task = asyncio.create_task(sampler.run(sampler_stop))
     deadline = time.monotonic() + spec.seconds
     load_task = asyncio.create_task(workload.run())
+    groups = GroupLoad(cluster, TOPIC, history, random.Random(rng.random()), now) if scenario.groups else None
+    if groups is not None:
+        groups.start(deadline)
     try:
-        await scenario.drive(Ctx(faults, deadline, spec.short))
+        await scenario.drive(Ctx(faults, deadline, spec.short, groups))
         await asyncio.wait_for(asyncio.shield(load_task), max(0.0, deadline - time.monotonic()) + 15)
     finally:
         workload.stop.set()
         sampler_stop.set()
         await asyncio.gather(load_task, sampler_task, return_exceptions=True)
+        if groups is not None:
+            await groups.stop()
     history.events.append((round(now(), 3), "load stopped"))
     await faults.heal_all()
     history.events.append((round(now(), 3), "healed"))
@@ -155,6 +163,10 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
                            else "replicas still differ"))
     await _drain(cluster, history, now)
     history.events.append((round(now(), 3), "drained"))
+    if groups is not None:
+        history.group_committed = await groups.committed(GROUP_OFFSETS_S)
+        if history.group_committed is None:
+            history.drain_errors.append("the group's committed offsets could not be read")
     result["drained"] = True
     history.meta["partitions"] = {i: await cluster.describe(TOPIC, i) for i in range(cluster.size)}
     await faults.sample_starts()

@@ -12,6 +12,9 @@ source returned it (with the record's timestamp): a consumer during the
 run, the final drain of one broker's client API, or one replica's own log
 read on the peer port after healing. A ``ReplicaCopy`` is one replica's stored batches of one partition,
 by header, for comparing replicas byte for byte without keeping the bytes.
+A ``GroupRead`` is one record a consumer-group member handed to its
+application (runs with group consumers), and ``group_committed`` the
+group's committed offsets read after healing.
 """
 
 from __future__ import annotations
@@ -60,6 +63,15 @@ class Read:
         assert self.source in SOURCES, self.source
 
 
+@dataclass(frozen=True)
+class GroupRead:
+    consumer: str  # the member's id: a killed consumer's successor has another
+    partition: int
+    offset: int
+    value: str
+    at_s: float = 0.0
+
+
 # One stored batch as a replica holds it: (base_offset, leader_epoch, crc, record_count).
 BatchId = tuple[int, int, int, int]
 
@@ -81,6 +93,8 @@ class History:
     fetches_ok: int = 0  # consumer fetches answered 200 during the run
     fetches_failed: int = 0
     drain_errors: list[str] = field(default_factory=list)  # final reads that failed: broker, partition, why
+    group_reads: list[GroupRead] = field(default_factory=list)
+    group_committed: dict[int, int] | None = None  # partition -> the group's committed offset after healing
     events: list[tuple[float, str]] = field(default_factory=list)  # faults as they happened
     # (at_s, broker, partition, earliest offset) as brokers reported their replicas' starts; a chaos
     # run never truncates and its topic keeps records for days, so every one must be 0
@@ -98,6 +112,9 @@ class History:
             "fetches_ok": self.fetches_ok,
             "fetches_failed": self.fetches_failed,
             "drain_errors": self.drain_errors,
+            "group_reads": [[r.consumer, r.partition, r.offset, r.value, r.at_s] for r in self.group_reads],
+            "group_committed": None if self.group_committed is None else
+            {str(p): o for p, o in self.group_committed.items()},
             "events": [list(e) for e in self.events],
             "starts": [list(x) for x in self.starts],
             "timestamp_answers": [list(x) for x in self.timestamp_answers],
@@ -114,6 +131,9 @@ class History:
             fetches_ok=doc.get("fetches_ok", 0),
             fetches_failed=doc.get("fetches_failed", 0),
             drain_errors=list(doc.get("drain_errors", [])),
+            group_reads=[GroupRead(*r) for r in doc.get("group_reads", [])],
+            group_committed=None if doc.get("group_committed") is None else
+            {int(p): int(o) for p, o in doc["group_committed"].items()},
             events=[(float(t), str(what)) for t, what in doc.get("events", [])],
             starts=[tuple(x) for x in doc.get("starts", [])],  # type: ignore[misc]
             timestamp_answers=[tuple(x) for x in doc.get("timestamp_answers", [])],  # type: ignore[misc]

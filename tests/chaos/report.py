@@ -45,6 +45,9 @@ def _row(res: dict[str, Any]) -> str:
                        ("timestamp_answers_changed", "offsets by timestamp changed")):
         if r.get(key):
             notes.append(f"{r[key]} {label}")
+    if r.get("group_delivered") or r.get("committed_undelivered"):
+        notes.append(f"group: {r['group_delivered']} delivered, {r.get('group_redelivered', 0)} twice, "
+                     f"**{r.get('committed_undelivered', 0)} committed never delivered**")
     meta = res.get("meta") or {}
     if drained and meta.get("converge_s") is None:
         notes.append("replicas still differed at the end of the wait after healing")
@@ -94,7 +97,8 @@ def _details(results: list[dict[str, Any]]) -> list[str]:
         for kind, shown in sorted(examples.items()):
             for text in shown:
                 out.append(f"- {kind}: {text}")
-        if r.get("lost") or r.get("inconsistent_offsets") or r.get("order_violations"):
+        if r.get("lost") or r.get("inconsistent_offsets") or r.get("order_violations") or \
+                r.get("committed_undelivered"):
             out.append("- fault events: " + "; ".join(f"{t:.1f}s {what}" for t, what in res.get("events", [])
                                                       if not what.startswith("run error")))
         out.append("")

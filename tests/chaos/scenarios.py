@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from tests.chaos.faults import Faults
+from tests.chaos.groupload import GroupLoad
 
 WARMUP_S = 2.0  # load before the first fault, so there is something to lose
 DOWN_DETECTED_S = 14.0  # longer than the failure detector's 6-13 s
@@ -29,6 +30,7 @@ class Ctx:
     faults: Faults
     deadline: float  # time.monotonic() at which the workload stops
     short: bool
+    groups: GroupLoad | None = None  # the consumer-group members, in scenarios that run them
 
     @property
     def left_s(self) -> float:
@@ -44,6 +46,7 @@ class Scenario:
     what: str  # one line, for the report
     drive: Callable[[Ctx], Awaitable[None]]
     partitions: bool = False  # needs a network that can cut links between brokers
+    groups: bool = False  # consumer-group members read the topic too (``groupload``)
     fsync: str = "always"
     duration_s: float = 60.0
     short_s: float = 15.0
@@ -182,6 +185,44 @@ async def clock_skew(ctx: Ctx) -> None:
             await ctx.sleep(1.0)
 
 
+async def consumer_kill(ctx: Ctx) -> None:
+    """While group members poll through random brokers, in turn: kill a member (a new one joins), SIGSTOP
+    the group's coordinator for 5 s (4 s short), kill a member, SIGSTOP another broker (one that only
+    forwards) as long, cut a random broker off from the others for 4 s (3 s short), and in the full run
+    SIGKILL a random broker and restart it 3 s later; again while time is left. The stops are shorter
+    than failure detection and than the members' sessions: the stopped broker still holds the polls it
+    took, and answers them after it resumes, to members that gave up on them and polled elsewhere."""
+    f, groups = ctx.faults, ctx.groups
+    assert groups is not None, "consumer-kill runs group members"
+    pause_s, cut_s, down_s = (4.0, 3.0, 3.0) if ctx.short else (5.0, 4.0, 3.0)
+    await ctx.sleep(WARMUP_S)
+    for _ in range(100):
+        for step in range(2):
+            if ctx.left_s < pause_s:
+                return
+            f.event(f"kill consumer {await groups.kill_one()}")
+            coordinator = await groups.coordinator()
+            if coordinator is None:
+                coordinator = f.rng.randrange(f.cluster.size)
+            victim = coordinator if step == 0 else f.rng.choice(
+                [i for i in range(f.cluster.size) if i != coordinator])
+            f.pause(victim)
+            await ctx.sleep(pause_s)
+            f.resume(victim)
+        if ctx.left_s < cut_s:
+            return
+        victim = f.rng.randrange(f.cluster.size)
+        f.isolate(victim)
+        await ctx.sleep(cut_s)
+        f.heal()
+        if ctx.short or ctx.left_s < down_s + 1:
+            return
+        victim = f.rng.randrange(f.cluster.size)
+        await f.kill(victim)
+        await ctx.sleep(down_s)
+        await f.restart(victim)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("none", "no faults", no_faults, short_s=8.0),
     Scenario("leader-kill", "SIGKILL a leader every 10 s, restart after 5 s", leader_kill, short_s=12.0),
@@ -198,4 +239,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              bit_flip, short_s=10.0),
     Scenario("clock-skew", "a leader restarted with its clock 8 days off, then 60 s off the other way, then right "
              "(retention checked every second)", clock_skew, short_s=24.0, args=("--retention-interval-s", "1")),
+    Scenario("consumer-kill", "group members polling through random brokers are killed; the group's coordinator "
+             "and a forwarding broker SIGSTOPped 5 s each, a broker cut off 4 s, one SIGKILLed", consumer_kill,
+             partitions=True, groups=True, short_s=14.0),
 ]}
