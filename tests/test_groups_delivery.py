@@ -10,6 +10,9 @@ are handed out again (to the same member or to the next one), and the
 group's committed offset never passes what a client acknowledged. The same
 holds through a broker that only forwards (neither coordinator nor leader),
 and for ``GroupConsumer`` retrying elsewhere while that broker is stopped.
+The Python client and ``ring consume --group`` name the token themselves:
+through a relay that closes every connection after one answer (so no
+connection can vouch for anything) they read each record once.
 """
 
 from __future__ import annotations
@@ -156,6 +159,70 @@ def test_the_same_connection_acknowledges_an_answer_written_before_the_next_poll
             answers = [read_answer(reader) for _ in range(2)]
     assert [offsets(d) for d in answers] == [list(range(20, 25)), list(range(20, 25))]
     assert committed(api, "g") == {0: 20}
+
+
+# --- clients that name the token ------------------------------------------------------------------
+
+
+class OneAnswerPerConnection:
+    """A TCP relay to a broker that closes each client connection after one answer (adding
+    ``Connection: close``): no poll can be acknowledged by its connection, only by its token."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        for _ in range(10_000):
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        with client, socket.create_connection(self.upstream, timeout=WAIT_S) as up:
+            client.settimeout(WAIT_S)
+            with client.makefile("rb") as src, up.makefile("rb") as back:
+                up.sendall(_message(src))
+                answer = _message(back)
+            status, _, rest = answer.partition(b"\r\n")
+            client.sendall(status + b"\r\nConnection: close" + (b"\r\n" + rest if rest else b""))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _message(reader: Any) -> bytes:
+    """One HTTP message (headers and a Content-Length body) from a buffered reader."""
+    head = b""
+    length = 0
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        head += line
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return head + b"\r\n" + reader.read(length)
+
+
+def test_the_client_and_the_cli_name_the_token_where_no_connection_vouches(make_broker, topic: str) -> None:
+    from tests.test_cli_commands import cli, ok
+
+    b: TestBroker = make_broker()
+    fill(b.http, topic, 30)
+    relay = OneAnswerPerConnection(b.local.host, b.local.port)
+    try:
+        with GroupConsumer([relay.url], "py", topic, wait_ms=100) as consumer:
+            got = [[r.offset for r in consumer.poll(max_records=10)] for _ in range(4)]
+            assert got == [list(range(10)), list(range(10, 20)), list(range(20, 30)), []]
+            assert committed(b.http, "py") == {0: 30}  # the last poll named the third answer's token
+        # Asking for 45 of 30 records: the second poll names the first answer's token, finds nothing, ends.
+        lines = ok(cli(relay.url, "consume", topic, "--group", "cli", "-n", "45")).splitlines()
+        assert [orjson.loads(x)["i"] for x in lines] == list(range(30))
+    finally:
+        relay.close()
 
 
 # --- through a broker that only forwards --------------------------------------------------------
