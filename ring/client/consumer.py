@@ -235,7 +235,7 @@ class AsyncGroupConsumer:
 
     async def poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
         """The next records of this consumer's partitions (long-polling up to ``wait_ms``), all counted
-        as handed out; with ``auto_commit``, the broker first commits where the previous poll ended."""
+        as handed out; with ``auto_commit``, the broker first commits the previous answer (named by its token)."""
         records = await self._poll(max_records, wait_ms)
         for r in records:
             self.mark(r)

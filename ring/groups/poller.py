@@ -3,7 +3,7 @@
 The coordinator reads on the member's behalf through the broker's own fetch
 (any replica, below the high watermark; proxied when this broker holds no
 replica), so a consumer needs one URL and no partition bookkeeping. Each
-partition is read from the member's position (past its previous poll), else
+partition is read from the member's position (past what it acknowledged), else
 the group's committed offset, else the member's reset policy (earliest or
 latest, pinned at the first poll so later records are not missed). A
 committed offset that retention or truncation left behind starts again at

@@ -129,14 +129,13 @@ def _group(request: web.Request) -> str:
 # --- which poll answer a request acknowledges ---------------------------------------------------
 
 
+def _via(request: web.Request) -> link.Via | None:
+    """The client's connection; none for a forwarded request (the forwarding broker named its token)."""
+    return None if request.headers.get(H_FORWARDED) else link.via_of(request)
+
+
 def _acknowledged(request: web.Request, group: str, consumer: str, named: object) -> str | None:
-    """The token of the answer a request acknowledges: the one it names, else (not forwarded: the
-    forwarding broker decided) the poll answer its connection wrote whole before it began."""
-    token = delivery.parse_token(named)
-    if token is not None or request.headers.get(H_FORWARDED):
-        return token
-    via = link.via_of(request)
-    return None if via is None else via.token_for(group, consumer)
+    return link.acknowledged(_via(request), group, consumer, delivery.parse_token(named))
 
 
 def _with_token(query: Any, token: str | None) -> Any:
@@ -149,16 +148,13 @@ def _with_token(query: Any, token: str | None) -> Any:
 
 
 def _carried(request: web.Request, resp: web.Response, group: str, consumer: str) -> web.Response:
-    """``resp`` answers a poll on the client's connection: once its last byte goes out, the connection
-    vouches for it (until then, for no answer)."""
-    via = None if request.headers.get(H_FORWARDED) else link.via_of(request)
-    if via is None or resp.status not in (200, 204):
+    """``resp`` answers a poll: once its last byte goes out, the client's connection vouches for it."""
+    if resp.status not in (200, 204):
         return resp
-    via.link.written = None
-    token = resp.headers.get(H_POLL_TOKEN)
-    if resp.status == 200 and token and isinstance(resp.body, answers.SentOnce):
-        mark = link.Mark(group, consumer, token)
-        answers.before_last_piece(resp, lambda: via.link.wrote(mark))
+    sent = resp.status == 200 and isinstance(resp.body, answers.SentOnce)
+    mark = link.answering(_via(request), group, consumer, resp.headers.get(H_POLL_TOKEN) if sent else None)
+    if mark is not None:
+        answers.before_last_piece(resp, mark)
     return resp
 
 

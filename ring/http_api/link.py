@@ -13,15 +13,17 @@ Any server front provides this with two obligations and nothing else:
   the request's *first byte* arrived: ``Via(link, link.written)``. A front
   that cannot tell exactly when a request began may make it earlier, never
   later (an early Via only vouches for less);
-* the group poll handler asks its answer to call ``Link.wrote`` right before
-  the answer's last byte is handed to the transport, in the same synchronous
-  step, so no request can be stamped in between (``answer.before_last_piece``
-  for aiohttp answers).
+* a group poll's answer runs what ``answering`` returns right before its
+  last byte is handed to the transport, in the same synchronous step, so no
+  request can be stamped in between (``answer.before_last_piece`` for
+  aiohttp answers).
 
-A request forwarded to the group's coordinator carries no Via of the
-client's connection: the broker holding that connection names the answer
-in the forwarded request's token (``groups_api``), and the coordinator never
-mistakes the forwarding broker's connection for the client's. A link
+``acknowledged`` turns a request's Via into the token of the answer it
+acknowledges. A request forwarded to the group's coordinator carries no Via
+of the client's connection: the broker holding that connection names the
+answer in the forwarded request's token (``groups_api``), and the
+coordinator never mistakes the forwarding broker's connection for the
+client's. A link
 remembers one answer, the last poll answer it carried: a token covers
 clients that interleave members on one connection.
 """
@@ -29,7 +31,7 @@ clients that interleave members on one connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -68,6 +70,26 @@ class Via:
         if seen is None or seen.group != group or seen.consumer != consumer:
             return None
         return seen.token
+
+
+def acknowledged(via: Via | None, group: str, consumer: str, named: str | None) -> str | None:
+    """The token of the answer a group request acknowledges: the one it names, else the poll answer of
+    this member its connection wrote whole before it began. ``via`` is None for a forwarded request."""
+    if named is not None or via is None:
+        return named
+    return via.token_for(group, consumer)
+
+
+def answering(via: Via | None, group: str, consumer: str, token: str | None) -> Callable[[], None] | None:
+    """A poll answer goes out on ``via``'s connection: until its last byte does, the connection vouches
+    for no answer. What to call right before that last byte is handed over (None: nothing to mark)."""
+    if via is None:
+        return None
+    via.link.written = None
+    if token is None:
+        return None
+    mark, conn = Mark(group, consumer, token), via.link
+    return lambda: conn.wrote(mark)
 
 
 # Where the aiohttp front keeps a request's Via (``request[VIA_KEY]``).
