@@ -251,7 +251,9 @@ def test_the_page_opens_on_the_users_topics_and_charts_their_traffic_and_lag(bro
     assert http.produce(name, values).status == 200
     joined = http.post(f"/v1/groups/{group}/members", json_body={"consumer": "c1", "topics": [name]})
     assert joined.status == 200, joined.body
-    polled = [http.post(f"/v1/groups/{group}/members/c1/poll", query={"max_records": n}) for n in (20, 10)]
+    first = http.post(f"/v1/groups/{group}/members/c1/poll", query={"max_records": 20})
+    second = http.post(f"/v1/groups/{group}/members/c1/poll", query={"max_records": 10, "token": first.json()["token"]})
+    polled = [first, second]
     assert [len(r.json()["records"]) for r in polled] == [20, 10]  # the second poll committed the first's 20
 
     page = Page(browser, one.url + "/")

@@ -59,8 +59,9 @@ async def test_a_sample_holds_what_moved_since_the_last(served: Served) -> None:
     # A group: 5 in, a poll hands out 4 (out), the next commits them: 1 behind.
     await s.produce("a", 2)
     await s.call("POST", "/v1/groups/g/members", json={"consumer": "c", "topics": ["a"]})
-    polled = [await s.call("POST", "/v1/groups/g/members/c/poll", params={"max_records": "4"}) for _ in range(2)]
-    assert [len(p["records"]) for p in polled] == [4, 1]
+    one = await s.call("POST", "/v1/groups/g/members/c/poll", params={"max_records": "4"})
+    two = await s.call("POST", "/v1/groups/g/members/c/poll", params={"max_records": "4", "token": one["token"]})
+    assert [len(p["records"]) for p in (one, two)] == [4, 1]
     third = s.trends.sample()
     assert third["topics"]["a"] == [2, 5] and third["groups"] == {"g": 1}
 
