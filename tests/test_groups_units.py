@@ -243,6 +243,18 @@ def test_a_reset_forgets_answers_and_tokens_name_the_state_they_came_from() -> N
     assert delivery.answer(1, 0, [("t", 0, 0, 20)]).token == delivery.answer(1, 0, [("t", 0, 0, 20), ("t", 1, 3, 3)]).token
 
 
+def test_a_seek_outranks_answers_handed_out_before_it() -> None:
+    g = Group("g")
+    joined(g, "a", counts={"t": 2})
+    a = g.members["a"]
+    a.positions.update({("t", 0): 0, ("t", 1): 0})
+    both = handed(g, "a", ("t", 0, 0, 10), ("t", 1, 0, 10))
+    only_1 = handed(g, "a", ("t", 1, 0, 7))
+    g.seek("a", None, [("t", 1, 0)], 0.0)  # the client read partition 1 again from 0 (a pause, say)
+    assert only_1 not in a.answers
+    assert g.acknowledge(a, both) and a.positions == {("t", 0): 10, ("t", 1): 0}
+
+
 def test_answers_out_at_once_are_bounded_oldest_first() -> None:
     g = Group("g")
     joined(g, "a", counts={"t": 1})

@@ -317,13 +317,21 @@ class Group:
     def seek(self, member_id: str, generation: int | None, positions: Iterable[tuple[str, int, int]],
              now: float) -> Member:
         """Set where the member's next poll reads partitions it holds (Kafka's seek): not persisted,
-        like every read position; its committed offsets stay."""
+        like every read position; its committed offsets stay. Answers handed out before it no longer
+        move those partitions when acknowledged: the seek says where reading goes on."""
         items = list(positions)
         m = self.holding(member_id, generation, [(t, p) for t, p, _ in items], now)
         for t, p, o in items:
             if type(o) is not int or o < 0:
                 raise BadRequest(f"bad position {o!r} for {t}/{p}: a non-negative integer")
         m.positions.update({(t, p): o for t, p, o in items})
+        sought = {(t, p) for t, p, _ in items}
+        for token, answer in list(m.answers.items()):
+            rest = tuple(r for r in answer.reads if (r[0], r[1]) not in sought)
+            if not rest:
+                del m.answers[token]
+            elif len(rest) != len(answer.reads):
+                m.answers[token] = Answer(token, rest)
         return m
 
     def start_offset(self, m: Member, tp: TopicPartition) -> int | None:
