@@ -17,6 +17,7 @@ connection can vouch for anything) they read each record once.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import select
 import socket
@@ -28,7 +29,7 @@ from typing import Any, Iterator
 import orjson
 import pytest
 
-from ring.client import Client, GroupConsumer
+from ring.client import AsyncGroupConsumer, Client, GroupConsumer
 from ring.hashing import partition_for_key
 from tests.brokers import Member, TestBroker, TestCluster
 
@@ -223,6 +224,45 @@ def test_the_client_and_the_cli_name_the_token_where_no_connection_vouches(make_
         assert [orjson.loads(x)["i"] for x in lines] == list(range(30))
     finally:
         relay.close()
+
+
+def test_records_of_a_poll_that_had_to_rejoin_first_are_handed_out(shared_cluster: TestCluster, topic: str) -> None:
+    """The consumer's poll meets a rebalance (409), rejoins, loses a partition and polls again: the records
+    that poll returns reach the application, async and blocking alike, so the next poll's token commits
+    nothing that was not handed out."""
+    c = shared_cluster
+    urls = [m.url for m in c]
+    assert c[0].http.create_topic(topic, partitions=2).status == 201
+
+    def produce(n: int) -> None:
+        for p in range(2):
+            assert c[p].http.produce(topic, orjson.dumps([{"p": p, "i": i} for i in range(n)]), partition=p).status == 200
+
+    produce(5)
+
+    async def with_async() -> list[tuple[int, int]]:
+        a = await AsyncGroupConsumer(urls, f"{topic}-async", topic, wait_ms=100).start()
+        b = None
+        try:
+            assert sorted((r.partition, r.offset) for r in [await a.__anext__() for _ in range(10)]) == \
+                [(p, o) for p in range(2) for o in range(5)]
+            b = await AsyncGroupConsumer(urls[::-1], f"{topic}-async", topic, wait_ms=100).start()  # a rebalance
+            produce(3)
+            return [(r.partition, r.offset) for r in [await asyncio.wait_for(a.__anext__(), WAIT_S) for _ in range(3)]]
+        finally:
+            await a.close()
+            if b is not None:
+                await b.close()
+
+    got = asyncio.run(with_async())
+    assert [o for _, o in got] == [5, 6, 7] and len({p for p, _ in got}) == 1, got
+
+    with GroupConsumer(urls, f"{topic}-sync", topic, wait_ms=100) as a:
+        assert len({(r.partition, r.offset) for r in [next(a) for _ in range(16)]}) == 16  # both partitions
+        with GroupConsumer(urls[::-1], f"{topic}-sync", topic, wait_ms=100):
+            produce(3)
+            got = [next(a) for _ in range(3)]
+    assert [r.offset for r in got] == [8, 9, 10] and len({r.partition for r in got}) == 1, got
 
 
 # --- through a broker that only forwards --------------------------------------------------------

@@ -303,7 +303,10 @@ class AsyncGroupConsumer:
         while not self._pos.buffer:
             if self._closed:
                 raise StopAsyncIteration
-            self._pos.buffer.extend(await self._poll())
+            records = await self._poll()
+            # Only now: a rejoin during the poll replaces the buffer, and records added to the old one
+            # would never be handed out (while the next poll's token commits them).
+            self._pos.buffer.extend(records)
         record = self._pos.buffer.popleft()
         self.mark(record)
         return record

@@ -300,7 +300,8 @@ class GroupConsumer:
         while not c._pos.buffer:
             if c._closed:
                 raise StopIteration
-            c._pos.buffer.extend(self._call(c._poll()))
+            records = self._call(c._poll())
+            c._pos.buffer.extend(records)  # only now: a rejoin during the poll replaces the buffer
         record = c._pos.buffer.popleft()
         c.mark(record)
         return record
