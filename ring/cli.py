@@ -6,12 +6,17 @@ Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
 ``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, ``RING_DOWN_GRACE_S``,
 ``RING_REPAIR_INTERVAL_S``, ``RING_RETENTION_INTERVAL_S``, ``RING_MAX_CLOCK_OFFSET``, and for security
-``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``); a flag on the
+``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``, and for
+PolarStreams' API ``RING_POLARSTREAMS``, ``RING_POLARSTREAMS_PORTS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
 visible to every user of the machine. ``--tls-cert``/``--tls-key`` serve
 both ports over TLS, ``--peer-ca`` makes brokers authenticate each other
 with certificates (mutual TLS), ``--auth-tokens FILE`` requires client
-tokens (docs/SECURITY.md).
+tokens (docs/SECURITY.md). ``--polarstreams`` also serves PolarStreams' REST API
+on its three ports (``ring.http_api.polar_api``): discovery on 9250, producer
+on 9251, consumer on 9252 unless ``--polarstreams-ports`` says otherwise; ring's
+own client API then defaults to port 9256 (and its peer port to 9257), out of
+their way.
 
 A broker is a cluster of one unless ``--seeds`` names other brokers' peer
 addresses (its own may be among them). The ordinal suffix of its name
@@ -44,6 +49,8 @@ log = logging.getLogger("ring")
 
 ENV_PREFIX = "RING_"
 _FALSE = ("0", "false", "no", "off")
+LISTEN_DEFAULT = "127.0.0.1:9250"
+LISTEN_DEFAULT_POLARSTREAMS = "127.0.0.1:9256"  # 9250-9255 are PolarStreams' ports (9253-9255 its own internal ones)
 
 
 def _env(name: str, default: str) -> str:
@@ -104,8 +111,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default=_env("NAME", "ring-0"), help="broker name (env RING_NAME; default ring-0)")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="data directory (env RING_DATA_DIR; default ./var/<name>)")
-    p.add_argument("--listen", type=parse_listen, default=_env("LISTEN", "127.0.0.1:9250"),
-                   help="HOST:PORT of the client API; port 0 picks a free one (env RING_LISTEN; default 127.0.0.1:9250)")
+    p.add_argument("--listen", type=parse_listen, default=_env("LISTEN", "") or None,
+                   help="HOST:PORT of the client API; port 0 picks a free one (env RING_LISTEN; default "
+                        f"{LISTEN_DEFAULT}, or {LISTEN_DEFAULT_POLARSTREAMS} with --polarstreams)")
     p.add_argument("--fsync", type=parse_fsync, default=_env("FSYNC", f"interval:{limits.FSYNC_INTERVAL_MS_DEFAULT}"),
                    help="always | interval[:MS] | never (env RING_FSYNC; default interval:1000)")
     p.add_argument("--no-auto-create", dest="auto_create", action="store_false",
@@ -157,6 +165,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--auth-tokens", type=Path, default=_env("AUTH_TOKENS", "") or None,
                    help="file of client token digests and their permissions; clients then need "
                         "'Authorization: Bearer TOKEN' (env RING_AUTH_TOKENS; docs/SECURITY.md)")
+    p.add_argument("--polarstreams", action="store_true",
+                   default=_env("POLARSTREAMS", "false").strip().lower() not in (*_FALSE, ""),
+                   help="also serve PolarStreams' REST API, on its discovery, producer and consumer ports at the "
+                        "listen host; ring's client API then defaults to port 9256 and its peer port to 9257 "
+                        "(env RING_POLARSTREAMS=true)")
+    p.add_argument("--polarstreams-ports", default=_env("POLARSTREAMS_PORTS", "9250,9251,9252"),
+                   metavar="DISCOVERY,PRODUCER,CONSUMER",
+                   help="PolarStreams' ports, the same on every broker (env RING_POLARSTREAMS_PORTS; "
+                        "default 9250,9251,9252)")
     p.set_defaults(func=_cmd_serve)
 
 
@@ -191,6 +208,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
+    if args.listen is None:
+        args.listen = LISTEN_DEFAULT_POLARSTREAMS if args.polarstreams else LISTEN_DEFAULT
     if isinstance(args.listen, str):  # the default went through the environment, not the type
         args.listen = parse_listen(args.listen)
     if isinstance(args.fsync, str):
@@ -203,6 +222,20 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     except argparse.ArgumentTypeError as exc:
         print(f"ring serve: {exc}", file=sys.stderr)
         return 2
+    polar = None
+    if args.polarstreams:
+        from ring.http_api.polar_api import Ports
+
+        try:
+            polar = Ports.parse(args.polarstreams_ports)
+        except ValueError as exc:
+            print(f"ring serve: {exc}", file=sys.stderr)
+            return 2
+        taken = {args.listen[1], args.peer_listen[1] if args.peer_listen else args.listen[1] + 1} & set(polar)
+        if taken - {0}:
+            print(f"ring serve: port {min(taken - {0})} is both one of ring's (--listen, --peer-listen) and one of "
+                  f"--polarstreams-ports {args.polarstreams_ports}", file=sys.stderr)
+            return 2
     data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
     logging_setup.configure(args.log_level, args.log_format)
     from ring.broker import BrokerConfig
@@ -238,7 +271,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         uvloop = None
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
     with runner:
-        return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens))
+        return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens, polar=polar))
 
 
 def _load_tokens(path: Path | None):
@@ -257,8 +290,9 @@ def _load_tokens(path: Path | None):
     return table
 
 
-async def serve(config, access_log: bool = False, tokens=None) -> int:
-    """Run one broker until SIGTERM/SIGINT; returns the exit code."""
+async def serve(config, access_log: bool = False, tokens=None, polar=None) -> int:
+    """Run one broker until SIGTERM/SIGINT; returns the exit code. ``polar``: PolarStreams' ports
+    (``polar_api.Ports``) to serve its API on too."""
     import random
 
     from ring.clock import SystemClock
@@ -276,8 +310,15 @@ async def serve(config, access_log: bool = False, tokens=None) -> int:
     peer_server = Server(make_peer_app(broker, config.cluster_secret), config.peer_host, peer_port,
                          access_log=access_log, ssl_context=config.tls.peer_port_context(),
                          connections_max=limits.PEER_CONNECTIONS_OPEN_MAX)
-    server = Server(make_app(broker, tokens), config.host, config.port, access_log=access_log,
+    app = make_app(broker, tokens)
+    server = Server(app, config.host, config.port, access_log=access_log,
                     ssl_context=config.tls.client_port_context())
+    listeners = None
+    if polar is not None:
+        from ring.http_api.groups_api import GROUPS_KEY
+        from ring.http_api.polar_api import Listeners
+
+        listeners = Listeners(broker, app[GROUPS_KEY], config.host, polar, tokens, access_log)
     if tokens is None:
         log.info("no --auth-tokens: every client request is let in")
     else:
@@ -296,13 +337,22 @@ async def serve(config, access_log: bool = False, tokens=None) -> int:
             log.error("cannot listen on %s:%d: %s", srv.host, srv.port, exc)
             await peer_server.stop()
             return 1
+    started = [s for s in (listeners, server, peer_server) if s is not None]
+    if listeners is not None:
+        try:
+            await listeners.start()
+        except OSError as exc:
+            log.error("cannot listen on PolarStreams' ports %s at %s: %s", ",".join(map(str, polar)), config.host, exc)
+            for s in started[1:]:
+                await s.stop()
+            return 1
     broker.bind(server.port, peer_server.port)
     try:
         broker.open()
     except (RingError, OSError) as exc:
         log.error("cannot open data directory %s: %s", config.data_dir, exc)
-        await server.stop()
-        await peer_server.stop()
+        for s in started:
+            await s.stop()
         return 1
     await broker.start()
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
@@ -312,12 +362,13 @@ async def serve(config, access_log: bool = False, tokens=None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"{config.name} listening on {server.url} (peer {peer_server.url})", flush=True)
+    polar_urls = f"; PolarStreams {' '.join(listeners.urls)}" if listeners is not None else ""
+    print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
     await stop.wait()
     log.info("%s shutting down", config.name)
     broker.begin_shutdown()
-    await server.stop()
-    await peer_server.stop()
+    for s in started:
+        await s.stop()
     await broker.close()
     log.info("%s stopped cleanly", config.name)
     return 0

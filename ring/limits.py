@@ -325,9 +325,13 @@ GROUP_POLL_WAIT_PARTITIONS_MAX = 32
 # connections or retries; past this the oldest is forgotten and its records
 # are handed out again.
 GROUP_POLL_ANSWERS_UNACKED_MAX = 8
-# PolarStreams-style consumers (consumer id -> group) each broker remembers; the
+# PolarStreams consumers (consumer id -> group) each broker remembers; the
 # least recently used are forgotten first and must register again (409).
 POLAR_CONSUMERS_MAX = 10_000
+# A PolarStreams consumer's session: its group drops it, and brokers forget
+# its id, after this long without a request. PolarStreams' consumer read
+# timeout is two minutes, and its clients are written for that.
+POLAR_SESSION_TIMEOUT_MS = 120_000
 # A consumer group of a topic whose partitions are "auto" has had more members
 # than partitions for this long before the topic grows (one partition per
 # waiting member): joins and leaves in a rolling restart do not grow it.

@@ -169,7 +169,9 @@ class LocalCluster:
     """``size`` brokers ring-0.. under ``root`` that know each other as seeds.
 
     Ports default to free ones (tests); pass ``client_ports``/``peer_ports``
-    for fixed addresses. ``brokers`` are ``LocalBroker``s (url, stop, kill ...).
+    for fixed addresses, and ``hosts`` for a listen host per broker (brokers
+    that serve PolarStreams' API each need their own). ``brokers`` are
+    ``LocalBroker``s (url, stop, kill ...).
     """
 
     root: Path
@@ -181,23 +183,25 @@ class LocalCluster:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     detach: bool = False
+    hosts: list[str] | None = None
     brokers: list[LocalBroker] = field(init=False)
 
     def __post_init__(self) -> None:
         assert self.size >= 1
         self.root = Path(self.root)
-        clients = self.client_ports or [free_port(self.host) for _ in range(self.size)]
-        peers = self.peer_ports or [free_port(self.host) for _ in range(self.size)]
-        assert len(clients) == len(peers) == self.size
+        hosts = self.hosts or [self.host] * self.size
+        clients = self.client_ports or [free_port(h) for h in hosts]
+        peers = self.peer_ports or [free_port(h) for h in hosts]
+        assert len(clients) == len(peers) == len(hosts) == self.size
         if self.secret is None:
             self.secret = secrets.token_hex(16)
-        seeds = ",".join(f"{self.host}:{p}" for p in peers)
+        seeds = ",".join(f"{h}:{p}" for h, p in zip(hosts, peers))
         self.brokers = []
-        for i, (port, peer) in enumerate(zip(clients, peers)):
+        for i, (host, port, peer) in enumerate(zip(hosts, clients, peers)):
             name = f"ring-{i}"
-            flags = ["--peer-listen", f"{self.host}:{peer}", "--seeds", seeds]
+            flags = ["--peer-listen", f"{host}:{peer}", "--seeds", seeds]
             self.brokers.append(LocalBroker(
-                name, self.root / name, port, host=self.host, args=[*flags, *self.args],
+                name, self.root / name, port, host=host, args=[*flags, *self.args],
                 env={CLUSTER_SECRET_ENV: self.secret, **self.env},
                 log_path=self.root / f"{name}.log", detach=self.detach))
 

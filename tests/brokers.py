@@ -202,12 +202,12 @@ class TestCluster:
     __test__ = False
 
     def __init__(self, root: Path, size: int = 3, args: Iterable[str] = (), env: dict[str, str] | None = None,
-                 prefixes: dict[int, list[str]] | None = None) -> None:
+                 prefixes: dict[int, list[str]] | None = None, hosts: list[str] | None = None) -> None:
         """``prefixes``: broker index -> a prefix its command runs through (``faketime("+8d")``)."""
         from ring.localcluster import LocalCluster
 
         self.local = LocalCluster(root, size, args=list(args),
-                                  env={"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+                                  env={"PYTHONPATH": str(REPO_ROOT), **(env or {})}, hosts=hosts)
         for i, prefix in (prefixes or {}).items():
             self.local.brokers[i].prefix = list(prefix)
         assert self.local.peer_ports is None  # free ports, chosen in LocalCluster

@@ -28,6 +28,10 @@ later request acknowledges it. Acknowledging outside a poll (a commit of
 positions, a leave) does not wait for a poll in progress: if it moves a
 position that poll read from, that poll's answer no longer applies there
 and its records past the position come again.
+
+A poll may read only some of the member's partitions (``only``): PolarStreams'
+consumers poll every broker, and each answers from the partitions it leads,
+so no two brokers hand out the same records.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from ring import limits
 from ring.errors import Conflict, RingError, Unavailable
@@ -54,6 +59,7 @@ class Polled:
     records: list[tuple[str, int, Record, bool]]  # (topic, partition, record, value is JSON)
     generation: int
     token: str  # names this answer: the client's next request acknowledges it by naming it
+    partitions: int = 0  # of the member's partitions, how many this poll read (``only`` may leave some out)
 
 
 @dataclass
@@ -80,7 +86,8 @@ class Poller:
         self._slots: dict[tuple[str, str], _MemberSlot] = {}
 
     async def poll(self, group: str, member_id: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool, token: str | None = None) -> Polled:
+                   auto_commit: bool, token: str | None = None,
+                   only: Callable[[TopicPartition], bool] | None = None) -> Polled:
         key = (group, member_id)
         slot = self._slots.get(key)
         if slot is None:
@@ -89,7 +96,7 @@ class Poller:
         try:
             async with slot.lock:
                 return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit,
-                                        token)
+                                        token, only)
         finally:
             slot.users -= 1
             if slot.users == 0:
@@ -106,7 +113,8 @@ class Poller:
         return g, g.member(member_id, generation, self.coord.clock.monotonic())
 
     async def _poll(self, slot: _MemberSlot, group: str, member_id: str, generation: int | None,
-                    max_records: int, wait_ms: int, auto_commit: bool, token: str | None) -> Polled:
+                    max_records: int, wait_ms: int, auto_commit: bool, token: str | None,
+                    only: Callable[[TopicPartition], bool] | None) -> Polled:
         clock = self.coord.clock
         g, m = await self._member(group, member_id, generation)
         gen = g.generation
@@ -118,7 +126,8 @@ class Poller:
             g, m = await self._member(group, member_id, gen)
         m.polling += 1
         try:
-            read = await self._read(slot, g, m, max_records, wait_ms)
+            tps = [tp for tp in m.spec.assignment if only is None or only(tp)]
+            read = await self._read(slot, g, tps, m, max_records, wait_ms)
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()
@@ -130,11 +139,11 @@ class Poller:
         answer = delivery.answer(gen, g.resets, ((t, p, read.starts[(t, p)], end)
                                                  for (t, p), end in read.ends.items()))
         g.hand_out(m, answer)
-        return Polled(read.records, gen, answer.token)
+        return Polled(read.records, gen, answer.token, len(tps))
 
-    async def _read(self, slot: _MemberSlot, g: Group, m: Member, max_records: int, wait_ms: int) -> _Read:
+    async def _read(self, slot: _MemberSlot, g: Group, tps: list[TopicPartition], m: Member, max_records: int,
+                    wait_ms: int) -> _Read:
         read = _Read([], {}, {}, {})
-        tps = list(m.spec.assignment)
         if not tps:
             if wait_ms > 0:  # nothing to read until a rebalance gives this member something
                 await asyncio.wait({self.coord.rebalanced(g.name)}, timeout=wait_ms / 1000)

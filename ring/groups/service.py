@@ -10,7 +10,7 @@ holds none, from a replica (``Broker.offsets``).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ring import limits
 from ring.catalog import validate_topic_name
@@ -88,8 +88,9 @@ class Groups:
         return () if m is None else m.spec.topics
 
     async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool, token: str | None = None) -> Polled:
-        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token)
+                   auto_commit: bool, token: str | None = None,
+                   only: Callable[[tuple[str, int]], bool] | None = None) -> Polled:
+        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token, only)
         metrics = getattr(self.broker, "metrics", None)
         if metrics is not None and got.records:  # records out, per topic (GET /metrics, the admin page)
             metrics.delivered(t for t, _, _, _ in got.records)

@@ -9,7 +9,7 @@ token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
     authenticated   GET /v1/cluster, /v1/topics, /v1/groups, /metrics, the admin page's trends (and their
                     relay)
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
-    produce         POST /v1/topics/{topic}/messages (and the PolarStreams alias)
+    produce         POST /v1/topics/{topic}/messages (and PolarStreams' POST /v1/topic/{topic}/messages)
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
                     other group routes (join, poll, commit, leave) need consume on some topic
                     here, and consume on each topic they name or the member subscribed
@@ -88,11 +88,16 @@ RULES: dict[tuple[str, str], str] = {
     ("PUT", "/v1/groups/{group}/members/{consumer}/positions"): SOME_CONSUME,
     ("POST", "/v1/groups/{group}/offsets"): SOME_CONSUME,
     ("PUT", "/v1/groups/{group}/offsets/{topic}"): TOPIC_CONSUME,
+    ("POST", "/v1/cluster/brokers/{name}/decommission"): ALL_ADMIN,
+    # PolarStreams' ports (ring serve --polarstreams: polar_api)
+    ("GET", "/status"): OPEN,
+    ("GET", "/v1/brokers"): AUTHENTICATED,
+    ("GET", "/v1/topic/{topic}/messages"): OPEN,  # answered 405, as PolarStreams does
     ("PUT", "/v1/consumer/register"): SOME_CONSUME,
+    ("POST", "/v1/consumer/register"): SOME_CONSUME,
     ("POST", "/v1/consumer/poll"): SOME_CONSUME,
     ("POST", "/v1/consumer/commit"): SOME_CONSUME,
     ("POST", "/v1/consumer/goodbye"): SOME_CONSUME,
-    ("POST", "/v1/cluster/brokers/{name}/decommission"): ALL_ADMIN,
 }
 # aiohttp adds HEAD beside every GET; it answers what GET would, so it needs what GET needs.
 

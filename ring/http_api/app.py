@@ -232,6 +232,6 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Appli
         app.router.add_route(method, path, handler)
     admin.install(app, broker)  # the admin page at /
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
-    groups_api.register(app)  # consumer groups and the PolarStreams aliases
+    groups_api.register(app)  # consumer groups
     cluster_api.register(app)  # membership changes (decommission)
     return app

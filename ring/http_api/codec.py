@@ -194,11 +194,16 @@ def _check_sizes(sizes: list[int]) -> None:
 
 
 def _json_records(values: list[bytes], key: bytes | None) -> Records:
+    return stored_as_given(values, key, True)
+
+
+def stored_as_given(values: list[bytes], key: bytes | None, values_are_json: bool) -> Records:
+    """Records of these values (all with ``key``), each stored as it is."""
     _check_counts(len(values))
     extra = _RECORD_OVERHEAD_BYTES + (len(key) if key else 0)
     sizes = [len(v) + extra for v in values]
     _check_sizes(sizes)
-    return Records([(None, key, v, None) for v in values], sizes, True, False)
+    return Records([(None, key, v, None) for v in values], sizes, values_are_json, False)
 
 
 def decode_json(body: bytes, key: bytes | None) -> Records:

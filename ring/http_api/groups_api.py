@@ -1,4 +1,4 @@
-"""Consumer-group routes, and PolarStreams-compatible aliases, on the client port.
+"""Consumer-group routes on the client port.
 
 Any broker answers any group request: the handler asks the coordinator
 (``Coordinator.locate``) whether the group is coordinated here and, if not,
@@ -17,37 +17,28 @@ began (``link``); it forwards that as the request's token, so a coordinator
 never takes the forwarding broker's connection for the client's. Every poll
 answer carries its token in the body and in ``Ring-Poll-Token``.
 
-PolarStreams' consumer API is an alias over the same groups: ``PUT
-/v1/consumer/register?consumerId=&group=&topic=&onNewGroup=`` joins (and
-tells every live broker which group the consumer id belongs to, as
-PolarStreams registers on all brokers), ``POST /v1/consumer/poll`` polls
-without waiting (204 when there is nothing; records grouped in PolarStreams'
-shape; its token only in ``Ring-Poll-Token``), ``/commit`` commits the
-positions, ``/goodbye`` commits and leaves: these acknowledge an answer by
-their connection (or a ``token`` parameter) like the native routes. ``POST
-/v1/topic/{topic}/messages?partitionKey=`` is the produce route with ``key``
-spelled PolarStreams' way.
+PolarStreams' consumer API is served on its own ports (``polar_api``), over
+the same groups: its listeners call ``Groups`` here, or the coordinator's
+poll, commit and leave routes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
 import aiohttp
 import msgpack
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict, MultiDict
+from multidict import MultiDict
 
 from ring import auth, limits
-from ring.errors import BadRequest, Conflict, RingError, Unavailable
+from ring.errors import BadRequest, RingError, Unavailable
 from ring.groups import delivery
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
-from ring.hashing import partition_token
 from ring.http_api import access, codec, link
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
@@ -56,13 +47,9 @@ log = logging.getLogger("ring.groups")
 
 H_FORWARDED = "Ring-Group-Forwarded"
 H_POLL_TOKEN = "Ring-Poll-Token"
-H_POLAR_NOTE = "Ring-Polar-Register-Only"
 GROUPS_KEY: web.AppKey[Groups] = web.AppKey("groups", Groups)
-POLAR_KEY: web.AppKey[OrderedDict] = web.AppKey("polar consumers", OrderedDict)
 _INT32_MAX = 2**31 - 1
 _TRUE = ("1", "true", "yes")
-# PolarStreams drops a consumer after two minutes without a request; its clients expect that.
-POLAR_SESSION_TIMEOUT_MS = 120_000
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -86,16 +73,19 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 
 
 async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_ms: int = 0,
-                 query: Any = None) -> web.Response:
+                 query: Any = None, route: tuple[str, str] | None = None, accept: str | None = None) -> web.Response:
     broker = _groups(request).broker
     peers = getattr(broker, "peers", None)
     if peers is None:
         raise Unavailable("the broker is starting; retry")
     timeout = aiohttp.ClientTimeout(total=wait_ms / 1000 + limits.PEER_REQUEST_TIMEOUT_S)
-    headers = {H_FORWARDED: broker.config.name, "Content-Type": request.headers.get("Content-Type", "application/json"),
-               "Accept": request.headers.get("Accept", "application/json")}
+    same = route is None  # the request as it came, else a call of the coordinator's route with a JSON body
+    headers = {H_FORWARDED: broker.config.name,
+               "Content-Type": request.headers.get("Content-Type", codec.CT_JSON) if same else codec.CT_JSON,
+               "Accept": accept or request.headers.get("Accept", codec.CT_JSON)}
     try:
-        async with peers.session.request(request.method, remote.url + request.rel_url.path,
+        method, path = route or (request.method, request.rel_url.path)
+        async with peers.session.request(method, remote.url + path,
                                          params=request.rel_url.query if query is None else query, data=body,
                                          headers=headers, timeout=timeout) as resp:
             data = await resp.read()
@@ -111,7 +101,10 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
 
 async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
                           local: Callable[[], Awaitable[web.Response]], wait_ms: int = 0,
-                          create: bool = True, query: Any = None) -> web.Response:
+                          create: bool = True, query: Any = None,
+                          route: tuple[str, str] | None = None, accept: str | None = None) -> web.Response:
+    """``local()`` when this broker coordinates ``group``, else the request sent on to the coordinator
+    (as it came, or as ``route``: the method and path of the coordinator's route to call)."""
     remote = await _groups(request).coord.locate(group, create)
     if remote is None:
         _groups(request).coord.start()
@@ -119,7 +112,7 @@ async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
     if request.headers.get(H_FORWARDED):
         raise Unavailable(f"{remote.name} coordinates group {group!r} now, not this broker; retry",
                           group=group, coordinator=remote.name)
-    return await _proxy(request, remote, body, wait_ms, query)
+    return await _proxy(request, remote, body, wait_ms, query, route, accept)
 
 
 def _group(request: web.Request) -> str:
@@ -181,12 +174,19 @@ async def join(request: web.Request) -> web.Response:
     client = doc.get("client")
     if client is not None and (not isinstance(client, str) or len(client) > 256):
         raise BadRequest("client must be a short string")
-    reset = doc.get("reset", "earliest")
+    return await join_member(request, group, consumer, topics, timeout, client, doc.get("reset", "earliest"))
+
+
+async def join_member(request: web.Request, group: str, consumer: str, topics: list[Any], session_timeout_ms: int,
+                      client: str | None, reset: str) -> web.Response:
+    """Join (or heartbeat) ``consumer`` at the group's coordinator; its answer."""
+    body = orjson.dumps({"consumer": consumer, "topics": topics, "session_timeout_ms": session_timeout_ms,
+                         "client": client, "reset": reset})
 
     async def local() -> web.Response:
-        return _json(await _groups(request).join(group, consumer, topics, timeout, client, reset))
+        return _json(await _groups(request).join(group, consumer, topics, session_timeout_ms, client, reset))
 
-    return await _at_coordinator(request, group, raw, local)
+    return await _at_coordinator(request, group, body, local, route=("POST", f"/v1/groups/{group}/members"))
 
 
 def record_doc(topic: str, partition: int, rec: Any, is_json: bool) -> dict[str, Any]:
@@ -201,28 +201,58 @@ async def poll(request: web.Request) -> web.Response:
     wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
     generation = codec.int_param(q, "generation", None, 0, 2**62)
     auto_commit = _flag(request, "auto_commit", True)
-    token = _acknowledged(request, group, consumer, q.get("token"))
-
+    leader = q.get("leader")
+    if leader is not None:
+        validate_name(leader, "leader")
     as_msgpack = codec.fetch_type(request.headers.get("Accept")) == codec.CT_MSGPACK
+    answer = await poll_member(request, group, consumer, max_records, wait_ms, generation, auto_commit,
+                               q.get("token"), leader, as_msgpack)
+    return _carried(request, answer, group, consumer)
+
+
+async def poll_member(request: web.Request, group: str, consumer: str, max_records: int, wait_ms: int,
+                      generation: int | None, auto_commit: bool, named: object, leader: str | None,
+                      as_msgpack: bool) -> web.Response:
+    """A poll of ``consumer`` at the group's coordinator, acknowledging the answer ``named`` (else the
+    one this request's connection carried whole); the answer (msgpack or JSON), its token in
+    ``Ring-Poll-Token``. With ``leader``, only the consumer's partitions that broker leads."""
+    token = _acknowledged(request, group, consumer, named)
 
     async def local() -> web.Response:
         await _require_member_topics(request, group, consumer)
-        got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token)
+        only = None if leader is None else _led_by(_groups(request).broker, leader)
+        got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token,
+                                          only)
+        extra = {} if leader is None else {"partitions": got.partitions}
         if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
-            body = msgpack.packb({"generation": got.generation, "token": got.token, "records": [
+            body = msgpack.packb({"generation": got.generation, "token": got.token, **extra, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
                 use_bin_type=True)
             ctype = codec.CT_MSGPACK
         else:
-            body, ctype = orjson.dumps(_poll_doc(got)), codec.CT_JSON
+            body, ctype = orjson.dumps({**_poll_doc(got), **extra}), codec.CT_JSON
         headers = {H_POLL_TOKEN: got.token}
         del got
         # Not kept once sent: an idle keep-alive connection would hold it until its next request.
         # (Not refused for want of room either: the answer is remembered already.)
         return answers.response(body, ctype, headers)
 
-    answer = await _at_coordinator(request, group, None, local, wait_ms, query=_with_token(q, token))
-    return _carried(request, answer, group, consumer)
+    query: dict[str, Any] = {"max_records": max_records, "wait_ms": wait_ms,
+                             "auto_commit": "true" if auto_commit else "false"}
+    for name, value in (("generation", generation), ("token", token), ("leader", leader)):
+        if value is not None:
+            query[name] = value
+    accept = codec.CT_MSGPACK if as_msgpack else codec.CT_JSON
+    return await _at_coordinator(request, group, None, local, wait_ms, query=query,
+                                 route=("POST", f"/v1/groups/{group}/members/{consumer}/poll"), accept=accept)
+
+
+def _led_by(broker: Any, name: str) -> Callable[[tuple[str, int]], bool]:
+    """Whether a partition's leader, as this broker knows it, is the broker ``name``."""
+    leadership = getattr(broker, "leadership", None)
+    if leadership is None:  # a broker alone leads everything
+        return lambda tp: name == broker.config.name
+    return lambda tp: leadership.leader_of(tp[0], tp[1]) == name
 
 
 async def _require_member_topics(request: web.Request, group: str, consumer: str) -> None:
@@ -239,8 +269,13 @@ def _poll_doc(got: Polled) -> dict[str, Any]:
 async def leave(request: web.Request) -> web.Response:
     group = _group(request)
     consumer = validate_name(request.match_info["consumer"], "consumer")
-    commit = _flag(request, "commit", True)
-    token = _acknowledged(request, group, consumer, request.query.get("token"))
+    return await leave_member(request, group, consumer, _flag(request, "commit", True), request.query.get("token"))
+
+
+async def leave_member(request: web.Request, group: str, consumer: str, commit: bool, named: object) -> web.Response:
+    """``consumer`` leaves its group at the coordinator, first committing its positions with ``commit``
+    (after acknowledging the answer ``named``, else the one its connection carried whole)."""
+    token = _acknowledged(request, group, consumer, named)
 
     async def local() -> web.Response:
         # Leaving, with or without a commit, needs consume on the member's topics: else any token
@@ -248,7 +283,9 @@ async def leave(request: web.Request) -> web.Response:
         await _require_member_topics(request, group, consumer)
         return _json(await _groups(request).leave(group, consumer, commit, token))
 
-    return await _at_coordinator(request, group, None, local, query=_with_token(request.query, token))
+    query = _with_token({"commit": "true" if commit else "false"}, token)
+    return await _at_coordinator(request, group, None, local, query=query,
+                                 route=("DELETE", f"/v1/groups/{group}/members/{consumer}"))
 
 
 def _offsets(raw: Any) -> list[tuple[str, int, int]]:
@@ -279,17 +316,7 @@ async def commit(request: web.Request) -> web.Response:
         raise BadRequest("generation must be a non-negative integer")
     if doc.get("offsets") is None:
         # No offsets: commit the consumer's positions (a poll's implicit commit, alone).
-        who = validate_name(consumer, "consumer")
-        token = _acknowledged(request, group, who, doc.get("token"))
-
-        async def positions() -> web.Response:
-            await _require_member_topics(request, group, who)
-            done = await _groups(request).commit_positions(group, who, generation, token)
-            return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o}
-                                                        for t, p, o in done]})
-
-        forwarded = raw if token == doc.get("token") else orjson.dumps({**doc, "token": token})
-        return await _at_coordinator(request, group, forwarded, positions)
+        return await commit_member(request, group, validate_name(consumer, "consumer"), generation, doc.get("token"))
     offsets = _offsets(doc.get("offsets"))
     access.require(request, auth.CONSUME, {t for t, _, _ in offsets})
 
@@ -297,6 +324,21 @@ async def commit(request: web.Request) -> web.Response:
         return _json(await _groups(request).commit(group, consumer, generation, offsets))
 
     return await _at_coordinator(request, group, raw, local)
+
+
+async def commit_member(request: web.Request, group: str, consumer: str, generation: int | None,
+                        named: object) -> web.Response:
+    """Commit ``consumer``'s positions at the coordinator (a poll's implicit commit, alone), after
+    acknowledging the answer ``named``, else the one its connection carried whole."""
+    token = _acknowledged(request, group, consumer, named)
+
+    async def local() -> web.Response:
+        await _require_member_topics(request, group, consumer)
+        done = await _groups(request).commit_positions(group, consumer, generation, token)
+        return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o} for t, p, o in done]})
+
+    body = orjson.dumps({"consumer": consumer, "generation": generation, "token": token})
+    return await _at_coordinator(request, group, body, local, route=("POST", f"/v1/groups/{group}/offsets"))
 
 
 async def positions(request: web.Request) -> web.Response:
@@ -376,159 +418,6 @@ async def list_groups(request: web.Request) -> web.Response:
     return _json(doc)
 
 
-# --- PolarStreams aliases ----------------------------------------------------------------------
-
-
-def _polar_id(request: web.Request) -> str:
-    return validate_name(request.query.get("consumerId"), "consumerId")
-
-
-def _polar_group(request: web.Request, consumer: str) -> str:
-    known: OrderedDict = request.app[POLAR_KEY]
-    group = known.get(consumer)
-    if group is None:
-        raise Conflict(f"consumer {consumer!r} is not registered on this broker; register again",
-                       consumer=consumer, rejoin=True)
-    known.move_to_end(consumer)
-    return group
-
-
-def _remember(request: web.Request, consumer: str, group: str) -> None:
-    known: OrderedDict = request.app[POLAR_KEY]
-    known[consumer] = group
-    known.move_to_end(consumer)
-    while len(known) > limits.POLAR_CONSUMERS_MAX:
-        known.popitem(last=False)
-
-
-async def polar_register(request: web.Request) -> web.Response:
-    consumer = _polar_id(request)
-    group = validate_name(request.query.get("group") or "default", "group")
-    _remember(request, consumer, group)
-    if request.headers.get(H_POLAR_NOTE):
-        return web.Response(status=200)
-    topics = request.query.getall("topic", [])
-    access.require(request, auth.CONSUME, topics)
-    reset = "earliest" if request.query.get("onNewGroup") == "startFromEarliest" else "latest"
-    native = request.clone(method="POST", rel_url=f"/v1/groups/{group}/members")
-    body = orjson.dumps({"consumer": consumer, "topics": topics, "reset": reset, "client": "polar",
-                         "session_timeout_ms": POLAR_SESSION_TIMEOUT_MS})
-
-    async def local() -> web.Response:
-        return _json(await _groups(request).join(group, consumer, list(topics), POLAR_SESSION_TIMEOUT_MS,
-                                                 "polar", reset))
-
-    answer = await _at_coordinator(native, group, body, local)
-    if answer.status >= 300:
-        return answer
-    await _tell_brokers(request, consumer, group)
-    return web.Response(status=200)
-
-
-async def _tell_brokers(request: web.Request, consumer: str, group: str) -> None:
-    broker = _groups(request).broker
-    membership = getattr(broker, "membership", None)
-    peers = getattr(broker, "peers", None)
-    if membership is None or peers is None:
-        return
-    for b in broker.cluster()["brokers"]:
-        url = membership.client_url(b["name"])
-        if b["name"] == broker.config.name or url is None or not membership.alive(b["name"]):
-            continue
-        try:
-            async with peers.session.put(url + "/v1/consumer/register", params={"consumerId": consumer, "group": group},
-                                         headers={H_POLAR_NOTE: "1"}) as resp:
-                await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.info("telling %s about consumer %s failed: %s", b["name"], consumer, exc)
-
-
-async def polar_poll(request: web.Request) -> web.Response:
-    consumer = _polar_id(request)
-    group = _polar_group(request, consumer)
-    token = _acknowledged(request, group, consumer, request.query.get("token"))
-    # Read as JSON here whatever the client accepts (PolarStreams' clients ask for its binary format).
-    as_json = CIMultiDict(request.headers)
-    as_json["Accept"] = codec.CT_JSON
-    native = request.clone(rel_url=f"/v1/groups/{group}/members/{consumer}/poll", headers=as_json)
-
-    async def local() -> web.Response:
-        await _require_member_topics(request, group, consumer)
-        got = await _groups(request).poll(group, consumer, None, limits.FETCH_RECORDS_DEFAULT, 0, True, token)
-        return answers.response(orjson.dumps(_poll_doc(got)), codec.CT_JSON, {H_POLL_TOKEN: got.token})
-
-    answer = await _at_coordinator(native, group, None, local, query=_with_token({}, token))
-    if answer.status != 200:
-        return answer
-    headers = {H_POLL_TOKEN: answer.headers.get(H_POLL_TOKEN, "")}
-    doc = orjson.loads(answers.body_bytes(answer))
-    if not doc["records"]:
-        return _carried(request, web.Response(status=204, headers=headers), group, consumer)
-    items = orjson.dumps(_polar_items(request, doc))
-    return _carried(request, answers.response(items, codec.CT_JSON, headers), group, consumer)
-
-
-def _polar_items(request: web.Request, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Records in PolarStreams' shape: runs of consecutive offsets of one partition."""
-    catalog = _groups(request).broker.catalog
-    items: list[dict[str, Any]] = []
-    for r in doc["records"]:
-        last = items[-1] if items else None
-        if last is None or last["topic"] != r["topic"] or last["rangeIndex"] != r["partition"] or \
-                int(last["startOffset"]) + len(last["values"]) != r["offset"]:
-            count = catalog.get(r["topic"]).partitions if r["topic"] in catalog else 1
-            last = {"topic": r["topic"], "token": str(partition_token(r["topic"], r["partition"], count)),
-                    "rangeIndex": r["partition"], "version": doc["generation"], "startOffset": str(r["offset"]),
-                    "values": []}
-            items.append(last)
-        last["values"].append(r["value"])
-    return items
-
-
-async def polar_commit(request: web.Request) -> web.Response:
-    consumer = _polar_id(request)
-    group = _polar_group(request, consumer)
-    token = _acknowledged(request, group, consumer, request.query.get("token"))
-    body = orjson.dumps({"consumer": consumer, "token": token})
-    native = request.clone(method="POST", rel_url=f"/v1/groups/{group}/offsets")
-
-    async def local() -> web.Response:
-        await _require_member_topics(request, group, consumer)
-        await _groups(request).commit_positions(group, consumer, None, token)
-        return web.Response(status=204)
-
-    answer = await _at_coordinator(native, group, body, local)
-    return web.Response(status=204) if answer.status < 300 else answer
-
-
-async def polar_goodbye(request: web.Request) -> web.Response:
-    consumer = _polar_id(request)
-    group = _polar_group(request, consumer)
-    token = _acknowledged(request, group, consumer, request.query.get("token"))
-    native = request.clone(method="DELETE", rel_url=f"/v1/groups/{group}/members/{consumer}")
-
-    async def local() -> web.Response:
-        await _require_member_topics(request, group, consumer)
-        await _groups(request).leave(group, consumer, True, token)
-        return web.Response(status=200)
-
-    answer = await _at_coordinator(native, group, None, local, query=_with_token({"commit": "true"}, token))
-    if answer.status < 300:
-        request.app[POLAR_KEY].pop(consumer, None)
-        return web.Response(status=200)
-    return answer
-
-
-async def polar_produce(request: web.Request) -> web.Response:
-    from ring.http_api import app as app_module  # the one produce handler; app imports this module
-
-    query = dict(request.query)
-    key = query.pop("partitionKey", None)
-    if key:
-        query["key"] = key
-    return await app_module.produce(request.clone(rel_url=request.rel_url.with_query(query)))
-
-
 ROUTES = [
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe),
@@ -539,11 +428,6 @@ ROUTES = [
     ("PUT", "/v1/groups/{group}/members/{consumer}/positions", positions),
     ("POST", "/v1/groups/{group}/offsets", commit),
     ("PUT", "/v1/groups/{group}/offsets/{topic}", reset),
-    ("PUT", "/v1/consumer/register", polar_register),
-    ("POST", "/v1/consumer/poll", polar_poll),
-    ("POST", "/v1/consumer/commit", polar_commit),
-    ("POST", "/v1/consumer/goodbye", polar_goodbye),
-    ("POST", "/v1/topic/{topic}/messages", polar_produce),
 ]
 
 
@@ -556,7 +440,6 @@ def register(app: web.Application) -> None:
     metrics = getattr(groups.broker, "metrics", None)
     if metrics is not None:
         metrics.group_source = groups.lag_rows
-    app[POLAR_KEY] = OrderedDict()
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
 

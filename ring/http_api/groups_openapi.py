@@ -67,7 +67,6 @@ _POSITIONS = {"type": "object", "properties": {
     "positions": {"type": "array", "items": {"type": "object", "properties": {
         "topic": {"type": "string"}, "partition": {"type": "integer"}, "position": {"type": ["integer", "null"]},
         "committed": {"type": ["integer", "null"]}}}}}}
-_CONSUMER_ID = _param("consumerId", "query", _NAME, "the consumer's id", required=True)
 _TOKEN_SCHEMA = {"type": "string", "pattern": f"^[A-Za-z0-9_-]{{{TOKEN_CHARS}}}$"}
 _ACK = ("the token of the last poll answer this consumer received: acknowledges it (the consumer's "
         "positions move past its records). Without it, the answer this connection carried whole before "
@@ -129,11 +128,16 @@ OPENAPI_PATHS: dict[str, Any] = {
                                                                "stale one is refused with 409"),
             _param("auto_commit", "query", {"type": "boolean", "default": True},
                    "commit the positions (what was acknowledged) first"),
-            _TOKEN],
+            _TOKEN,
+            _param("leader", "query", _NAME, "read only the consumer's partitions this broker leads (as the "
+                                             "coordinator knows their leaders); the answer then says how many "
+                                             "that is in partitions")],
         "responses": {"200": {**_ok("records, the group's generation and this answer's token: name it in the "
                                     "next request to acknowledge this answer", {"type": "object", "properties": {
                                         "records": {"type": "array", "items": _RECORD},
-                                        "generation": {"type": "integer"}, "token": _TOKEN_SCHEMA}}),
+                                        "generation": {"type": "integer"}, "token": _TOKEN_SCHEMA,
+                                        "partitions": {"type": "integer", "description": "with leader: the "
+                                                       "consumer's partitions that broker leads"}}}),
                               "headers": _TOKEN_HEADER},
                       "400": _BAD, "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/members/{consumer}": {"delete": {
@@ -183,35 +187,4 @@ OPENAPI_PATHS: dict[str, Any] = {
         "responses": {"200": _ok("the new committed offsets; members read from them on their next poll",
                                  {"type": "object"}), "400": _BAD, "404": _err("unknown topic or partition"),
                       "503": _DOWN}}},
-    "/v1/consumer/register": {"put": {
-        "summary": "PolarStreams alias: register a consumer (join its group)", "operationId": "polarRegister",
-        "parameters": [_CONSUMER_ID,
-                       _param("group", "query", _NAME, "group name (default: default)"),
-                       _param("topic", "query", {"type": "array", "items": {"type": "string"}},
-                              "topics, repeated: topic=a&topic=b"),
-                       _param("onNewGroup", "query", {"enum": ["startFromLatest", "startFromEarliest"]},
-                              "where partitions without a committed offset start (default latest)")],
-        "responses": {"200": _ok("registered on every live broker"), "400": _BAD, "503": _DOWN}}},
-    "/v1/consumer/poll": {"post": {
-        "summary": "PolarStreams alias: poll without waiting (commits the previous answer it acknowledges)",
-        "operationId": "polarPoll", "parameters": [_CONSUMER_ID, _TOKEN],
-        "responses": {"200": {**_ok("[{topic, token, rangeIndex, version, startOffset, values}]",
-                                    {"type": "array", "items": {"type": "object"}}), "headers": _TOKEN_HEADER},
-                      "204": {"description": "nothing to read", "headers": _TOKEN_HEADER}, "400": _BAD,
-                      "409": _err("not registered here (or stale): register again"), "503": _DOWN}}},
-    "/v1/consumer/commit": {"post": {
-        "summary": "PolarStreams alias: commit the positions", "operationId": "polarCommit",
-        "parameters": [_CONSUMER_ID, _TOKEN],
-        "responses": {"200": {"description": "never: see 204"}, "204": {"description": "committed"},
-                      "400": _BAD, "409": _err("not registered: register again"), "503": _DOWN}}},
-    "/v1/consumer/goodbye": {"post": {
-        "summary": "PolarStreams alias: commit and leave", "operationId": "polarGoodbye",
-        "parameters": [_CONSUMER_ID, _TOKEN],
-        "responses": {"200": _ok("left"), "400": _BAD, "409": _err("not registered"), "503": _DOWN}}},
-    "/v1/topic/{topic}/messages": {"post": {
-        "summary": "PolarStreams alias of POST /v1/topics/{topic}/messages", "operationId": "polarProduce",
-        "parameters": [_TOPIC, _param("partitionKey", "query", {"type": "string"}, "the records' key")],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {}},
-                                                      "application/x-ndjson": {"schema": {"type": "string"}}}},
-        "responses": {"200": _ok("where the records went", {"type": "object"}), "400": _BAD}}},
 }

@@ -1,0 +1,289 @@
+"""PolarStreams' consumer port: register, poll, commit, goodbye, over ring's consumer groups.
+
+A PolarStreams consumer (``polar_consumers``) is a member of the ring group it
+registers in, with PolarStreams' session timeout; requests reach the group's
+coordinator through ``groups_api`` (``join_member``, ``poll_member``,
+``commit_member``, ``leave_member``) as ring's own group routes do.
+
+Register (``PUT``, or ``POST`` as older clients do): ``?consumerId=&group=&topic=&onNewGroup=``
+(``consumer_id`` for older clients) registers a stateless consumer on every
+live broker (200 ``OK``, or ``Already registered``); without an id in the
+query, a JSON body ``{"id", "group", "topics", "onNewGroup"?}`` binds the
+consumer to the connection. 400 for an unknown ``onNewGroup``, an id
+registered with another group or other topics, an empty id or topic list, or
+a body that is not such JSON.
+
+Poll: PolarStreams' clients poll every broker, and each answers with records
+of the consumer's partitions it leads (``poll_member(..., leader=)``), so no
+two brokers hand out the same records. 204 with ``Retry-After: 5`` when this
+broker leads none of them, ``Retry-After: 1`` when they hold nothing new;
+else the records, in PolarStreams' binary encoding unless ``Accept`` is
+exactly ``application/json`` (``polar_codec``). A poll commits the consumer's
+positions; they move past an answer only once the client has shown it got
+it: PolarStreams' clients name no token, so that is when the next request on
+the connection that carried the whole answer arrives (``link``). An answer
+lost on the way is handed out again and nothing of it is committed.
+
+Commit (204) commits the positions; goodbye (200 ``OK``) commits them unless
+``commit=false`` and leaves the group. A consumer this broker does not know,
+or whose group no longer has it, is answered 409 and must register again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import msgpack
+import orjson
+from aiohttp import web
+
+from ring import auth, limits
+from ring.catalog import validate_topic_name
+from ring.cluster.peers import H_SECRET
+from ring.errors import BadRequest, Conflict, RingError, Unauthorized, Unavailable
+from ring.groups.service import validate_name
+from ring.hashing import partition_token
+from ring.http_api import access, codec, groups_api, polar_codec
+from ring.http_api import answer as answers
+from ring.http_api.app import BROKER_KEY
+from ring.http_api.peer import secret_matches
+from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
+
+NOT_REGISTERED = "Consumer not registered"  # PolarStreams' words (polar_api answers 409s with them)
+
+log = logging.getLogger("ring.polar")
+
+REGISTRY_KEY: web.AppKey[Registry] = web.AppKey("polar consumers", Registry)
+H_NOTE = "Ring-Polar-Note"  # a broker telling another of a registration (or a goodbye): no group change
+_NO_PARTITIONS_RETRY_S = "5"  # PolarStreams: no data led here for this consumer
+_NO_DATA_RETRY_S = "1"  # PolarStreams: nothing new
+
+
+def _ok(body: str = "OK") -> web.Response:
+    return web.Response(body=body.encode(), headers={"Content-Type": "text/html; charset=utf-8"})
+
+
+def _registry(request: web.Request) -> Registry:
+    return request.app[REGISTRY_KEY]
+
+
+def _id_param(request: web.Request) -> str | None:
+    return request.query.get("consumerId") or request.query.get("consumer_id") or None
+
+
+# --- register -------------------------------------------------------------------------
+
+
+def _from_query(request: web.Request, consumer_id: str) -> Consumer:
+    on_new = request.query.get("onNewGroup") or "startFromLatest"
+    if on_new not in RESET_POLICIES:
+        raise BadRequest("Invalid offset reset policy value")
+    return Consumer(consumer_id, request.query.get("group") or "default", tuple(request.query.getall("topic", [])),
+                    RESET_POLICIES[on_new])
+
+
+async def _from_body(request: web.Request) -> Consumer:
+    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        doc = None
+    topics = doc.get("topics") if isinstance(doc, dict) else None
+    on_new = doc.get("onNewGroup") or "startFromLatest" if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("id", ""), str) or \
+            not isinstance(doc.get("group") or "", str) or not isinstance(topics or [], list) or \
+            not all(isinstance(t, str) for t in topics or []) or on_new not in RESET_POLICIES:
+        raise BadRequest("Invalid ConsumerInfo payload")
+    return Consumer(doc.get("id") or "", doc.get("group") or "default", tuple(topics or ()), RESET_POLICIES[on_new])
+
+
+async def register(request: web.Request) -> web.Response:
+    consumer_id = _id_param(request)
+    consumer = _from_query(request, consumer_id) if consumer_id else await _from_body(request)
+    if not consumer.id or not consumer.topics:
+        raise BadRequest("Consumer id and topics can not be empty")
+    validate_name(consumer.id, "consumerId")
+    validate_name(consumer.group, "group")
+    for topic in consumer.topics:
+        validate_topic_name(topic)
+    registry = _registry(request)
+    known = registry.get(consumer.id)
+    if known is not None and not known.same_as(consumer):
+        raise BadRequest("Consumer already registered with different parameters")
+    if H_NOTE in request.headers:  # another broker registered it: remember the id, the group has it already
+        _check_broker(request)
+        registry.put(consumer)
+        return _ok()
+    access.require(request, auth.CONSUME, consumer.topics)
+    answer = await groups_api.join_member(request, consumer.group, consumer.id, list(consumer.topics),
+                                          limits.POLAR_SESSION_TIMEOUT_MS, "polar", consumer.reset)
+    _raise_for(answer)
+    registry.put(consumer)
+    if consumer_id:
+        await _tell_brokers(request, "register", consumer)
+    else:
+        registry.bind(request.protocol, consumer)
+    return _ok("Already registered" if known is not None else "OK")
+
+
+def _check_broker(request: web.Request) -> None:
+    if not secret_matches(request.app[BROKER_KEY].config.cluster_secret, request.headers.get(H_SECRET)):
+        raise Unauthorized("wrong cluster secret")
+
+
+async def _tell_brokers(request: web.Request, what: str, consumer: Consumer) -> None:
+    """Tell every other live broker of a registration (all must take it) or a goodbye (best effort)."""
+    from ring.http_api.polar_api import PORTS_KEY
+
+    broker = request.app[BROKER_KEY]
+    membership, peers = getattr(broker, "membership", None), getattr(broker, "peers", None)
+    if membership is None or peers is None:
+        return
+    port = request.app[PORTS_KEY].consumer
+    on_new = next(k for k, v in RESET_POLICIES.items() if v == consumer.reset)
+    query = [("consumerId", consumer.id), ("group", consumer.group), ("onNewGroup", on_new),
+             *(("topic", t) for t in consumer.topics)]
+    failed = []
+    for b in broker.cluster()["brokers"]:
+        url = membership.client_url(b["name"])
+        if b["name"] == broker.config.name or url is None or not membership.alive(b["name"]):
+            continue
+        target = f"{broker.config.tls.scheme}://{_host_of(url)}:{port}/v1/consumer/{what}"
+        try:
+            method = "PUT" if what == "register" else "POST"
+            async with peers.session.request(method, target, params=query, headers={H_NOTE: "1"}) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    failed.append(f"{b['name']} ({resp.status})")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            failed.append(f"{b['name']} ({exc!r})")
+    if failed and what == "register":
+        raise Unavailable(f"consumer {consumer.id!r} could not be registered on {', '.join(failed)}; retry")
+    if failed:
+        log.info("telling brokers of %s's goodbye failed: %s", consumer.id, ", ".join(failed))
+
+
+def _host_of(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    return f"[{host}]" if ":" in host else host
+
+
+# --- who is asking --------------------------------------------------------------------
+
+
+def _who(request: web.Request) -> Consumer:
+    """The consumer a request comes from: its connection's, else the id it names."""
+    registry = _registry(request)
+    consumer_id = _id_param(request)
+    bound = registry.bound(request.protocol)
+    if bound is not None:
+        if consumer_id and consumer_id != bound.id:
+            raise Conflict(f"this connection is registered as consumer {bound.id!r}, not {consumer_id!r}")
+        return bound
+    found = registry.get(consumer_id) if consumer_id else None
+    if found is None:
+        raise Conflict(NOT_REGISTERED)
+    return found
+
+
+def _raise_for(answer: web.Response) -> None:
+    """An error answer of the coordinator, raised as the error it stands for."""
+    if answer.status < 300:
+        return
+    from ring.cluster.peers import Relayed
+
+    try:
+        doc = orjson.loads(answers.body_bytes(answer))
+    except orjson.JSONDecodeError:
+        doc = {}
+    raise Relayed(answer.status, doc if isinstance(doc, dict) else {}, answer.headers.get("Retry-After"))
+
+
+def _gone(request: web.Request, consumer: Consumer) -> None:
+    """The group no longer has ``consumer``: forget it here, it must register again."""
+    _registry(request).forget(consumer.id)
+    _registry(request).unbind(request.protocol)
+
+
+# --- poll, commit, goodbye ------------------------------------------------------------
+
+
+def _token_of(broker: Any) -> Any:
+    def token(topic: str, partition: int) -> int:
+        cfg = broker.catalog.get(topic) if topic in broker.catalog else None
+        if cfg is None or partition >= cfg.partitions:
+            return 0
+        return partition_token(topic, partition, cfg.partitions, cfg.base_partitions)
+
+    return token
+
+
+async def poll(request: web.Request) -> web.Response:
+    consumer = _who(request)
+    broker = request.app[BROKER_KEY]
+    try:
+        answer = await groups_api.poll_member(request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0,
+                                              None, True, None, broker.config.name, True)
+        _raise_for(answer)
+    except RingError as exc:
+        if exc.status == 409:
+            _gone(request, consumer)
+        raise
+    doc = msgpack.unpackb(answers.body_bytes(answer), raw=False)
+    token_header = {groups_api.H_POLL_TOKEN: answer.headers.get(groups_api.H_POLL_TOKEN, "")}
+    if not doc["records"]:
+        retry = _NO_PARTITIONS_RETRY_S if doc.get("partitions") == 0 else _NO_DATA_RETRY_S
+        empty = web.Response(status=204, headers={"Retry-After": retry, **token_header})
+        return groups_api._carried(request, empty, consumer.group, consumer.id)
+    items = polar_codec.items_of(doc["records"], _token_of(broker), doc["generation"])
+    del doc
+    if request.headers.get("Accept") == polar_codec.CT_JSON:
+        body, ctype = polar_codec.encode_json(items), polar_codec.CT_JSON
+    else:
+        body, ctype = polar_codec.encode_binary(items), polar_codec.CT_CONSUMER_MESSAGE
+    out = answers.response(body, ctype, token_header)
+    return groups_api._carried(request, out, consumer.group, consumer.id)
+
+
+async def commit(request: web.Request) -> web.Response:
+    consumer = _who(request)
+    try:
+        _raise_for(await groups_api.commit_member(request, consumer.group, consumer.id, None, None))
+    except RingError as exc:
+        if exc.status == 409:
+            _gone(request, consumer)
+        raise
+    return web.Response(status=204, headers={"Retry-After": _NO_DATA_RETRY_S})
+
+
+async def goodbye(request: web.Request) -> web.Response:
+    if H_NOTE in request.headers:  # another broker said goodbye to this consumer
+        _check_broker(request)
+        if (consumer_id := _id_param(request)) is not None:
+            _registry(request).forget(consumer_id)
+        return _ok()
+    consumer = _who(request)
+    commit_first = request.query.get("commit") != "false"
+    try:
+        _raise_for(await groups_api.leave_member(request, consumer.group, consumer.id, commit_first, None))
+    except RingError as exc:
+        if exc.status == 409:
+            _gone(request, consumer)
+        raise
+    _gone(request, consumer)
+    await _tell_brokers(request, "goodbye", consumer)
+    return _ok()
+
+
+def install(app: web.Application) -> None:
+    """The consumer routes on the consumer port's app."""
+    app[REGISTRY_KEY] = Registry(app[BROKER_KEY].clock.monotonic)
+    app.router.add_put("/v1/consumer/register", register)
+    app.router.add_post("/v1/consumer/register", register)
+    app.router.add_post("/v1/consumer/poll", poll)
+    app.router.add_post("/v1/consumer/commit", commit)
+    app.router.add_post("/v1/consumer/goodbye", goodbye)
