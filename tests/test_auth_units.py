@@ -136,8 +136,13 @@ def test_every_client_route_has_a_rule(tmp_path) -> None:
     from ring.cluster.node import ClusterBroker
     from ring.http_api.app import make_app
 
-    app = make_app(ClusterBroker(BrokerConfig(data_dir=tmp_path), ManualClock()))
-    routes = {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+    from ring.http_api.groups_api import GROUPS_KEY
+    from ring.http_api.polar_api import Ports, make_apps
+
+    broker = ClusterBroker(BrokerConfig(data_dir=tmp_path), ManualClock())
+    app = make_app(broker)
+    apps = [app, *make_apps(broker, app[GROUPS_KEY], Ports(), None).values()]  # and PolarStreams' ports
+    routes = {(r.method, r.resource.canonical) for a in apps for r in a.router.routes() if r.method != "HEAD"}
     missing = sorted(r for r in routes if r not in access.RULES)
     assert not missing, f"routes without an access rule: {missing}"
 

@@ -1,12 +1,10 @@
-"""Consumer groups through the Python client and the PolarStreams aliases, on the shared 3-broker
-cluster: auto commit (at-least-once), manual commit before processing (at-most-once) and after it
-(at-least-once), two consumers splitting a topic, offset resets, and PolarStreams' register, poll,
-commit and goodbye spread over different brokers."""
+"""Consumer groups through the Python client, on the shared 3-broker cluster: auto commit
+(at-least-once), manual commit before processing (at-most-once) and after it (at-least-once), two
+consumers splitting a topic, offset resets. PolarStreams' consumers: tests/test_polarstreams.py."""
 
 from __future__ import annotations
 
 import asyncio
-import http.client
 import time
 
 import orjson
@@ -130,63 +128,6 @@ def test_offset_resets(shared_cluster: TestCluster, topic: str) -> None:
     bad = c[0].http.request("PUT", path, json_body={"to": "offset"})
     assert bad.status == 400
     assert c[0].http.request("PUT", "/v1/groups/resets/offsets/no-such-topic", json_body={"to": "earliest"}).status == 404
-
-
-def test_polarstreams_consumer_api(shared_cluster: TestCluster, topic: str) -> None:
-    c = shared_cluster
-    assert c[0].http.create_topic(topic, partitions=3).status == 201
-    for i in range(30):
-        r = c[i % 3].http.post(f"/v1/topic/{topic}/messages", body=orjson.dumps({"i": i}),
-                               headers={"Content-Type": "application/json"}, query={"partitionKey": f"key-{i}"})
-        assert r.status == 200, r.body
-    q = {"consumerId": "polar-1", "group": "polar-app", "topic": topic, "onNewGroup": "startFromEarliest"}
-    assert c[0].http.request("PUT", "/v1/consumer/register", query=q).status == 200
-    # PolarStreams clients poll every broker in turn, each over its own keep-alive connection: a poll
-    # commits the previous answer of its connection, and the records of an answer not acknowledged yet
-    # come again from the next broker (at-least-once).
-    conns = [http.client.HTTPConnection(m.local.host, m.local.port, timeout=WAIT_S) for m in c]
-    values = []
-    deadline = time.monotonic() + WAIT_S
-    quiet = 0  # polls in a row that found nothing
-    try:
-        while quiet < len(conns) and time.monotonic() < deadline:
-            for conn in conns:
-                conn.request("POST", "/v1/consumer/poll?consumerId=polar-1", headers={"Accept": "application/json"})
-                r = conn.getresponse()
-                body = r.read()
-                assert r.headers["Ring-Poll-Token"], r.headers
-                if r.status == 204:
-                    quiet += 1
-                    continue
-                assert r.status == 200, body
-                quiet = 0
-                for item in orjson.loads(body):
-                    assert set(item) == {"topic", "token", "rangeIndex", "version", "startOffset", "values"}
-                    assert isinstance(item["startOffset"], str) and item["topic"] == topic
-                    values.extend(v["i"] for v in item["values"])
-    finally:
-        for conn in conns:
-            conn.close()
-    assert sorted(set(values)) == list(range(30)) and len(values) <= 30 * len(conns)
-    assert c[2].http.post("/v1/consumer/commit", query={"consumerId": "polar-1"}).status == 204
-    assert all(o["lag"] == 0 for o in c[0].http.get("/v1/groups/polar-app").json()["offsets"])
-    assert c[1].http.post("/v1/consumer/goodbye", query={"consumerId": "polar-1"}).status == 200
-    assert c[1].http.post("/v1/consumer/poll", query={"consumerId": "polar-1"}).status == 409
-    assert c[0].http.get("/v1/groups/polar-app").json()["members"] == []
-
-
-def test_polarstreams_polls_answer_json_whatever_they_accept(shared_cluster: TestCluster, topic: str) -> None:
-    """PolarStreams' clients ask for its binary format; ring answers JSON (or 204), also when the group's
-    coordinator is another broker, whose own poll route would honour the Accept header."""
-    c = shared_cluster
-    assert c[0].http.create_topic(topic, partitions=3).status == 201
-    assert c[0].http.produce(topic, [{"i": 1}]).status == 200
-    for n in range(8):  # groups spread over the coordinators: some are ring-0's, most are another broker's
-        q = {"consumerId": f"p-{n}", "group": f"{topic}-{n}", "topic": topic, "onNewGroup": "startFromEarliest"}
-        assert c[0].http.request("PUT", "/v1/consumer/register", query=q).status == 200
-        accept = ("application/msgpack", "application/vnd.polar.consumermessage")[n % 2]
-        r = c[0].http.post("/v1/consumer/poll", query={"consumerId": f"p-{n}"}, headers={"Accept": accept})
-        assert r.status in (200, 204) and (r.status == 204 or r.content_type == "application/json"), (n, r.body)
 
 
 def test_group_lag_is_in_the_coordinators_metrics(shared_cluster: TestCluster, topic: str) -> None:

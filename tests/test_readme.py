@@ -62,3 +62,30 @@ def test_curl_examples_run_as_written(make_broker) -> None:
     assert [p["high_watermark"] for p in described[0]["partitions"]][1] == 2
     assert by_time[0]["offset"] == 0
     assert out_of_range[0]["error"] == "offset_out_of_range" and "earliest" in out_of_range[0]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_polarstreams_examples_run_as_written(make_broker) -> None:
+    from tests.test_polarstreams import HOSTS, _free_on_all
+
+    ports = _free_on_all(HOSTS[:1], 3)
+    broker = make_broker("--polarstreams", "--polarstreams-ports", ",".join(map(str, ports)))
+    local = {"9250": ports[0], "9251": ports[1], "9252": ports[2], "9256": broker.local.port}
+    outputs = []
+    for cmd in _commands(_section("polarstreams-examples")):
+        cmd = re.sub(r"localhost:(925[0-26])", lambda m: f"127.0.0.1:{local[m.group(1)]}", cmd)
+        done = subprocess.run(["bash", "-c", cmd], capture_output=True, timeout=30)
+        assert done.returncode == 0, (cmd, done.stderr)
+        outputs.append(done.stdout.decode())
+    brokers, one, two, registered, polled, bye, group = outputs
+    assert orjson.loads(brokers) == {"length": 1, "names": ["127.0.0.1"], "producerPort": ports[1],
+                                     "consumerPort": ports[2]}
+    assert (one, two, registered, bye) == ("OK", "OK", "OK", "OK")
+    answer, status = polled.rsplit("]", 1)
+    values = [v for item in orjson.loads(answer + "]") for v in item["values"]]
+    assert sorted(values, key=orjson.dumps) == sorted([{"productId": 123, "units": -5}, {"productId": 7, "units": 1},
+                                                      {"productId": 7, "units": 2}], key=orjson.dumps)
+    assert status.strip() == "204"
+    doc = orjson.loads(group)
+    assert doc["members"] == [] and sum(o["committed"] or 0 for o in doc["offsets"]) == 3
+    assert all(o["lag"] == 0 for o in doc["offsets"])
