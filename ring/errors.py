@@ -3,7 +3,9 @@
 Every failure a client, a peer, or a disk can cause is one of these. A single
 aiohttp middleware (ring/http_api/middleware.py) turns them into
 ``{"error": CODE, "message": TEXT, ...}`` with ``status``; nothing else in the
-code base builds error responses. Programmer errors are ``assert``s, not these.
+code base builds error responses, but for PolarStreams' ports
+(ring/http_api/polar_api.py), which answer these errors as PolarStreams does:
+plain text, with its status for each. Programmer errors are ``assert``s, not these.
 
     RingError                       500  internal (never for bad input)
     +-- BadRequest                  400  malformed input (remote's fault)

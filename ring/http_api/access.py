@@ -5,13 +5,14 @@ one, a request needs ``Authorization: Bearer TOKEN`` for a token in the file,
 and the token's grants must allow the route's rule, else 401 (no or unknown
 token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
 
-    open            GET /, /admin/{file}, /v1/status, /v1/openapi.json
+    open            GET /, /admin/{file}, /v1/status, /v1/openapi.json; PolarStreams' GET /status
     authenticated   GET /v1/cluster, /v1/topics, /v1/groups, /metrics, the admin page's trends (and their
-                    relay)
+                    relay); PolarStreams' GET /v1/brokers
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
     produce         POST /v1/topics/{topic}/messages (and PolarStreams' POST /v1/topic/{topic}/messages)
     consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
-                    other group routes (join, poll, commit, leave) need consume on some topic
+                    other group routes (join, poll, commit, leave, and PolarStreams' register, poll,
+                    commit, goodbye) need consume on some topic
                     here, and consume on each topic they name or the member subscribed
                     (checked by the handler: ``require``)
     admin           POST /v1/topics (admin on the new name), PATCH and DELETE /v1/topics/{topic},

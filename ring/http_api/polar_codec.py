@@ -96,11 +96,14 @@ def items_of(records: Iterable[dict[str, Any]], token_of: Callable[[str, int], i
                         r["offset"])
             items.append(last)
         last.records.append((r["timestamp"], r["value"], bool(r["json"])))
-    return items[:_ITEMS_MAX]
+    return items
 
 
 def encode_binary(items: list[Item]) -> bytes:
     """``application/vnd.polar.consumermessage``."""
+    # A poll answers at most FETCH_RECORDS_MAX records, so far fewer items than the count field holds;
+    # dropping items here would acknowledge records the client never got.
+    assert len(items) <= _ITEMS_MAX, len(items)
     compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True)
     out = [struct.pack(">H", len(items))]
     for item in items:
