@@ -32,7 +32,7 @@ or whose group no longer has it, is answered 409 and must register again.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable
 
 import aiohttp
 import msgpack
@@ -203,6 +203,19 @@ def _raise_for(answer: web.Response) -> None:
     raise Relayed(answer.status, doc if isinstance(doc, dict) else {}, answer.headers.get("Retry-After"))
 
 
+async def _answered(request: web.Request, consumer: Consumer, call: Awaitable[web.Response]) -> web.Response:
+    """The coordinator's answer to ``call``, its errors raised; a 409 (the group does not have the
+    consumer) also forgets the consumer here."""
+    try:
+        answer = await call
+        _raise_for(answer)
+        return answer
+    except RingError as exc:
+        if exc.status == 409:
+            _gone(request, consumer)
+        raise
+
+
 def _gone(request: web.Request, consumer: Consumer) -> None:
     """The group no longer has ``consumer``: forget it here, it must register again."""
     _registry(request).forget(consumer.id)
@@ -225,14 +238,9 @@ def _token_of(broker: Any) -> Any:
 async def poll(request: web.Request) -> web.Response:
     consumer = _who(request)
     broker = request.app[BROKER_KEY]
-    try:
-        answer = await groups_api.poll_member(request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0,
-                                              None, True, None, broker.config.name, True)
-        _raise_for(answer)
-    except RingError as exc:
-        if exc.status == 409:
-            _gone(request, consumer)
-        raise
+    answer = await _answered(request, consumer, groups_api.poll_member(
+        request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0, None, True, None, broker.config.name,
+        True))
     doc = msgpack.unpackb(answers.body_bytes(answer), raw=False)
     token_header = {groups_api.H_POLL_TOKEN: answer.headers.get(groups_api.H_POLL_TOKEN, "")}
     if not doc["records"]:
@@ -251,12 +259,7 @@ async def poll(request: web.Request) -> web.Response:
 
 async def commit(request: web.Request) -> web.Response:
     consumer = _who(request)
-    try:
-        _raise_for(await groups_api.commit_member(request, consumer.group, consumer.id, None, None))
-    except RingError as exc:
-        if exc.status == 409:
-            _gone(request, consumer)
-        raise
+    await _answered(request, consumer, groups_api.commit_member(request, consumer.group, consumer.id, None, None))
     return web.Response(status=204, headers={"Retry-After": _NO_DATA_RETRY_S})
 
 
@@ -268,12 +271,8 @@ async def goodbye(request: web.Request) -> web.Response:
         return _ok()
     consumer = _who(request)
     commit_first = request.query.get("commit") != "false"
-    try:
-        _raise_for(await groups_api.leave_member(request, consumer.group, consumer.id, commit_first, None))
-    except RingError as exc:
-        if exc.status == 409:
-            _gone(request, consumer)
-        raise
+    await _answered(request, consumer, groups_api.leave_member(request, consumer.group, consumer.id, commit_first,
+                                                               None))
     _gone(request, consumer)
     await _tell_brokers(request, "goodbye", consumer)
     return _ok()
