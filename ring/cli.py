@@ -204,14 +204,18 @@ def _cmd_demo(args: argparse.Namespace, rest: list[str]) -> int:
     return demo.main()
 
 
+def listen_address(args: argparse.Namespace) -> tuple[str, int]:
+    """--listen (or RING_LISTEN), else the default: 9250, or 9256 with --polarstreams (PolarStreams' ports
+    9250-9252 are then its discovery, producer and consumer ports)."""
+    listen = args.listen or (LISTEN_DEFAULT_POLARSTREAMS if args.polarstreams else LISTEN_DEFAULT)
+    return parse_listen(listen) if isinstance(listen, str) else listen
+
+
 def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
-    if args.listen is None:
-        args.listen = LISTEN_DEFAULT_POLARSTREAMS if args.polarstreams else LISTEN_DEFAULT
-    if isinstance(args.listen, str):  # the default went through the environment, not the type
-        args.listen = parse_listen(args.listen)
+    args.listen = listen_address(args)
     if isinstance(args.fsync, str):
         args.fsync = parse_fsync(args.fsync)
     try:  # defaults that came through the environment, not the types
