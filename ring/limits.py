@@ -573,6 +573,8 @@ def validate() -> None:
     assert 0 < CLOCK_OFFSET_WARN_PERCENT <= 100
     assert CLOCK_SAMPLE_RTT_MS_MAX / 2 < CLOCK_OFFSET_MS_MAX_DEFAULT
     assert CLOCK_SAMPLE_RTT_MS_MAX < GOSSIP_REQUEST_TIMEOUT_S * 1000
+    assert GROUP_SESSION_TIMEOUT_MS_MIN <= POLAR_SESSION_TIMEOUT_MS <= GROUP_SESSION_TIMEOUT_MS_MAX
+    assert FETCH_RECORDS_MAX <= 0xFFFF  # a PolarStreams binary poll answer counts its items in a uint16
 
 
 validate()
