@@ -22,7 +22,7 @@ import msgpack
 
 from ring import errors
 from ring.log import batch as batchfmt
-from ring.log.batch import Record
+from ring.log.batch import Record, header_pairs
 from sparkio.client import CT_BATCHES, H_HIGH_WATERMARK, BrokerClient, Response
 from sparkio.ranges import OffsetRange
 
@@ -62,7 +62,7 @@ def decode_answer(resp: Response, offset: int, end: int) -> list[Record]:
     doc = msgpack.unpackb(resp.body, raw=False, strict_map_key=False)
     for r in doc.get("records", []):
         if offset <= r["offset"] < end:
-            out.append(Record(r["offset"], r["timestamp"], r.get("key"), r["value"], r.get("headers")))
+            out.append(Record(r["offset"], r["timestamp"], r.get("key"), r.get("value"), header_pairs(r.get("headers"))))
     return out
 
 

@@ -22,12 +22,12 @@ from sparkio.ranges import OffsetRange, split_ranges
 
 class RingRecord(NamedTuple):
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a record without a value (a tombstone)
     topic: str
     partition: int
     offset: int
     timestamp: int  # ms since the epoch
-    headers: dict[str, bytes | None] | None
+    headers: list[tuple[str, bytes | None]] | None  # in order; a name may repeat
 
 
 class ReadResult(NamedTuple):

@@ -3,7 +3,9 @@
 Columns are the Kafka connector's, in its order, so queries written against
 Kafka run unchanged: key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int, and, with
-``includeHeaders``, headers array<struct<key string, value binary>>.
+``includeHeaders``, headers array<struct<key string, value binary>> (in the
+producer's order, a name possibly repeated). A record without a value (a
+tombstone) has a null value.
 ``timestampType`` is always 0 (create time): ring keeps the producer's
 timestamp, or the broker's clock when the producer gave none, and does not
 record which. A record without headers has null headers, as in Kafka.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ring.log.batch import Record
+from ring.log.batch import Header, Record
 
 DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -51,10 +53,10 @@ def arrow_schema(schema):
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def headers_list(headers: dict[str, bytes | None] | None) -> list[dict] | None:
+def headers_list(headers: list[Header] | None) -> list[dict] | None:
     if not headers:
         return None
-    return [{"key": k, "value": v} for k, v in headers.items()]
+    return [{"key": k, "value": v} for k, v in headers]
 
 
 def to_arrow(records: Sequence[Record], topic: str, partition: int, schema_pa, include_headers: bool):

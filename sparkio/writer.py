@@ -1,13 +1,16 @@
 """``df.write.format("ring")`` and ``df.writeStream.format("ring")``.
 
-Columns, as the Kafka sink: ``value`` (binary or string, required), ``key``
-(binary or string), ``topic`` (string; the ``topic`` option wins over it),
-``partition`` (int), ``headers`` (array<struct<key string, value binary>>),
-and ``timestamp`` (timestamp); other columns are ignored. Rows are sent as
-msgpack records, buffered per (topic, partition column) and cut at
-``SPARK_WRITE_*_PER_REQUEST_MAX``. A keyed record without a partition column
-is placed by the broker with the same ``partition_for_key`` every producer
-goes through, so Spark-written records land where any producer's would.
+Columns, as the Kafka sink: ``value`` (binary or string, required; a null
+value writes a record without a value, Kafka's tombstone), ``key`` (binary or
+string), ``topic`` (string; the ``topic`` option wins over it), ``partition``
+(int; null lets the key place the record), ``headers``
+(array<struct<key string, value binary>>, written in order, repeated names
+kept), and ``timestamp`` (timestamp, which Kafka's sink does not take); other
+columns are ignored. Rows are sent as msgpack records, buffered per (topic,
+partition column) and cut at ``SPARK_WRITE_*_PER_REQUEST_MAX``. A keyed
+record without a partition is placed by the broker with the same
+``partition_for_key`` every producer goes through, so Spark-written records
+land where any producer's would.
 
 Delivery is at-least-once, as with Kafka's sink: a task Spark retries after a
 partial write sends its rows again.
@@ -95,19 +98,18 @@ def _millis(t: dt.datetime) -> int:
 
 def row_to_record(row: Any, lay: Layout) -> tuple[dict[str, Any], int]:
     """A msgpack record map for one row, and its approximate size."""
+    rec: dict[str, Any] = {}
+    size = _RECORD_OVERHEAD_BYTES
     value = row[lay.value]
-    if value is None:
-        raise BadRequest("a row has a null value; ring records always carry a value")
-    rec: dict[str, Any] = {"value": _bytes(value)}
-    size = len(rec["value"]) + _RECORD_OVERHEAD_BYTES
+    if value is not None:  # null: a record without a value (a tombstone), as Kafka writes it
+        rec["value"] = _bytes(value)
+        size += len(rec["value"])
     if lay.key is not None and row[lay.key] is not None:
         rec["key"] = _bytes(row[lay.key])
         size += len(rec["key"])
     if lay.headers is not None and row[lay.headers]:
-        headers = {}
-        for h in row[lay.headers]:
-            headers[h[0]] = None if h[1] is None else _bytes(h[1])
-            size += len(h[0]) + len(headers[h[0]] or b"")
+        headers = [(h[0], None if h[1] is None else _bytes(h[1])) for h in row[lay.headers]]
+        size += sum(len(k) + len(v or b"") for k, v in headers)
         rec["headers"] = headers
     if lay.timestamp is not None and row[lay.timestamp] is not None:
         rec["timestamp"] = _millis(row[lay.timestamp])

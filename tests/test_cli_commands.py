@@ -204,6 +204,19 @@ def test_ndjson_with_key_field_and_json_output(broker: TestBroker, topic: str) -
     assert orjson.loads(too_long.stderr)["message"].startswith("line 2 is longer than a record may be")
 
 
+def test_consume_shows_records_without_value_and_repeated_headers(broker: TestBroker, topic: str) -> None:
+    import msgpack
+
+    http = broker.http
+    assert http.create_topic(topic, partitions=1).status == 201
+    body = msgpack.packb([{"key": "k", "value": b"v", "headers": [["a", b"1"], ["a", b"2"]]}, {"key": "k"}],
+                         use_bin_type=True)
+    assert http.produce(topic, body, "application/msgpack").status == 200
+    assert ok(ring(broker.url, "consume", topic)) == b"v\nnull\n"  # as Kafka's console consumer prints it
+    first, tomb = ndjson_of(cli(broker.url, "consume", topic, "--json"))
+    assert first["headers"] == [["a", "1"], ["a", "2"]] and "value" not in tomb and tomb["key"] == "k"
+
+
 def test_consume_from_positions_and_max(broker: TestBroker, topic: str) -> None:
     ok(cli(broker.url, "topics", "create", topic, "-p", "1", "-r", "1"))
     ok(cli(broker.url, "produce", topic, stdin=b"".join(b"a%d\n" % i for i in range(10))))

@@ -84,7 +84,7 @@ def test_sync_client_produce_flush_and_read_back(broker: TestBroker, topic: str)
             mine = sorted(md.offset for md in mds if md.partition == p)
             got = c.fetch(topic, p, 0, max_records=5000)
             assert [r.offset for r in got.records] == mine == list(range(len(mine)))
-            assert all(r.headers == {"h": b"x"} for r in got.records)
+            assert all(r.headers == [("h", b"x")] for r in got.records)
         assert c.send_batch(topic, [b"a", {"json": [1, 2]}, {"value": "s", "key": "k0"}])[2].partition == \
             partition_for_key(b"k0", 3)
         assert c.describe(topic)["partition_count"] == 3
@@ -174,7 +174,9 @@ async def test_bad_input_and_unknown_topics(make_broker) -> None:
         with pytest.raises(errors.InvalidTopicName):
             c.produce("../x", b"x")
         with pytest.raises(errors.BadRequest):
-            c.produce("t", None)
+            c.produce("t", b"x", headers=[("a",)])  # a header is a (name, value) pair
+        with pytest.raises(errors.BadRequest):
+            c.produce("t", b"x", json=1)
         with pytest.raises(errors.PayloadTooLarge):
             c.produce("t", b"x", key=b"k" * 5000)
         await c.create_topic("t", partitions=2)

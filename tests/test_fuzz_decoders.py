@@ -140,9 +140,9 @@ def _sound_records(r: codec.Records) -> None:
     for ts, key, value, headers in r.records:
         assert ts is None or (type(ts) is int and 0 <= ts < 2**62)
         assert key is None or type(key) is bytes
-        assert type(value) is bytes
-        assert headers is None or all(type(k) is str and (v is None or type(v) is bytes) for k, v in headers.items())
-        if r.values_are_json:
+        assert value is None or type(value) is bytes
+        assert headers is None or all(type(k) is str and (v is None or type(v) is bytes) for k, v in headers)
+        if r.values_are_json and value is not None:
             orjson.loads(value)  # fetch embeds JSON values verbatim: they must parse
 
 
@@ -175,6 +175,8 @@ def test_ndjson_body(body: bytes, key: bytes | None) -> None:
 @example(msgpack.packb([{"value": b"v"}] * (limits.RECORDS_PER_REQUEST_MAX + 1)), None)
 @example(msgpack.packb({"value": b"v", "headers": {str(i): b"" for i in range(65)}}), None)
 @example(msgpack.packb({"value": b"v", "timestamp": 2**63}), None)
+@example(msgpack.packb([{"key": b"k"}, {"value": None, "headers": [["a", b"1"], ["a", None]]}]), None)
+@example(msgpack.packb({"value": b"v", "headers": [["a", b"1", b"2"], ["b"]]}), None)
 def test_msgpack_body(body: bytes, key: bytes | None) -> None:
     r = rejects_cleanly(codec.decode_produce, codec.CT_MSGPACK, body, key)
     if r is not None:
@@ -220,12 +222,14 @@ def _frame(payload: bytes, *, count: int, first: int = T0, max_ts: int = T0, att
     return bytes(buf)
 
 
+header_names = st.text(max_size=4) | st.sampled_from(["é" * 200, "h" * 257])
 well_formed_records = st.tuples(
     st.sampled_from([0, 0, 1, 1000] + INT_EDGES) | st.integers(-(2**63), 2**64 - 1),
     st.none() | st.binary(max_size=6),
-    st.binary(max_size=8) | st.sampled_from([b"{}", b"[1]", b"1e400", b"\xff", b'"\\ud800"']),
-    st.none() | st.dictionaries(st.text(max_size=4) | st.sampled_from(["é" * 200, "h" * 257]),
-                                st.none() | st.binary(max_size=4), max_size=3),
+    st.none() | st.binary(max_size=8) | st.sampled_from([b"{}", b"[1]", b"1e400", b"\xff", b'"\\ud800"']),
+    st.none() | st.dictionaries(header_names, st.none() | st.binary(max_size=4), max_size=3)
+    | st.lists(st.tuples(header_names, st.none() | st.binary(max_size=4)).map(list)
+               | st.lists(st.none() | st.text(max_size=2) | st.binary(max_size=2), max_size=3), max_size=3),
 ).map(list)
 malformed_records = st.lists(anything, max_size=5) | anything
 record_lists = st.lists(st.sampled_from([0, 1, 2, 3, 4]).flatmap(
@@ -274,7 +278,7 @@ def _serve_back(batches: list[bytearray]) -> None:
         stamps = [r.timestamp for r in recs]
         assert all(0 <= t < 2**62 for t in stamps) and h.max_timestamp == max(stamps)
         for r in recs:  # the same header rules as for msgpack records and the client
-            assert all(0 < len(n.encode()) <= limits.HEADER_NAME_BYTES_MAX for n in r.headers or {}), r.headers
+            assert all(0 < len(n.encode()) <= limits.HEADER_NAME_BYTES_MAX for n, _ in r.headers or ()), r.headers
     selected, next_offset = codec.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
     assert next_offset == offset and len(selected) == offset
     for accept in (codec.CT_JSON, codec.CT_NDJSON, codec.CT_MSGPACK):

@@ -340,8 +340,8 @@ def test_codec_refuses_garbage(raw: bytes) -> None:
 
 
 def test_checkpoint_pointer_header() -> None:
-    assert codec.checkpoint_of({codec.CHECKPOINT_HEADER: b"123"}) == 123
-    assert codec.checkpoint_of({codec.CHECKPOINT_HEADER: b"-1"}) is None
+    assert codec.checkpoint_of([(codec.CHECKPOINT_HEADER, b"123")]) == 123
+    assert codec.checkpoint_of([("other", b"7"), (codec.CHECKPOINT_HEADER, b"-1")]) is None
     assert codec.checkpoint_of(None) is None
 
 

@@ -55,7 +55,7 @@ def test_json_depth_limit_counts_the_event_not_the_top_level_array() -> None:
 def test_msgpack_records() -> None:
     body = msgpack.packb([{"value": b"a", "key": "k", "headers": {"h": "v"}, "timestamp": 7}, {"value": "b"}])
     r = codec.decode_msgpack(body, b"q")
-    assert r.records == [(7, b"k", b"a", {"h": b"v"}), (None, b"q", b"b", None)] and r.keyed
+    assert r.records == [(7, b"k", b"a", [("h", b"v")]), (None, b"q", b"b", None)] and r.keyed
     for bad in ({"value": 1}, {"value": b"x", "timestamp": True}, {"value": b"x", "headers": {"h": 1}},
                 {"value": b"x", "headers": {"": b"v"}}, [1], {"value": b"x", "key": 5}):
         with pytest.raises(BadRequest):
@@ -129,10 +129,10 @@ def test_select_records_filters_below_offset_and_at_high_watermark() -> None:
 
 
 def test_record_json_encodings() -> None:
-    rec = batchfmt.Record(3, 9, b"\xff", b"\xfe\x00", {"a": b"ok", "b": b"\xff", "c": None})
+    rec = batchfmt.Record(3, 9, b"\xff", b"\xfe\x00", [("a", b"ok"), ("b", b"\xff"), ("c", None)])
     doc = orjson.loads(orjson.dumps(codec.record_json(rec, False)))
     assert doc["key_encoding"] == doc["value_encoding"] == doc["headers_encoding"] == "base64"
-    assert doc["headers"]["c"] is None
+    assert doc["headers"][2] == ["c", None]
     rec = batchfmt.Record(3, 9, b"k", b'{"a":1}', None)
     assert orjson.loads(orjson.dumps(codec.record_json(rec, True)))["value"] == {"a": 1}
 

@@ -42,7 +42,7 @@ def test_json_events_come_back_as_the_same_json_values(http: Http, topic: str) -
     assert [rec["value"] for rec in doc["records"]] == EVENTS + [{"single": True}]
     assert [rec["offset"] for rec in doc["records"]] == list(range(len(EVENTS) + 1))
     assert doc["next_offset"] == doc["high_watermark"] == len(EVENTS) + 1
-    assert all(rec["key"] is None and rec["headers"] == {} for rec in doc["records"])
+    assert all(rec["key"] is None and rec["headers"] == [] for rec in doc["records"])
     assert all(abs(rec["timestamp"] - time.time() * 1000) < 60_000 for rec in doc["records"])
 
 
@@ -93,13 +93,13 @@ def test_msgpack_records_with_keys_headers_timestamps_and_binary(http: Http, top
     json_recs = [rec for rec in _records(http, topic, alice_p) if rec["key"] == "alice"]
     (rec,) = json_recs
     assert rec["value_encoding"] == "base64" and base64.b64decode(rec["value"]) == b"\xff\x00binary"
-    assert rec["headers"] == {"h1": "v1", "h2": "text"} and rec["timestamp"] == 1_600_000_000_000
+    assert rec["headers"] == [["h1", "v1"], ["h2", "text"]] and rec["timestamp"] == 1_600_000_000_000
 
     r = http.fetch(topic, alice_p, accept="application/msgpack")
     assert r.content_type == "application/msgpack"
     doc = msgpack.unpackb(r.body, raw=False)
     (mrec,) = [x for x in doc["records"] if x["key"] == b"alice"]
-    assert mrec["value"] == b"\xff\x00binary" and mrec["headers"] == {"h1": b"v1", "h2": b"text"}
+    assert mrec["value"] == b"\xff\x00binary" and mrec["headers"] == [["h1", b"v1"], ["h2", b"text"]]
     assert doc["next_offset"] == doc["high_watermark"] and doc["topic"] == topic
 
 

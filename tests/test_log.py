@@ -209,7 +209,7 @@ def test_compression_codecs_round_trip_through_the_log(tmp_path):
         log = mk(tmp_path / codec, codec=codec)
         want = []
         for i in range(10):
-            rs = [(T0 + i, b"key", (b"value %d " % i) * 20, {"h": b"x", "n": None}) for _ in range(5)]
+            rs = [(T0 + i, b"key", (b"value %d " % i) * 20, [("h", b"x"), ("n", None), ("h", b"y")]) for _ in range(5)]
             h = log.append(B.encode(rs, now_ms=T0, codec=log.config.codec_id), 1)
             assert h.codec == log.config.codec_id
             want.extend(rs)

@@ -63,7 +63,7 @@ class LogMachine(RuleBasedStateMachine):
         now = self.clock.wall_ms()
         return [
             (now + (i * jitter) % 7 - 3, f"k{self.end + i}".encode() if i % 2 else None, bytes([i]) * vsize,
-             {"i": str(i).encode()} if i % 3 == 0 else None)
+             [("i", str(i).encode())] if i % 3 == 0 else None)
             for i in range(n)
         ]
 

@@ -37,7 +37,7 @@ from ring.catalog import validate_topic_name
 from ring.client.batcher import Accumulator, BufferFull
 from ring.client.metadata import Metadata, backoff_ms, quote
 from ring.client.producer import NO_JSON, Partitioner, Producer, make_record, new_producer_id
-from ring.client.records import FetchResult, RecordMetadata, decode_fetch
+from ring.client.records import FetchResult, Headers, RecordMetadata, decode_fetch
 from ring.client.topology import TopicInfo, parse_brokers
 from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
     BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session
@@ -237,14 +237,16 @@ class AsyncClient:
     # --- producing ------------------------------------------------------------------
 
     def produce(self, topic: str, value: bytes | str | None = None, *, key: bytes | str | None = None,
-                headers: dict[str, bytes | str | None] | None = None, partition: int | None = None,
+                headers: Headers | None = None, partition: int | None = None,
                 timestamp: int | None = None, json: Any = NO_JSON,
                 on_delivery: DeliveryCallback | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves to its ``RecordMetadata``
         once its batch is acknowledged (``await client.produce(...)``), or fails.
 
-        ``value`` is bytes or str (UTF-8); or pass ``json=`` any JSON-able value
-        (stored as JSON, shown as JSON by fetches). ``timestamp`` defaults to
+        ``value`` is bytes or str (UTF-8), or None for a record without a value
+        (Kafka's tombstone); or pass ``json=`` any JSON-able value (stored as
+        JSON, shown as JSON by fetches). ``headers``: ``(name, value)`` pairs,
+        kept in order (a name may repeat), or a dict. ``timestamp`` defaults to
         now (ms). ``on_delivery(error, metadata)`` is called on the event loop
         when the record is acknowledged (error None) or has failed (metadata
         None). Raises at once on bad input, and ``BufferFull`` when

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ring.errors import Overloaded
-from ring.log.batch import HEADER_SIZE, RecordIn
+from ring.log.batch import HEADER_SIZE, Header, RecordIn
 
 TP = tuple[str, int]
 # msgpack framing of one record around key, value and headers (array header,
@@ -46,12 +46,14 @@ class BufferFull(Overloaded):
     code = "buffer_full"
 
 
-def record_size(key: bytes | None, value: bytes, headers: dict[str, bytes | None] | None) -> int:
-    size = len(value) + RECORD_OVERHEAD_BYTES
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
+    size = RECORD_OVERHEAD_BYTES
+    if value is not None:
+        size += len(value)
     if key is not None:
         size += len(key)
     if headers:
-        for name, v in headers.items():
+        for name, v in headers:
             size += len(name) + 2 + (len(v) if v is not None else 0)
     return size
 

@@ -64,6 +64,7 @@ from ring.client.records import ConsumerRecord
 from ring.client.topology import parse_brokers
 from ring.client.transport import CT_JSON, RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, \
     classify, error_from, make_session
+from ring.log.batch import header_pairs
 
 CT_MSGPACK = "application/msgpack"
 log = logging.getLogger("ring.client")
@@ -266,7 +267,7 @@ class AsyncGroupConsumer:
             self.generation = doc["generation"]
             self._token = doc.get("token")
             got = [ConsumerRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
-                                  r["headers"] or None, bool(r["json"])) for r in doc["records"]]
+                                  header_pairs(r["headers"]), bool(r["json"])) for r in doc["records"]]
             out = self._pos.accept(got)
             self.stats["polls"] += 1
             self.stats["records"] += len(out)

@@ -78,29 +78,23 @@ def _as_bytes(value: Any, what: str) -> bytes:
 
 def make_record(value: Any, key: Any, headers: Any, timestamp: int | None, json: Any,
                 now_ms: int) -> tuple[RecordIn, int, bool]:
-    """Check one record against the broker's limits; (record, size, value_is_json)."""
+    """Check one record against the broker's limits; (record, size, value_is_json).
+
+    ``value`` None (and no ``json=``) is a record without a value, Kafka's
+    tombstone; ``headers`` are ``(name, value)`` pairs in order (a name may
+    repeat) or a map.
+    """
     is_json = json is not NO_JSON
     if is_json:
         if value is not None:
             raise errors.BadRequest("give value or json, not both")
         value = orjson.dumps(json)
-    elif value is None:
-        raise errors.BadRequest("a record needs a value (or json=)")
-    value = _as_bytes(value, "value")
+    value = None if value is None else _as_bytes(value, "value")
     key = None if key is None else _as_bytes(key, "key")
     if key is not None and len(key) > limits.KEY_BYTES_MAX:
         raise errors.PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
-    hdrs = None
-    if headers:
-        if len(headers) > limits.HEADERS_PER_RECORD_MAX:
-            raise errors.PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
-        hdrs = {}
-        for name, v in headers.items():
-            if not isinstance(name, str) or not name or len(name.encode()) > limits.HEADER_NAME_BYTES_MAX:
-                raise errors.BadRequest(f"header names must be non-empty strings of at most "
-                                        f"{limits.HEADER_NAME_BYTES_MAX} bytes")
-            hdrs[name] = None if v is None else _as_bytes(v, f"header {name[:40]!r}")
-    if len(value) > limits.MESSAGE_BYTES_MAX:
+    hdrs, _ = batchfmt.check_headers(headers, _as_bytes)
+    if value is not None and len(value) > limits.MESSAGE_BYTES_MAX:
         raise errors.PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
     if timestamp is None:
         timestamp = now_ms

@@ -4,16 +4,23 @@ fetched records with the position to fetch from next.
 Fetch answers arrive as stored batches (``application/vnd.ring.batches``);
 ``decode_fetch`` checks every batch's CRC, decodes it with the log's own
 ``ring.log.batch`` functions, and keeps the records in
-``[offset, high_watermark)``, at most ``max_records`` of them.
+``[offset, high_watermark)``, at most ``max_records`` of them. A record's
+headers are ``(name, value)`` pairs in the producer's order (a name may
+repeat); a record without a value (a tombstone) has ``value`` None.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import orjson
 
 from ring.log import batch as batchfmt
+from ring.log.batch import Header
+
+# What ``produce`` takes as headers: (name, value) pairs, in order, names may
+# repeat; or a dict. Values are bytes, str (UTF-8) or None.
+Headers = Sequence[tuple[str, bytes | str | None]] | dict[str, bytes | str | None]
 
 
 class RecordMetadata(NamedTuple):
@@ -31,14 +38,13 @@ class ConsumerRecord(NamedTuple):
     offset: int
     timestamp: int  # ms since the epoch
     key: bytes | None
-    value: bytes
-    headers: dict[str, bytes | None] | None
+    value: bytes | None  # None: a record without a value (a tombstone)
+    headers: list[Header] | None  # (name, value) pairs in order; a name may repeat
     value_is_json: bool  # produced as JSON (``json=`` or a JSON body)
 
     def json(self) -> Any:
         """The value parsed as JSON."""
         return orjson.loads(self.value)
-
 
 class FetchResult(NamedTuple):
     topic: str

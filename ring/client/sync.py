@@ -32,7 +32,7 @@ from ring.client.positions import TP
 from ring.client.producer import NO_JSON
 from ring.client.transport import ClientClosed
 from ring.catalog import validate_topic_name
-from ring.client.records import ConsumerRecord, FetchResult, RecordMetadata
+from ring.client.records import ConsumerRecord, FetchResult, Headers, RecordMetadata
 from ring.log.batch import RecordIn
 
 T = TypeVar("T")
@@ -132,7 +132,7 @@ class Client:
     # --- producing ------------------------------------------------------------------
 
     def produce(self, topic: str, value: bytes | str | None = None, *, key: bytes | str | None = None,
-                headers: dict[str, bytes | str | None] | None = None, partition: int | None = None,
+                headers: Headers | None = None, partition: int | None = None,
                 timestamp: int | None = None, json: Any = NO_JSON,
                 on_delivery: DeliveryCallback | None = None) -> concurrent.futures.Future[RecordMetadata]:
         """Queue one record; ``.result()`` on the answer gives its ``RecordMetadata``.

@@ -175,7 +175,8 @@ async def _read(ctx: Context, args: argparse.Namespace, starts: dict[int, int | 
                     lines = [orjson.dumps({"topic": r.topic, "partition": r.partition,
                                            **record_line(r, r.value_is_json)}) for r in records]
                 else:
-                    lines = [r.value for r in records]
+                    # A record without a value prints as null, as Kafka's console consumer does.
+                    lines = [b"null" if r.value is None else r.value for r in records]
                 lines.append(b"")
                 data = b"\n".join(lines)
                 out.write(data)

@@ -117,9 +117,9 @@ def decode(value: bytes) -> Event:
     raise CorruptBatch(f"offsets record of an unknown kind {str(kind)[:20]!r}")
 
 
-def checkpoint_of(headers: dict[str, bytes | None] | None) -> int | None:
+def checkpoint_of(headers: list[tuple[str, bytes | None]] | None) -> int | None:
     """The checkpoint offset a record points at, or None."""
-    raw = (headers or {}).get(CHECKPOINT_HEADER)
+    raw = next((v for k, v in reversed(headers or ()) if k == CHECKPOINT_HEADER), None)
     if raw is None or not raw.isdigit() or len(raw) > 19:
         return None
     return int(raw)

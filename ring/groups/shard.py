@@ -65,7 +65,7 @@ class Shard:
         return next_offset
 
     def replay_record(self, offset: int, key: bytes | None, value: bytes,
-                      headers: dict[str, bytes | None] | None, now: float) -> None:
+                      headers: list[tuple[str, bytes | None]] | None, now: float) -> None:
         try:
             if key is None:
                 raise CorruptBatch("a record without a group name")
@@ -90,7 +90,7 @@ class Shard:
     # --- writing ----------------------------------------------------------------------------
 
     def records_for(self, name: str, events: list[Event], now_ms: int) -> list[RecordIn]:
-        headers = None if self.checkpoint is None else {codec.CHECKPOINT_HEADER: str(self.checkpoint).encode()}
+        headers = None if self.checkpoint is None else [(codec.CHECKPOINT_HEADER, str(self.checkpoint).encode())]
         key = name.encode("utf-8")
         return [(now_ms, key, codec.encode(e), headers) for e in events]
 

@@ -234,25 +234,12 @@ def _as_bytes(value: object, what: str) -> bytes:
     raise BadRequest(f"{what} must be bytes or a string")
 
 
-def _msgpack_headers(raw: object) -> tuple[dict[str, bytes | None] | None, int]:
-    if raw is None:
-        return None, 0
-    if type(raw) is not dict:
-        raise BadRequest("headers must be a map of string to bytes or string")
-    if len(raw) > limits.HEADERS_PER_RECORD_MAX:
-        raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
-    headers: dict[str, bytes | None] = {}
-    size = 0
-    for name, value in raw.items():
-        if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > limits.HEADER_NAME_BYTES_MAX:
-            raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
-        headers[name] = None if value is None else _as_bytes(value, f"header {name[:40]!r}")
-        size += len(name) + len(headers[name] or b"")
-    return headers or None, size
-
-
 def decode_msgpack(body: bytes, key: bytes | None) -> Records:
-    """A map ``{value, key?, headers?, timestamp?}`` or an array of such maps."""
+    """A map ``{value?, key?, headers?, timestamp?}`` or an array of such maps.
+
+    A nil or absent value is a record without a value (a tombstone); headers
+    are ``[[name, value], ...]`` pairs (order kept, names may repeat) or a map.
+    """
     records: list[RecordIn] = []
     sizes: list[int] = []
     keyed = False
@@ -271,11 +258,12 @@ def decode_msgpack(body: bytes, key: bytes | None) -> Records:
 
 def _msgpack_record(item: Any, key: bytes | None) -> tuple[RecordIn, int, bool]:
     """The record of one map, its stored size, and whether it names its own key."""
-    if not isinstance(item, dict) or "value" not in item:
-        raise BadRequest("each msgpack record must be a map with a 'value'")
+    if not isinstance(item, dict):
+        raise BadRequest("each msgpack record must be a map {value?, key?, headers?, timestamp?}")
     if not item.keys() <= {"value", "key", "headers", "timestamp"}:
         raise BadRequest("a msgpack record may hold only value, key, headers, timestamp")
-    value = _as_bytes(item["value"], "value")
+    raw_value = item.get("value")
+    value = None if raw_value is None else _as_bytes(raw_value, "value")
     rec_key = key
     own_key = item.get("key") is not None
     if own_key:
@@ -285,19 +273,25 @@ def _msgpack_record(item: Any, key: bytes | None) -> tuple[RecordIn, int, bool]:
     ts = item.get("timestamp")
     if ts is not None and (type(ts) is not int or not 0 <= ts < _TIMESTAMP_MAX_MS):
         raise BadRequest("timestamp must be an integer of milliseconds since the epoch")
-    headers, header_bytes = _msgpack_headers(item.get("headers"))
-    size = len(value) + (len(rec_key) if rec_key else 0) + header_bytes + _RECORD_OVERHEAD_BYTES
+    headers, header_bytes = batchfmt.check_headers(item.get("headers"), _as_bytes)
+    size = (len(value) if value is not None else 0) + (len(rec_key) if rec_key else 0) + header_bytes \
+        + _RECORD_OVERHEAD_BYTES
     return (ts, rec_key, value, headers), size, own_key
 
 
-def _check_stored_headers(headers: Iterable[dict]) -> None:
+def _check_stored_headers(headers: Iterable[dict | tuple]) -> None:
+    """Headers of a client-built batch: ``[name, value]`` pairs (a map is taken too)."""
     for hdrs in headers:
         if len(hdrs) > limits.HEADERS_PER_RECORD_MAX:
             raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
-        if not set(map(type, hdrs)) <= {str} or not set(map(type, hdrs.values())) <= {bytes, _NoneType}:
-            raise BadRequest("stored record headers must map strings to bytes or nil")
+        if type(hdrs) is dict:
+            names, values = list(hdrs), list(hdrs.values())
+        else:  # unpack.payload_records let only [name, value] pairs of scalars through
+            names, values = [h[0] for h in hdrs], [h[1] for h in hdrs]
+        if not set(map(type, names)) <= {str} or not set(map(type, values)) <= {bytes, _NoneType}:
+            raise BadRequest("stored record header names must be strings and values bytes or nil")
         # The rule of msgpack records and the client: non-empty names, counted in UTF-8 bytes.
-        if not all(hdrs) or max(len(name.encode()) for name in hdrs) > limits.HEADER_NAME_BYTES_MAX:
+        if not all(names) or max(len(name.encode()) for name in names) > limits.HEADER_NAME_BYTES_MAX:
             raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
 
 
@@ -313,8 +307,8 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
         raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
     fields = list(chain.from_iterable(items))
     deltas, keys, values, headers = fields[0::4], fields[1::4], fields[2::4], fields[3::4]
-    if not set(map(type, deltas)) <= {int} or not set(map(type, values)) <= {bytes}:
-        raise BadRequest("record timestamp deltas must be integers and values bytes")
+    if not set(map(type, deltas)) <= {int} or not set(map(type, values)) <= {bytes, _NoneType}:
+        raise BadRequest("record timestamp deltas must be integers and values bytes or nil")
     # Fetch answers carry each timestamp as a 64-bit integer, and retention and
     # time lookups trust max_timestamp: a batch that lies here would fail every
     # fetch of its offsets, or hide from a time lookup, or never expire.
@@ -323,8 +317,8 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
         raise BadRequest("record timestamps must be milliseconds since the epoch, in [0, 2**62)")
     if h.max_timestamp != highest:
         raise BadRequest("the batch's max_timestamp must be the largest of its record timestamps")
-    if not set(map(type, keys)) <= {bytes, _NoneType} or not set(map(type, headers)) <= {dict, _NoneType}:
-        raise BadRequest("record keys must be bytes or nil and headers maps or nil")
+    if not set(map(type, keys)) <= {bytes, _NoneType} or not set(map(type, headers)) <= {tuple, dict, _NoneType}:
+        raise BadRequest("record keys must be bytes or nil and headers arrays of pairs, maps or nil")
     # Values (and every other bin) are within MESSAGE_BYTES_MAX: the unpacker refused longer ones.
     present_keys = [k for k in keys if k is not None]
     if present_keys and max(map(len, present_keys)) > limits.KEY_BYTES_MAX:
@@ -332,7 +326,7 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     _check_stored_headers(filter(None, headers))  # rare: only records that carry headers
     if h.values_are_json:
         # Fetch embeds these values verbatim in JSON answers: they meet a JSON produce's rules.
-        jsonscan.check_stored(values)
+        jsonscan.check_stored([v for v in values if v is not None])  # a record without a value is no JSON
 
 
 def decode_batches(body: bytes) -> Batches:
@@ -396,31 +390,38 @@ def _text_or_base64(raw: bytes) -> tuple[str, bool]:
 
 
 def record_json(rec: Record, is_json: bool) -> dict[str, Any]:
+    """A record for JSON answers. A record without a value has no ``value``
+    field, which tells it apart from a JSON ``null`` value; headers are
+    ``[name, value]`` pairs in order."""
     doc: dict[str, Any] = {"offset": rec.offset, "timestamp": rec.timestamp, "key": None}
     if rec.key is not None:
         doc["key"], b64 = _text_or_base64(rec.key)
         if b64:
             doc["key_encoding"] = "base64"
-    if is_json:
+    if rec.value is None:
+        pass
+    elif is_json:
         doc["value"] = orjson.Fragment(rec.value)
     else:
         doc["value"], b64 = _text_or_base64(rec.value)
         if b64:
             doc["value_encoding"] = "base64"
-    headers: dict[str, str | None] = {}
+    headers: list[tuple[str, str | None]] = []
     if rec.headers:
         try:
-            headers = {k: None if v is None else v.decode("utf-8") for k, v in rec.headers.items()}
+            headers = [(k, None if v is None else v.decode("utf-8")) for k, v in rec.headers]
         except UnicodeDecodeError:
-            headers = {k: None if v is None else base64.b64encode(v).decode("ascii") for k, v in rec.headers.items()}
+            headers = [(k, None if v is None else base64.b64encode(v).decode("ascii")) for k, v in rec.headers]
             doc["headers_encoding"] = "base64"
     doc["headers"] = headers
     return doc
 
 
 def record_msgpack(rec: Record) -> dict[str, Any]:
+    """A record for msgpack answers: value nil when the record has none (a JSON
+    null value is the bytes ``null``); headers ``[name, value]`` pairs."""
     return {"offset": rec.offset, "timestamp": rec.timestamp, "key": rec.key,
-            "value": rec.value, "headers": rec.headers or {}}
+            "value": rec.value, "headers": rec.headers or []}
 
 
 def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tuple[Record, bool]],
@@ -453,7 +454,7 @@ def _ndjson(selected: Iterable[tuple[Record, bool]]) -> bytes:
 def record_line(rec: Any, is_json: bool) -> dict[str, Any]:
     """``record_json`` for a record written on a line of its own (NDJSON): a JSON value that holds
     a line break is sent compact, one that is not JSON after all as text."""
-    line = jsonscan.one_line(rec.value) if is_json else None
+    line = jsonscan.one_line(rec.value) if is_json and rec.value is not None else None
     doc = record_json(rec, is_json and line is not None)
     if line is not None and line is not rec.value:
         doc["value"] = orjson.Fragment(line)

@@ -122,6 +122,11 @@ existing ones, so no existing partition moves, and the answer comes once they ha
 as jump hashing allows: from P to P+1 partitions about 1/(P+1) of the keys move, all to the new partition, so a
 key's records before the change and after it are in two partitions (see the README on ordering)."""
 
+_HEADERS = {
+    "type": "array", "description": "[name, value] pairs in the producer's order; a name may repeat",
+    "items": {"type": "array", "items": {"type": ["string", "null"]}, "minItems": 2, "maxItems": 2},
+}
+
 _RECORD = {
     "type": "object",
     "properties": {
@@ -129,10 +134,11 @@ _RECORD = {
         "timestamp": {"type": "integer", "description": "ms since the epoch"},
         "key": {"type": ["string", "null"]},
         "key_encoding": {"const": "base64", "description": "present when the key is not UTF-8"},
-        "value": {"description": "the JSON event as produced, a UTF-8 string, or base64"},
+        "value": {"description": "the JSON event as produced, a UTF-8 string, or base64; absent on a record "
+                                 "without a value (a tombstone), which a JSON null value is not"},
         "value_encoding": {"const": "base64", "description": "present when the value is neither JSON nor UTF-8"},
-        "headers": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
-        "headers_encoding": {"const": "base64"},
+        "headers": _HEADERS,
+        "headers_encoding": {"const": "base64", "description": "present when a header value is not UTF-8"},
     },
 }
 
@@ -144,15 +150,20 @@ _PRODUCED = {
 }
 
 _MSGPACK_RECORD = {
-    "type": "object", "required": ["value"],
-    "properties": {"value": {"type": "string", "format": "binary"}, "key": {"type": "string"},
-                   "headers": {"type": "object"}, "timestamp": {"type": "integer"}},
+    "type": "object",
+    "properties": {"value": {"type": ["string", "null"], "format": "binary",
+                             "description": "nil or absent: a record without a value (a tombstone)"},
+                   "key": {"type": "string"},
+                   "headers": {"description": "[[name, value], ...] pairs (order kept, names may repeat), "
+                                              "or a map of name to value"},
+                   "timestamp": {"type": "integer"}},
 }
 
 _PRODUCE_DOC = f"""Append records. Content-Type decides how the body is read:
 application/json: one event, or a top-level array of events (each event is one record's value, stored as compact JSON);
 application/x-ndjson: one event per line (blank lines skipped; a line at most {limits.NDJSON_LINE_BYTES_MAX} bytes);
-application/msgpack: a map {{value, key?, headers?, timestamp?}} or an array of them;
+application/msgpack: a map {{value?, key?, headers?, timestamp?}} or an array of them (a nil or absent value is a
+record without a value, a tombstone; headers are [name, value] pairs, names may repeat, or a map);
 application/vnd.ring.batch: one or more stored record batches (each at most {limits.BATCH_BYTES_MAX} bytes), appended as they are;
 text/plain: the body is one raw value.
 Placement: ?partition= wins; else a key (?key= or per-record msgpack keys) picks the partition by hash;
@@ -162,9 +173,9 @@ Bodies are limited to {limits.REQUEST_BYTES_MAX} bytes, records to {limits.MESSA
 
 _FETCH_DOC = """Read records from `offset` (default: the earliest), never at or above the high watermark.
 Accept decides the answer: application/json (default), application/x-ndjson (one record per line),
-application/msgpack (keys and values as bytes), application/vnd.ring.batches (stored batches as they are,
-possibly starting below `offset`: skip records below it). Ring-Next-Offset and Ring-High-Watermark headers
-are always set. With wait_ms the request long-polls until a record at or after `offset` is committed."""
+application/msgpack (keys and values as bytes, value nil on a record without one), application/vnd.ring.batches
+(stored batches as they are, possibly starting below `offset`: skip records below it). Ring-Next-Offset and
+Ring-High-Watermark headers are always set. With wait_ms the request long-polls until a record at or after `offset` is committed."""
 
 
 @lru_cache(maxsize=1)

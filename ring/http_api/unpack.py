@@ -5,9 +5,10 @@ msgpack byte can become a Python object of 50-100 bytes: 16 MiB of empty maps
 was a gigabyte of dicts before their count was refused. Here an array's count
 is read from its header and refused before any item is built, items are
 unpacked one at a time, every bin and str is held to the record size limit,
-and hooks refuse the nesting no record has (a record holds no array, maps nest
-at most a record and its headers) as soon as the first such container is
-complete, so what is built before a refusal stays small.
+and hooks refuse the nesting no record has (the only arrays in a record are
+its headers, ``[name, value]`` pairs of scalars; maps nest at most a record
+and its headers) as soon as the first such container is complete, so what is
+built before a refusal stays small.
 """
 
 from __future__ import annotations
@@ -35,8 +36,19 @@ def _shallow_map(pairs: list[tuple[Any, Any]]) -> dict:
     return _RecordMap(pairs) if dict in kinds else dict(pairs)
 
 
-def _no_array(items: Any) -> Any:
-    raise BadRequest("a msgpack record holds no arrays")  # list_hook: items of records are never arrays
+def _pairs_only(items: list) -> list:
+    # list_hook of produce bodies: the only arrays are headers ([[name, value], ...]) and their
+    # pairs, so an array is refused as soon as it holds anything else.
+    if _is_pair(items) or all(type(i) is list and _is_pair(i) for i in items):
+        return items
+    raise BadRequest("a msgpack record holds no arrays but its headers' [name, value] pairs")
+
+
+def _is_pair(items: list | tuple) -> bool:
+    return len(items) == 2 and type(items[0]) not in _CONTAINERS and type(items[1]) not in _CONTAINERS
+
+
+_CONTAINERS = (list, tuple, dict)
 
 
 def _unpacker(body: bytes | memoryview, **hooks: Any) -> msgpack.Unpacker:
@@ -75,7 +87,8 @@ def _items(unpacker: msgpack.Unpacker, body: bytes | memoryview, count: int) -> 
 def record_maps(body: bytes) -> Iterator[Any]:
     """The record maps of a body that is one map or an array of them; 413 past the record limit
     before any record is unpacked."""
-    unpacker = _unpacker(body, object_pairs_hook=_shallow_map, list_hook=_no_array, max_array_len=0)
+    unpacker = _unpacker(body, object_pairs_hook=_shallow_map, list_hook=_pairs_only,
+                         max_array_len=limits.HEADERS_PER_RECORD_MAX)
     first = body[0]
     if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
         count = unpacker.read_array_header()
@@ -96,18 +109,25 @@ def _flat_map(pairs: list[tuple[Any, Any]]) -> dict:
 
 
 def _flat_record(items: tuple) -> tuple:
-    # list_hook of batch payloads: a record holds no array (its headers map none either, see above),
-    # so nested arrays are refused at their second level instead of being built whole first.
-    for item in items:
-        if type(item) is tuple:
-            raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
-    return items
+    # list_hook of batch payloads: the arrays are records [timestamp_delta, key, value, headers],
+    # headers (an array of [name, value] pairs) and pairs, so nesting deeper than a record's
+    # headers is refused as soon as the first array past it is complete.
+    inner = [i for i in items if type(i) is tuple]
+    if not inner and len(items) in (0, 2, 4):  # no headers, a pair, a record with map or nil headers
+        return items
+    if inner and len(inner) == len(items) and all(_is_pair(i) for i in items):  # headers
+        return items
+    if len(items) == 4 and len(inner) == 1 and type(items[3]) is tuple and all(
+            type(i) is tuple and _is_pair(i) for i in items[3]):  # a record with headers
+        return items
+    raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
 
 
 def payload_records(raw: bytes | memoryview, record_count: int) -> tuple:
     """The payload's records, unpacked one at a time with every limit enforced on the way (C level):
     the record count before any record, values within the record limit, no nesting."""
-    unpacker = _unpacker(raw, use_list=False, max_array_len=4, object_pairs_hook=_flat_map, list_hook=_flat_record)
+    unpacker = _unpacker(raw, use_list=False, max_array_len=max(4, limits.HEADERS_PER_RECORD_MAX),
+                         object_pairs_hook=_flat_map, list_hook=_flat_record)
     try:
         if unpacker.read_array_header() != record_count:
             raise BadRequest("batch payload does not hold record_count records")

@@ -17,7 +17,13 @@ Layout (big-endian), header of ``HEADER_SIZE`` bytes then the payload::
     54  ...  payload          msgpack array of records, maybe compressed
 
 A record in the payload is ``[timestamp_delta, key, value, headers]`` with key
-``bin`` or nil, value ``bin``, headers a ``map`` of str to bin or nil.
+``bin`` or nil; value ``bin``, or nil for a record without a value (Kafka's
+tombstone, which is not the same as an empty value); headers nil or an array
+of ``[str, bin or nil]`` pairs, in the producer's order, a name possibly
+repeated (Kafka's record headers). A ``map`` of str to bin or nil is read as
+headers too, as its pairs in order: batches stored before headers became
+pairs hold that layout, and msgpack tells the two apart by type, so no batch
+carries a format version for it.
 
 Because the CRC skips the base offset and epoch, a leader assigns both by
 writing 12 bytes in place (``stamp``); followers and fetches move the same
@@ -32,7 +38,7 @@ when it is installed, else zlib's: the same CRC-32, the same values.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 try:
     from isal.isal_zlib import crc32
@@ -95,16 +101,63 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & VALUE_FORMAT_JSON)
 
 
+Header = tuple[str, bytes | None]
+
+
 class Record(NamedTuple):
     offset: int
     timestamp: int
     key: bytes | None
-    value: bytes
-    headers: dict[str, bytes | None] | None
+    value: bytes | None  # None: a record without a value (a tombstone)
+    headers: list[Header] | None  # in order; a name may repeat
 
 
 # (timestamp or None for "now", key, value, headers)
-RecordIn = tuple[int | None, bytes | None, bytes, dict[str, bytes | None] | None]
+RecordIn = tuple[int | None, bytes | None, bytes | None, Sequence[Header] | None]
+
+
+def header_pairs(raw: Sequence[Sequence] | dict | None) -> list[Header] | None:
+    """Stored or wire headers as ``(name, value)`` pairs in order; None when there are none.
+
+    ``raw`` is an array of pairs, or a map (the stored layout of older
+    batches, and what a client may still send), read in its order.
+    """
+    if not raw:
+        return None
+    if type(raw) is dict:
+        return list(raw.items())
+    return list(map(tuple, raw))
+
+
+def check_headers(raw: object, as_bytes: Callable[[object, str], bytes]) -> tuple[list[Header] | None, int]:
+    """A producer's headers, checked against the limits: ``(pairs or None, bytes they add)``.
+
+    ``raw`` is a map of name to value or a sequence of ``(name, value)``
+    pairs (which keeps order and repeated names); values go through
+    ``as_bytes`` unless None. Raises BadRequest / PayloadTooLarge.
+    """
+    if raw is None:
+        return None, 0
+    if type(raw) is dict:
+        items = list(raw.items())
+    elif isinstance(raw, (list, tuple)):
+        items = list(raw)
+    else:
+        raise BadRequest("headers must be a list of [name, value] pairs or a map of name to value")
+    if len(items) > limits.HEADERS_PER_RECORD_MAX:
+        raise PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
+    pairs: list[Header] = []
+    size = 0
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise BadRequest("each header must be a [name, value] pair")
+        name, value = item
+        if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > limits.HEADER_NAME_BYTES_MAX:
+            raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
+        value = None if value is None else as_bytes(value, f"header {name[:40]!r}")
+        pairs.append((name, value))
+        size += len(name) + (len(value) if value is not None else 0)
+    return pairs or None, size
 
 
 def _compress(codec: int, data: bytes) -> bytes:
@@ -279,7 +332,8 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = Tru
     try:
         items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
         records = [
-            Record(h.base_offset + i, h.first_timestamp + it[0], it[1], it[2], it[3])
+            Record(h.base_offset + i, h.first_timestamp + it[0], it[1], it[2],
+                   header_pairs(it[3]) if it[3] else None)
             for i, it in enumerate(items)
         ]
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:

@@ -102,7 +102,7 @@ def produce_numbered(client: BrokerClient, topic: str, count: int, *, first: int
             if timestamp_ms is not None:
                 rec["timestamp"] = timestamp_ms + n
             if headers:
-                rec["headers"] = {"n": str(n).encode(), "src": b"test"}
+                rec["headers"] = [("n", str(n).encode()), ("src", b"test")]
             recs.append(rec)
             values.append(rec["value"])
         client.produce(topic, recs)

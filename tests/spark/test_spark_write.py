@@ -34,7 +34,7 @@ def test_write_round_trip_places_keys_like_the_producer(spark, broker, client, t
     for r in got:
         assert r.partition == partition_for_key(r.key, 5), r
         n = r.value.decode().split()[-1].rstrip("}")
-        assert r.headers == {"src": b"spark", "i": n.encode()}
+        assert r.headers == [("src", b"spark"), ("i", n.encode())]
         assert r.timestamp == int(ts.timestamp() * 1000)
     # Records with one key stay in the order they were written.
     per_key = {}
