@@ -11,32 +11,9 @@ Three ways in, all sharing one planner (``planner``), one range calculator
   ``spark.read``/``readStream``/``write``/``writeStream``.
 - ``pipeline.clickstream_job(spark, brokers, ...)``: the demo's job.
 
-Reader options (Kafka's names; case does not matter):
-
-==========================  ================================================
-brokers                     comma-separated broker URLs (required)
-subscribe                   comma-separated topics  \\
-subscribePattern            regex over topic names   > exactly one of these
-assign                      ``{"topic": [0, 1]}``    /
-startingOffsets             earliest | latest | ``{"t": {"0": 23, "1": -2}}``
-                            (-2 earliest, -1 latest; default earliest for
-                            batch, latest for streams)
-endingOffsets               latest | ``{"t": {"0": 50}}`` (batch only)
-startingTimestamp           ms: first offset with timestamp >= it, per partition
-endingTimestamp             ms: exclusive end, likewise (batch only)
-startingOffsetsByTimestamp  ``{"t": {"0": ms}}``; endingOffsetsByTimestamp too
-minPartitions               at least this many splits (big ranges are cut)
-maxRecordsPerPartition      no split holds more records than this
-maxOffsetsPerTrigger        streams: records per micro-batch, over all partitions
-failOnDataLoss              true (default): offsets removed by retention or
-                            truncation fail the query; false: skip them
-includeHeaders              false (default); true adds the headers column
-fetchMaxBytes, pollTimeoutMs  fetch size per request; how long a task waits
-                            for committed offsets a replica does not serve yet
-==========================  ================================================
-
-Writer options: ``brokers``, ``topic`` (else a ``topic`` column). See
-``sparkio.writer`` for the columns it reads.
+Options, columns and refusals are the Kafka connector's (``subscribe``,
+``startingOffsets``, ``kafka.bootstrap.servers`` ...); docs/SPARK.md has the
+table, option by option, with every difference from Kafka and why.
 """
 
 from __future__ import annotations

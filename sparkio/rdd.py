@@ -14,6 +14,7 @@ import functools
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from sparkio.client import BrokerClient
+from sparkio.failures import plain_iter
 from sparkio.fetch import read_split
 from sparkio.options import ReadOptions, parse_read_options
 from sparkio.planner import batch_ranges
@@ -39,6 +40,10 @@ class ReadResult(NamedTuple):
 
 
 def _read_partition(opts: ReadOptions, splits: Iterable[OffsetRange]) -> Iterator[RingRecord]:
+    return plain_iter(_records(opts, splits))
+
+
+def _records(opts: ReadOptions, splits: Iterable[OffsetRange]) -> Iterator[RingRecord]:
     # Runs in an executor: connections are opened here, never pickled.
     with BrokerClient(opts.brokers) as client:
         for split in splits:
@@ -64,9 +69,9 @@ def read_rdd(
 ) -> ReadResult:
     """Read ``topics`` between two offset positions as an RDD of RingRecord.
 
-    ``starting_offsets``/``ending_offsets``: ``"earliest"``, ``"latest"``, or
-    ``{"topic": {partition: offset}}`` (a dict or its JSON text; -2 earliest,
-    -1 latest; partitions not named use earliest / latest). Raises
+    ``starting_offsets``/``ending_offsets``: ``"earliest"``, ``"latest"`` (an
+    end only), or ``{"topic": {partition: offset}}`` naming every partition (a
+    dict or its JSON text; -2 earliest, -1 latest), as the DataFrame options. Raises
     ``ring.errors`` on bad arguments, unknown topics, and (with
     ``fail_on_data_loss``) offsets the brokers no longer hold.
     """

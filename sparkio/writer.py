@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from ring import limits
 from ring.errors import BadRequest
 from sparkio.client import BrokerClient
+from sparkio.failures import plain_errors
 from sparkio.options import WriteOptions, parse_write_options
 
 _RECORD_OVERHEAD_BYTES = 32  # msgpack map framing per record, for the byte budget
@@ -168,6 +169,7 @@ class RingWriter(DataSourceWriter):
         self.opts = parse_write_options(options)
         self.layout = layout_for(schema, self.opts.topic)
 
+    @plain_errors
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         return write_rows(self.opts, self.layout, iterator)
 
@@ -183,6 +185,7 @@ class RingStreamWriter(DataSourceStreamWriter):
         self.opts = parse_write_options(options)
         self.layout = layout_for(schema, self.opts.topic)
 
+    @plain_errors
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         return write_rows(self.opts, self.layout, iterator)
 

@@ -15,7 +15,7 @@ from ring.log import batch as batchfmt
 from sparkio.client import CT_BATCHES, Response
 from sparkio.fetch import decode_answer
 from sparkio.options import EARLIEST, LATEST, parse_brokers, parse_read_options, parse_write_options
-from sparkio.planner import from_json_offsets, to_json_offsets
+from sparkio.planner import PartitionState, created_of, from_json_offsets, to_json_offsets
 from sparkio.ranges import OffsetRange, rate_limit, split_ranges
 
 BOUNDED = settings(max_examples=150, deadline=None)
@@ -130,7 +130,6 @@ def test_read_options_case_insensitive_with_kafka_json():
     assert o.subscription.topics == ("a", "b")
     assert o.starting.for_partition("a", 0) == 23
     assert o.starting.for_partition("a", 1) == EARLIEST
-    assert o.starting.for_partition("b", 9) == EARLIEST  # the default for unnamed partitions
     assert o.ending.for_partition("b", 2) == LATEST
     assert (o.min_partitions, o.fail_on_data_loss, o.include_headers) == (3, False, True)
 
@@ -139,8 +138,10 @@ def test_streaming_defaults_and_batch_only_options():
     o = parse_read_options({"brokers": "h:1", "subscribePattern": "c.*", "maxOffsetsPerTrigger": "10"},
                            streaming=True)
     assert o.starting.default == LATEST and o.ending is None and o.max_offsets_per_trigger == 10
-    assert o.subscription.matches("clicks") and not o.subscription.matches("xclicks")
-    with pytest.raises(BadRequest, match="batch"):
+    # Kafka's pattern is found anywhere in the name (Scala's findFirstIn), not matched whole.
+    assert o.subscription.matches("clicks") and o.subscription.matches("xclicks")
+    assert not o.subscription.matches("alpha")
+    with pytest.raises(BadRequest, match="endingOffsets is for batch"):
         parse_read_options({"brokers": "h:1", "subscribe": "t", "endingOffsets": "latest"}, streaming=True)
 
 
@@ -154,12 +155,47 @@ def test_streaming_defaults_and_batch_only_options():
     ({"subscribe": "t", "minPartitions": "0"}, ">= 1"),
     ({"subscribe": "t", "failOnDataLoss": "maybe"}, "true or false"),
     ({"subscribePattern": "("}, "regex"),
+    ({"subscribePattern": "  "}, "pattern is empty"),
     ({"assign": '{"t": []}'}, "list of partitions"),
+    ({"assign": "t:0"}, "assign: expected a JSON object"),
+    ({"subscribe": " , "}, "no topic named"),
     ({"subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'}, "integer"),
+    ({"subscribe": "t", "startingOffsets": "latest"}, "startingOffsets: latest is not allowed for batch"),
+    ({"subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'}, "-1 .latest. is not allowed for t/0 for batch"),
+    ({"subscribe": "t", "startingOffsetsByTimestampStrategy": "first"}, "startingOffsetsByTimestampStrategy"),
+    ({"subscribe": "t", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger .10. is higher"),
+    ({"subscribe": "t", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+    ({"subscribe": "t", "kafkaConsumer.pollTimeoutMs": "-1"}, "kafkaConsumer.pollTimeoutMs"),
+    ({"subscribe": "t", "fetchOffset.numRetries": "0"}, "fetchOffset.numRetries"),
+    ({"subscribe": "t", "kafka.bootstrap.servers": "other:1"}, "name different brokers"),
 ])
 def test_bad_read_options_name_the_option(opts, match):
     with pytest.raises(BadRequest, match=match):
         parse_read_options({"brokers": "h:1", **opts}, streaming=False)
+
+
+def test_kafka_names_and_what_batch_queries_allow():
+    o = parse_read_options({"kafka.bootstrap.servers": "a:1,b:2", "subscribe": "t", "kafka.group.id": "g",
+                            "kafkaConsumer.pollTimeoutMs": "500", "maxTriggerDelay": "2s",
+                            "startingOffsetsByTimestampStrategy": "LATEST"}, streaming=False)
+    assert o.brokers == ("http://a:1", "http://b:2") and o.poll_timeout_ms == 500
+    assert o.max_trigger_delay_ms == 2_000 and o.starting_strategy == "latest"
+    assert parse_read_options({"brokers": "h:1", "subscribe": "t", "pollTimeoutMs": "7"},
+                              streaming=False).poll_timeout_ms == 7
+    # latest is refused only where startingOffsets is the option in effect, as Kafka does
+    o = parse_read_options({"brokers": "h:1", "subscribe": "t", "startingOffsets": "latest",
+                            "startingTimestamp": "5"}, streaming=False)
+    assert o.starting_timestamp_ms == 5
+    assert parse_read_options({"brokers": "h:1", "subscribe": "t", "startingOffsets": "latest"},
+                              streaming=True).starting.default == LATEST
+
+
+@pytest.mark.parametrize("text, ms", [("15m", 900_000), ("10s", 10_000), ("250ms", 250), ("2h", 7_200_000),
+                                      ("1d", 86_400_000), ("500", 500), (" 3 min ", 180_000)])
+def test_durations_as_spark_writes_them(text, ms):
+    from sparkio.options import parse_duration_ms
+
+    assert parse_duration_ms("maxTriggerDelay", text) == ms
 
 
 def test_assign_and_write_options():
@@ -167,6 +203,8 @@ def test_assign_and_write_options():
     assert o.subscription.assign == (("t", 0), ("t", 2))
     w = parse_write_options({"Brokers": "h:1,h:2", "TOPIC": "out"})
     assert w.brokers == ("http://h:1", "http://h:2") and w.topic == "out"
+    assert parse_write_options({"kafka.bootstrap.servers": "h:3", "topic": " t "}) == \
+        parse_write_options({"brokers": "http://h:3", "topic": "t"})
 
 
 def test_stream_offsets_survive_json():
@@ -174,13 +212,16 @@ def test_stream_offsets_survive_json():
     doc = json.loads(json.dumps(to_json_offsets(offsets)))
     assert doc == {"a": {"0": 5, "10": 7}, "b": {"1": 0}}
     assert from_json_offsets(doc) == offsets
+    doc = json.loads(json.dumps(to_json_offsets(offsets, {"a": 11, "b": 12, "gone": 13})))
+    assert doc["@created_ms"] == {"a": 11, "b": 12} and from_json_offsets(doc) == offsets
+    assert created_of(doc) == {"a": 11, "b": 12} and created_of({"a": {"0": 1}}) == {}
 
 
 # --- decoding fetch answers ---------------------------------------------------------------
 
 
 def _stored(base: int, n: int, ts: int = 1_000) -> bytes:
-    buf = batchfmt.encode([(ts + i, b"k%d" % i, b"v%d" % (base + i), {"h": b"x"} if i % 2 else None)
+    buf = batchfmt.encode([(ts + i, b"k%d" % i, b"v%d" % (base + i), [("h", b"x"), ("h", b"y")] if i % 2 else None)
                            for i in range(n)], now_ms=ts)
     batchfmt.stamp(buf, 0, base, 1)
     return bytes(buf)
@@ -191,7 +232,7 @@ def test_decode_answer_trims_both_ends():
     resp = Response(200, {"content-type": CT_BATCHES}, body, "http://x")
     recs = decode_answer(resp, 3, 12)
     assert [r.offset for r in recs] == list(range(3, 12))
-    assert recs[0].value == b"v3" and recs[0].headers == {"h": b"x"} and recs[1].headers is None
+    assert recs[0].value == b"v3" and recs[0].headers == [("h", b"x"), ("h", b"y")] and recs[1].headers is None
     assert recs[0].timestamp == 1_003
 
 
@@ -201,3 +242,66 @@ def test_decode_answer_rejects_a_damaged_batch():
     resp = Response(200, {"content-type": CT_BATCHES}, bytes(body), "http://x")
     with pytest.raises(Exception, match="CRC"):
         decode_answer(resp, 0, 3)
+
+
+# --- where a stream's next batch ends ---------------------------------------------------------
+
+
+def _states(*specs, created=1) -> dict:
+    """(topic, partition, earliest, latest) -> PartitionState, all of one creation time."""
+    return {(t, p): PartitionState(t, p, e, hw, (), created) for t, p, e, hw in specs}
+
+
+def test_next_batch_reads_on_from_the_previous_end():
+    from sparkio.stream_offsets import plan_next
+
+    start = to_json_offsets({("t", 0): 10, ("t", 1): 4}, {"t": 1})
+    nxt = plan_next(start, _states(("t", 0, 0, 25), ("t", 1, 0, 4), ("t", 2, 0, 3)), fail_on_data_loss=True)
+    assert nxt.begin == {("t", 0): 10, ("t", 1): 4, ("t", 2): 0} and nxt.backlog() == 18 and not nxt.lost
+    # an older view of a watermark (below what was read) never plans backwards
+    stale = _states(("t", 0, 0, 7), ("t", 1, 0, 4))
+    nxt = plan_next(start, stale, fail_on_data_loss=True)
+    assert nxt.latest[("t", 0)] == 10 and nxt.backlog() == 0
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_topic_created_again_is_data_loss_even_when_its_offsets_are_higher(fail):
+    """The issue's case: 0-9 read, the topic recreated with 15 records: Kafka would read 10-14 alone."""
+    from sparkio.fetch import DataLoss
+    from sparkio.stream_offsets import plan_next
+
+    start = to_json_offsets({("t", 0): 10}, {"t": 1})
+    now = _states(("t", 0, 0, 15), created=2)
+    if fail:
+        with pytest.raises(DataLoss, match="t was deleted and created again.*failOnDataLoss=false"):
+            plan_next(start, now, fail_on_data_loss=True)
+        return
+    nxt = plan_next(start, now, fail_on_data_loss=False)
+    assert nxt.begin == {("t", 0): 0} and nxt.latest == {("t", 0): 15} and len(nxt.lost) == 1
+    assert created_of(nxt.to_json()) == {"t": 2}
+
+
+def test_gone_partitions_went_back_offsets_and_late_partitions():
+    from sparkio.fetch import DataLoss
+    from sparkio.stream_offsets import plan_next
+
+    start = to_json_offsets({("t", 0): 10, ("u", 0): 3}, {"t": 1})
+    with pytest.raises(DataLoss, match="partitions t/0 .read up to offset 10. are gone"):
+        plan_next(start, _states(("u", 0, 0, 3)), fail_on_data_loss=True)
+    nxt = plan_next(start, _states(("u", 0, 0, 3)), fail_on_data_loss=False)
+    assert set(nxt.latest) == {("u", 0)}  # dropped, as Kafka drops them
+    # u's offset went back and its offsets do not say when it was created: Kafka's "offset was changed"
+    with pytest.raises(DataLoss, match="offset of u/0 went back from 3 to 1"):
+        plan_next(start, _states(("t", 0, 0, 10), ("u", 0, 0, 1)), fail_on_data_loss=True)
+    # a partition appearing with records already removed below it
+    with pytest.raises(DataLoss, match="t/1 appeared during the query but starts at offset 4"):
+        plan_next(start, _states(("t", 0, 0, 10), ("t", 1, 4, 9), ("u", 0, 0, 3)), fail_on_data_loss=True)
+
+
+def test_available_now_stops_at_the_watermarks_it_started_with():
+    from sparkio.stream_offsets import plan_next
+
+    start = to_json_offsets({("t", 0): 2}, {"t": 1})
+    target = to_json_offsets({("t", 0): 6}, {"t": 1})
+    nxt = plan_next(start, _states(("t", 0, 0, 9), ("t", 1, 0, 5)), fail_on_data_loss=True, target=target)
+    assert nxt.latest == {("t", 0): 6, ("t", 1): 0}  # t/1 was born after the query started

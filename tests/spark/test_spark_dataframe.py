@@ -21,7 +21,8 @@ def opts_topic(broker):
     with BrokerClient([broker.url]) as c:
         c.create_topic("dfopts", 2)
         c.produce("dfopts", [{"value": b"p0-%d" % n, "key": b"a", "timestamp": T0 + n * 1000,
-                              "headers": {"n": str(n).encode(), "empty": None} if n % 2 else None}
+                              "headers": [("n", str(n).encode()), ("empty", None), ("n", b"again")]
+                              if n % 2 else None}
                              for n in range(100)], partition=0)
         c.produce("dfopts", [{"value": b"p1-%d" % n, "timestamp": T0 + n * 2000} for n in range(50)],
                   partition=1)
@@ -55,14 +56,15 @@ def test_kafka_column_layout_and_values(spark, broker, opts_topic):
     assert with_headers.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     got = {r.offset: r.headers for r in with_headers.where("partition = 0 and offset < 2").collect()}
     assert got[0] is None
-    assert [(h.key, h.value) for h in got[1]] == [("n", b"1"), ("empty", None)]
+    assert [(h.key, h.value) for h in got[1]] == [("n", b"1"), ("empty", None), ("n", b"again")]
 
 
 def test_offsets_as_json_with_earliest_and_latest(spark, broker, opts_topic):
     df = read(spark, broker, subscribe=opts_topic, startingOffsets={opts_topic: {"0": 10, "1": -2}},
               endingOffsets={opts_topic: {"0": 20, "1": -1}})
     assert offsets(df) == {0: list(range(10, 20)), 1: list(range(50))}
-    assert read(spark, broker, subscribe=opts_topic, startingOffsets="latest").count() == 0
+    with pytest.raises(Exception, match="latest is not allowed for batch queries"):
+        read(spark, broker, subscribe=opts_topic, startingOffsets="latest").count()
 
 
 def test_timestamps(spark, broker, opts_topic):
@@ -70,8 +72,8 @@ def test_timestamps(spark, broker, opts_topic):
               endingTimestamp=str(T0 + 60_000))
     assert offsets(df) == {0: list(range(20, 60)), 1: list(range(10, 30))}
     df = read(spark, broker, subscribe=opts_topic,
-              startingOffsetsByTimestamp={opts_topic: {"1": T0 + 90_000}},
-              endingOffsetsByTimestamp={opts_topic: {"0": T0 + 5_000}})
+              startingOffsetsByTimestamp={opts_topic: {"0": T0, "1": T0 + 90_000}},
+              endingOffsetsByTimestamp={opts_topic: {"0": T0 + 5_000, "1": T0 + 1_000_000}})
     assert offsets(df) == {0: list(range(0, 5)), 1: list(range(45, 50))}
 
 

@@ -29,7 +29,7 @@ def test_rdd_holds_every_record_once_in_offset_order(spark, client, topic):
     assert len({(r.partition, r.offset) for r in seen}) == len(values)
     r = seen[0]
     n = int(r.value[1:])
-    assert r.key == b"k%d" % (n % 97) and r.headers == {"n": str(n).encode(), "src": b"test"}
+    assert r.key == b"k%d" % (n % 97) and r.headers == [("n", str(n).encode()), ("src", b"test")]
     assert r.timestamp > 1_600_000_000_000
 
 
@@ -55,7 +55,7 @@ def test_offsets_given_per_partition(spark, client, topic):
     t = topic(2)
     produce_numbered(client, t, 200)
     res = sparkio.read_rdd(spark.sparkContext, client.urls[0], t,
-                           starting_offsets={t: {0: 10, 1: -2}}, ending_offsets=f'{{"{t}": {{"0": 20}}}}')
+                           starting_offsets={t: {0: 10, 1: -2}}, ending_offsets=f'{{"{t}": {{"0": 20, "1": -1}}}}')
     ranges = {(s.partition): (s.start, s.end) for s in res.ranges}
     assert ranges[0] == (10, 20) and ranges[1][0] == 0
     offsets = res.rdd.map(lambda r: (r.partition, r.offset)).collect()
