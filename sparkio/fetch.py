@@ -3,10 +3,13 @@
 A Spark task calls ``read_split`` with the split the planner cut. It fetches
 stored batches (``application/vnd.ring.batches``: the bytes the broker keeps,
 no per-record work on the broker) from the split's replicas first and any
-other broker after, verifies each batch's CRC, and yields lists of
-``ring.log.batch.Record`` holding exactly the offsets of the split: the first
-batch of an answer may start below the requested offset and the last may run
-past ``end``, so both are trimmed. Offsets the brokers no longer hold
+other broker after, verifies each batch's CRC, and yields, per fetch answer,
+the ``Piece``s of stored batches holding exactly the offsets of the split:
+the first batch of an answer may start below the requested offset and the
+last may run past ``end``, so both are cut. A piece is decoded only when it
+is used, column by column for Arrow (``sparkio.schema.to_arrow``) or as
+``ring.log.batch.Record``s for the RDD, so no per-record object is made on
+the DataFrame path. Offsets the brokers no longer hold
 (retention, truncation) are data loss: an error, or a skip when the query
 set ``failOnDataLoss=false``. Offsets the planner saw committed but the
 serving replica does not have yet (a follower catching up after a failover)
@@ -16,13 +19,13 @@ are waited for, up to ``poll_timeout_ms``.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import msgpack
 
 from ring import errors
 from ring.log import batch as batchfmt
-from ring.log.batch import Record, header_pairs
+from ring.log.batch import BatchHeader, Record, header_pairs
 from sparkio.client import CT_BATCHES, H_HIGH_WATERMARK, BrokerClient, Response
 from sparkio.ranges import OffsetRange
 
@@ -45,24 +48,54 @@ def data_loss(topic: str, partition: int, start: int, end: int, earliest: int) -
     )
 
 
-def decode_answer(resp: Response, offset: int, end: int) -> list[Record]:
-    """Records of a fetch answer with ``offset <= record.offset < end``."""
+class Piece(NamedTuple):
+    """Records ``lo <= i < hi`` of one stored batch (its payload still as stored)."""
+
+    header: BatchHeader
+    payload: memoryview  # compressed as header.codec says
+    lo: int
+    hi: int
+
+    @property
+    def first(self) -> int:
+        return self.header.base_offset + self.lo
+
+    @property
+    def last(self) -> int:
+        return self.header.base_offset + self.hi - 1
+
+    def items(self) -> list:
+        """The records as stored: ``[timestamp_delta, key, value, headers]`` each."""
+        raw = batchfmt.decompress(self.header.codec, self.payload)
+        try:
+            items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise errors.CorruptBatch(f"batch payload is not a record list: {exc}") from None
+        if len(items) != self.header.record_count:
+            raise errors.CorruptBatch("record count does not match the header")
+        return items if self.lo == 0 and self.hi == len(items) else items[self.lo:self.hi]
+
+    def records(self) -> list[Record]:
+        base, first_ts = self.first, self.header.first_timestamp
+        return [Record(base + i, first_ts + it[0], it[1], it[2], header_pairs(it[3]) if it[3] else None)
+                for i, it in enumerate(self.items())]
+
+
+def decode_answer(resp: Response, offset: int, end: int) -> list[Piece]:
+    """The pieces of a fetch answer's stored batches with ``offset <= record offset < end``."""
     ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
-    out: list[Record] = []
-    if ctype == CT_BATCHES:
-        for h, pos in batchfmt.scan(resp.body):
-            if h.next_offset <= offset:
-                continue
-            if h.base_offset >= end:
-                break
-            _, records = batchfmt.decode(resp.body, pos, verify=False)  # scan checked the CRC
-            out.extend(r for r in records if offset <= r.offset < end)
-        return out
-    # A broker that only speaks msgpack answers with decoded records.
-    doc = msgpack.unpackb(resp.body, raw=False, strict_map_key=False)
-    for r in doc.get("records", []):
-        if offset <= r["offset"] < end:
-            out.append(Record(r["offset"], r["timestamp"], r.get("key"), r.get("value"), header_pairs(r.get("headers"))))
+    if ctype != CT_BATCHES:
+        raise errors.Unavailable(f"{resp.url} answered a fetch with {ctype or 'no content type'}, "
+                                 f"not {CT_BATCHES}")
+    out: list[Piece] = []
+    body = memoryview(resp.body)
+    for h, pos in batchfmt.scan(body):
+        if h.next_offset <= offset:
+            continue
+        if h.base_offset >= end:
+            break
+        lo, hi = max(offset - h.base_offset, 0), min(end, h.next_offset) - h.base_offset
+        out.append(Piece(h, body[pos + batchfmt.HEADER_SIZE: pos + h.size], lo, hi))
     return out
 
 
@@ -75,8 +108,8 @@ def read_split(
     poll_timeout_ms: int,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[list[Record]]:
-    """Yield the split's records in offset order, in chunks of one fetch each."""
+) -> Iterator[list[Piece]]:
+    """Yield the split's records in offset order, as the pieces of one fetch answer at a time."""
     offset, end = split.start, split.end
     stalled_since: float | None = None
     wait_ms = 0
@@ -92,17 +125,16 @@ def read_split(
                 offset = min(earliest, end)
                 continue
             resp = None  # above this replica's log end: it is behind; wait below
-        records = decode_answer(resp, offset, end) if resp is not None else []
-        if records:
-            first, last = records[0].offset, records[-1].offset
+        pieces = decode_answer(resp, offset, end) if resp is not None else []
+        if pieces:
+            first, last = pieces[0].first, pieces[-1].last
             if first != offset:
                 # The broker skipped offsets: they were removed under our feet.
                 if fail_on_data_loss:
                     raise data_loss(split.topic, split.partition, offset, first, first)
-            # Offsets within an answer are strictly increasing; equal span
-            # and count means no holes.
-            assert last - first + 1 == len(records), "holes inside a fetch answer"
-            yield records
+            # Stored batches of one answer follow each other without a gap.
+            assert all(a.last + 1 == b.first for a, b in zip(pieces, pieces[1:])), "holes inside a fetch answer"
+            yield pieces
             offset = last + 1
             stalled_since, wait_ms = None, 0
             continue
@@ -118,3 +150,9 @@ def read_split(
         wait_ms = _CATCH_UP_WAIT_MS
         if resp is None:  # a 416 does not long-poll: pause here instead
             sleep(_CATCH_UP_WAIT_MS / 1000)
+
+
+def read_records(client: BrokerClient, split: OffsetRange, **kw) -> Iterator[list[Record]]:
+    """``read_split`` as lists of ``Record``, one per fetch answer."""
+    for pieces in read_split(client, split, **kw):
+        yield [r for piece in pieces for r in piece.records()]

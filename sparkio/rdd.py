@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from sparkio.client import BrokerClient
 from sparkio.failures import plain_iter
-from sparkio.fetch import read_split
+from sparkio.fetch import read_records
 from sparkio.options import ReadOptions, parse_read_options
 from sparkio.planner import batch_ranges
 from sparkio.ranges import OffsetRange, split_ranges
@@ -47,9 +47,9 @@ def _records(opts: ReadOptions, splits: Iterable[OffsetRange]) -> Iterator[RingR
     # Runs in an executor: connections are opened here, never pickled.
     with BrokerClient(opts.brokers) as client:
         for split in splits:
-            for records in read_split(client, split, fail_on_data_loss=opts.fail_on_data_loss,
-                                      fetch_max_bytes=opts.fetch_max_bytes,
-                                      poll_timeout_ms=opts.poll_timeout_ms):
+            for records in read_records(client, split, fail_on_data_loss=opts.fail_on_data_loss,
+                                        fetch_max_bytes=opts.fetch_max_bytes,
+                                        poll_timeout_ms=opts.poll_timeout_ms):
                 for r in records:
                     yield RingRecord(r.key, r.value, split.topic, split.partition, r.offset,
                                      r.timestamp, r.headers)

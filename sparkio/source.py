@@ -69,9 +69,9 @@ def read_arrow(opts: ReadOptions, split: OffsetRange | None, schema) -> Iterator
         return
     schema_pa = arrow_schema(schema)
     with BrokerClient(opts.brokers) as client:
-        for records in read_split(client, split, fail_on_data_loss=opts.fail_on_data_loss,
-                                  fetch_max_bytes=opts.fetch_max_bytes, poll_timeout_ms=opts.poll_timeout_ms):
-            yield to_arrow(records, split.topic, split.partition, schema_pa, opts.include_headers)
+        for pieces in read_split(client, split, fail_on_data_loss=opts.fail_on_data_loss,
+                                 fetch_max_bytes=opts.fetch_max_bytes, poll_timeout_ms=opts.poll_timeout_ms):
+            yield to_arrow(pieces, split.topic, split.partition, schema_pa, opts.include_headers)
 
 
 def _splits(opts: ReadOptions, ranges: list[OffsetRange]) -> list[OffsetRange]:

@@ -337,3 +337,20 @@ def test_profile_inclusive_shares_leave_out_the_frames_above_the_event_loop():
     assert dict(top["own"])["Runner.run (runners.py:118)"] == 0.1
     incl = dict(top["inclusive"])
     assert incl == {"produce (app.py:10)": 0.6, "append (log.py:5)": 0.6, "send (leader.py:3)": 0.3}
+
+
+def test_spark_part_summary_and_report():
+    from ring.bench import spark
+
+    res = {"records": 1000, "value_bytes": 1_024_000, "file_bytes": 1_025_000, "partitions": 6,
+           "load_avg_1m": (0.5, 0.7),
+           "times": {"count/ring": [2.0, 1.0, 3.0], "count/file": [0.5, 0.5, 0.6], "count/floor": [0.8, 0.8, 0.9],
+                     "count/empty": [0.3, 0.3, 0.3], "group/ring": [4.0, 4.0, 4.0], "group/file": [1.0, 1.0, 1.0]},
+           "cpu": {"count/ring": [2.0, 2.0, 2.0], "count/file": [1.0, 1.0, 1.0], "count/floor": [1.0, 1.0, 1.0],
+                   "count/empty": [0.4, 0.4, 0.4], "group/ring": [3.0, 3.0, 3.0], "group/file": [1.5, 1.5, 1.5]}}
+    s = spark.summary(res)
+    assert s["count"]["ratio"] == 0.25 and s["count"]["cpu_ratio"] == 0.5 and s["group"]["ratio"] == 0.25
+    text = spark.report(res, "ring bench --cases spark")
+    assert "| 2.00 s, 2.0 CPU s | 0.50 s, 1.0 CPU s | 0.25 | 0.50 |" in text
+    assert "FLAGGED" not in text and "0.80 s, 1.0 CPU s, of which 0.30 s (0.4 CPU s) with no rows" in text
+    assert "spark" in cases.GROUPS

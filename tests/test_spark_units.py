@@ -230,7 +230,9 @@ def _stored(base: int, n: int, ts: int = 1_000) -> bytes:
 def test_decode_answer_trims_both_ends():
     body = _stored(0, 5) + _stored(5, 5) + _stored(10, 5)
     resp = Response(200, {"content-type": CT_BATCHES}, body, "http://x")
-    recs = decode_answer(resp, 3, 12)
+    pieces = decode_answer(resp, 3, 12)
+    assert [(p.first, p.last) for p in pieces] == [(3, 4), (5, 9), (10, 11)]
+    recs = [r for p in pieces for r in p.records()]
     assert [r.offset for r in recs] == list(range(3, 12))
     assert recs[0].value == b"v3" and recs[0].headers == [("h", b"x"), ("h", b"y")] and recs[1].headers is None
     assert recs[0].timestamp == 1_003
@@ -242,6 +244,22 @@ def test_decode_answer_rejects_a_damaged_batch():
     resp = Response(200, {"content-type": CT_BATCHES}, bytes(body), "http://x")
     with pytest.raises(Exception, match="CRC"):
         decode_answer(resp, 0, 3)
+
+
+def test_arrow_batches_are_built_column_by_column():
+    from sparkio.schema import arrow_schema, spark_schema, to_arrow
+
+    tomb = batchfmt.encode([(2_000, None, None, [("a", b"1"), ("a", None)])], now_ms=2_000)
+    batchfmt.stamp(tomb, 0, 15, 1)
+    body = _stored(0, 5) + _stored(5, 5) + _stored(10, 5) + bytes(tomb)
+    pieces = decode_answer(Response(200, {"content-type": CT_BATCHES}, body, "http://x"), 3, 16)
+    batch = to_arrow(pieces, "t", 4, arrow_schema(spark_schema(True)), True).to_pydict()
+    assert batch["offset"] == list(range(3, 16)) and batch["partition"] == [4] * 13 and batch["topic"] == ["t"] * 13
+    assert batch["value"][:2] == [b"v3", b"v4"] and batch["value"][-1] is None
+    assert [round(t.timestamp() * 1000) for t in batch["timestamp"][:3]] == [1_003, 1_004, 1_000]
+    assert batch["headers"][0] == [{"key": "h", "value": b"x"}, {"key": "h", "value": b"y"}]
+    assert batch["headers"][1] is None
+    assert batch["headers"][-1] == [{"key": "a", "value": b"1"}, {"key": "a", "value": None}]
 
 
 # --- where a stream's next batch ends ---------------------------------------------------------

@@ -96,6 +96,11 @@ def markdown(bench: Any) -> str:
         from ring.bench import hostile
 
         out += ["#### Hostile input: broker memory and trickling clients", "", *hostile.report(bench.extra["hostile"]), ""]
+    if bench.extra.get("spark"):
+        from ring.bench import spark
+
+        text = spark.report(bench.extra["spark"], bench.args.command).splitlines()
+        out += ["#### Spark: the ring source against a local file", "", *text[1:], ""]
     disturbed = [r for r in bench.rows if r.get("disturbed")]
     if disturbed:
         out.append(f"{len(disturbed)} of {len(bench.rows)} runs were disturbed (others' CPU, cores: "

@@ -6,7 +6,9 @@ interleaving systems within each repetition. Each run is one load-generator
 process (``ring.bench.loadgen``); around it this process reads the brokers'
 CPU seconds and peak RSS, and the whole machine's busy CPU time, so a run
 during which other processes took a noticeable share of the CPU is flagged.
-Then the ceilings (wrk, disk, loopback), the single-broker and hostile-input parts, optionally a
+Then the ceilings (wrk, disk, loopback), the single-broker and hostile-input
+parts, the Spark part (``ring.bench.spark``: Spark reading ring against a
+local file; left out of ``--quick`` unless named in ``--cases``), optionally a
 py-spy profile of a broker under produce load, and the report: one table on
 stdout, and with ``--output`` the generated section of docs/BENCHMARKS.md and a
 PNG plot beside it. Every system is stopped at the end, also on failure or ^C.
@@ -52,13 +54,14 @@ class Settings:
     window_batched: int = 32
     ceiling_s: float = 3.0
     single_records: int = 200_000
+    spark_records: int = 300_000
     profile_s: float = 10.0
     hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle"); empty: all
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
-                   ceiling_s=0.3, single_records=10_000, profile_s=2.0,
+                   ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0,
                    hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"))
 
 
@@ -137,6 +140,8 @@ class Bench:
         s.window_batched = args.window_batched or s.window_batched
         self.cases = casemod.select([c for c in args.cases.split(",") if c])
         self.groups = {c.group for c in self.cases} | {g for g in args.cases.split(",") if g in casemod.GROUPS}
+        if args.quick and args.cases == ",".join(casemod.GROUPS):
+            self.groups.discard("spark")  # a Spark session alone takes longer than the rest of a smoke run
         self.peers = casemod.parse_peers(args.peers)
         self.root = Path(tempfile.mkdtemp(prefix="ring-bench-"))
         self.systems: dict[str, Any] = {}
@@ -368,6 +373,21 @@ class Bench:
         self.extra["wrk"] = ceilings.wrk_produce(leader_url, topic, 0, make_records(1)[0][1], self.root,
                                                  max(1.0, s.ceiling_s * 2), s.window)
 
+    def run_spark(self) -> None:
+        from ring.bench import spark
+
+        why = spark.missing()
+        if why:
+            self.note(f"Spark part skipped: {why}")
+            return
+        self.say("Spark part: reading ring against a local file")
+        try:
+            self.extra["spark"] = spark.run_part(self.settings.spark_records, reps=self.settings.reps + 2,
+                                                 fsync=self.args.fsync)
+        except Exception as exc:  # a failed part is reported; the figures already measured are kept
+            self.failed_parts.append(f"Spark part failed: {exc}")
+            self.note(self.failed_parts[-1])
+
     def run_single(self) -> None:
         from ring.bench import single
 
@@ -407,6 +427,8 @@ class Bench:
             self.run_single()
         if "hostile" in self.groups:
             self.run_hostile()
+        if "spark" in self.groups:
+            self.run_spark()
         shutil.rmtree(self.root, ignore_errors=True)
         self.extra["seconds"] = time.time() - t0
         raw = Path(tempfile.gettempdir()) / "ring-bench-rows.json"
