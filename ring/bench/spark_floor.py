@@ -24,11 +24,11 @@ class _Share(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, schema, rows: int, value_bytes: int) -> None:
-        self.schema, self.rows, self.value_bytes = schema, rows, value_bytes
+    def __init__(self, schema, rows: int, value_bytes: int, partitions: int) -> None:
+        self.schema, self.rows, self.value_bytes, self.parts = schema, rows, value_bytes, partitions
 
     def partitions(self):
-        return [_Share(self.rows // PARTITIONS + (i < self.rows % PARTITIONS)) for i in range(PARTITIONS)]
+        return [_Share(self.rows // self.parts + (i < self.rows % self.parts)) for i in range(self.parts)]
 
     def read(self, share: _Share):
         import pyarrow as pa
@@ -53,7 +53,8 @@ class _Reader(DataSourceReader):
 
 
 class FloorSource(DataSource):
-    """``spark.read.format("ring-floor").option("rows", N).option("valueBytes", B)``."""
+    """``spark.read.format("ring-floor").option("rows", N).option("valueBytes", B)``
+    (and ``partitions``, default ``PARTITIONS``, as many as the bench's topic)."""
 
     @classmethod
     def name(cls) -> str:
@@ -65,4 +66,5 @@ class FloorSource(DataSource):
         return spark_schema(False)
 
     def reader(self, schema) -> _Reader:
-        return _Reader(schema, int(self.options["rows"]), int(self.options.get("valueBytes", "1024")))
+        return _Reader(schema, int(self.options["rows"]), int(self.options.get("valueBytes", "1024")),
+                       int(self.options.get("partitions", PARTITIONS)))
