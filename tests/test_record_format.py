@@ -68,6 +68,20 @@ def test_msgpack_body_headers_as_pairs_or_map_and_records_without_value() -> Non
         codec.decode_msgpack(msgpack.packb({"value": b"x", "headers": [["h", b""]] * 65}), None)
 
 
+def test_arrays_nest_no_deeper_than_headers_pairs() -> None:
+    """The unpackers build one record at a time and refuse any array but headers and their pairs."""
+    for bad in ({"value": b"x", "headers": [[["a", b"1"]]]}, {"value": [b"x", b"y"]}, {"key": [[1, 2]]},
+                {"value": b"x", "headers": [["a", {"m": 1}]]}, {"value": b"x", "headers": [[1, 2, 3]]}):
+        with pytest.raises(BadRequest):
+            codec.decode_msgpack(msgpack.packb(bad, use_bin_type=True), None)
+    for bad in ([[0, None, b"v", [[["a", b"1"]]]]], [[0, [b"k"], b"v", None]], [[0, None, b"v", [["a", [b"1"]]]]],
+                [[0, None, b"v", None, None]], [[[0, None, b"v", None]]]):
+        raw = batchfmt.encode_payload(msgpack.packb(bad, use_bin_type=True), record_count=1,
+                                      first_timestamp=0, max_timestamp=0)
+        with pytest.raises(BadRequest):
+            codec.decode_batches(bytes(raw))
+
+
 def test_stored_batch_bodies_with_pairs_and_without_values_are_valid() -> None:
     good = _one([(None, b"k", None, DUPS), (None, None, b"v", None)])
     assert codec.decode_batches(good).record_count == 2

@@ -69,7 +69,7 @@ def unpack_error(exc: Exception, what: str) -> Exception:
     if "max_bin_len" in str(exc) or "max_str_len" in str(exc):
         return PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes",
                                limit_bytes=limits.MESSAGE_BYTES_MAX)
-    if "max_map_len" in str(exc):
+    if "max_map_len" in str(exc) or "max_array_len" in str(exc):  # only headers hold that many
         return PayloadTooLarge(f"more than {limits.HEADERS_PER_RECORD_MAX} headers on a record")
     return BadRequest(f"{what} is not msgpack: {str(exc) or type(exc).__name__}")
 
