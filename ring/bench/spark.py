@@ -74,7 +74,7 @@ def missing() -> str | None:
 
     for module in ("pyspark", "pyarrow"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (the spark extra: pip install -e '.[spark]')"
+            return f"the spark extra is not installed ({module} missing): pip install -e '.[spark]'"
     if shutil.which("java") is None:
         return "Spark needs a Java runtime and java is not on PATH"
     return None

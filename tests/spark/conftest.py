@@ -9,29 +9,18 @@ never half-run, and under CI=true the run fails.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from ring.bench.spark import missing
 from ring.localcluster import LocalBroker, free_port
 from sparkio.client import BrokerClient
 
-
-def _missing() -> str | None:
-    import importlib.util
-
-    for module in ("pyspark", "pyarrow"):
-        if importlib.util.find_spec(module) is None:
-            return f"the spark extra is not installed ({module} missing): pip install -e '.[spark]'"
-    if shutil.which("java") is None:
-        return "Spark needs a Java runtime and java is not on PATH"
-    return None
-
-
-SKIP_REASON = _missing()
+SKIP_REASON = missing()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -107,3 +96,21 @@ def produce_numbered(client: BrokerClient, topic: str, count: int, *, first: int
             values.append(rec["value"])
         client.produce(topic, recs)
     return values
+
+
+def read_df(spark, urls: str | None, **options):
+    """``spark.read.format("ring")`` with ``brokers`` (unless None) and options (JSON for non-strings)."""
+    r = spark.read.format("ring")
+    if urls is not None:
+        r = r.option("brokers", urls)
+    for k, v in options.items():
+        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
+    return r.load()
+
+
+def offsets(df) -> dict[int, list[int]]:
+    """The offsets a DataFrame read, per partition, sorted."""
+    out: dict[int, list[int]] = {}
+    for row in df.select("partition", "offset").collect():
+        out.setdefault(row.partition, []).append(row.offset)
+    return {p: sorted(v) for p, v in sorted(out.items())}

@@ -4,11 +4,9 @@ minPartitions, maxRecordsPerPartition, includeHeaders, failOnDataLoss)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.spark.conftest import produce_numbered
+from tests.spark.conftest import offsets, produce_numbered, read_df
 
 T0 = 1_700_000_000_000  # record timestamps: T0 + n*1000 on partition 0, T0 + n*2000 on 1
 
@@ -30,17 +28,7 @@ def opts_topic(broker):
 
 
 def read(spark, broker, **options):
-    r = spark.read.format("ring").option("brokers", broker.url)
-    for k, v in options.items():
-        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
-    return r.load()
-
-
-def offsets(df) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for row in df.select("partition", "offset").collect():
-        out.setdefault(row.partition, []).append(row.offset)
-    return {p: sorted(v) for p, v in out.items()}
+    return read_df(spark, broker.url, **options)
 
 
 def test_kafka_column_layout_and_values(spark, broker, opts_topic):

@@ -24,6 +24,7 @@ import sparkio
 from ring import errors
 from sparkio.client import BrokerClient
 from tests.brokers import TestCluster
+from tests.spark.conftest import offsets, read_df
 
 T0 = 1_700_000_000_000
 WAIT_S = 60.0
@@ -98,19 +99,7 @@ def fill(client: BrokerClient, topic: str, per_partition: int, partitions: int =
 
 
 def read(spark, urls: str | None, **options):
-    r = spark.read.format("ring")
-    if urls is not None:
-        r = r.option("brokers", urls)
-    for k, v in options.items():
-        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
-    return r.load()
-
-
-def offsets(df) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for row in df.select("partition", "offset").collect():
-        out.setdefault(row.partition, []).append(row.offset)
-    return {p: sorted(v) for p, v in sorted(out.items())}
+    return read_df(spark, urls, **options)
 
 
 def refused(action) -> str:
