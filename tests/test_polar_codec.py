@@ -73,3 +73,12 @@ def test_registry_binds_connections_by_their_handler_object() -> None:
     assert reg.bound(conn) == consumer and reg.bound(Conn()) is None and reg.bound("not weakly referable") is None
     del conn
     assert len(reg._by_conn) == 0  # the binding goes with the connection
+
+
+def test_a_record_without_a_value_is_an_empty_value_in_binary_answers_and_null_in_json() -> None:
+    """PolarStreams' formats have no record without a value (ring's tombstone): the binary answer
+    carries an empty one, the JSON answer null."""
+    rows = _records(("t", 0, 0, b"a", False), ("t", 0, 1, None, False), ("t", 0, 2, b'{"n":2}', True))
+    items = polar_codec.items_of(rows, lambda t, p: 5, 1)
+    assert decode_binary(polar_codec.encode_binary(items))[0].values == [b"a", b"", b'{"n":2}']
+    assert orjson.loads(polar_codec.encode_json(items))[0]["values"] == ["a", None, {"n": 2}]

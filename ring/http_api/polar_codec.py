@@ -80,7 +80,9 @@ class Item:
     token: int
     version: int
     start_offset: int
-    records: list[tuple[int, bytes, bool]] = field(default_factory=list)  # (timestamp ms, value, value is JSON)
+    # (timestamp ms, value, value is JSON); value None: a record without one, which PolarStreams'
+    # formats cannot tell apart: an empty value in the binary answer, null in the JSON one
+    records: list[tuple[int, bytes | None, bool]] = field(default_factory=list)
 
 
 def items_of(records: Iterable[dict[str, Any]], token_of: Callable[[str, int], int], version: int) -> list[Item]:
@@ -109,13 +111,15 @@ def encode_binary(items: list[Item]) -> bytes:
     for item in items:
         topic = item.topic.encode("utf-8")
         payload = compressor.compress(b"".join(
-            _RECORD_HEAD.pack(ts_ms * 1000, len(value)) + value for ts_ms, value, _ in item.records))
+            _RECORD_HEAD.pack(ts_ms * 1000, len(value or b"")) + (value or b"") for ts_ms, value, _ in item.records))
         out += [_ITEM_HEAD.pack(item.token, item.partition & 0xFF, item.version), struct.pack(">B", len(topic)),
                 topic, struct.pack(">qi", item.start_offset, len(payload)), payload]
     return b"".join(out)
 
 
-def _value(value: bytes, is_json: bool) -> Any:
+def _value(value: bytes | None, is_json: bool) -> Any:
+    if value is None:
+        return None
     if is_json:
         return orjson.Fragment(value)
     try:
