@@ -20,7 +20,7 @@ demo: venv
 
 # System packages some tests drive for real: Chromium (the admin page, via
 # Playwright with the system browser), iproute2 and iptables (network
-# partitions in namespaces), curl (the README's examples), a Java 17 runtime
+# partitions in namespaces), curl (the examples of README.md and docs/), a Java 17 runtime
 # (the Spark tier), faketime (a broker whose wall clock is wrong). Installed
 # with apt-get when we are root and they are missing; otherwise those tests
 # skip and say why. CI (CI=true) insists: a missing package fails the run.

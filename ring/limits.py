@@ -1,8 +1,9 @@
 """Every bound ring enforces, in one place, named with its unit last.
 
 A limit that is not here does not exist. Each carries a comment saying why
-that number. The README's "Limits" table is generated from this module by
-``python -m ring.limits`` and a test keeps the two in step.
+that number. The table in docs/LIMITS.md is generated from this module by
+``python -m ring.limits --write docs/LIMITS.md`` (without ``--write`` it is
+printed) and tests/test_readme.py keeps the two in step.
 """
 
 from __future__ import annotations
@@ -521,7 +522,7 @@ PROXIED_FETCH_WAIT_MS_MAX = int(PEER_REQUEST_TIMEOUT_S * 1000) // 2
 
 
 def markdown_table() -> str:
-    """The README's limits table: every UPPER_CASE constant with its why-comment."""
+    """The limits table of docs/LIMITS.md: every UPPER_CASE constant with its why-comment."""
     import ast
     import inspect
     import sys
@@ -580,5 +581,22 @@ def validate() -> None:
 validate()
 
 
+def write_table(path: str) -> None:
+    """Replace what lies between the ``limits`` markers of the Markdown file ``path`` with the table."""
+    text = open(path, encoding="utf-8").read()
+    start, end = "<!-- limits:start -->\n", "<!-- limits:end -->"
+    head, found, rest = text.partition(start)
+    assert found and end in rest, f"{path} has no {start.strip()} ... {end} markers"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + start + markdown_table() + "\n" + end + rest.split(end, 1)[1])
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    import sys
+
+    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+        write_table(sys.argv[2])
+    elif len(sys.argv) == 1:
+        print(markdown_table())
+    else:
+        sys.exit("usage: python -m ring.limits [--write FILE.md]")

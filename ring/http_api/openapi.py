@@ -120,7 +120,7 @@ _CHANGE_DOC = """Settings not named stay as they are. A new retention applies at
 leader's next retention check, and from every follower as the leader's earliest offset reaches it). More partitions: the new ones are placed between the
 existing ones, so no existing partition moves, and the answer comes once they have leaders. Keys move as little
 as jump hashing allows: from P to P+1 partitions about 1/(P+1) of the keys move, all to the new partition, so a
-key's records before the change and after it are in two partitions (see the README on ordering)."""
+key's records before the change and after it are in two partitions (docs/OPERATIONS.md, "Growing a topic", on ordering)."""
 
 _HEADERS = {
     "type": "array", "description": "[name, value] pairs in the producer's order; a name may repeat",
