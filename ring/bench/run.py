@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=None, help="requests in flight, 1 record per request (default 256)")
     p.add_argument("--window-batched", type=int, default=None,
                    help="requests in flight, 100 records per request (default 32)")
-    p.add_argument("--brokers", type=int, default=3, help="ring brokers (default 3; 1 when there is no cluster)")
+    p.add_argument("--brokers", type=int, default=3, help="ring brokers (default 3; 1 runs the ring side on one broker)")
     p.add_argument("--fsync", default="interval:1000", help="ring's fsync policy (default interval:1000)")
     p.add_argument("--profile", action="store_true",
                    help="py-spy a ring broker during an extra batched-produce run and report its top frames")

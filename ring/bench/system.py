@@ -77,8 +77,8 @@ def http_json(url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
 
 
 class RingSystem:
-    """Three brokers with RF 3 when ``ring serve`` has the cluster flags; one
-    broker otherwise, labelled so in every figure."""
+    """``brokers`` brokers (three by default) with RF equal to their number; one broker when
+    asked for one, labelled so in every figure."""
 
     name = "ring"
 
