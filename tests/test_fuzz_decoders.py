@@ -321,7 +321,7 @@ def test_stored_batch_timestamps_must_be_sound() -> None:
 
 
 def test_stored_batch_header_names_follow_the_msgpack_rules() -> None:
-    """Found by the fuzzer: stored batches took empty header names and counted names in characters."""
+    """Stored batches refuse empty header names and count a name's length in bytes, not characters."""
     def with_headers(headers: dict) -> bytes:
         return _frame(msgpack.packb([[0, None, b"v", headers]]), count=1)
 

@@ -136,7 +136,7 @@ def test_growing_one_broker_at_a_time_stays_balanced():
         # equal arcs at any coarser level j; brokers per arc differ by <= 1.
         for level in range(max(1, (count // 3).bit_length())):
             arcs = 3 * 2**level
-            # (+arcs-1: brokers on an arc's start boundary were rounded down.)
+            # (+arcs-1: a broker on an arc's start boundary counts in that arc, not the one before.)
             per_arc = Counter(
                 ((tok - TOKEN_MIN) * arcs + arcs - 1) // RING_SIZE
                 for tok, _ in ring.brokers

@@ -2,10 +2,10 @@
 
 Each broker gossips the partitions it leads (``ring.cluster.leaders``), and a
 follower whose leader stops claiming its partition there deposes it after
-``LEADER_CLAIM_GRACE_MS``. The claims were one map key per topic, and a
-gossiped map holds at most ``GOSSIP_MAP_KEYS_MAX`` keys: with more topics than
-that, the last ones (in name order) went unclaimed and their leaders were
-deposed again and again, on an idle cluster.
+``LEADER_CLAIM_GRACE_MS``. A gossiped map holds at most ``GOSSIP_MAP_KEYS_MAX``
+keys: were the claims one map key per topic, with more topics than that the
+last ones (in name order) would go unclaimed and their leaders be deposed
+again and again, on an idle cluster.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_a_cluster_with_more_topics_than_gossip_map_keys_keeps_its_leaders(tmp_p
 
         with ThreadPoolExecutor(3) as pool:
             list(pool.map(create, range(TOPICS)))
-        last = max(names)  # the topics sorting last were the ones left unclaimed
+        last = max(names)  # the topics sorting last are the ones a map full of keys leaves unclaimed
         deadline = time.monotonic() + 30
         while None in c.leaders(last).values() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -86,8 +86,8 @@ def test_leads_round_trip_and_spill_long_topics() -> None:
 
 
 def test_a_broker_leading_thousands_of_topics_claims_every_one_within_the_gossip_limits() -> None:
-    # One key per topic stopped at GOSSIP_MAP_KEYS_MAX (256) topics: the rest went
-    # unclaimed, and their followers deposed the leader over and over.
+    # One key per topic would stop at GOSSIP_MAP_KEYS_MAX (256) topics: the rest would go
+    # unclaimed, and their followers would depose the leader over and over.
     long_name = "x" * limits.TOPIC_NAME_BYTES_MAX
     leads = {(f"topic-{i}", p): i % 7 for i in range(3000) for p in (i % 3, 3 + i % 3)}
     leads |= {(long_name, p): 9 for p in range(limits.TOPIC_PARTITIONS_MAX)}

@@ -341,7 +341,7 @@ class Leadership:
 class _TickView:
     """The View for one tick: what gossip says about each broker, worked out once per tick
     rather than once per replica (a tick runs without an await, so gossip cannot change
-    meanwhile). With hundreds of partitions the per-replica phi and decode work was most of
+    meanwhile). With hundreds of partitions, per-replica phi and decode work would be most of
     an idle broker's CPU."""
 
     def __init__(self, source: Leadership) -> None:

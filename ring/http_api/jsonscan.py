@@ -3,7 +3,7 @@
 ``orjson.loads`` of a whole body builds every event's objects at once: a 6.5 MB array of 50,000
 events nested 64 deep is 450 MB of lists, and the record limit could only be checked afterwards.
 And every ``orjson.dumps`` result keeps the buffer orjson sized for it (about 4 KiB), so
-re-serialising 500,000 one-byte events took 2 GB. Here instead:
+re-serialising 500,000 one-byte events holds 2 GB. Here instead:
 
 - a top-level array's events are found by one regular expression (C level) that matches a JSON
   value nested at most ``JSON_DEPTH_MAX`` deep. It runs over a copy of the body in which every

@@ -2,7 +2,7 @@
 
 ``msgpack.unpackb`` builds a whole body before anything can be checked, and a
 msgpack byte can become a Python object of 50-100 bytes: 16 MiB of empty maps
-was a gigabyte of dicts before their count was refused. Here an array's count
+would be a gigabyte of dicts before their count could be refused. Here an array's count
 is read from its header and refused before any item is built, items are
 unpacked one at a time, every bin and str is held to the record size limit,
 and hooks refuse the nesting no record has (the only arrays in a record are

@@ -12,8 +12,8 @@ after the fsync under ``always``, at once otherwise.
 
 Under ``interval`` a second loop has the kernel start writing each log's new
 bytes early (``WRITEBACK_START_BYTES``, checked every
-``WRITEBACK_CHECK_INTERVAL_MS``), in a thread: an interval's fsync that found
-a whole second of writes still in the page cache held up the appends beside
+``WRITEBACK_CHECK_INTERVAL_MS``), in a thread: an interval's fsync that finds
+a whole second of writes still in the page cache holds up the appends beside
 it for tens of milliseconds (in the log's ``write``), once a second.
 """
 
