@@ -131,6 +131,12 @@ class Poller:
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()
+            # A rebalance meanwhile made the member a new object that took this poll's count over
+            # (``Group._set_members``): left there, the member could never expire.
+            now_m = g.members.get(member_id)
+            if now_m is not None and now_m is not m and now_m.polling > 0:
+                now_m.polling -= 1
+                now_m.last_seen = m.last_seen
         g2, m2 = await self._member(group, member_id, gen)
         if g2 is not g or m2 is not m:
             raise Unavailable(f"the coordinator of group {group!r} reloaded its state during the poll; poll again",
