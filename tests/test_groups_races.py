@@ -46,3 +46,36 @@ async def test_a_member_whose_poll_met_a_rebalance_still_expires(tmp_path: Path)
         await groups.coord.close()
     finally:
         await b.close()
+
+
+async def _produce(b, n: int) -> None:
+    records = [(None, None, b'{"i": 1}', None)] * n
+    await b.produce_records("t", 0, records, [24] * n, True, False)
+
+
+@pytest.mark.parametrize("move", ["reset", "seek"])
+async def test_a_reset_or_seek_during_a_first_poll_is_where_reading_goes_on(tmp_path: Path, move: str) -> None:
+    """A member that reads from ``latest`` long-polls for the first time (its start is chosen then);
+    meanwhile the group's offsets are reset to the earliest, or the member seeks there. The records
+    from 0 come next, and nothing past them is committed before they do."""
+    b = await lone_broker(tmp_path, "never")
+    try:
+        await b.add_topic(TopicConfig(name="t", partitions=1, replication_factor=1, created_ms=1))
+        await _produce(b, 10)
+        groups = Groups(b)
+        gen = (await groups.join("g", "a", ["t"], 60_000, None, "latest"))["generation"]
+        poll = asyncio.ensure_future(groups.poll("g", "a", gen, 100, 5_000, True))
+        await _parked(b)
+        if move == "reset":
+            await groups.reset("g", "t", "earliest", None, None)
+        else:
+            await groups.seek("g", "a", gen, [("t", 0, 0)])
+        await _produce(b, 1)  # wakes the poll: it read from where it started, 10
+        first = await asyncio.wait_for(poll, 10)
+        assert [r.offset for _, _, r, _ in first.records] == [10]
+        after = await groups.poll("g", "a", gen, 100, 0, True, first.token)
+        assert [r.offset for _, _, r, _ in after.records] == list(range(11))
+        assert (await groups.coord.existing("g")).committed.get(("t", 0), 0) == 0
+        await groups.coord.close()
+    finally:
+        await b.close()

@@ -69,7 +69,8 @@ class _Read:
     records: list[tuple[str, int, Record, bool]]
     starts: dict[TopicPartition, int]
     ends: dict[TopicPartition, int]
-    pinned: dict[TopicPartition, int]  # starts chosen by the reset policy: kept whatever becomes of the answer
+    pinned: dict[TopicPartition, int]  # starts chosen by the reset policy: kept whatever becomes of the answer,
+    # unless a reset or a seek during the poll set a start first
 
 
 @dataclass
@@ -141,7 +142,9 @@ class Poller:
         if g2 is not g or m2 is not m:
             raise Unavailable(f"the coordinator of group {group!r} reloaded its state during the poll; poll again",
                               group=group)
-        m.positions.update(read.pinned)
+        for tp, start in read.pinned.items():
+            if g.start_offset(m, tp) is None:  # a reset or seek during the poll says where reading goes on
+                m.positions[tp] = start
         answer = delivery.answer(gen, g.resets, ((t, p, read.starts[(t, p)], end)
                                                  for (t, p), end in read.ends.items()))
         g.hand_out(m, answer)
