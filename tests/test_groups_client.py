@@ -86,6 +86,28 @@ def test_manual_commit_before_or_after_processing(shared_cluster: TestCluster, t
     assert at_least_once == list(range(5, 20))  # record 5 was handled by nobody yet: read again
 
 
+def test_closing_a_consumer_without_auto_commit_commits_only_what_it_was_told_to(shared_cluster: TestCluster,
+                                                                                   topic: str) -> None:
+    """At-least-once by hand: the application commits after processing each record, and leaves its loop
+    (normally, no exception) holding one it did not process. Closing commits nothing more: the next
+    consumer of the group gets that record."""
+    c = shared_cluster
+    fill(c, topic, 10, partitions=1)
+
+    async def run() -> list[int]:
+        group = f"by-hand-{topic}"
+        async with AsyncGroupConsumer(urls(c), group, [topic], auto_commit=False, wait_ms=300) as consumer:
+            async for record in consumer:
+                if record.offset == 3:
+                    break  # stopping: this one is not processed
+                await consumer.commit()
+        async with AsyncGroupConsumer(urls(c), group, [topic], auto_commit=False, wait_ms=300) as after:
+            return [r.offset for r in await after.poll()]
+
+    assert asyncio.run(run()) == list(range(3, 10))
+    assert committed(c, f"by-hand-{topic}") == {0: 3}
+
+
 def test_two_consumers_split_a_topic(shared_cluster: TestCluster, topic: str) -> None:
     c = shared_cluster
     fill(c, topic, 200)

@@ -140,12 +140,14 @@ class AsyncGroupConsumer:
         await self.close(commit=exc[0] is None)
 
     async def close(self, commit: bool = True) -> None:
-        """Commit what was handed out (``commit``) and leave the group; the partitions go to the others."""
+        """With ``auto_commit``, commit what was handed out (``commit``); leave the group, whose partitions
+        go to the others. Without ``auto_commit`` only ``commit()`` commits: the application may have
+        been handed a record it did not process."""
         if self._closed or self._transport is None:
             return
         self._closed = True
         try:
-            if commit:
+            if commit and self.auto_commit:
                 await self._commit_handed()
             if self.generation is not None:
                 await self._call("DELETE", f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}",
