@@ -1,10 +1,12 @@
-"""The OpenAPI document describes exactly the routes the app serves."""
+"""The OpenAPI document describes exactly the routes the app serves, and a group poll's answer as a broker gives it."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import jsonschema_rs  # schemathesis' validator
+import msgpack
 from aiohttp import web
 
 from ring.broker import BrokerConfig
@@ -55,3 +57,25 @@ def test_document_is_json_and_31() -> None:
 
     doc = orjson.loads(orjson.dumps(openapi.document()))
     assert doc["openapi"] == "3.1.0" and doc["info"]["title"] == "ring"
+
+
+def test_group_poll_records_match_the_document(broker, topic: str) -> None:
+    """A real group poll's records, headers and a record without a value among them, validate against
+    the poll answer's schema."""
+    http = broker.http
+    assert http.create_topic(topic, partitions=1).status == 201
+    body = msgpack.packb([{"value": b"v", "headers": [["h", "1"], ["h", "2"]]}, {"key": "k", "headers": {"x": None}},
+                          {"value": b"\xff"}])
+    assert http.produce(topic, body, "application/msgpack", partition=0).status == 200
+    join = http.post(f"/v1/groups/g-{topic}/members", json_body={"consumer": "c", "topics": [topic]})
+    assert join.status == 200, join.body
+    r = http.post(f"/v1/groups/g-{topic}/members/c/poll")
+    assert r.status == 200, r.body
+    records = r.json()["records"]
+    assert len(records) == 3 and records[0]["headers"] == [["h", "1"], ["h", "2"]] and "value" not in records[1]
+    doc = openapi.document()
+    answer = doc["paths"]["/v1/groups/{group}/members/{consumer}/poll"]["post"]["responses"]["200"]
+    validator = jsonschema_rs.validator_for({**answer["content"]["application/json"]["schema"],
+                                             "components": doc["components"]})  # what its $refs name
+    errors = [str(e) for e in validator.iter_errors(r.json())]
+    assert not errors, errors

@@ -46,11 +46,9 @@ _OFFSET = {"type": "object", "required": ["topic", "partition", "offset"],
            "properties": {"topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0},
                           "offset": {"type": "integer", "minimum": 0,
                                      "description": "the next offset to read (one past the last processed)"}}}
-_RECORD = {"type": "object", "properties": {
-    "topic": {"type": "string"}, "partition": {"type": "integer"}, "offset": {"type": "integer"},
-    "key": {"type": ["string", "null"]}, "value": {"description": "the JSON event as produced, a UTF-8 string, "
-                                                                  "or base64 (value_encoding)"},
-    "timestamp": {"type": "integer"}, "headers": {"type": "object"}}}
+# A fetch's record (headers as [name, value] pairs, no value on a tombstone) and where it is from.
+_RECORD = {"allOf": [{"$ref": "#/components/schemas/Record"}, {"type": "object", "properties": {
+    "topic": {"type": "string"}, "partition": {"type": "integer"}}}]}
 _GROUP_DOC = {"type": "object", "properties": {
     "group": {"type": "string"}, "state": {"enum": ["empty", "stable"]}, "generation": {"type": "integer"},
     "coordinator": {"type": "string"},

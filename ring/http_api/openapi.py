@@ -324,5 +324,5 @@ def _document() -> dict[str, Any]:
         "components": {"schemas": {"Error": {
             "type": "object", "required": ["error", "message"],
             "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
-            "additionalProperties": True}}},
+            "additionalProperties": True}, "Record": _RECORD}},
     }
