@@ -159,9 +159,10 @@ class DroppingProxy:
     listens on 127.0.0.1 and advertises 127.0.0.2, where the proxy listens on the same port, so the
     client's every request crosses the proxy."""
 
-    def __init__(self, target_port: int, drops: int) -> None:
+    def __init__(self, target_port: int, drops: int, hold: bool = False) -> None:
         self.target_port = target_port
         self.drops = drops
+        self.hold = hold  # keep the connection open and the answer unsent instead of closing it
         self.dropped = 0
         self.server: asyncio.AbstractServer | None = None
 
@@ -195,6 +196,8 @@ class DroppingProxy:
             while data := await up_reader.read(65536):
                 if state["produce"] and self.dropped < self.drops:
                     self.dropped += 1  # the broker answered: it has the records; the client never hears
+                    if self.hold:
+                        continue
                     writer.transport.abort()
                     up_writer.close()
                     return
@@ -239,6 +242,26 @@ async def test_a_dropped_connection_is_never_reported_failed_for_a_stored_record
         assert unknown <= set(copies)  # the broker did store them: "unknown", never "failed"
         check_exactly_once({v: f.result() for v, f in futs.items() if v not in unknown},
                            {k: v for k, v in stored.items() if v not in unknown})
+
+
+async def test_records_in_flight_when_the_client_closes_are_outcome_unknown(make_broker) -> None:
+    """``close(flush=False)`` while a produce request is out (the broker stored it; its answer has not
+    come): its records may be stored, so they fail as ``OutcomeUnknown``, not as never sent."""
+    b: TestBroker = make_broker("--advertise", "127.0.0.2")
+    proxy = DroppingProxy(b.local.port, drops=1, hold=True)
+    url = await proxy.start()
+    try:
+        c = AsyncClient(url)
+        await c.create_topic("held", partitions=1)
+        fut = c.produce("held", b"x", partition=0)
+        deadline = time.monotonic() + DEADLINE_S
+        while b.http.end_offsets("held") != [1] or proxy.dropped < 1:  # stored, and its answer held back
+            assert time.monotonic() < deadline and not fut.done()
+            await asyncio.sleep(0.01)
+        await c.close(flush=False)
+    finally:
+        await proxy.close()
+    assert isinstance(fut.exception(), OutcomeUnknown), repr(fut.exception())
 
 
 # --- a process that exits without close() -------------------------------------------------------

@@ -272,13 +272,15 @@ class Producer:
             self._flushing -= 1
 
     def fail_everything(self, exc: errors.RingError) -> None:
-        """Closing: every record not yet acknowledged fails with ``exc`` (or ``OutcomeUnknown``)."""
+        """Closing: every record not yet acknowledged fails with ``exc``, or with ``OutcomeUnknown`` where
+        a request that carried it may have been stored (one in flight now, or one whose answer was lost)."""
         for b in self.acc.fail_all():
             _fail_waiters(b, exc)
         for topic in list(self._pending):
             self.fail_pending(topic, exc)
         for batches in self._sending.values():
             for b in batches:
+                b.maybe_written = True  # its request is out, or going out: the broker may store it
                 _fail_waiters(b, exc)
 
     # --- the sender --------------------------------------------------------------
