@@ -320,11 +320,12 @@ GROUP_TICK_MS = 250
 # Partitions one group poll long-polls at once when none has records; each
 # holds one of the broker's LONG_POLLS_OPEN_MAX slots while it waits.
 GROUP_POLL_WAIT_PARTITIONS_MAX = 32
-# Poll answers of one member the coordinator remembers until the client
-# acknowledges one (names its token, or polls again on the connection that
-# carried it). More than one is out when a client polls through several
-# connections or retries; past this the oldest is forgotten and its records
-# are handed out again.
+# Poll answers of one member that read one partition, remembered until the
+# client acknowledges one (names its token, or polls again on the connection
+# that carried it). More than one is out when a client polls through several
+# connections or retries; past this the oldest is forgotten for that partition
+# and its records there are handed out again. Per partition, not per member:
+# a PolarStreams consumer has an answer out on every broker it polls.
 GROUP_POLL_ANSWERS_UNACKED_MAX = 8
 # PolarStreams consumers (consumer id -> group) each broker remembers; the
 # least recently used are forgotten first and must register again (409).

@@ -266,6 +266,25 @@ def test_answers_out_at_once_are_bounded_oldest_first() -> None:
     assert not g.acknowledge(a, tokens[0]) and g.acknowledge(a, tokens[-1]) and a.positions == {("t", 0): len(tokens)}
 
 
+@pytest.mark.parametrize("brokers", [3, 12])
+def test_a_member_polling_every_broker_in_turn_has_each_answer_acknowledged(brokers: int) -> None:
+    """PolarStreams' consumers poll every broker in turn, each broker answering from the partitions it
+    leads, and acknowledge a broker's answer by their next poll there (its connection): the answers of
+    all the other brokers are handed out in between. None is forgotten before it is acknowledged."""
+    g = Group("g")
+    joined(g, "a", counts={"t": brokers})
+    a = g.members["a"]
+    a.positions.update({("t", p): 0 for p in range(brokers)})
+    last: dict[int, str] = {}
+    for _ in range(3):
+        for p in range(brokers):  # broker p leads partition p
+            if p in last:
+                assert g.acknowledge(a, last[p]), f"the answer of broker {p} was forgotten"
+            start = g.start_offset(a, ("t", p))
+            last[p] = handed(g, "a", ("t", p, start, start + 10))
+    assert a.positions == {("t", p): 20 for p in range(brokers)}
+
+
 def test_an_answer_acknowledged_after_a_rebalance_moves_only_partitions_still_held() -> None:
     g = Group("g")
     joined(g, "a", counts={"t": 2})

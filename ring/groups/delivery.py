@@ -20,9 +20,10 @@ elsewhere).
 Acknowledging works partition by partition: an answer's end is applied only
 where the member still reads from that answer's start, not where a reset, a
 rebalance or another answer moved the position since. Several answers may
-be out at once (a client polling through several connections, retries): at
-most ``GROUP_POLL_ANSWERS_UNACKED_MAX`` per member, the oldest forgotten
-first (its records are read again).
+be out at once (a client polling through several connections, retries, a
+PolarStreams consumer polling every broker): at most
+``GROUP_POLL_ANSWERS_UNACKED_MAX`` reading one partition, the oldest
+forgotten there first (its records there are read again).
 
 A token names content: a hash of the group generation, the group's reset
 count and the (topic, partition, start, end) the answer handed out. Two

@@ -291,13 +291,25 @@ class Group:
         return Commit(moves, now_ms) if moves else None
 
     def hand_out(self, m: Member, answer: Answer) -> None:
-        """``answer`` went out to ``m``: kept until acknowledged, or until newer ones push it out."""
+        """``answer`` went out to ``m``: kept until acknowledged, or until newer ones push it out of
+        a partition: at most ``GROUP_POLL_ANSWERS_UNACKED_MAX`` answers remembered read a partition,
+        the oldest forgotten there first. Bounded per partition, not per member: a PolarStreams
+        consumer has one answer out per broker it polls, each of other partitions."""
         if not answer.reads:
             return  # handed out nothing: there is nothing to acknowledge
         m.answers.pop(answer.token, None)
+        tps = {(t, p) for t, p, _, _ in answer.reads}
+        readers: dict[TopicPartition, int] = {}
+        pushed_out: dict[str, set[TopicPartition]] = {}
+        for token in reversed(list(m.answers)):  # newest first
+            for t, p, _, _ in m.answers[token].reads:
+                if (t, p) in tps:
+                    readers[(t, p)] = n = readers.get((t, p), 0) + 1
+                    if n >= limits.GROUP_POLL_ANSWERS_UNACKED_MAX:  # with ``answer``, one too many
+                        pushed_out.setdefault(token, set()).add((t, p))
+        for token, gone in pushed_out.items():
+            _forget_reads(m, token, gone)
         m.answers[answer.token] = answer
-        while len(m.answers) > limits.GROUP_POLL_ANSWERS_UNACKED_MAX:
-            del m.answers[next(iter(m.answers))]
 
     def acknowledge(self, m: Member, token: str | None) -> bool:
         """The client got the answer named ``token``: ``m``'s positions move to its ends, where they
@@ -326,12 +338,8 @@ class Group:
                 raise BadRequest(f"bad position {o!r} for {t}/{p}: a non-negative integer")
         m.positions.update({(t, p): o for t, p, o in items})
         sought = {(t, p) for t, p, _ in items}
-        for token, answer in list(m.answers.items()):
-            rest = tuple(r for r in answer.reads if (r[0], r[1]) not in sought)
-            if not rest:
-                del m.answers[token]
-            elif len(rest) != len(answer.reads):
-                m.answers[token] = Answer(token, rest)
+        for token in list(m.answers):
+            _forget_reads(m, token, sought)
         return m
 
     def start_offset(self, m: Member, tp: TopicPartition) -> int | None:
@@ -348,3 +356,13 @@ class Group:
         if not self.members:
             return "empty"
         return "stable"
+
+
+def _forget_reads(m: Member, token: str, tps: set[TopicPartition]) -> None:
+    """Acknowledging ``m``'s answer ``token`` no longer moves ``tps``; an answer left with nothing goes."""
+    answer = m.answers[token]
+    rest = tuple(r for r in answer.reads if (r[0], r[1]) not in tps)
+    if not rest:
+        del m.answers[token]
+    elif len(rest) != len(answer.reads):
+        m.answers[token] = Answer(token, rest)
