@@ -12,7 +12,9 @@ holds through a broker that only forwards (neither coordinator nor leader),
 and for ``GroupConsumer`` retrying elsewhere while that broker is stopped.
 The Python client and ``ring consume --group`` name the token themselves:
 through a relay that closes every connection after one answer (so no
-connection can vouch for anything) they read each record once.
+connection can vouch for anything) they read each record once. A committed
+offset past the end of the log skips none of the records still being
+replicated.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pytest
 from ring.client import AsyncGroupConsumer, Client, GroupConsumer
 from ring.hashing import partition_for_key
 from tests.brokers import Member, TestBroker, TestCluster
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -398,3 +401,40 @@ def test_group_consumer_retrying_past_a_stopped_forwarder_misses_nothing(paused_
     assert not missing, f"never delivered: {missing[:10]} ({len(missing)} in all)"
     done = committed(leader.http, group)
     assert done[0] is not None and done[0] <= max(delivered) + 1
+
+
+# --- a committed offset past the end of the log ----------------------------------------------------
+
+
+def test_a_committed_offset_past_the_log_end_skips_no_record_still_replicating(paused_cluster: TestCluster,
+                                                                                 topic: str) -> None:
+    """A group's committed offset beyond a partition's end (as a topic deleted and created again leaves
+    it; here an explicit commit) starts reading again at the partition's latest committed record, not
+    at its leader's log end: records the leader holds and its followers have not acknowledged yet are
+    handed out once they are, not skipped."""
+    c = paused_cluster
+    assert c[0].http.create_topic(topic, partitions=1).status == 201
+    wait_for("a leader", lambda: c.leaders(topic)[0])
+    join(c[0].http, f"{topic}-warmup", "w", topic)  # creates the offsets topic
+    leader = c.member(c.leaders(topic)[0])
+    group = next(g for g in (f"{topic}-g{i}" for i in range(500)) if _coordinator(c, g) == leader.name)
+    host, port, api = leader.local.host, leader.local.port, leader.http
+    join(api, group, "c1", topic)
+    r = api.post(f"/v1/groups/{group}/offsets",
+                 json_body={"consumer": "c1", "offsets": [{"topic": topic, "partition": 0, "offset": 1000}]})
+    assert r.status == 200, r.body
+    followers = [m for m in c if m is not leader]
+    for m in followers:
+        m.pause()
+    try:  # the leader appends, alone: its high watermark stays where the followers left it
+        r = api.produce(topic, orjson.dumps([{"i": i} for i in range(5)]), partition=0, consistency="one")
+        assert r.status == 200, r.body
+        first = poll(host, port, group, "c1")
+        assert offsets(first) == []
+    finally:
+        for m in followers:
+            m.resume()
+    wait_for("the records committed on the followers",
+             lambda: api.describe(topic)["partitions"][0]["high_watermark"] == 5)
+    after = poll(host, port, group, "c1", token=first.get("token"))
+    assert offsets(after) == list(range(5))

@@ -7,7 +7,9 @@ partition is read from the member's position (past what it acknowledged), else
 the group's committed offset, else the member's reset policy (earliest or
 latest, pinned at the first poll so later records are not missed). A
 committed offset that retention or truncation left behind starts again at
-the earliest offset, as Kafka's ``auto.offset.reset`` would.
+the earliest offset, as Kafka's ``auto.offset.reset`` would; one past the
+end of the log, at the high watermark (never past records still being
+replicated).
 
 The starting partition rotates from poll to poll so one busy partition cannot
 starve the others. A poll reads at most ``GROUP_POLL_BYTES_MAX`` of stored
@@ -226,10 +228,12 @@ class Poller:
             except RingError as exc:
                 if exc.status != 416:
                     raise
-                earliest, latest = exc.extra.get("earliest"), exc.extra.get("latest")
-                moved = earliest if isinstance(earliest, int) and offset < earliest else latest
-                if not isinstance(moved, int):
-                    raise
+                earliest = exc.extra.get("earliest")
+                if isinstance(earliest, int) and offset < earliest:
+                    moved = earliest
+                else:  # past the end: the high watermark, not the replica's log end ("latest" in the
+                    # answer), past which records are still being replicated and would be skipped
+                    moved = int((await self.broker.offsets(tp[0], tp[1], "latest"))["offset"])
                 log.info("%s/%d: offset %d is out of range; reading from %d", tp[0], tp[1], offset, moved)
                 offset = moved
                 if positions is not None:
