@@ -406,12 +406,29 @@ def test_group_consumer_retrying_past_a_stopped_forwarder_misses_nothing(paused_
 # --- a committed offset past the end of the log ----------------------------------------------------
 
 
+def test_a_topic_deleted_and_created_again_is_read_from_the_members_reset_policy(make_broker, topic: str) -> None:
+    """The group read the first topic of that name to offset 20; the new one holds 3 records. Its
+    committed offset is past the new log's end: out of range, as Kafka's consumer sees it, so the
+    member's reset policy says where reading starts (earliest, the default: from 0)."""
+    b: TestBroker = make_broker()
+    host, port, api = b.local.host, b.local.port, b.http
+    fill(api, topic, 20)
+    join(api, "g", "c1", topic)
+    got = poll(host, port, "g", "c1", max_records=20)
+    assert api.delete("/v1/groups/g/members/c1", query={"token": got.get("token")}).status == 200
+    assert committed(api, "g") == {0: 20}
+    assert api.delete(f"/v1/topics/{topic}").status == 200
+    fill(api, topic, 3)
+    join(api, "g", "c1", topic)
+    assert offsets(poll(host, port, "g", "c1")) == [0, 1, 2]
+
+
 def test_a_committed_offset_past_the_log_end_skips_no_record_still_replicating(paused_cluster: TestCluster,
                                                                                  topic: str) -> None:
-    """A group's committed offset beyond a partition's end (as a topic deleted and created again leaves
-    it; here an explicit commit) starts reading again at the partition's latest committed record, not
-    at its leader's log end: records the leader holds and its followers have not acknowledged yet are
-    handed out once they are, not skipped."""
+    """A group's committed offset beyond a partition's end (here an explicit commit) is out of range: a
+    member reading from ``latest`` starts again at the partition's high watermark, not at its leader's
+    log end, so records the leader holds and its followers have not acknowledged yet are handed out
+    once they are, not skipped."""
     c = paused_cluster
     assert c[0].http.create_topic(topic, partitions=1).status == 201
     wait_for("a leader", lambda: c.leaders(topic)[0])
@@ -419,7 +436,8 @@ def test_a_committed_offset_past_the_log_end_skips_no_record_still_replicating(p
     leader = c.member(c.leaders(topic)[0])
     group = next(g for g in (f"{topic}-g{i}" for i in range(500)) if _coordinator(c, g) == leader.name)
     host, port, api = leader.local.host, leader.local.port, leader.http
-    join(api, group, "c1", topic)
+    r = api.post(f"/v1/groups/{group}/members", json_body={"consumer": "c1", "topics": [topic], "reset": "latest"})
+    assert r.status == 200, r.body
     r = api.post(f"/v1/groups/{group}/offsets",
                  json_body={"consumer": "c1", "offsets": [{"topic": topic, "partition": 0, "offset": 1000}]})
     assert r.status == 200, r.body

@@ -7,9 +7,10 @@ partition is read from the member's position (past what it acknowledged), else
 the group's committed offset, else the member's reset policy (earliest or
 latest, pinned at the first poll so later records are not missed). A
 committed offset that retention or truncation left behind starts again at
-the earliest offset, as Kafka's ``auto.offset.reset`` would; one past the
-end of the log, at the high watermark (never past records still being
-replicated).
+the earliest offset; one past the end of the log (a topic deleted and created
+again keeps the group's offsets) where the reset policy says, as Kafka's
+``auto.offset.reset`` would, "latest" being the high watermark (never past
+records still being replicated).
 
 The starting partition rotates from poll to poll so one busy partition cannot
 starve the others. A poll reads at most ``GROUP_POLL_BYTES_MAX`` of stored
@@ -170,7 +171,7 @@ class Poller:
             try:
                 start = await self._start(g, m, tp, read)
                 got, nxt, size = await self._fetch(tp, start, max_records - len(read.records), bytes_left, 0,
-                                                   read.ends)
+                                                   read.ends, m.spec.reset)
             except RingError as exc:
                 failures.append(exc)
                 continue
@@ -181,13 +182,14 @@ class Poller:
             raise failures[0]
         if read.records or wait_ms <= 0:
             return read
-        return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], read, max_records, wait_ms)
+        return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], read, max_records, wait_ms,
+                                m.spec.reset)
 
     async def _wait(self, g: Group, tps: list[TopicPartition], read: _Read, max_records: int,
-                    wait_ms: int) -> _Read:
+                    wait_ms: int, reset: str) -> _Read:
         positions = read.ends
         waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, limits.GROUP_POLL_BYTES_MAX,
-                                                   wait_ms, None)): tp
+                                                   wait_ms, None, reset)): tp
                  for tp in tps if tp in positions}
         rebalance = self.coord.rebalanced(g.name)
         try:
@@ -218,9 +220,10 @@ class Poller:
         return start
 
     async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, max_bytes: int, wait_ms: int,
-                     positions: dict[TopicPartition, int] | None) -> tuple[list[tuple[Record, bool]], int, int]:
-        """Records of one partition from ``offset``, the next offset and the stored bytes read;
-        an offset out of range starts at the nearer end."""
+                     positions: dict[TopicPartition, int] | None,
+                     reset: str) -> tuple[list[tuple[Record, bool]], int, int]:
+        """Records of one partition from ``offset``, the next offset and the stored bytes read; an
+        offset below the earliest starts there, one past the end where the member's ``reset`` says."""
         max_bytes = answer.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
@@ -231,9 +234,10 @@ class Poller:
                 earliest = exc.extra.get("earliest")
                 if isinstance(earliest, int) and offset < earliest:
                     moved = earliest
-                else:  # past the end: the high watermark, not the replica's log end ("latest" in the
-                    # answer), past which records are still being replicated and would be skipped
-                    moved = int((await self.broker.offsets(tp[0], tp[1], "latest"))["offset"])
+                else:  # past the end (a topic deleted and created again): out of range, as Kafka's
+                    # consumer resets it. "latest" is the high watermark, not the replica's log end
+                    # (the answer's "latest"), past which records are still being replicated.
+                    moved = int((await self.broker.offsets(tp[0], tp[1], reset))["offset"])
                 log.info("%s/%d: offset %d is out of range; reading from %d", tp[0], tp[1], offset, moved)
                 offset = moved
                 if positions is not None:
