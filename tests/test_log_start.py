@@ -93,3 +93,32 @@ def test_retention_by_the_leaders_clock_and_by_size_reaches_every_replica(make_c
         for m in c:
             wait_for(f"{m.name} follows the leader's start of {t}", lambda m=m, t=t, s=start: earliest(m, t, 0) == s)
             assert_starts_at(m, t, 0, start)
+
+
+def test_a_follower_back_from_a_restart_serves_nothing_below_the_start_before_its_leader_syncs_it(
+        make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
+    produce(c[0], topic, 20)
+    leader = c.member(c.leaders(topic)[0])
+    up, down = [m for m in c if m is not leader]
+    for m in c:
+        wait_for(f"{m.name} holds offsets 0-59", lambda m=m: m.http.get(f"/v1/topics/{topic}").json()
+                 ["partitions"][0]["high_watermark"] == 60)
+    down.kill()
+    assert up.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 15}).status == 200
+    wait_for(f"{up.name} follows the leader's start", lambda: earliest(up, topic, 0) == 15)
+    leader.pause()  # the leader cannot sync the returning follower: it knows only its own log, starting at 0
+    try:
+        down.restart()
+        wait_for(f"{down.name} has joined", lambda: down.http.get("/v1/status").json()["status"] == "ok")
+        got = down.http.fetch(topic, 0, offset=0)
+        assert got.status in (416, 503), (got.status, got.body)  # the leader's answer, or retry: never offset 0
+        if got.status == 416:
+            assert got.json()["earliest"] == 15, got.body
+        first = down.http.get(f"/v1/topics/{topic}/partitions/0/offsets", query={"timestamp": "earliest"})
+        assert first.status == 503 or first.json()["offset"] == 15, (first.status, first.body)
+    finally:
+        leader.resume()
+    wait_for(f"{down.name} follows the leader's start", lambda: earliest(down, topic, 0) == 15)
+    assert_starts_at(down, topic, 0, 15)

@@ -18,6 +18,8 @@ held in the broker's budget of fetch answers (``ring.http_api.answer``) while
 it arrives. A follower lags its leader: offsets it has not received but its
 leader told it are committed are waited for (or answered empty), and an offset
 past all it knows of is asked of the leader, never called out of range here.
+A follower that has not taken its leader's sync since this broker started asks
+the leader too (or answers 503): the partition's start may have moved meanwhile.
 """
 
 from __future__ import annotations
@@ -203,24 +205,28 @@ class Routing(Broker):
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high
-        watermark its leader last told it): the leader's client URL, to ask instead.
+        watermark its leader last told it), or one that has not heard from its leader since
+        this broker started: the leader's client URL, to ask instead.
 
         A consumer that read the leader up to its high watermark may ask a follower that
         lags for the next offset: the partition committed everything below it, so it is
         not out of range, and only the leader can tell that offset from one beyond the
-        partition's end (its answer: records, a long-poll, or 416).
+        partition's end (its answer: records, a long-poll, or 416). A follower that was
+        down may have missed a move of the partition's log start (a truncation, retention):
+        until its leader's sync brings the start, only the leader knows what is still there.
         """
-        if offset is None or rep.is_leader or offset <= max(rep.log.end_offset, rep.leader_hw):
+        if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
         leader = self.leadership.leader_of(rep.topic, rep.index)
         url = None
         if leader is not None and leader != self.name and self.membership.alive(leader):
             url = self.membership.client_url(leader)
         if not url:
-            raise Unavailable(
-                f"{rep.topic}/{rep.index} here ends at offset {rep.log.end_offset} and no live leader is known "
-                f"to tell whether offset {offset} is committed (an election may be running); retry",
-                topic=rep.topic, partition=rep.index, leader=leader)
+            why = (f"here ends at offset {rep.log.end_offset} and no live leader is known to tell whether offset "
+                   f"{offset} is committed" if rep.synced else "here has not heard from its leader since this "
+                   "broker started, and no live leader is known to tell where the partition starts")
+            raise Unavailable(f"{rep.topic}/{rep.index} {why} (an election may be running); retry",
+                              topic=rep.topic, partition=rep.index, leader=leader)
         return [url]
 
     def _check_offset(self, part: Replica, offset: int) -> None:
@@ -244,6 +250,10 @@ class Routing(Broker):
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
         remote = self._remote_partition(topic, partition)
+        if remote is None:
+            rep = self.replica(topic, partition)
+            assert rep is not None
+            remote = self._leader_if_unheard_of(rep, None)
         if remote is None:
             return super().offset_for_timestamp(topic, partition, timestamp)
         return await self.peers.json("GET", self.rng.choice(remote),

@@ -14,7 +14,9 @@ broker) is its own majority: its high watermark is its durable end.
 
 A follower is ``aligned`` once it has taken its leader's sync in the current
 epoch (its log cut back to where it agrees with the leader's); it accepts
-appends only then. ``caught_up`` is False after an unclean shutdown until the
+appends only then. ``synced`` says it took one since it was opened: before
+that its log start may be below the one its leader set while this broker was
+down, so its reads go to the leader. ``caught_up`` is False after an unclean shutdown until the
 replica has reached a leader's log end: such a replica is not elected before.
 
 The broker's event loop is the only caller. Long-polls wait on ``waiter``
@@ -43,7 +45,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "_ack_seq",
                  "_ack_deadlines", "_ack_timer",
-                 "on_hw", "frozen", "damaged_at", "sums", "peer_start")
+                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -85,6 +87,7 @@ class Replica:
         self.frozen = False  # a leader handing its partition over takes no new appends
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
         self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
+        self.synced = False  # took a leader's sync since it was opened (so its log start is the leader's)
 
     # --- placement and leadership -----------------------------------------------------
 

@@ -111,7 +111,7 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
     _drop_stray_epoch(rep, frame)
     follow_start(rep, frame.log_start)
     rep.epoch_start = frame.epoch_start
-    rep.aligned = True
+    rep.aligned = rep.synced = True
     if not rep.caught_up:
         rep.catch_up_to = frame.log_end
     _progress(rep)
