@@ -261,8 +261,10 @@ class Membership:
 
     def step(self, addr: str, msg: Message) -> list:
         outs = self.core.on_message(self.now(), addr, msg)
-        if isinstance(msg, Ack) and self.check_clock().state == clocks.UNKNOWN:
-            self._measure_clocks()  # the exchange measured a clock; a joining broker needs the others too
+        # An ACK brings a measurement; an ACK2 (a peer's exchange) may make a peer live that no clock
+        # was measured against: judged again before ``_check_joined`` reads the judgement.
+        if isinstance(msg, (Ack, Ack2)) and self.check_clock().state == clocks.UNKNOWN:
+            self._measure_clocks()  # a joining broker needs the others measured too
         if isinstance(msg, (Ack, Ack2)):
             if self._first_exchange_s is None:
                 self._first_exchange_s = self.now()
