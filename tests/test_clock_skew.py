@@ -142,3 +142,27 @@ def test_a_clock_set_while_it_leads_hands_its_partitions_over_until_it_is_right_
     offset.write_text("+0\n")  # set right again
     wait_for("ring-2's clock is back within bounds", lambda: clock(skewed)["state"] == "ok")
     wait_for("ring-2 leads again", lambda: led(skewed) > 0)
+
+
+
+def test_a_coordinator_whose_clock_may_not_be_used_stores_no_group_record(
+        make_cluster, topic: str, tmp_path: Path) -> None:
+    from ring.catalog import OFFSETS_TOPIC
+
+    offset = tmp_path / "ring-1.faketime"
+    offset.write_text("+0\n")
+    # Two brokers: once one clock is 8 days off neither can tell whose is wrong, so neither may use
+    # its clock, and neither may hand what it leads to the other: each keeps leading it.
+    c: TestCluster = make_cluster(2, *ARGS, prefixes={1: faketime_file(offset)})
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=2).status == 201
+    commit = {"offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
+    assert c[0].http.post("/v1/groups/g/offsets", json_body=commit).status == 200
+    offset.write_text("+8d\n")
+    for m in c:
+        wait_for(f"{m.name} finds its clock out of bounds", lambda m=m: clock(m)["state"] == "out_of_bounds")
+    wait_for("every offsets partition led", lambda: None not in leaders(c[0], OFFSETS_TOPIC).values())
+    ends = [p["end_offset"] for p in c[0].http.get(f"/v1/topics/{OFFSETS_TOPIC}").json()["partitions"]]
+    for m in c:  # the group's coordinator stamps its records as a produce would: refused alike
+        r = m.http.post("/v1/groups/g/offsets", json_body=commit)
+        assert r.status == 503 and r.json()["error"] == "clock_unusable", (m.name, r.status, r.body)
+    assert [p["end_offset"] for p in c[0].http.get(f"/v1/topics/{OFFSETS_TOPIC}").json()["partitions"]] == ends

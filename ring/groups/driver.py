@@ -23,6 +23,11 @@ the log on the next request. The timer (``GROUP_TICK_MS``) expires members
 whose session ran out, rebalances groups whose topics changed partition
 count, writes due checkpoints, and grows ``auto`` topics. Reading records for
 polls is ``poller.Poller``'s.
+
+Every record appended is stamped by this broker's wall clock, and checkpoints
+forget groups unused for ``GROUP_OFFSETS_RETENTION_MS`` by it: while the broker
+may not use its clock (``clock_refusal``) changes are refused as a produce is
+(503 ``clock_unusable``) and the timer waits.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 from ring import limits
 from ring.catalog import OFFSETS_TOPIC, TopicConfig
-from ring.errors import Conflict, NotFound, Overloaded, RingError, Unavailable
+from ring.errors import ClockUnusable, Conflict, NotFound, Overloaded, RingError, Unavailable
 from ring.groups.autogrow import AutoGrowth, demand
 from ring.groups.codec import checkpoint_of
 from ring.groups.group import Event, Group, Members
@@ -266,8 +271,14 @@ class Coordinator:
                     self._wake(name)
             return events
 
+    def _check_clock(self) -> None:
+        refusal = getattr(self.broker, "clock_refusal", None)
+        if refusal is not None:
+            raise ClockUnusable(refusal, broker=self.broker.config.name)
+
     async def _append(self, p: int, records: list[batchfmt.RecordIn]) -> Any:
         """Append records to offsets partition ``p`` as its leader; any failure drops the loaded shard."""
+        self._check_clock()  # nothing appended: the shard stays
         now_ms = self.clock.wall_ms()
         batches = [batchfmt.encode(chunk, now_ms=now_ms) for chunk in _chunks(records)]
         try:
@@ -308,6 +319,8 @@ class Coordinator:
                 log.exception("group timer failed")
 
     async def tick(self) -> None:
+        if getattr(self.broker, "clock_refusal", None) is not None:
+            return  # expiries and checkpoints would be stamped, and groups forgotten, by a clock not to be used
         for p in list(self._loaded):
             loaded = self._current(p)
             if loaded is None:
@@ -350,6 +363,7 @@ class Coordinator:
     async def checkpoint(self, p: int) -> None:
         async with self._lock(p):
             shard = await self._shard_locked(p)
+            self._check_clock()  # it forgets groups by their age
             now_ms = self.clock.wall_ms()
             records, forgotten = shard.checkpoint_records(now_ms)
             if not records:

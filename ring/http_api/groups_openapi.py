@@ -40,7 +40,7 @@ _BAD = _err("malformed request")
 _STALE = _err("stale generation, unknown member or a partition not held: the body has rejoin: true, the "
               "group's generation and a reason (unknown_member, stale_generation, not_assigned); join again")
 _DOWN = _err("the group's coordinator is down or moving, or too few replicas of the offsets partition are "
-             "alive; retry after Retry-After")
+             "alive, or the coordinator's clock may not be used (clock_unusable); retry after Retry-After")
 _TP = {"type": "object", "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"}}}
 _OFFSET = {"type": "object", "required": ["topic", "partition", "offset"],
            "properties": {"topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0},
