@@ -122,3 +122,23 @@ def test_a_follower_back_from_a_restart_serves_nothing_below_the_start_before_it
         leader.resume()
     wait_for(f"{down.name} follows the leader's start", lambda: earliest(down, topic, 0) == 15)
     assert_starts_at(down, topic, 0, 15)
+
+
+def test_a_follower_whose_log_ends_below_a_start_inside_a_batch_catches_up(make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3).status == 201
+    leader = c.member(c.leaders(topic)[0])
+    behind = next(m for m in c if m is not leader)
+    batch = orjson.dumps([{"value": "x" * 100} for _ in range(20)])  # one request, one batch of 20
+    assert leader.http.produce(topic, batch, partition=0, consistency="all").status == 200  # offsets 0-19
+    behind.kill()
+    for _ in range(2):  # offsets 20-39 and 40-59, without it
+        assert leader.http.produce(topic, batch, partition=0, consistency="quorum").status == 200
+    r = leader.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 45})
+    assert r.status == 200 and r.json()["earliest_offset"] == 45, r.body  # inside the batch of 40-59
+    behind.restart()  # its log ends at 20, below the leader's start: it starts again at 45
+    wait_for(f"{behind.name} holds up to the leader's end",
+             lambda: behind.http.get(f"/v1/topics/{topic}").json()["partitions"][0]["end_offset"] == 60)
+    assert_starts_at(behind, topic, 0, 45)
+    got = behind.http.fetch(topic, 0, offset=45)
+    assert [rec["offset"] for rec in got.json()["records"]] == list(range(45, 60))

@@ -198,18 +198,24 @@ class PartitionLog:
         """Follower path: whole stamped batches that continue this log; returns the new end offset.
 
         All batches are checked before any is written, so a refused call
-        changes nothing.
+        changes nothing. A log that holds nothing and starts inside the first
+        batch (a replica started again at its leader's log start, which a
+        truncation may put inside a batch) takes that batch whole, as the
+        leader holds it; its start offset stays where it is.
         """
         self._check_open()
         view = memoryview(data)
         headers: list[tuple[BatchHeader, int]] = []
         expected, epoch, pos = self.end_offset, self._epochs.latest_epoch, 0
+        rebase: int | None = None
         while pos < len(view):
             try:
                 h = batch.check(view, pos)
             except CorruptBatch as exc:
                 raise CorruptBatch(f"replicated batch at byte {pos}: {exc.message}") from None
-            if h.base_offset != expected:
+            if pos == 0 and not self._size_bytes and h.base_offset < expected == self._start_offset < h.next_offset:
+                rebase = h.base_offset
+            elif h.base_offset != expected:
                 raise Conflict(
                     f"replicated batch at byte {pos} starts at offset {h.base_offset},"
                     f" expected {expected} (the next offset of this log)",
@@ -223,8 +229,23 @@ class PartitionLog:
                 )
             headers.append((h, pos))
             expected, epoch, pos = h.next_offset, h.leader_epoch, pos + h.size
+        if rebase is not None:
+            self._rebase_empty(rebase)
         self._write(view, headers)
         return self.end_offset
+
+    def _rebase_empty(self, base: int) -> None:
+        """This empty log's one segment begins at ``base`` instead, below the start offset, which
+        stays (a crash before the batch is written reopens it empty at its start again)."""
+        with self._lock:
+            for seg in self._segments:
+                if seg in self._pending:
+                    self._pending.remove(seg)
+                seg.delete()
+            self._segments = [Segment.create(self.directory, base, self.config.index_interval_bytes)]
+            self._bases = [base]
+            self._dir_dirty = True
+        self._epochs.truncate_from_end(base)
 
     def _write(self, view: memoryview, headers: list[tuple[BatchHeader, int]]) -> None:
         """Write checked batches, rolling segments as needed; one os.write per segment touched."""

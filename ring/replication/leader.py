@@ -375,7 +375,8 @@ class FollowerLink:
             end, batches = prev, 0
             for h, _ in batchfmt.scan(data, verify=False):
                 batches += 1
-                if end == prev and h.base_offset != prev:
+                # A follower started again at our log start, inside a batch, takes that batch whole.
+                if end == prev and h.base_offset != prev and prev != rep.log.start_offset:
                     log.warning("%s/%d to %s: the follower's end %d is not a batch boundary here; syncing again",
                                 rep.topic, rep.index, self.follower, prev)
                     cur.reset(self.streams.clock.monotonic() + limits.REPLICATION_PROBE_RETRY_MS / 1000)
