@@ -94,6 +94,26 @@ def test_batch_records_over_the_size_limits_are_413() -> None:
     assert not isinstance(exc.value, PayloadTooLarge)
 
 
+def test_a_stored_record_counts_key_value_and_headers_against_the_record_limit() -> None:
+    # As a msgpack produce of the same record does (413): "one record (key + value + headers)".
+    half = limits.MESSAGE_BYTES_MAX // 2
+    record = (None, b"k", b"v" * half, [("h", b"x" * half)])
+    with pytest.raises(PayloadTooLarge):
+        codec.decode_msgpack(msgpack.packb({"key": b"k", "value": b"v" * half, "headers": [["h", b"x" * half]]}),
+                             None)
+    plain = bytes(batchfmt.encode([record], now_ms=1))
+    assert len(plain) < limits.BATCH_BYTES_MAX
+    big = (None, None, b"v" * limits.MESSAGE_BYTES_MAX, [(f"h{i}", b"x" * limits.MESSAGE_BYTES_MAX) for i in range(8)])
+    squeezed = bytes(batchfmt.encode([big], now_ms=1, codec=batchfmt.CODEC_ZSTD))  # 9 MiB in a few KiB
+    assert len(squeezed) < limits.BATCH_BYTES_MAX
+    for body in (plain, squeezed):
+        with pytest.raises(PayloadTooLarge):
+            codec.decode_batches(body)
+    fits = (None, b"k", b"v" * (half - 8), [("h", b"x" * half)])  # 1 + half - 8 + 1 + half bytes
+    assert codec.decode_batches(bytes(batchfmt.encode([fits] * 3, now_ms=1, codec=batchfmt.CODEC_ZSTD))
+                                ).record_count == 3
+
+
 def test_a_compressed_batch_that_inflates_too_far_is_refused() -> None:
     import zstandard
 

@@ -93,9 +93,12 @@ def make_record(value: Any, key: Any, headers: Any, timestamp: int | None, json:
     key = None if key is None else _as_bytes(key, "key")
     if key is not None and len(key) > limits.KEY_BYTES_MAX:
         raise errors.PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
-    hdrs, _ = batchfmt.check_headers(headers, _as_bytes)
-    if value is not None and len(value) > limits.MESSAGE_BYTES_MAX:
-        raise errors.PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
+    hdrs, header_bytes = batchfmt.check_headers(headers, _as_bytes)
+    # The broker's rule: key, value and headers together (a batch holding one record over it is refused whole).
+    if (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + header_bytes \
+            > limits.MESSAGE_BYTES_MAX:
+        raise errors.PayloadTooLarge(f"a record (key, value and headers) is over the limit of "
+                                     f"{limits.MESSAGE_BYTES_MAX} bytes")
     if timestamp is None:
         timestamp = now_ms
     elif type(timestamp) is not int or not 0 <= timestamp < 2**62:

@@ -295,14 +295,27 @@ def _check_stored_headers(headers: Iterable[dict | tuple]) -> None:
             raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
 
 
+def _check_stored_sizes(keys: list, values: list, headers: list) -> None:
+    """Each record's key, value and headers (names in UTF-8, values) within MESSAGE_BYTES_MAX, as
+    a msgpack produce counts them: every bin is within it, but a record of several may not be."""
+    for key, value, hdrs in zip(keys, values, headers):
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        if hdrs:
+            size += sum(len(name.encode()) + (len(v) if v else 0)
+                        for name, v in (hdrs.items() if type(hdrs) is dict else hdrs))
+        if size > limits.MESSAGE_BYTES_MAX:
+            raise PayloadTooLarge(f"a record (key, value and headers) is over the limit of {limits.MESSAGE_BYTES_MAX} "
+                                  "bytes", limit_bytes=limits.MESSAGE_BYTES_MAX)
+
+
 def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     """The payload is a list of ``record_count`` well-formed records, checked C-level.
 
     A few whole-batch passes, no loop per record: the records are unpacked as
     tuples, flattened, and each field's column checked by its set of types.
     """
-    items = unpack.payload_records(batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size]),
-                            h.record_count)
+    raw = batchfmt.decompress(h.codec, data[pos + batchfmt.HEADER_SIZE : pos + h.size])
+    items = unpack.payload_records(raw, h.record_count)
     if set(map(type, items)) != {tuple} or set(map(len, items)) != {4}:
         raise BadRequest("each record in a batch must be [timestamp_delta, key, value, headers]")
     fields = list(chain.from_iterable(items))
@@ -324,6 +337,8 @@ def _check_batch_payload(h: BatchHeader, data: memoryview, pos: int) -> None:
     if present_keys and max(map(len, present_keys)) > limits.KEY_BYTES_MAX:
         raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
     _check_stored_headers(filter(None, headers))  # rare: only records that carry headers
+    if len(raw) > limits.MESSAGE_BYTES_MAX:  # else no record can be: a record's bytes are in the payload
+        _check_stored_sizes(keys, values, headers)
     if h.values_are_json:
         # Fetch embeds these values verbatim in JSON answers: they meet a JSON produce's rules.
         jsonscan.check_stored([v for v in values if v is not None])  # a record without a value is no JSON

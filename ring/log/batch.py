@@ -152,11 +152,12 @@ def check_headers(raw: object, as_bytes: Callable[[object, str], bytes]) -> tupl
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise BadRequest("each header must be a [name, value] pair")
         name, value = item
-        if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > limits.HEADER_NAME_BYTES_MAX:
+        name_bytes = len(name.encode("utf-8", "surrogatepass")) if type(name) is str else 0
+        if not name_bytes or name_bytes > limits.HEADER_NAME_BYTES_MAX:
             raise BadRequest(f"header names must be non-empty strings of at most {limits.HEADER_NAME_BYTES_MAX} bytes")
         value = None if value is None else as_bytes(value, f"header {name[:40]!r}")
         pairs.append((name, value))
-        size += len(name) + (len(value) if value is not None else 0)
+        size += name_bytes + (len(value) if value is not None else 0)
     return pairs or None, size
 
 
