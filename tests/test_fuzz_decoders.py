@@ -141,7 +141,11 @@ def _sound_records(r: codec.Records) -> None:
         assert ts is None or (type(ts) is int and 0 <= ts < 2**62)
         assert key is None or type(key) is bytes
         assert value is None or type(value) is bytes
-        assert headers is None or all(type(k) is str and (v is None or type(v) is bytes) for k, v in headers)
+        if headers is not None:  # kept packed as stored until framed
+            assert type(headers) is B.PackedHeaders
+            pairs = msgpack.unpackb(headers)
+            assert pairs and all(len(p) == 2 and type(p[0]) is str and (p[1] is None or type(p[1]) is bytes)
+                                 for p in pairs)
         if r.values_are_json and value is not None:
             orjson.loads(value)  # fetch embeds JSON values verbatim: they must parse
 

@@ -116,6 +116,19 @@ def test_a_msgpack_body_of_empty_maps_is_refused_before_they_are_built(lone: Tes
     assert rise <= _bound(len(body)), f"the broker's RSS rose {rise >> 20} MiB for a {len(body)}-byte body"
 
 
+def test_msgpack_records_with_headers_at_their_limit_cost_memory_in_proportion_to_their_bytes(
+        lone: TestBroker, topic: str) -> None:
+    import msgpack
+
+    pairs = [["h", b""]] * (limits.HEADERS_PER_RECORD_MAX - 2)  # about 4 bytes each on the wire
+    body = msgpack.packb([{"value": b"", "headers": pairs}] * limits.RECORDS_PER_REQUEST_MAX, use_bin_type=True)
+    assert len(body) <= limits.REQUEST_BYTES_MAX
+    status, rise = _rise(lone, f"/v1/topics/{topic}/messages?partition=0", body, "application/msgpack")
+    assert status == 200
+    assert rise <= _bound(len(body)), f"the broker's RSS rose {rise >> 20} MiB for a {len(body)}-byte body"
+    assert lone.http.end_offsets(topic)[0] == 1 + limits.RECORDS_PER_REQUEST_MAX
+
+
 def test_bodies_that_only_declare_their_size_hold_no_budget(lone: TestBroker, topic: str) -> None:
     """Sixteen connections declaring maximal bodies and sending one byte held the whole budget."""
     assert limits.REQUEST_BODY_BYTES_IN_FLIGHT_MAX <= 16 * limits.REQUEST_BYTES_MAX

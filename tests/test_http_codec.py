@@ -55,7 +55,12 @@ def test_json_depth_limit_counts_the_event_not_the_top_level_array() -> None:
 def test_msgpack_records() -> None:
     body = msgpack.packb([{"value": b"a", "key": "k", "headers": {"h": "v"}, "timestamp": 7}, {"value": "b"}])
     r = codec.decode_msgpack(body, b"q")
-    assert r.records == [(7, b"k", b"a", [("h", b"v")]), (None, b"q", b"b", None)] and r.keyed
+    # Headers are kept as the bytes they are stored as until the records are framed.
+    packed = batchfmt.PackedHeaders(msgpack.packb([["h", b"v"]], use_bin_type=True))
+    assert r.records == [(7, b"k", b"a", packed), (None, b"q", b"b", None)] and r.keyed
+    assert type(r.records[0][3]) is batchfmt.PackedHeaders
+    _, (first, _) = batchfmt.decode(batchfmt.encode(r.records, now_ms=9))
+    assert first.headers == [("h", b"v")]
     for bad in ({"value": 1}, {"value": b"x", "timestamp": True}, {"value": b"x", "headers": {"h": 1}},
                 {"value": b"x", "headers": {"": b"v"}}, [1], {"value": b"x", "key": 5}):
         with pytest.raises(BadRequest):

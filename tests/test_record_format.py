@@ -57,8 +57,10 @@ def test_msgpack_body_headers_as_pairs_or_map_and_records_without_value() -> Non
         {"value": b"m", "headers": {"h": b"x"}},
     ], use_bin_type=True)
     r = codec.decode_msgpack(body, None)
-    assert r.records == [(None, None, b"v", DUPS), (None, b"k", None, None), (None, b"k2", None, None),
-                         (None, None, b"m", [("h", b"x")])]
+    assert [rec[:3] for rec in r.records] == [(None, None, b"v"), (None, b"k", None), (None, b"k2", None),
+                                              (None, None, b"m")]
+    _, stored = batchfmt.decode(batchfmt.encode(r.records, now_ms=1))  # headers are kept packed until framed
+    assert [s.headers for s in stored] == [DUPS, None, None, [("h", b"x")]]
     for bad in ({"value": b"x", "headers": [["a"]]}, {"value": b"x", "headers": [["a", 1]]},
                 {"value": b"x", "headers": [[1, b"v"]]}, {"value": b"x", "headers": [["", b"v"]]},
                 {"value": b"x", "headers": "a=1"}, {"value": b"x", "headers": [["a", b"1", b"2"]]}):

@@ -118,6 +118,10 @@ CASES = [
          lambda: _plain(M, msgpack.packb([{"value": b"x"}] * RECORDS))),
     Case("msgpack-bytes", f"msgpack, 1 KiB records filling {BYTES >> 20} MiB (bytes limit)",
          lambda: _plain(M, msgpack.packb([{"value": b"x" * 1024}] * (BYTES // 1040)))),
+    Case("msgpack-headers", f"msgpack, {RECORDS:,} records of {limits.HEADERS_PER_RECORD_MAX - 2} headers "
+         "(records and headers limits)",
+         lambda: _plain(M, msgpack.packb([{"value": b"", "headers": [["h", b""]] * (limits.HEADERS_PER_RECORD_MAX - 2)}]
+                                         * RECORDS))),
     Case("batch-bytes", f"stored batches of 1 MiB filling {BYTES >> 20} MiB (bytes limit)",
          lambda: _plain(B, _batches(BYTES))),
     Case("over-json-records", "over: JSON, 500,000 records of 1 byte in 1 MB",

@@ -112,8 +112,18 @@ class Record(NamedTuple):
     headers: list[Header] | None  # in order; a name may repeat
 
 
+
+
+class PackedHeaders(bytes):
+    """A record's headers already packed as they are stored (a msgpack array of ``[name, value]``
+    pairs): what a decoded produce body keeps for each record until it is framed, instead of a
+    tuple per header (64 bytes of objects for 4 bytes on the wire)."""
+
+    __slots__ = ()
+
+
 # (timestamp or None for "now", key, value, headers)
-RecordIn = tuple[int | None, bytes | None, bytes | None, Sequence[Header] | None]
+RecordIn = tuple[int | None, bytes | None, bytes | None, Sequence[Header] | PackedHeaders | None]
 
 
 def header_pairs(raw: Sequence[Sequence] | dict | None) -> list[Header] | None:
@@ -226,7 +236,10 @@ def encode(
     for r in records:
         ts = now_ms if r[0] is None else r[0]
         highest = ts if ts > highest else highest
-        pack((ts - first, r[1], r[2], r[3]))
+        headers = r[3]
+        if type(headers) is PackedHeaders:  # the same bytes again (msgpack has no call to copy packed bytes in)
+            headers = msgpack.unpackb(headers, use_list=False)
+        pack((ts - first, r[1], r[2], headers))
     return encode_payload(
         packer.bytes(),
         record_count=len(records),
