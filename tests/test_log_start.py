@@ -142,3 +142,23 @@ def test_a_follower_whose_log_ends_below_a_start_inside_a_batch_catches_up(make_
     assert_starts_at(behind, topic, 0, 45)
     got = behind.http.fetch(topic, 0, offset=45)
     assert [rec["offset"] for rec in got.json()["records"]] == list(range(45, 60))
+
+
+def test_a_read_from_the_start_through_a_broker_without_the_partition_starts_where_the_partition_does(
+        make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=1).status == 201
+    holder = c.member(c.leaders(topic)[0])
+    others = [m for m in c if m is not holder]
+    batch = orjson.dumps([{"value": "x" * 100} for _ in range(20)])  # one batch, offsets 0-19
+    assert holder.http.produce(topic, batch, partition=0).status == 200
+    assert holder.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 15}).status == 200
+    for m in c:  # no offset: from the earliest, which is inside the batch
+        got = m.http.fetch(topic, 0)
+        assert got.status == 200, (m.name, got.body)
+        assert [rec["offset"] for rec in got.json()["records"]] == list(range(15, 20)), m.name
+    assert holder.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 20}).status == 200
+    for m in others + [holder]:  # nothing left: the next offset is the start, not 0 (416)
+        got = m.http.fetch(topic, 0)
+        assert got.status == 200 and got.json()["records"] == [], (m.name, got.body)
+        assert got.json()["next_offset"] == 20 and got.headers["Ring-Next-Offset"] == "20", (m.name, got.body)

@@ -194,14 +194,24 @@ class Routing(Broker):
         # The replica's answer arrives while other requests run: room for it is held
         # meanwhile (the caller holds what came, from the moment it returns). It may
         # exceed max_bytes by one batch (a read returns one whole batch at least).
+        url = self.rng.choice(remote)
+        if offset is None:
+            # From the start: that replica's earliest offset first. Its stored batches come whole, so
+            # the first may hold offsets below the start, and an empty answer's next offset is the start.
+            doc = await self.peers.json("GET", url, f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                                        {"timestamp": "earliest"})
+            offset = doc.get("offset") if isinstance(doc, dict) else None
+            if type(offset) is not int or offset < 0:
+                raise Unavailable(f"the replica at {url} of {topic}/{partition} did not say where it starts",
+                                  topic=topic, partition=partition)
         budget = answer.budget_of(self)
         max_bytes = budget.grant(max_bytes)
         # A shorter long-poll there than asked (an empty answer is what a long-poll may give)
         # rather than the peer request's own timeout.
         wait_ms = min(wait_ms, limits.PROXIED_FETCH_WAIT_MS_MAX)
         with budget.hold(max_bytes):
-            data, hw = await self.peers.fetch(self.rng.choice(remote), topic, partition, offset, max_bytes, wait_ms)
-        return FetchResult(topic, partition, offset or 0, data, hw, -1)
+            data, hw = await self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms)
+        return FetchResult(topic, partition, offset, data, hw, -1)
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high
