@@ -101,6 +101,8 @@ class BrokerConfig:
     auto_partitions_grace_s: float = limits.AUTO_PARTITIONS_GRACE_MS / 1000  # before an auto topic grows
     retention_interval_s: float = limits.RETENTION_CHECK_INTERVAL_MS / 1000  # leaders apply retention this often
     max_clock_offset_ms: float = limits.CLOCK_OFFSET_MS_MAX_DEFAULT  # beyond it the wall clock is not used
+    range_interval_s: float = limits.RANGE_INTERVAL_S_DEFAULT  # leaders cut, copy and trim ranges this often
+    disk_free_min_bytes: int = limits.DISK_FREE_BYTES_MIN_DEFAULT  # below it this broker takes no new range
 
 
 @dataclass(frozen=True)
@@ -522,7 +524,7 @@ class Broker:
         self.refresh_clock()
         now_ms = None if self.clock_refusal is not None else self.clock.wall_ms()
         for part in self._all_replicas():
-            if not part.is_leader or part.running_sync is not None or part.deleted:
+            if not part.is_leader or part.running_sync is not None or part.deleted or self._retained_elsewhere(part):
                 continue
             try:
                 if part.log.enforce_retention(now_ms, upto=part.hw):
@@ -530,6 +532,10 @@ class Broker:
             except (OSError, StorageError) as exc:
                 log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
         self.retention_sweeps += 1
+
+    def _retained_elsewhere(self, part: Replica) -> bool:
+        """Whether retention of ``part`` is applied by something else (its ranges: ring.ranges)."""
+        return False
 
     def refresh_clock(self) -> None:
         """Bring ``clock_refusal`` up to date before the clock is read for a decision."""

@@ -26,9 +26,10 @@ REPLICATION_FACTOR_DEFAULT = 3
 REPLICATION_FACTOR_MAX = 7
 
 _FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retention_bytes",
-           "segment_bytes", "compression", "consistency", "auto_partitions")
+           "segment_bytes", "compression", "consistency", "auto_partitions", "local_retention_bytes")
 # What a change to an existing topic may set (``TopicConfig.changed``); the others are fixed at creation.
-CHANGEABLE = ("partitions", "auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency")
+CHANGEABLE = ("partitions", "auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency",
+              "local_retention_bytes")
 # Written by the broker only: the partition count the topic was created with (placement keeps it).
 _STORED_FIELDS = ("base_partitions",)
 # Per-request consistency levels; a topic's ``consistency`` is the default of its produces.
@@ -104,6 +105,9 @@ class TopicConfig:
     created_ms: int = 0
     auto_partitions: bool = False  # grows when a group has more consumers than partitions
     base_partitions: int = 0  # the count at creation, which placement keeps (0: ``partitions``)
+    # Bytes of closed segments a partition's replicas keep once they are safe as ranges on other
+    # brokers (ring.ranges); -1 keeps everything local and makes no ranges.
+    local_retention_bytes: int = -1
 
     def __post_init__(self) -> None:
         if not self.base_partitions:
@@ -133,6 +137,7 @@ class TopicConfig:
             replication_factor=_int_field(body, "replication_factor", REPLICATION_FACTOR_DEFAULT, 1, REPLICATION_FACTOR_MAX),
             retention_ms=_retention_ms(body),
             retention_bytes=_int_field(body, "retention_bytes", limits.RETENTION_BYTES_DEFAULT, -1, 2**62),
+            local_retention_bytes=_int_field(body, "local_retention_bytes", -1, -1, 2**62),
             segment_bytes=_int_field(body, "segment_bytes", limits.SEGMENT_BYTES_DEFAULT,
                                      limits.SEGMENT_BYTES_MIN, limits.SEGMENT_BYTES_MAX),
             compression=compression,

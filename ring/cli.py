@@ -5,7 +5,8 @@ Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_DATA_DIR``, ``RING_LISTEN``, ``RING_FSYNC``, ``RING_AUTO_CREATE``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
 ``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, ``RING_DOWN_GRACE_S``,
-``RING_REPAIR_INTERVAL_S``, ``RING_RETENTION_INTERVAL_S``, ``RING_MAX_CLOCK_OFFSET``, and for security
+``RING_REPAIR_INTERVAL_S``, ``RING_RETENTION_INTERVAL_S``, ``RING_RANGE_INTERVAL_S``, ``RING_DISK_FREE_MIN_BYTES``,
+``RING_MAX_CLOCK_OFFSET``, and for security
 ``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``, and for
 PolarStreams' API ``RING_POLARSTREAMS``, ``RING_POLARSTREAMS_PORTS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
@@ -150,6 +151,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    default=float(_env("RETENTION_INTERVAL_S", str(limits.RETENTION_CHECK_INTERVAL_MS / 1000))),
                    help="a partition's leader applies retention this often; followers follow its log start "
                         "(env RING_RETENTION_INTERVAL_S; default 30)")
+    p.add_argument("--range-interval-s", type=float,
+                   default=float(_env("RANGE_INTERVAL_S", str(limits.RANGE_INTERVAL_S_DEFAULT))),
+                   help="a partition's leader cuts, copies and trims its ranges this often, for topics with "
+                        "local_retention_bytes set (env RING_RANGE_INTERVAL_S; default 1)")
+    p.add_argument("--disk-free-min-bytes", type=int,
+                   default=int(_env("DISK_FREE_MIN_BYTES", str(limits.DISK_FREE_BYTES_MIN_DEFAULT))),
+                   help="below this much free disk the broker takes no new range (appends go on) "
+                        f"(env RING_DISK_FREE_MIN_BYTES; default {limits.DISK_FREE_BYTES_MIN_DEFAULT})")
     p.add_argument("--max-clock-offset", type=parse_duration_ms,
                    default=_env("MAX_CLOCK_OFFSET", f"{limits.CLOCK_OFFSET_MS_MAX_DEFAULT}ms"),
                    help="beyond this offset from most peers' clocks a broker stops leading partitions, stamping "
@@ -261,7 +270,8 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
                           token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
                           repair_interval_s=args.repair_interval_s,
                           auto_partitions_grace_s=args.auto_partitions_grace_s,
-                          retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset)
+                          retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset,
+                          range_interval_s=args.range_interval_s, disk_free_min_bytes=args.disk_free_min_bytes)
     from ring.cluster.node import token_of
 
     try:

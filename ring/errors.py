@@ -27,6 +27,7 @@ plain text, with its status for each. Programmer errors are ``assert``s, not the
     |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
     +-- RequestTimeout              504  outcome unknown
     +-- StorageError                500  the local disk failed (local's fault)
+    +-- InsufficientStorage         507  a broker low on disk takes no new range
 
 ``CorruptBatch`` is also raised by the log reader on a damaged segment; the
 log catches it to cut a torn tail during recovery, so it never reaches a
@@ -149,3 +150,10 @@ class RequestTimeout(RingError):
 class StorageError(RingError):
     status = 500
     code = "storage_error"
+
+
+class InsufficientStorage(RingError):
+    """This broker's free disk is below its floor: it takes no new range (appends go on)."""
+
+    status = 507
+    code = "storage_full"

@@ -270,6 +270,33 @@ REPAIR_CHUNK_BYTES = 1 * MiB
 # every committed byte.
 REPAIR_REREAD_ROUNDS = 10
 
+# --- ranges (ring.ranges) ------------------------------------------------------
+
+# Holders of one range: a topic's replication factor is at most this (catalog.REPLICATION_FACTOR_MAX).
+RANGE_COPIES_MAX = 7
+# Ranges one partition's catalogue lists: 4 TiB of one partition in 64 MiB
+# segments; the catalogue (about 120 bytes a range) travels whole to every replica.
+RANGES_PER_PARTITION_MAX = 65_536
+# How often a partition's leader cuts new ranges, orders copies, hands its
+# catalogue to the replicas and trims their local tails (ring serve --range-interval-s).
+RANGE_INTERVAL_S_DEFAULT = 1.0
+# A leader hands an unchanged catalogue to its replicas again this often, so a
+# replica that missed a change, or restarted, has it again within this.
+RANGE_CATALOGUE_RESEND_S = 10.0
+# Copies of ranges one broker orders at once (as leader of its partitions):
+# each moves up to a segment's bytes between two brokers.
+RANGE_COPIES_IN_FLIGHT_MAX = 4
+# One copy: a holder pulls a range (at most SEGMENT_BYTES_MAX) and checks it;
+# 1 GiB at 10 MB/s fits, a stuck source does not hold a copy slot forever.
+RANGE_COPY_TIMEOUT_S = 300.0
+# Bytes a range is read and sent in (copies, checksums, scrubs): the event loop
+# serves requests between two chunks.
+RANGE_CHUNK_BYTES = 1 * MiB
+# A broker with less free disk than this takes no new range and says so in
+# gossip, so placement passes it over (ring serve --disk-free-min-bytes): its
+# disk stays for the appends of the partitions it holds.
+DISK_FREE_BYTES_MIN_DEFAULT = 1024 * MiB
+
 # --- consumer groups (ring.groups) -------------------------------------------
 
 # Partitions of the internal offsets topic: each is one coordinator's shard of

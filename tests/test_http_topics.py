@@ -24,7 +24,7 @@ def test_topic_crud(http: Http, broker: TestBroker, topic: str) -> None:
     assert doc["name"] == topic and doc["partition_count"] == 3 and doc["compression"] == "zstd"
     assert [p["partition"] for p in doc["partitions"]] == [0, 1, 2]
     p0 = doc["partitions"][0]
-    assert p0 == {"partition": 0, "earliest_offset": 0, "end_offset": 0, "high_watermark": 0,
+    assert p0 == {"partition": 0, "earliest_offset": 0, "local_start_offset": 0, "end_offset": 0, "high_watermark": 0,
                   "leader": "ring-0", "replicas": ["ring-0"], "epoch": 1, "replica_end_offsets": {"ring-0": 0}}
     assert http.create_topic(topic).status == 409
     listed = http.get("/v1/topics").json()["topics"]

@@ -56,6 +56,7 @@ from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.fsync import write_atomically
+from ring.ranges.manager import Ranges
 from ring.repair.driver import Repair
 from ring.replication import steps
 from ring.replication.leader import Streams
@@ -98,6 +99,7 @@ class ClusterBroker(Routing, Broker):
         self.session: aiohttp.ClientSession | None = None
         self.leadership = Leadership(self)
         self.repair = Repair(self)
+        self.ranges = Ranges(self)
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
@@ -113,6 +115,7 @@ class ClusterBroker(Routing, Broker):
 
     def open(self) -> None:
         self._open_dir()
+        self.ranges.open()
         me = EndpointState(self.name, self.token, self.client_addr, self.peer_addr,
                            generation=self.clock.wall_ms(), status="joining")
         seeds = [s.strip() for s in self.config.seeds if s.strip()]
@@ -143,11 +146,13 @@ class ClusterBroker(Routing, Broker):
         await self._reconcile()
         self.leadership.start()
         self.repair.start()
+        self.ranges.start()
 
     async def close(self) -> None:
         self.begin_shutdown()
         await self.leadership.close()
         await self.repair.close()
+        await self.ranges.close()
         if self._reconcile_task is not None:
             self._reconcile_task.cancel()
         for task in list(self._start_catchups.values()):
@@ -164,7 +169,8 @@ class ClusterBroker(Routing, Broker):
     def _load(self) -> dict[str, Any]:
         parts = self.replicas()
         return {"disk_bytes": sum(r.log.size_bytes for r in parts),
-                "partitions_led": sum(1 for r in parts if r.is_leader), "replicas": len(parts)}
+                "partitions_led": sum(1 for r in parts if r.is_leader), "replicas": len(parts),
+                **self.ranges.load()}
 
     def replicas(self) -> list[Replica]:
         return [r for ps in self._parts.values() for r in ps.values()]
@@ -314,6 +320,18 @@ class ClusterBroker(Routing, Broker):
 
         self._start_catchups[key] = asyncio.create_task(catch_up(), name=f"log start {rep.topic}/{rep.index}")
 
+    def _retained_elsewhere(self, part: Replica) -> bool:
+        return self.ranges.retains(part)
+
+    async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
+        """GET .../ranges: this broker's replica's catalogue, else a replica's."""
+        remote = self._remote_partition(topic, partition)
+        if remote is None:
+            rep = self.replica(topic, partition)
+            assert rep is not None
+            return self.ranges.describe(rep)
+        return await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/ranges")
+
     def _clock_changed(self, verdict: clocks.Verdict) -> None:
         self.clock_refusal = None if verdict.usable else (
             f"the clock of {self.name} is not used now ({verdict.state}): {verdict.reason}. Produce through another "
@@ -406,13 +424,16 @@ class ClusterBroker(Routing, Broker):
 
     def _describe_partition(self, cfg: TopicConfig, p: int) -> dict[str, Any]:
         leader = self.leadership.leader_of(cfg.name, p)
-        if p in self._parts.get(cfg.name, {}):
+        rep = self._parts.get(cfg.name, {}).get(p)
+        if rep is not None:
             doc = super()._describe_partition(cfg, p)
             doc["leader"] = leader
+            doc["earliest_offset"] = self.ranges.earliest(rep)  # below the local log: in ranges
+            doc["local_start_offset"] = rep.log.start_offset
             return doc
         replicas = self._replicas(cfg, p)
         return {"partition": p, "earliest_offset": None, "end_offset": None, "high_watermark": None,
-                "leader": leader, "replicas": replicas, "epoch": None,
+                "local_start_offset": None, "leader": leader, "replicas": replicas, "epoch": None,
                 "replica_end_offsets": {r: None for r in replicas}}
 
     # --- membership ------------------------------------------------------------------------
@@ -440,6 +461,7 @@ class ClusterBroker(Routing, Broker):
                              "behind": sum(not r.caught_up for r in reps), "repairing": self.repair.describe()}
         if self.membership is not None:
             doc["clock"] = self._clock_status()
+        doc["ranges"] = self.ranges.status()
         return doc
 
     def _clock_status(self) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class Routing(Broker):
     membership: Any
     peers: Any
     leadership: Any
+    ranges: Any  # ring.ranges.manager.Ranges
     rng: Any
     name: str
 
@@ -179,10 +180,21 @@ class Routing(Broker):
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
         remote = self._remote_partition(topic, partition)
+        rep = self.replica(topic, partition)
         if remote is None:
-            rep = self.replica(topic, partition)
             assert rep is not None
-            remote = self._leader_if_unheard_of(rep, offset)
+            if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
+                below = self.ranges.route(rep, offset, max_bytes)
+                if isinstance(below, FetchResult):
+                    return below
+                if below is not None:
+                    remote, offset = below
+            if remote is None:
+                remote = self._leader_if_unheard_of(rep, offset)
+        elif offset is not None:
+            held = self.ranges.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
+            if held is not None:
+                return held
         if remote is None:
             try:
                 return await super().fetch(topic, partition, offset, max_bytes, wait_ms)
@@ -194,15 +206,14 @@ class Routing(Broker):
         # The replica's answer arrives while other requests run: room for it is held
         # meanwhile (the caller holds what came, from the moment it returns). It may
         # exceed max_bytes by one batch (a read returns one whole batch at least).
-        url = self.rng.choice(remote)
         if offset is None:
-            # From the start: that replica's earliest offset first. Its stored batches come whole, so
+            # From the start: a replica's earliest offset first. Its stored batches come whole, so
             # the first may hold offsets below the start, and an empty answer's next offset is the start.
-            doc = await self.peers.json("GET", url, f"/v1/topics/{topic}/partitions/{partition}/offsets",
-                                        {"timestamp": "earliest"})
+            doc = await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                                           {"timestamp": "earliest"})
             offset = doc.get("offset") if isinstance(doc, dict) else None
             if type(offset) is not int or offset < 0:
-                raise Unavailable(f"the replica at {url} of {topic}/{partition} did not say where it starts",
+                raise Unavailable(f"no replica of {topic}/{partition} said where it starts",
                                   topic=topic, partition=partition)
         budget = answer.budget_of(self)
         max_bytes = budget.grant(max_bytes)
@@ -210,8 +221,35 @@ class Routing(Broker):
         # rather than the peer request's own timeout.
         wait_ms = min(wait_ms, limits.PROXIED_FETCH_WAIT_MS_MAX)
         with budget.hold(max_bytes):
-            data, hw = await self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms)
+            data, hw = await self._fetch_from(remote, topic, partition, offset, max_bytes, wait_ms)
+        if rep is not None and not rep.deleted:
+            hw = max(hw, rep.hw)  # a range's holder may know an older one
         return FetchResult(topic, partition, offset, data, hw, -1)
+
+    async def _fetch_from(self, urls: list[str], topic: str, partition: int, offset: int | None, max_bytes: int,
+                          wait_ms: int) -> tuple[bytes, int]:
+        """The first answer of the brokers at ``urls``, tried in a random order (one that does not
+        answer, or answers 5xx, passes to the next)."""
+        order = self.rng.sample(urls, len(urls))
+        for i, url in enumerate(order):
+            try:
+                return await self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms)
+            except (Unavailable, Relayed) as exc:
+                if i == len(order) - 1 or (isinstance(exc, Relayed) and exc.status < 500):
+                    raise
+        raise AssertionError("unreachable: at least one URL")
+
+    async def _ask_replicas(self, urls: list[str], method: str, path: str,
+                            params: dict[str, str] | None = None) -> Any:
+        """A client-API request to the first of ``urls`` that answers (random order)."""
+        order = self.rng.sample(urls, len(urls))
+        for i, url in enumerate(order):
+            try:
+                return await self.peers.json(method, url, path, params)
+            except (Unavailable, Relayed) as exc:
+                if i == len(order) - 1 or (isinstance(exc, Relayed) and exc.status < 500):
+                    raise
+        raise AssertionError("unreachable: at least one URL")
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high
@@ -264,10 +302,11 @@ class Routing(Broker):
             rep = self.replica(topic, partition)
             assert rep is not None
             remote = self._leader_if_unheard_of(rep, None)
-        if remote is None:
-            return super().offset_for_timestamp(topic, partition, timestamp)
-        return await self.peers.json("GET", self.rng.choice(remote),
-                                     f"/v1/topics/{topic}/partitions/{partition}/offsets", {"timestamp": timestamp})
+            if remote is None:
+                in_ranges = await self.ranges.offsets(rep, timestamp)
+                return in_ranges if in_ranges is not None else super().offset_for_timestamp(topic, partition, timestamp)
+        return await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                                        {"timestamp": timestamp})
 
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
         """On the leader's log (any broker forwards it there); replication carries the new start to the
@@ -276,7 +315,11 @@ class Routing(Broker):
         self.catalog.get(validate_topic_name(topic))
         leader = self.leadership.leader_of(topic, partition)
         if leader == self.name:
-            return await super().truncate(topic, partition, before_offset)
+            doc = await super().truncate(topic, partition, before_offset)
+            rep = self.replica(topic, partition)
+            if rep is not None:  # the ranges below go too, and the earliest offset may be in one
+                doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
+            return doc
         url = self.membership.client_url(leader) if leader is not None else None
         if url is None or not self.membership.alive(leader):
             raise Unavailable(f"the leader ({leader}) of {topic}/{partition} is not reachable; retry",

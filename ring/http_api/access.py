@@ -10,7 +10,7 @@ token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
                     relay); PolarStreams' GET /v1/brokers
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
     produce         POST /v1/topics/{topic}/messages (and PolarStreams' POST /v1/topic/{topic}/messages)
-    consume         fetch and offsets of {topic}; resetting a group's offsets of {topic};
+    consume         fetch, offsets and ranges of {topic}; resetting a group's offsets of {topic};
                     other group routes (join, poll, commit, leave, and PolarStreams' register, poll,
                     commit, goodbye) need consume on some topic
                     here, and consume on each topic they name or the member subscribed
@@ -76,6 +76,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/topic/{topic}/messages"): TOPIC_PRODUCE,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/messages"): TOPIC_CONSUME,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): TOPIC_CONSUME,
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/ranges"): TOPIC_CONSUME,
     ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate"): TOPIC_ADMIN,
     ("GET", "/metrics"): AUTHENTICATED,  # names and counts any token can list anyway: a scraper needs no grant
     ("GET", "/admin/trends"): AUTHENTICATED,  # the same counts, sampled for the admin page's charts

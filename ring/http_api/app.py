@@ -19,7 +19,7 @@ from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest, PayloadTooLarge
-from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi
+from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api
 from ring.http_api import budget as body_budget
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.middleware import errors_middleware
@@ -234,4 +234,5 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Appli
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
     groups_api.register(app)  # consumer groups
     cluster_api.register(app)  # membership changes (decommission)
+    ranges_api.register(app)  # where a partition's ranges live
     return app

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from ring import __version__, limits, metrics
-from ring.http_api import access, admin, cluster_api, groups_openapi
+from ring.http_api import access, admin, cluster_api, groups_openapi, ranges_api
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -190,7 +190,7 @@ def _document() -> dict[str, Any]:
                  "description": "A distributed, replicated event log served over plain HTTP."},
         "paths": {
             **admin.OPENAPI_PATHS, **metrics.OPENAPI_PATHS, **groups_openapi.OPENAPI_PATHS,
-            **cluster_api.OPENAPI_PATHS,
+            **cluster_api.OPENAPI_PATHS, **ranges_api.OPENAPI_PATHS,
             "/v1/status": {"get": {
                 "summary": "Broker status", "operationId": "status",
                 "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, retention_sweeps, "

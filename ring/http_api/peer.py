@@ -43,7 +43,7 @@ from aiohttp import web
 from ring import limits
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unauthorized, Unavailable
-from ring.http_api import codec
+from ring.http_api import codec, ranges_api
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.replication import election, follower, protocol
@@ -250,6 +250,7 @@ def make_peer_app(node: object, secret: str | None) -> web.Application:
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
     app.on_shutdown.append(_close_websockets)
+    ranges_api.register_peer(app)  # ring.ranges: catalogues, copies, audits
     return app
 
 

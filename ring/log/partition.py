@@ -157,6 +157,11 @@ class PartitionLog:
         """Base offset of every segment, oldest first (anti-entropy compares replicas segment by segment)."""
         return list(self._bases)
 
+    def closed_segments(self) -> list[tuple[int, int, int, int]]:
+        """(base offset, end offset, bytes, newest record timestamp) of every segment but the active one,
+        oldest first (ring.ranges cuts ranges at their ends)."""
+        return [(s.base_offset, s.end_offset, s.size, s.max_timestamp) for s in self._segments[:-1]]
+
     def begin_epoch(self, epoch: int) -> None:
         """Record that leader epoch ``epoch`` begins at the log end, before any batch of it.
 

@@ -45,7 +45,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "_ack_seq",
                  "_ack_deadlines", "_ack_timer",
-                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced")
+                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "catalogue")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -88,6 +88,7 @@ class Replica:
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
         self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
         self.synced = False  # took a leader's sync since it was opened (so its log start is the leader's)
+        self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
 
     # --- placement and leadership -----------------------------------------------------
 

@@ -1,0 +1,171 @@
+"""Reading offsets that live in ranges: fetches, offsets by timestamp, the ranges a partition has.
+
+A replica's log starts at its local tail; below it, down to the
+partition's earliest offset, the offsets are in ranges on other brokers.
+``route`` decides for a fetch there: answered from this broker's own copy
+of the range when it holds one, else the live holders' client URLs, which
+the fetch path proxies to as it proxies to replicas (the answer keeps its
+shape; the high watermark is this replica's). Ranges are committed closed
+segments, so a fetch in one never waits and never sees an uncommitted
+offset. A broker that holds a range but no replica of its partition
+answers fetches in it from its copy (``held``), which is what the Python
+client and sparkio ask when they read straight from the holders; any other
+fetch it gets goes to a replica as before. A copy that fails a CRC check is
+dropped on the spot and the read goes to another holder.
+
+Only an offset below the local log start comes here (one comparison on the
+fetch path): a fetch of a local offset costs nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from ring.broker import FetchResult
+from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
+from ring.ranges.catalogue import Catalogue, Range
+from ring.ranges.store import Key, RangeStore
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.ranges")
+
+
+class Reads:
+    # Provided by Ranges.
+    node: Any
+    store: RangeStore
+    _hw_heard: dict[Key, int]
+
+    def catalogue(self, rep: Replica) -> Catalogue:
+        raise NotImplementedError
+
+    def earliest(self, rep: Replica) -> int:
+        raise NotImplementedError
+
+    def created_ms(self, topic: str) -> int | None:
+        raise NotImplementedError
+
+    async def peer(self, method: str, name: str, path: str, **kw: Any) -> bytes:
+        raise NotImplementedError
+
+    async def move_start(self, rep: Replica, start: int) -> None:
+        raise NotImplementedError
+
+    # --- fetch ------------------------------------------------------------------------------
+
+    def route(self, rep: Replica, offset: int | None, max_bytes: int) -> FetchResult | tuple[list[str], int] | None:
+        """A fetch at ``offset`` (None: the earliest) on a replica, when it is below the local log:
+        the answer from our copy, or (holders' client URLs, offset) to proxy to; None when the local
+        log serves it."""
+        cat = self.catalogue(rep)
+        if not cat.ranges:
+            return None
+        local = rep.log.start_offset
+        earliest = cat.earliest(local)
+        if offset is None:
+            offset = earliest
+        if offset >= local:
+            return None
+        r = cat.find(offset) if offset >= earliest else None
+        if r is None:
+            raise OffsetOutOfRange(
+                f"offset {offset} is below the earliest offset of {rep.topic}/{rep.index} (earliest {earliest}, "
+                f"latest {rep.log.end_offset})", topic=rep.topic, partition=rep.index, earliest=earliest,
+                latest=rep.log.end_offset)
+        key = (rep.topic, rep.index)
+        mine = self.store.get(key, r.base)
+        if mine is not None and (mine.end, mine.checksum) == (r.end, r.checksum):
+            try:
+                data = self.store.read(key, offset, max_bytes)
+            except StorageError:
+                data = None  # dropped: another holder answers
+            if data is not None:
+                return FetchResult(rep.topic, rep.index, offset, data, rep.hw, earliest)
+        ms = self.node.membership
+        urls = [ms.client_url(h) for h in r.holders if h != self.node.name and ms.alive(h)]
+        urls = [u for u in urls if u]
+        if not urls:
+            raise Unavailable(f"no holder of range {r.base}-{r.end} of {rep.topic}/{rep.index} is alive "
+                              f"({', '.join(r.holders) or 'none yet'}); retry", topic=rep.topic, partition=rep.index)
+        return urls, offset
+
+    def held(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult | None:
+        """A fetch this broker answers from a range it holds for a partition it has no replica of."""
+        key = (topic, partition)
+        meta = self.store.find(key, offset)
+        if meta is None or meta.created_ms != self.created_ms(topic):
+            return None
+        try:
+            data = self.store.read(key, offset, max_bytes)
+        except StorageError:
+            return None
+        if data is None:
+            return None
+        hw = max(meta.end, self._hw_heard.get(key, 0))
+        return FetchResult(topic, partition, offset, data, hw, -1)
+
+    # --- offsets --------------------------------------------------------------------------------
+
+    async def offsets(self, rep: Replica, timestamp: str) -> dict[str, Any] | None:
+        """GET .../offsets when the answer is in the ranges; None when the local log answers it."""
+        cat = self.catalogue(rep)
+        if not cat.ranges or timestamp == "latest":
+            return None
+        earliest, local = self.earliest(rep), rep.log.start_offset
+        doc = {"topic": rep.topic, "partition": rep.index, "timestamp": timestamp}
+        if timestamp == "earliest":
+            return {**doc, "offset": earliest}
+        try:
+            ts = int(timestamp, 10)
+        except ValueError:
+            return None
+        for r in cat.ranges:
+            if r.base >= local:
+                break
+            if r.end <= earliest or r.max_timestamp < ts:
+                continue
+            found = await self._first_at(rep, r, ts)
+            if found is not None:
+                return {**doc, "offset": max(found, earliest)}
+        return None
+
+    async def _first_at(self, rep: Replica, r: Range, ts: int) -> int | None:
+        key = (rep.topic, rep.index)
+        mine = self.store.get(key, r.base)
+        if mine is not None and (mine.end, mine.checksum) == (r.end, r.checksum):
+            try:
+                return self.store.first_offset_at(key, r.base, ts)
+            except StorageError:
+                pass
+        why = "no holder is alive"
+        for h in r.holders:
+            if h == self.node.name or not self.node.membership.alive(h):
+                continue
+            try:
+                raw = await self.peer("GET", h, f"/peer/v1/ranges/{rep.topic}/{rep.index}/offset",
+                                      params={"base": str(r.base), "timestamp": str(ts)})
+                found = orjson.loads(raw).get("offset")
+                return found if type(found) is int else None
+            except (RingError, ValueError, AttributeError) as exc:
+                why = getattr(exc, "message", str(exc))
+        raise Unavailable(f"no holder of range {r.base}-{r.end} of {rep.topic}/{rep.index} answered ({why}); retry",
+                          topic=rep.topic, partition=rep.index)
+
+    def offset_in_held(self, topic: str, partition: int, base: int, ts: int) -> int | None:
+        """The peer route's answer: the first offset at or after ``ts`` in a range held here."""
+        if self.store.get((topic, partition), base) is None:
+            raise Unavailable(f"{self.node.name} holds no range {base} of {topic}/{partition}")
+        return self.store.first_offset_at((topic, partition), base, ts)
+
+    # --- truncation and description ---------------------------------------------------------------
+
+    async def truncated(self, rep: Replica, before_offset: int) -> int:
+        """After the leader's log took a truncation: the ranges below ``before_offset`` go too; the
+        partition's earliest offset."""
+        cat = self.catalogue(rep)
+        if cat.ranges and before_offset > cat.start:
+            await self.move_start(rep, before_offset)
+        return self.earliest(rep)
