@@ -7,6 +7,8 @@ holds ranges all the same, and answers fetches in them.
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -25,11 +27,11 @@ def ranges(m: Member, topic: str, partition: int = 0) -> dict:
     return r.json()
 
 
-def produce(m: Member, topic: str, start: int, n: int) -> None:
+def produce(m: Member, topic: str, start: int, n: int, consistency: str = "all") -> None:
     """Records ``v<i>`` for i in [start, start + n), 20 to a request, so segments roll often."""
     for i in range(start, start + n, 20):
         body = orjson.dumps([f"v{j}-" + "x" * 150 for j in range(i, min(i + 20, start + n))])
-        r = m.http.produce(topic, body, partition=0, consistency="all")
+        r = m.http.produce(topic, body, partition=0, consistency=consistency)
         assert r.status == 200, r.body
 
 
@@ -85,3 +87,101 @@ def test_ranges_spread_replicas_keep_a_tail_and_every_broker_reads_from_zero(mak
         assert earliest.status == 200 and earliest.json()["offset"] == 0, (m.name, earliest.body)
         first = m.http.fetch(topic, 0)  # no offset: from the earliest, in a range
         assert first.status == 200 and first.json()["records"][0]["offset"] == 0, (m.name, first.body)
+
+
+def wait_ms_past(t_ms: int) -> None:
+    """Return once the wall clock reads past ``t_ms`` (records produced after are stamped later)."""
+    wait_for(f"the clock passes {t_ms}", lambda: time.time() * 1000 > t_ms, timeout_s=5, interval_s=0.001)
+
+
+def test_turned_on_by_patch_then_timestamps_truncation_and_retention_go_through_ranges(make_cluster,
+                                                                                        topic: str) -> None:
+    c: TestCluster = make_cluster(4, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=SEGMENT).status == 201
+    produce(c[0], topic, 0, 200)
+    t_mid = int(time.time() * 1000) + 1
+    wait_ms_past(t_mid)
+    produce(c[0], topic, 200, 200)
+    assert ranges(c[1], topic)["ranges"] == []  # everything local: no ranges
+    r = c[1].http.request("PATCH", f"/v1/topics/{topic}", json_body={"local_retention_bytes": 0})
+    assert r.status == 200 and r.json()["local_retention_bytes"] == 0, r.body
+    wait_for("ranges below a trimmed local log", lambda: ranges(c[0], topic)["local_start_offset"] > 250, timeout_s=60)
+    for m in c:
+        at = m.http.get(f"/v1/topics/{topic}/partitions/0/offsets", query={"timestamp": str(t_mid)})
+        assert at.status == 200 and at.json()["offset"] == 200, (m.name, at.body)
+
+    r = c[2].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 50})
+    assert r.status == 200 and r.json()["earliest_offset"] == 50, r.body
+    for m in c:
+        wait_for(f"{m.name} starts at 50", lambda m=m: m.http.describe(topic)["partitions"][0]["earliest_offset"]
+                 in (50, None))
+        below = m.http.fetch(topic, 0, offset=49)
+        assert below.status == 416 and below.json()["earliest"] == 50, (m.name, below.status, below.body)
+        at = m.http.fetch(topic, 0, offset=50)
+        assert at.status == 200 and at.json()["records"][0]["offset"] == 50, (m.name, at.body)
+
+    # Retention by size over the whole partition: 400 records are about 70 KiB; keep 20 KiB.
+    r = c[3].http.request("PATCH", f"/v1/topics/{topic}", json_body={"retention_bytes": 20_000})
+    assert r.status == 200, r.body
+    doc = wait_for("retention drops the oldest ranges", lambda: (lambda d: d if d["earliest_offset"] > 200 else None)(
+        ranges(c[0], topic)), timeout_s=30)
+    earliest = doc["earliest_offset"]
+    assert doc["ranges"] == [] or doc["ranges"][0]["end_offset"] > earliest
+    assert sum(x["bytes"] for x in doc["ranges"] if not x["local"]) < 20_000
+    for m in c:
+        wait_for(f"{m.name}: below {earliest} is gone", lambda m=m: m.http.fetch(topic, 0, offset=earliest - 1)
+                 .status == 416)
+    held = wait_for("the holders let go of what retention dropped", lambda: (lambda bases: bases if all(
+        b >= doc["ranges"][0]["base_offset"] for b in bases) else None)(held_bases(c, topic)) if doc["ranges"] else True,
+        timeout_s=30)
+    assert held is not None
+    assert read_all_from(c[1], topic, earliest, 400) == [f"v{i}-" + "x" * 150 for i in range(earliest, 400)]
+
+
+def held_bases(c: TestCluster, topic: str) -> list[int]:
+    """Base offsets of every copy of a range of partition 0 any broker holds."""
+    out = []
+    for m in c:
+        r = m.peer.get(f"/peer/v1/ranges/{topic}/0", headers=m.auth)
+        assert r.status == 200, r.body
+        out += [b for b, _, _ in r.json()]
+    return out
+
+
+def read_all_from(m: Member, topic: str, start: int, end: int) -> list[str]:
+    out: list[str] = []
+    offset = start
+    for _ in range(10 * end):
+        if offset >= end:
+            break
+        r = m.http.fetch(topic, 0, offset=offset, max_records=10_000)
+        assert r.status == 200, (m.name, offset, r.status, r.body)
+        doc = r.json()
+        assert doc["records"] and doc["records"][0]["offset"] == offset, (m.name, offset, doc)
+        out += [rec["value"] for rec in doc["records"]]
+        offset = doc["next_offset"]
+    return out
+
+
+def test_a_new_leader_serves_the_ranges_and_cuts_more(make_cluster, topic: str) -> None:
+    # The old leader, killed, is taken off the ring after 4 s: its voter's place (and its ranges'
+    # copies) go to the broker that had none, and trimming, which waits for every voter, goes on.
+    c: TestCluster = make_cluster(4, *ARGS, "--down-grace-s", "4")
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    produce(c[0], topic, 0, 200)
+    wait_for("trimmed", lambda: ranges(c[0], topic)["local_start_offset"] > 100, timeout_s=60)
+    old = c.member(c.leaders(topic)[0])
+    old.kill()
+    others = [m for m in c if m is not old]
+    wait_for("a new leader", lambda: others[0].http.describe(topic)["partitions"][0]["leader"] not in (None, old.name))
+    for m in others:
+        assert read_all(m, topic, 200) == [f"v{i}-" + "x" * 150 for i in range(200)], m.name
+    produce(others[0], topic, 200, 200, consistency="quorum")
+    wait_for("the new leader cuts and trims past the new records",
+             lambda: ranges(others[0], topic)["local_start_offset"] > 300, timeout_s=60)
+    wait_for(f"every range has three holders again, none of them {old.name}", lambda: all(
+        len(x["holders"]) == 3 and old.name not in x["holders"] for x in ranges(others[1], topic)["ranges"]),
+        timeout_s=30)
+    for m in others:
+        assert read_all(m, topic, 400) == [f"v{i}-" + "x" * 150 for i in range(400)], m.name

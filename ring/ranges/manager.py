@@ -4,8 +4,8 @@ For every partition it leads whose topic has ``local_retention_bytes`` set
 (or whose catalogue lists ranges already), each round the leader:
 
 1. hands its catalogue to every live replica of the partition and merges
-   their answers (a new leader first learns what the old one wrote; nothing
-   below is done in a new term before every live replica answered once);
+   their answers (a new leader learns what the old one wrote: ranges below
+   its own log; a range it cuts again from its own log is newer and wins);
 2. applies retention to the whole partition (``plan.retention_start``): the
    catalogue's start moves, ranges below it go (their holders are told), and
    the local log follows when the new start is past its own;
@@ -222,7 +222,8 @@ class Ranges(Reads):
         if self._term.get(key) != epoch:
             self._term[key], self._seen[key] = epoch, {}
             self._handed.pop(key, None)
-        if not await self._exchange(rep) or not self._still_leads(rep, epoch):
+        await self._exchange(rep)
+        if not self._still_leads(rep, epoch):
             return
         now_ms = None if self.node.clock_refusal is not None else self.node.clock.wall_ms()
         await self._retain(rep, cfg, now_ms)
@@ -241,9 +242,9 @@ class Ranges(Reads):
         ms = self.node.membership
         return [m for m in rep.members() if m != self.node.name and ms.alive(m)]
 
-    async def _exchange(self, rep: Replica) -> bool:
-        """Hand the catalogue to the live replicas when it changed or is due again; merge their answers.
-        Whether every live replica has answered once in this term."""
+    async def _exchange(self, rep: Replica) -> None:
+        """Hand the catalogue to the live replicas when it changed or is due again (or they have not
+        answered in this term); merge their answers."""
         key = (rep.topic, rep.index)
         seen, cat = self._seen[key], self.catalogue(rep)
         members = self._live_members(rep)
@@ -264,7 +265,6 @@ class Ranges(Reads):
                 self.save(rep, merged)
             if all(a is not None for a in answers):
                 self._handed[key] = (cat.seq, now)
-        return all(m in seen for m in members)
 
     async def _hand(self, rep: Replica, member: str, body: bytes) -> Catalogue | None:
         try:
