@@ -487,6 +487,10 @@ CLIENT_CONNECTIONS_MAX = 128
 # partitions (an election on a busy cluster may take a few seconds).
 CLIENT_TOPIC_PROPAGATION_S_MAX = 10.0
 
+# How long the client trusts a partition's list of ranges (where it reads
+# offsets below the replicas' local tails): ranges move only when brokers
+# join or leave, and a holder that lost one proxies the read anyway.
+CLIENT_RANGES_MAX_AGE_MS = 10_000
 
 # --- security and abuse (ring.auth, ring.tls, ring.http_api.server) ---------
 

@@ -234,6 +234,10 @@ class BrokerClient:
                          query={"timestamp": timestamp_ms}, prefer=prefer)
         return doc.get("offset")
 
+    def ranges(self, topic: str, partition: int) -> dict[str, Any]:
+        """``GET .../ranges``: where the partition's ranges live (offsets below its replicas' local tails)."""
+        return self._json("GET", f"/v1/topics/{_quote(topic)}/partitions/{partition}/ranges")
+
     def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
         return self._json("POST", f"/v1/topics/{_quote(topic)}/partitions/{partition}/truncate",
                           {"before_offset": before_offset})

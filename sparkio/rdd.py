@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 from sparkio.client import BrokerClient
 from sparkio.failures import plain_iter
 from sparkio.fetch import read_records
+from sparkio.holders import by_range
 from sparkio.options import ReadOptions, parse_read_options
 from sparkio.planner import batch_ranges
 from sparkio.ranges import OffsetRange, split_ranges
@@ -91,7 +92,8 @@ def read_rdd(
         options["fetchMaxBytes"] = fetch_max_bytes
     opts = parse_read_options(options, streaming=False)
     with BrokerClient(opts.brokers) as client:
-        splits = split_ranges(batch_ranges(client, opts), opts.min_partitions, opts.max_records_per_partition)
+        splits = split_ranges(by_range(client, batch_ranges(client, opts)), opts.min_partitions,
+                              opts.max_records_per_partition)
     rdd = sc.parallelize(splits, max(len(splits), 1)).mapPartitions(
         functools.partial(_read_partition, opts), preservesPartitioning=True)
     return ReadResult(rdd, splits)

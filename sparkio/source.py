@@ -48,6 +48,7 @@ from sparkio import planner, stream_offsets
 from sparkio.client import BrokerClient
 from sparkio.failures import plain_errors, plain_iter
 from sparkio.fetch import read_split
+from sparkio.holders import by_range
 from sparkio.options import ReadOptions, _bool, lower_keys, parse_read_options
 from sparkio.ranges import OffsetRange, rate_limit, split_ranges
 from sparkio.schema import arrow_schema, spark_schema, to_arrow
@@ -99,7 +100,7 @@ class RingBatchReader(DataSourceReader):
     @plain_errors
     def partitions(self) -> list[SplitPartition]:
         with BrokerClient(self.opts.brokers) as client:
-            splits = _splits(self.opts, planner.batch_ranges(client, self.opts))
+            splits = _splits(self.opts, by_range(client, planner.batch_ranges(client, self.opts)))
         # Spark wants at least one partition even when there is nothing to read.
         return [SplitPartition(s) for s in splits] or [SplitPartition(None)]
 
@@ -188,7 +189,7 @@ class RingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[SplitPartition]:
         opts = self._options()
         with BrokerClient(opts.brokers) as client:
-            ranges = planner.stream_ranges(client, opts, start, end)
+            ranges = by_range(client, planner.stream_ranges(client, opts, start, end))
         return [SplitPartition(s) for s in _splits(opts, ranges)]
 
     def read(self, partition: SplitPartition) -> Iterator:

@@ -185,3 +185,36 @@ def test_a_new_leader_serves_the_ranges_and_cuts_more(make_cluster, topic: str) 
         timeout_s=30)
     for m in others:
         assert read_all(m, topic, 400) == [f"v{i}-" + "x" * 150 for i in range(400)], m.name
+
+
+def test_the_client_reads_a_backlog_straight_from_the_holders(make_cluster, topic: str) -> None:
+    from ring.client import Client
+
+    c: TestCluster = make_cluster(4, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    produce(c[0], topic, 0, 400)
+    doc = wait_for("trimmed", lambda: (lambda d: d if d["local_start_offset"] > 300 and all(
+        len(x["holders"]) == 3 for x in d["ranges"]) else None)(ranges(c[0], topic)), timeout_s=60)
+    replicas = c[0].http.describe(topic)["partitions"][0]["replicas"]
+    outsider = next(m for m in c if m.name not in replicas)
+    served_before = {m.name: m.http.status()["ranges"]["served_bytes"] for m in c}
+    answered: dict[str, int] = {}
+    values: list[str] = []
+    with Client(c[1].url) as client:
+        offset = 0
+        while offset < 400:
+            got = client.fetch(topic, 0, offset, max_records=10_000)
+            assert got.records and got.records[0].offset == offset, (offset, got)
+            values += [r.json() for r in got.records]
+            answered[got.broker] = answered.get(got.broker, 0) + len(got.records)
+            offset = got.next_offset
+    assert values == [f"v{i}-" + "x" * 150 for i in range(400)]
+    by_url = {m.url: m.name for m in c}
+    below = sum(n for x in doc["ranges"] for n in [x["end_offset"] - x["base_offset"]] if x["end_offset"] <= 300)
+    assert below >= 300
+    # The ranges were read from their holders, every holder its share: the outsider holds no
+    # replica, and answered from the copies it holds.
+    assert by_url.get(outsider.url) and answered.get(outsider.url), answered
+    served = {m.name: m.http.status()["ranges"]["served_bytes"] - served_before[m.name] for m in c}
+    assert served[outsider.name] > 0 and sum(1 for v in served.values() if v > 0) >= 3, served

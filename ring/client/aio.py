@@ -37,6 +37,7 @@ from ring.catalog import validate_topic_name
 from ring.client.batcher import Accumulator, BufferFull
 from ring.client.metadata import Metadata, backoff_ms, quote
 from ring.client.producer import NO_JSON, Partitioner, Producer, make_record, new_producer_id
+from ring.client.ranges import RangeMaps
 from ring.client.records import FetchResult, Headers, RecordMetadata, decode_fetch
 from ring.client.topology import TopicInfo, parse_brokers
 from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
@@ -120,6 +121,7 @@ class AsyncClient:
         # Counters for tests and operators (requests, batches, records, retries ...).
         self.stats: Counter[str] = Counter()
         self._meta: Metadata | None = None
+        self._ranges: RangeMaps | None = None
         self._transport: Transport | None = None
         self._producer: Producer | None = None
         self._sender: asyncio.Task | None = None
@@ -344,7 +346,12 @@ class AsyncClient:
         from the leader or, failing that, any replica; long-polls up to ``wait_ms``."""
         meta = self._start()
         validate_topic_name(topic)
-        await meta.topic(topic)
+        info = await meta.topic(topic)
+        holders: list[str] = []
+        if info.ranged and offset is not None:  # below the replicas' local tails: ask the range's holders
+            if self._ranges is None:
+                self._ranges = RangeMaps(meta)
+            holders = await self._ranges.urls(topic, partition, offset)
         params: dict[str, Any] = {"wait_ms": wait_ms, "max_records": max_records}
         if offset is not None:
             params["offset"] = offset
@@ -358,7 +365,8 @@ class AsyncClient:
             if attempt:
                 await asyncio.sleep(backoff_ms(attempt, self.retry_backoff_ms) / 1000)
                 await meta.refresh()
-            for url in sorted(meta.topology.read_urls(topic, partition), key=meta.recently_unreachable):
+            urls = list(dict.fromkeys([*holders, *meta.topology.read_urls(topic, partition)]))
+            for url in sorted(urls, key=meta.recently_unreachable):
                 self.stats["fetch_requests"] += 1
                 try:
                     reply = await self._transport.request(  # type: ignore[union-attr]

@@ -67,6 +67,7 @@ class TopicInfo:
     name: str
     partitions: tuple[PartitionInfo, ...]
     answered_by: str  # URL of the broker that described it: the fallback for unknown names
+    ranged: bool = False  # its partitions may keep only a local tail, the rest in ranges (ring.ranges)
 
     @property
     def partition_count(self) -> int:
@@ -100,7 +101,9 @@ def parse_topic(doc: Any, answered_by: str) -> TopicInfo:
     parts.sort(key=lambda p: p.partition)
     if [p.partition for p in parts] != list(range(len(parts))):
         raise BadRequest(f"topic {doc.get('name')!r} lists partitions out of order or with gaps")
-    return TopicInfo(str(doc.get("name", "")), tuple(parts), answered_by)
+    local_retention = doc.get("local_retention_bytes")
+    return TopicInfo(str(doc.get("name", "")), tuple(parts), answered_by,
+                     ranged=type(local_retention) is int and local_retention >= 0)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ class Ranges(Reads):
         self._scrubbed: dict[tuple[Key, int], float] = {}
         self._hw_heard: dict[Key, int] = {}
         self.ranges_cut = 0
+        self.bytes_served = 0
         self.segments_trimmed = 0
         self.rounds = 0
 
@@ -515,6 +516,7 @@ class Ranges(Reads):
 
     def status(self) -> dict[str, Any]:
         return {"held": sum(len(self.store.ranges(k)) for k in self.store.keys()), "held_bytes": self.store.bytes,
+                "served_bytes": self.bytes_served,
                 "cut": self.ranges_cut, "copied_in": self.copier.copies_in, "trimmed_segments": self.segments_trimmed,
                 "damaged_dropped": self.store.dropped, "refused_full": self.copier.refused_full,
                 "full": self.copier_full()}

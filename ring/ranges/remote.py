@@ -38,6 +38,7 @@ class Reads:
     node: Any
     store: RangeStore
     _hw_heard: dict[Key, int]
+    bytes_served: int  # fetch answers read from the copies held here
 
     def catalogue(self, rep: Replica) -> Catalogue:
         raise NotImplementedError
@@ -83,6 +84,7 @@ class Reads:
             except StorageError:
                 data = None  # dropped: another holder answers
             if data is not None:
+                self.bytes_served += len(data)
                 return FetchResult(rep.topic, rep.index, offset, data, rep.hw, earliest)
         ms = self.node.membership
         urls = [ms.client_url(h) for h in r.holders if h != self.node.name and ms.alive(h)]
@@ -104,6 +106,7 @@ class Reads:
             return None
         if data is None:
             return None
+        self.bytes_served += len(data)
         hw = max(meta.end, self._hw_heard.get(key, 0))
         return FetchResult(topic, partition, offset, data, hw, -1)
 
