@@ -29,7 +29,7 @@ from ring import limits
 from ring.hashing import partition_token
 from ring.localcluster import LocalCluster
 from tests.brokers import Http, TestBroker, TestCluster
-from tests.support import require
+from tests.support import require, wait_for
 
 expect = sync_api.expect
 
@@ -347,8 +347,8 @@ def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_br
         assert leaders == {"ring-0", "ring-1", "ring-2"}
         for i in range(3):  # gossiped load: each broker leads a third and follows the rest
             cells = second.broker_row(f"ring-{i}").locator("td")
-            expect(cells.nth(6)).to_have_text("4")
-            expect(cells.nth(7)).to_have_text("8")
+            expect(cells.nth(8)).to_have_text("4")
+            expect(cells.nth(9)).to_have_text("8")
             expect(second.broker_row(f"ring-{i}").locator(".broker-clock")).to_have_text("ok")
         # The charts add up every broker's samples: the 60 records went in through ring-2, not this page's broker.
         expect(second.locator(f'.topic-chart[data-topic="{name}"]')).to_have_attribute(
@@ -380,6 +380,40 @@ def test_a_broker_whose_clock_is_out_of_bounds_is_named_on_the_page(browser: Any
         for i in (0, 1):
             expect(p.broker_row(f"ring-{i}").locator(".broker-clock")).to_have_text("ok")
         expect(p.locator("#summary .clock-alert")).to_have_text("ring-2 clock out of bounds 1.0 d ahead")
+        assert not p.errors, p.errors
+    finally:
+        p.close()
+
+
+def test_where_a_partitions_ranges_live_and_each_brokers_disk(browser: Any, make_cluster: Any) -> None:
+    c = make_cluster(4, "--fsync", "interval:100", "--range-interval-s", "0.2")
+    name = "ranged-" + uuid.uuid4().hex[:6]
+    assert c[0].http.create_topic(name, partitions=1, replication_factor=3, segment_bytes=4096,
+                                  local_retention_bytes=0).status == 201
+    for _ in range(20):  # about 60 KiB: fifteen segments
+        assert c[0].http.produce(name, b"[" + b",".join([b'"' + b"y" * 300 + b'"'] * 10) + b"]",
+                                 partition=0).status == 200
+    # Done: every closed segment is a range on three holders, the replicas keep only the active one
+    # (13 records of 300 bytes fill a segment: it starts past 180).
+    doc = wait_for("ranges on three holders each, the replicas trimmed", lambda: (lambda d: d if d["ranges"] and
+                   d["ranges"][-1]["end_offset"] == d["local_start_offset"] > 180 and
+                   all(len(x["holders"]) == 3 for x in d["ranges"]) else None)(
+        c[0].http.get(f"/v1/topics/{name}/partitions/0/ranges").json()), timeout_s=60)
+    counts: dict[str, int] = {}
+    for x in doc["ranges"]:
+        for h in x["holders"]:
+            counts[h] = counts.get(h, 0) + 1
+    p = Page(browser, c[1].url + "/")
+    try:
+        p.topic_row(name).locator("button.link").click()
+        row = p.locator(f'tr[data-partitions-of="{name}"] table.partitions tbody tr')
+        expect(row).to_have_count(1)
+        cell = row.locator("td").nth(9)
+        expect(cell).to_contain_text(f"{len(doc['ranges'])} (")
+        for h, n in counts.items():
+            expect(cell.locator(f'[data-holder="{h}"]')).to_contain_text(f"×{n}")
+        for m in c:  # every broker holds ranges, shown beside its own logs and its free disk
+            expect(p.broker_row(m.name).locator("td").nth(6)).not_to_have_text("0 B", timeout=WAIT_MS)
         assert not p.errors, p.errors
     finally:
         p.close()

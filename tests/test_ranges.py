@@ -218,3 +218,83 @@ def test_the_client_reads_a_backlog_straight_from_the_holders(make_cluster, topi
     assert by_url.get(outsider.url) and answered.get(outsider.url), answered
     served = {m.name: m.http.status()["ranges"]["served_bytes"] - served_before[m.name] for m in c}
     assert served[outsider.name] > 0 and sum(1 for v in served.values() if v > 0) >= 3, served
+
+
+def stable(m: Member, topic: str, partition: int, past: int) -> dict:
+    """Wait until every closed segment of the partition is a range on three holders and the replicas
+    keep only their active segment (which starts past ``past``); the ranges answer."""
+    return wait_for("ranges done", lambda: (lambda d: d if d["ranges"] and d["ranges"][-1]["end_offset"] ==
+                    d["local_start_offset"] > past and all(len(x["holders"]) == 3 for x in d["ranges"]) else None)(
+        ranges(m, topic, partition)), timeout_s=60)
+
+
+def flip_bit(path, back: int) -> None:
+    """Flip one bit ``back`` bytes before the end of a file (inside the last batch's records)."""
+    with open(path, "r+b") as f:
+        f.seek(-back, 2)
+        b = f.read(1)
+        f.seek(-back, 2)
+        f.write(bytes([b[0] ^ 0x04]))
+
+
+def holds(m: Member, topic: str, base: int, checksum: str) -> bool:
+    r = m.peer.get(f"/peer/v1/ranges/{topic}/0", headers=m.auth)
+    return r.status == 200 and [base, checksum] in [[b, s] for b, _, s in r.json()]
+
+
+def test_a_flipped_bit_in_a_held_copy_is_never_served_and_the_copy_is_made_again(make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(4, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    produce(c[0], topic, 0, 400)
+    doc = stable(c[0], topic, 0, 350)
+    read, scrubbed = doc["ranges"][0], doc["ranges"][1]  # one found by a read, one by a scrub
+    by_read, by_scrub = c.member(read["holders"][0]), c.member(scrubbed["holders"][-1])
+    for r, m in ((read, by_read), (scrubbed, by_scrub)):
+        flip_bit(m.local.data_dir / "ranges" / topic / "0" / f"{r['base_offset']:020d}.log", 20)
+    # A read through the holder with the bad copy: its CRC check fails, another holder answers.
+    got = by_read.http.fetch(topic, 0, offset=read["base_offset"], max_records=10_000)
+    assert got.status == 200 and got.json()["records"][0]["value"] == f"v{read['base_offset']}-" + "x" * 150
+    expected = [f"v{i}-" + "x" * 150 for i in range(400)]
+    for m in c:
+        assert read_all(m, topic, 400) == expected, m.name
+    for r, m in ((read, by_read), (scrubbed, by_scrub)):  # the audit has the range copied to it again
+        wait_for(f"{m.name} holds a sound copy of range {r['base_offset']} again",
+                 lambda r=r, m=m: holds(m, topic, r["base_offset"], r["checksum"]), timeout_s=60)
+    assert by_read.http.status()["ranges"]["damaged_dropped"] >= 1
+    assert by_scrub.http.status()["ranges"]["damaged_dropped"] >= 1
+    wait_for("three holders again", lambda: all(len(x["holders"]) == 3 for x in ranges(c[0], topic)["ranges"]))
+    for m in c:
+        assert read_all(m, topic, 400) == expected, m.name
+
+
+def test_a_full_broker_takes_no_new_range_and_still_takes_appends(make_cluster, topic: str) -> None:
+    import subprocess
+    import sys
+
+    c: TestCluster = make_cluster(4, *ARGS)
+    full = c[3]
+    full.local.args += ["--disk-free-min-bytes", str(10**18)]  # more than any disk has free
+    full.restart()
+    c.wait_statuses({m.name: "up" for m in c})
+    wait_for("gossip says ring-3 is full", lambda: next(b for b in c[0].http.get("/v1/cluster").json()["brokers"]
+                                                        if b["name"] == full.name)["load"].get("ranges_full"))
+    assert c[0].http.create_topic(topic, partitions=4, replication_factor=3, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    doc = c[0].http.describe(topic)
+    assert any(full.name in p["replicas"] for p in doc["partitions"])
+    for p in range(4):  # appends go on, on the partitions the full broker holds too
+        for i in range(0, 200, 20):
+            body = orjson.dumps([f"p{p}-{j}-" + "x" * 150 for j in range(i, i + 20)])
+            r = c[0].http.produce(topic, body, partition=p, consistency="all")
+            assert r.status == 200, r.body
+    for p in range(4):
+        placed = stable(c[0], topic, p, 150)
+        assert all(full.name not in x["holders"] for x in placed["ranges"]), (p, placed)
+    order = {"base": 0, "end": 10, "size": 100, "checksum": "ab" * 20, "max_timestamp": 0,
+             "created_ms": doc["created_ms"], "sources": [c[0].name]}
+    refused = full.peer.post(f"/peer/v1/ranges/{topic}/0/copy", headers=full.auth, json_body=order)
+    assert refused.status == 507 and refused.json()["error"] == "storage_full", refused.body
+    human = subprocess.run([sys.executable, "-m", "ring", "cluster", "status", "--brokers", c[0].url],
+                           capture_output=True, timeout=60, check=True).stdout.decode()
+    assert "RANGES" in human and f"{full.name}: free disk below its floor" in human, human

@@ -4,8 +4,11 @@ One ``GET /v1/cluster`` through the client (a standalone broker shows as a
 cluster of one): per broker its status (up, suspect, down, joining, leaving),
 the failure detector's phi, its clock as it judges it against its peers'
 (ok, warning or OUT with its offset, unknown), ring token, partitions led,
-replicas held, disk used and client URL; the broker that answered is marked,
-and a broker whose clock is off is named below the table. The command exits 0
+replicas held, disk used by its partition logs and by the ranges it holds
+for other brokers' partitions (``ring.ranges``), its free disk (``full``
+below its floor: it takes no new range), and client URL; the broker that
+answered is marked, and a broker whose clock is off, or that is full, is
+named below the table. The command exits 0
 whenever a broker answered, whatever the statuses say: scripts read them
 from ``--json``.
 """
@@ -58,11 +61,12 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
     for b in brokers:
         load = b.get("load") or {}
         name = str(b.get("name")) + (" *" if b.get("name") == doc.get("self") else "")
+        free = _bytes(load.get("disk_free_bytes"))
         rows.append((name, b.get("status"), _phi(b.get("phi")), _clock(b.get("clock")), load.get("partitions_led"),
-                     load.get("replicas"),
-                     format_bytes(load["disk_bytes"]) if isinstance(load.get("disk_bytes"), int) else None,
-                     b.get("token"), b.get("client_url")))
-    ctx.say(table(["BROKER", "STATUS", "PHI", "CLOCK", "LEADS", "REPLICAS", "DISK", "TOKEN", "CLIENT URL"], rows))
+                     load.get("replicas"), _bytes(load.get("disk_bytes")), _bytes(load.get("range_bytes")),
+                     f"{free} full" if load.get("ranges_full") and free else free, b.get("token"), b.get("client_url")))
+    ctx.say(table(["BROKER", "STATUS", "PHI", "CLOCK", "LEADS", "REPLICAS", "DISK", "RANGES", "FREE", "TOKEN",
+                   "CLIENT URL"], rows))
     for b in brokers:
         clock = b.get("clock") if isinstance(b.get("clock"), dict) else {}
         offset = clock.get("offset_ms")
@@ -72,4 +76,11 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
                     "applies no time-based retention until it is back within bounds")
         elif clock.get("state") == "warning":
             ctx.say(f"{b.get('name')}: clock warning ({off}; still within the hard bound)")
+        if (b.get("load") or {}).get("ranges_full"):
+            ctx.say(f"{b.get('name')}: free disk below its floor (--disk-free-min-bytes): it takes no new range; "
+                    "the partitions it holds still take appends")
     return EXIT_OK
+
+
+def _bytes(value: Any) -> str | None:
+    return format_bytes(value) if isinstance(value, int) else None

@@ -33,6 +33,7 @@ const state = {
   topics: [],          // GET /v1/topics
   details: new Map(),  // topic -> GET /v1/topics/{t}
   leaderViews: new Map(), // topic -> Map(partition -> that partition's doc as its leader gives it)
+  ranges: new Map(),   // topic -> Map(partition -> GET .../ranges), for opened topics with local tails
   groups: [],
   groupsMissing: false,
   expanded: new Set(),
@@ -128,6 +129,7 @@ async function load() {
   described.forEach((t, i) => { if (docs[i].status === "fulfilled") details.set(t.name, docs[i].value); });
   state.details = details;
   await loadLeaderViews();
+  await loadRanges();
   state.trends = await loadTrends(state.brokers, state.self, (name) => LIVE.has(brokerStatus(name)));
 
   try {
@@ -169,6 +171,44 @@ async function loadLeaderViews() {
   }
   await Promise.all(calls);
   state.leaderViews = views;
+}
+
+// Where the ranges of an opened topic's partitions live (topics whose replicas keep a local tail).
+async function loadRanges() {
+  const out = new Map();
+  const calls = [];
+  for (const topic of state.expanded) {
+    const t = state.topics.find((x) => x.name === topic);
+    const doc = state.details.get(topic);
+    if (!t || !doc || !(t.local_retention_bytes >= 0)) continue;
+    const view = new Map();
+    out.set(topic, view);
+    for (const p of doc.partitions || []) {
+      calls.push(api("GET", `/v1/topics/${enc(topic)}/partitions/${p.partition}/ranges`)
+        .then((r) => view.set(p.partition, r)).catch(() => {}));
+    }
+  }
+  await Promise.all(calls);
+  state.ranges = out;
+}
+
+// A partition's ranges: how many, their bytes, and how many each broker holds.
+function rangesCell(doc) {
+  if (!doc) return el("span", { class: "muted" }, "—");
+  const ranges = doc.ranges || [];
+  if (!ranges.length) return el("span", { class: "muted" }, "none yet");
+  const per = new Map();
+  let bytes = 0;
+  for (const r of ranges) {
+    bytes += r.bytes || 0;
+    for (const h of r.holders || []) per.set(h, (per.get(h) || 0) + 1);
+  }
+  const unsafe = ranges.filter((r) => (r.holders || []).length < (r.copies || 0)).length;
+  return el("div", { class: "ranges", title: `local log from offset ${doc.local_start_offset}` },
+    el("span", {}, `${ranges.length} (${fmtBytes(bytes)})`),
+    ...[...per.entries()].sort().map(([h, n]) => el("span", { class: "replica", dataset: { holder: h } }, brokerChip(h),
+      el("span", { class: "lag" }, `×${n}`))),
+    unsafe ? el("span", { class: "warn" }, `${unsafe} copying`) : null);
 }
 
 function hasLag(p) {
@@ -335,6 +375,10 @@ function renderBrokers() {
       el("td", { class: "num" }, fmtPhi(b.phi)),
       el("td", { class: "broker-clock" }, clockCell(b.clock)),
       el("td", { class: "num" }, fmtBytes(load.disk_bytes)),
+      el("td", { class: "num" }, fmtBytes(load.range_bytes)),
+      el("td", { class: "num" }, load.ranges_full ? el("span", { class: "bad", title: "below its floor "
+        + "(--disk-free-min-bytes): takes no new range" }, `${fmtBytes(load.disk_free_bytes)} full`)
+        : fmtBytes(load.disk_free_bytes)),
       el("td", { class: "num" }, fmtNum(led)),
       el("td", { class: "num" }, fmtNum(followed)),
       el("td", {}, decommission));
@@ -392,9 +436,11 @@ function renderTopics() {
 }
 
 function partitionsTable(topic, doc) {
+  const ranged = state.ranges.has(topic);
   const head = el("thead", {}, el("tr", {},
-    ...["partition", "leader", "replicas (lag in records)", "epoch", "earliest", "end", "high watermark", "health"]
-      .map((h, i) => el("th", { class: i >= 3 && i <= 6 ? "num" : null }, h))));
+    ...["partition", "leader", "replicas (lag in records)", "epoch", "earliest", "end", "high watermark", "health",
+      ...(ranged ? ["local from", "ranges (holders ×count)"] : [])]
+      .map((h, i) => el("th", { class: (i >= 3 && i <= 6) || i === 8 ? "num" : null }, h))));
   const rows = (doc.partitions || []).map((p0) => {
     const p = partitionView(topic, p0);
     const ends = p.replica_end_offsets || {};
@@ -415,7 +461,9 @@ function partitionsTable(topic, doc) {
       el("td", { class: "num" }, fmtNum(p.earliest_offset)),
       el("td", { class: "num" }, fmtNum(p.end_offset)),
       el("td", { class: "num" }, fmtNum(p.high_watermark)),
-      el("td", {}, el("span", { class: health === "ok" ? "good" : health === "leaderless" ? "bad" : "warn" }, health)));
+      el("td", {}, el("span", { class: health === "ok" ? "good" : health === "leaderless" ? "bad" : "warn" }, health)),
+      ...(ranged ? [el("td", { class: "num" }, fmtNum(p.local_start_offset)),
+        el("td", {}, rangesCell(state.ranges.get(topic).get(p.partition)))] : []));
   });
   return el("table", { class: "partitions" }, head, el("tbody", {}, rows));
 }
@@ -506,6 +554,7 @@ function openSettings(t) {
   form.elements.partitions.value = t.partitions;
   form.elements.retention_ms.value = t.retention_ms;
   form.elements.retention_bytes.value = t.retention_bytes;
+  form.elements.local_retention_bytes.value = t.local_retention_bytes ?? -1;
   form.elements.consistency.value = t.consistency || "quorum";
   form.elements.auto_partitions.checked = Boolean(t.auto_partitions);
   $("#settings").returnValue = "";
@@ -518,7 +567,7 @@ function settingsDialog() {
     if (dialog.returnValue !== "ok" || !settingsTopic) return;
     const t = settingsTopic, form = $("#settings-form");
     const changes = {};
-    for (const field of ["partitions", "retention_ms", "retention_bytes"]) {
+    for (const field of ["partitions", "retention_ms", "retention_bytes", "local_retention_bytes"]) {
       const v = form.elements[field].value;
       if (v !== "" && Number(v) !== t[field]) changes[field] = Number(v);
     }
