@@ -112,7 +112,7 @@ def test_turned_on_by_patch_then_timestamps_truncation_and_retention_go_through_
 
     r = c[2].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 50})
     assert r.status == 200 and r.json()["earliest_offset"] == 50, r.body
-    for m in c:
+    for m in c:  # the replicas take it through replication; the holders of the range were told first
         wait_for(f"{m.name} starts at 50", lambda m=m: m.http.describe(topic)["partitions"][0]["earliest_offset"]
                  in (50, None))
         below = m.http.fetch(topic, 0, offset=49)

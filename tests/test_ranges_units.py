@@ -253,3 +253,20 @@ def test_a_flipped_bit_is_found_by_a_read_and_by_a_scrub(tmp_path: Path) -> None
     with pytest.raises(StorageError):
         store.read(("t", 0), end - 1, 1 << 20)
     assert store.get(("t", 0), 0) is None and store.dropped == 1  # dropped: its leader copies it again
+
+
+def test_nothing_below_the_partitions_start_is_served_and_the_start_is_kept(tmp_path: Path) -> None:
+    data, end = log_bytes(tmp_path)
+    store = RangeStore(tmp_path / "ranges")
+    store.open()
+    take(store, meta_of(data, end), data)
+    store.set_start(("t", 0), 12)
+    assert store.read(("t", 0), 11, 1 << 20) is None and store.read(("t", 0), 12, 1 << 20)
+    store.set_start(("t", 0), 5)  # never back
+    assert store.start(("t", 0)) == 12
+    store.close()
+    again = RangeStore(tmp_path / "ranges")
+    again.open()
+    assert again.start(("t", 0)) == 12 and again.read(("t", 0), 11, 1 << 20) is None
+    again.set_start(("t", 0), end)  # past the whole range: it goes
+    assert again.get(("t", 0), 0) is None

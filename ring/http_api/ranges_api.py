@@ -19,6 +19,8 @@ Peer port (behind the cluster secret, like every peer route):
 * ``GET /peer/v1/ranges/{t}/{p}``: the ranges held here, ``[[base, end,
   checksum], ...]`` (the leader's audit).
 * ``DELETE /peer/v1/ranges/{t}/{p}?base=``: drop a held range.
+* ``POST /peer/v1/ranges/{t}/{p}/start?offset=``: the partition starts
+  there (retention, truncation): nothing below is served from here.
 * ``GET /peer/v1/ranges/{t}/{p}/offset?base=&timestamp=``: the first offset
   at or after ``timestamp`` in a held range.
 """
@@ -179,6 +181,13 @@ async def drop(request: web.Request) -> web.Response:
     return _json({"dropped": base})
 
 
+async def start(request: web.Request) -> web.Response:
+    ranges = _ranges_of(_node(request))
+    offset = _int(request, "offset")
+    ranges.store.set_start(_key(request), offset)
+    return _json({"start": ranges.store.start(_key(request))})
+
+
 async def offset(request: web.Request) -> web.Response:
     ranges = _ranges_of(_node(request))
     topic, partition = _key(request)
@@ -192,6 +201,7 @@ PEER_ROUTES = [
     ("GET", "/peer/v1/ranges/{topic}/{partition}/bytes", range_bytes),
     ("GET", "/peer/v1/ranges/{topic}/{partition}", held),
     ("DELETE", "/peer/v1/ranges/{topic}/{partition}", drop),
+    ("POST", "/peer/v1/ranges/{topic}/{partition}/start", start),
     ("GET", "/peer/v1/ranges/{topic}/{partition}/offset", offset),
 ]
 

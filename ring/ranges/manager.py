@@ -285,12 +285,16 @@ class Ranges(Reads):
         await self.move_start(rep, start)
 
     async def move_start(self, rep: Replica, start: int) -> None:
-        """The partition starts at ``start`` (retention, truncation): the catalogue first (saved), then
-        the local log; the holders of ranges wholly below let go of them."""
+        """The partition starts at ``start`` (retention, truncation): the catalogue first (saved, and
+        handed to the replicas), then the local log; the holders of ranges wholly below let go of
+        them, and those of the range holding ``start`` serve nothing below it from then on."""
         cat = self.catalogue(rep).copy()
         gone = cat.move_start(start)
         if cat.start != self.catalogue(rep).start:
             self.save(rep, cat)
+            if (rep.topic, rep.index) in self._seen:
+                self._handed.pop((rep.topic, rep.index), None)
+                await self._exchange(rep)
         if start > rep.log.start_offset:
             await self.node.commits.idle(rep)
             if rep.is_leader and not rep.deleted and start > rep.log.start_offset:
@@ -299,24 +303,39 @@ class Ranges(Reads):
         for r in gone:
             for h in r.holders:
                 self._let_go(rep, h, r.base)
+        first = cat.ranges[0] if cat.ranges else None
+        if first is not None and first.base < cat.start:  # it holds offsets below the start: not to be served
+            told = [self._tell(rep, h, "POST", "/start", {"offset": str(cat.start)}) for h in first.holders]
+            await asyncio.wait([t for t in told if t is not None] or [asyncio.sleep(0)],
+                               timeout=limits.PEER_REQUEST_TIMEOUT_S)
 
     def _let_go(self, rep: Replica, holder: str, base: int) -> None:
+        if holder == self.node.name:
+            self.store.drop((rep.topic, rep.index), base, "no longer placed here")
+            return
+        self._tell(rep, holder, "DELETE", "", {"base": str(base)})
+
+    def _tell(self, rep: Replica, holder: str, method: str, what: str,
+              params: dict[str, str]) -> asyncio.Task[None] | None:
+        """A request to a holder in the background (one that misses it hears it from the next audit)."""
         key = (rep.topic, rep.index)
         if holder == self.node.name:
-            self.store.drop(key, base, "no longer placed here")
-            return
+            if what == "/start":
+                self.store.set_start(key, int(params["offset"]))
+            return None
         if not self.node.membership.alive(holder):
-            return  # the audit tells it when it is back
+            return None
 
         async def tell() -> None:
             try:
-                await self.peer("DELETE", holder, ranges_path(*key), params={"base": str(base)})
+                await self.peer(method, holder, ranges_path(*key) + what, params=params)
             except RingError as exc:
-                log.debug("%s/%d: telling %s to drop range %d: %s", key[0], key[1], holder, base, exc)
+                log.debug("%s/%d: %s %s%s to %s: %s", key[0], key[1], method, what, params, holder, exc)
 
-        task = asyncio.create_task(tell(), name=f"range drop {key} {base}")
+        task = asyncio.create_task(tell(), name=f"ranges {method} {key}")
         self._tasks.append(task)
         task.add_done_callback(self._tasks.remove)
+        return task
 
     async def _cut(self, rep: Replica, cfg: TopicConfig) -> None:
         cat = self.catalogue(rep)
@@ -440,9 +459,12 @@ class Ranges(Reads):
         """Ask every live broker on the ring which ranges of ``rep`` it holds: holders that lost or
         spoiled a copy leave the range's holders (it is copied again), others drop what is not theirs."""
         key, epoch = (rep.topic, rep.index), rep.epoch
+        start = self.catalogue(rep).start
         for _, name in self.node.membership.ring.brokers:
             if not self.node.membership.alive(name):
                 continue
+            if start:
+                self._tell(rep, name, "POST", "/start", {"offset": str(start)})
             held = await self._held_by(name, key)
             if held is None or not self._still_leads(rep, epoch):
                 continue

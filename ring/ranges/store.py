@@ -41,6 +41,7 @@ log = logging.getLogger("ring.ranges")
 
 META_SUFFIX = ".range"
 PART_SUFFIX = ".part"
+START_FILE = "start"  # the partition's start offset as its leader last said: nothing below is served
 DIGEST_BYTES = 20
 
 Key = tuple[str, int]
@@ -74,6 +75,7 @@ class RangeStore:
         self.interval = index_interval
         self._held: dict[Key, dict[int, Held]] = {}
         self._bases: dict[Key, list[int]] = {}
+        self._starts: dict[Key, int] = {}
         self.bytes = 0
         self.dropped = 0  # copies found damaged (read or scrub) and removed
 
@@ -92,6 +94,10 @@ class RangeStore:
     def _open_partition(self, key: Key, pdir: Path) -> None:
         for stray in pdir.glob("*" + PART_SUFFIX):
             stray.unlink(missing_ok=True)
+        try:
+            self._starts[key] = int((pdir / START_FILE).read_bytes())
+        except (OSError, ValueError):
+            pass
         for meta_path in sorted(pdir.glob("*" + META_SUFFIX)):
             try:
                 meta = Meta(**orjson.loads(meta_path.read_bytes()))
@@ -115,7 +121,7 @@ class RangeStore:
     # --- lookups --------------------------------------------------------------------------
 
     def keys(self) -> list[Key]:
-        return sorted(self._held)
+        return sorted(set(self._held) | set(self._starts))
 
     def ranges(self, key: Key) -> list[Meta]:
         held = self._held.get(key, {})
@@ -125,9 +131,25 @@ class RangeStore:
         h = self._held.get(key, {}).get(base)
         return h.meta if h is not None else None
 
+    def start(self, key: Key) -> int:
+        return self._starts.get(key, 0)
+
+    def set_start(self, key: Key, start: int) -> None:
+        """The partition starts at ``start`` (never back): offsets below are not served from here."""
+        if start <= self._starts.get(key, 0):
+            return
+        d = self.directory(key)
+        d.mkdir(parents=True, exist_ok=True)
+        write_atomically(d / START_FILE, b"%d" % start)
+        self._starts[key] = start
+        for meta in self.ranges(key):
+            if meta.end <= start:
+                self.drop(key, meta.base, "below its partition's start")
+
     def find(self, key: Key, offset: int) -> Meta | None:
+        """The held range holding ``offset`` (at or past the partition's start), or None."""
         bases = self._bases.get(key)
-        if not bases:
+        if not bases or offset < self._starts.get(key, 0):
             return None
         i = bisect.bisect_right(bases, offset) - 1
         if i < 0:
@@ -218,6 +240,7 @@ class RangeStore:
     def drop_partition(self, key: Key, why: str) -> None:
         for base in list(self._bases.get(key, [])):
             self.drop(key, base, why)
+        self._starts.pop(key, None)
         shutil.rmtree(self.directory(key), ignore_errors=True)
 
     def _add(self, key: Key, h: Held) -> None:
