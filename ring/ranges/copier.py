@@ -92,7 +92,7 @@ class Copier:
                     await self.ranges.peer("POST", target, ranges_path(*key) + "/copy", body=orjson.dumps(doc),
                                            timeout_s=limits.RANGE_COPY_TIMEOUT_S)
             except RingError as exc:
-                log.info("%s/%d: copying range %d-%d to %s failed: %s", key[0], key[1], r.base, r.end, target,
+                log.debug("%s/%d: copying range %d-%d to %s failed: %s", key[0], key[1], r.base, r.end, target,
                          exc.message)
                 return
         self.ranges.copied(rep, epoch, r, target)

@@ -1,11 +1,13 @@
 """The brokers of a chaos run: real ``ring serve`` processes placed by a ``Network``, and how to read them.
 
-``ChaosCluster`` starts three brokers (``ring.localcluster.LocalBroker``,
+``ChaosCluster`` starts the network's brokers (``ring.localcluster.LocalBroker``,
 each behind its network's command prefix, so in its own namespace when there
 is one), with the peer port, seeds, cluster secret, fsync policy and
 advertised address the network gives; it kills, pauses, resumes and restarts
 them by the PID it started, and speaks HTTP to them from the harness's event
-loop. Reads for the checker come from here: a partition read through one
+loop. ``spare`` brokers are made but not started: they join later (``join``),
+and a broker decommissioned leaves ``members`` (the brokers the run reads and
+waits for). Reads for the checker come from here: a partition read through one
 broker's client API to its high watermark (stored batches, decoded here),
 and one replica's own log read on its peer port (``/peer/v1/replicas``) for
 comparing replicas after healing. Blocking process calls (start, wait until
@@ -59,7 +61,8 @@ def decode_batches(data: bytes, from_offset: int = 0) -> tuple[list[tuple[int, s
 
 
 class ChaosCluster:
-    def __init__(self, root: Path, network: Network, fsync: str, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, root: Path, network: Network, fsync: str, extra_args: tuple[str, ...] = (),
+                 spare: int = 0) -> None:
         self.root, self.network, self.fsync = Path(root), network, fsync
         self.secret = secrets.token_hex(16)
         places = network.places
@@ -77,6 +80,7 @@ class ChaosCluster:
                 log_path=self.root / f"{name}.log", prefix=place.prefix))
         self.paused: set[int] = set()
         self.session: aiohttp.ClientSession | None = None
+        self.members: list[int] = list(range(len(self.brokers) - spare))  # started, and not decommissioned
 
     # --- processes ------------------------------------------------------------------------
 
@@ -106,11 +110,38 @@ class ChaosCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S, connect=3))
         await self.network.start(self.pids)
-        for b in self.brokers:
-            b.start(wait=False)
-        for b in self.brokers:
-            await asyncio.to_thread(b.wait_ready, JOIN_TIMEOUT_S)
+        for i in self.members:
+            self.brokers[i].start(wait=False)
+        for i in self.members:
+            await asyncio.to_thread(self.brokers[i].wait_ready, JOIN_TIMEOUT_S)
         await self.wait_all_up(JOIN_TIMEOUT_S)
+
+    async def join(self, i: int) -> None:
+        """Start a spare broker: it joins the ring."""
+        assert i not in self.members
+        await asyncio.to_thread(self.brokers[i].start, True)
+        self.members.append(i)
+
+    async def decommission(self, i: int) -> bool:
+        """Take broker i off the ring through another member; it stays running (and a member) until
+        ``retire``. Whether a broker took the request."""
+        name = self.brokers[i].name
+        for j in self.members:
+            if j == i or not self.answering(j):
+                continue
+            try:
+                status, _, _ = await self.request("POST", f"{self.url(j)}/v1/cluster/brokers/{name}/decommission")
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                continue
+            if status == 200:
+                return True
+        return False
+
+    async def retire(self, i: int) -> None:
+        """A decommissioned broker stops, and the run no longer reads through it or waits for it."""
+        if i in self.members:
+            self.members.remove(i)
+        await asyncio.to_thread(self.brokers[i].stop)
 
     async def restart(self, i: int) -> None:
         b = self.brokers[i]
@@ -196,7 +227,7 @@ class ChaosCluster:
 
     async def leaders(self, topic: str) -> dict[int, int]:
         """Partition -> index of its leader, as the first answering broker sees it."""
-        for i in range(self.size):
+        for i in self.members:
             if self.answering(i):
                 parts = await self.describe(topic, i)
                 if parts:
@@ -214,9 +245,10 @@ class ChaosCluster:
     async def wait_all_up(self, timeout_s: float) -> bool:
         """Until every broker sees every broker up; False when that did not happen in time."""
         deadline = time.monotonic() + timeout_s
+        names = {self.brokers[i].name for i in self.members}
         while time.monotonic() < deadline:
-            views = [await self.statuses(i) for i in range(self.size)]
-            if all(len(v) == self.size and set(v.values()) == {"up"} for v in views):
+            views = [await self.statuses(i) for i in self.members]
+            if all(v and all(v.get(n) == "up" for n in names) for v in views):
                 return True
             await asyncio.sleep(0.3)
         return False
@@ -253,28 +285,30 @@ class ChaosCluster:
 
     async def replica_copy(self, i: int, topic: str, partition: int, source: str,
                            at_s: float) -> tuple[ReplicaCopy, list[Read]]:
-        """Broker i's own stored batches of a partition up to its log end (the peer port)."""
+        """Broker i's own stored batches of a partition from its log start (offsets below are in ranges,
+        when its topic keeps a local tail) up to its log end (the peer port)."""
         name = self.brokers[i].name
         ids: list[BatchId] = []
         reads: list[Read] = []
-        offset, end = 0, None
+        offset, end = None, None
         url = f"{self.peer_url(i)}/peer/v1/replicas/{topic}/{partition}"
         for _ in range(READ_ROUNDS_MAX):
+            params = {"max_bytes": str(READ_BYTES_MAX), **({} if offset is None else {"offset": str(offset)})}
             try:
-                status, headers, body = await self.request(
-                    "GET", url, params={"offset": str(offset), "max_bytes": str(READ_BYTES_MAX)},
-                    headers={"Ring-Cluster-Secret": self.secret})
+                status, headers, body = await self.request("GET", url, params=params,
+                                                           headers={"Ring-Cluster-Secret": self.secret})
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 return ReplicaCopy(name, partition, tuple(ids), end, exc.__class__.__name__), reads
             if status != 200:
                 error = f"{status} {body[:200].decode('utf-8', 'replace')}"
                 return ReplicaCopy(name, partition, tuple(ids), end, error), reads
             end = int(headers["Ring-Log-End-Offset"])
+            start = int(headers["Ring-Log-Start-Offset"]) if offset is None else offset
             try:
-                records, batch_ids = decode_batches(body, offset)
+                records, batch_ids = decode_batches(body, start)
             except RingError as exc:
                 return ReplicaCopy(name, partition, tuple(ids), end, f"bad batches: {exc}"), reads
-            ids += [b for b in batch_ids if b[0] + b[3] > offset]
+            ids += [b for b in batch_ids if b[0] + b[3] > start]
             reads += [Read(source, name, partition, o, v, at_s, ts) for o, v, ts in records]
             if not batch_ids or ids[-1][0] + ids[-1][3] >= end:
                 return ReplicaCopy(name, partition, tuple(ids), end), reads

@@ -153,7 +153,47 @@ class Faults:
         """(broker, partition): the leader of a random partition, as a live broker sees it now."""
         p = self.rng.randrange(self.partitions)
         leaders = await self.cluster.leaders(self.topic)
-        return leaders.get(p, p % self.cluster.size), p
+        return leaders.get(p, self.cluster.members[p % len(self.cluster.members)]), p
+
+    # --- ranges ----------------------------------------------------------------------------
+
+    def range_files(self, i: int) -> list[Path]:
+        """The range copies broker i holds (ring.ranges: one segment file each)."""
+        root = self.cluster.brokers[i].data_dir / "ranges" / self.topic
+        return sorted(root.glob("*/*.log")) if root.exists() else []
+
+    async def a_holder(self) -> int:
+        """A running member holding range copies (any member when none holds one yet)."""
+        held = [i for i in self.cluster.members if self.cluster.running(i) and self.range_files(i)]
+        return self.rng.choice(held or self.cluster.members)
+
+    def flip_range_bit(self, i: int) -> bool:
+        """Flip one random bit of a random range copy broker i holds; False when it holds none."""
+        files = self.range_files(i)
+        if not files:
+            return False
+        path = self.rng.choice(files)
+        size = path.stat().st_size
+        position, bit = self.rng.randrange(size), self.rng.randrange(8)
+        flip(path, position, bit)
+        self.event(f"bit flip on {self.name(i)}: range {path.parent.name}/{path.name} byte {position} bit {bit} "
+                   f"(of {size} bytes)")
+        return True
+
+    async def join(self, i: int) -> None:
+        self.event(f"start {self.name(i)}: it joins the ring")
+        await self.cluster.join(i)
+        self.event(f"{self.name(i)} ready")
+
+    async def decommission(self, i: int) -> bool:
+        ok = await self.cluster.decommission(i)
+        self.event(f"decommission {self.name(i)}" + ("" if ok else ": no broker took the request"))
+        return ok
+
+    async def retire(self, i: int) -> None:
+        await self.cluster.retire(i)
+        self.killed.discard(i)
+        self.event(f"{self.name(i)}, decommissioned, stopped")
 
     async def kill(self, i: int) -> None:
         self.cluster.kill(i)
@@ -196,7 +236,8 @@ class Faults:
         for i in sorted(self.cluster.paused):
             self.resume(i)
         for i in sorted(self.killed):
-            await self.restart(i)
+            if i in self.cluster.members:
+                await self.restart(i)
         for i in sorted(self.skewed):
             await self.skew_clock(i, None)
 

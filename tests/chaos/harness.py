@@ -77,11 +77,12 @@ class RunSpec:
 
 
 def _network(spec: RunSpec) -> Network:
+    scenario = SCENARIOS[spec.scenario]
     if spec.transport == "netns":
         return NetnsNetwork(netns.Namespaces.existing(spec.netns["hub"], spec.netns["brokers"]))
     if spec.transport == "proxy":
-        return ProxyNetwork(3)
-    return Loopback(3)
+        return ProxyNetwork(scenario.brokers + scenario.spare)
+    return Loopback(scenario.brokers + scenario.spare)
 
 
 async def run(spec: RunSpec) -> dict[str, Any]:
@@ -94,7 +95,7 @@ async def run(spec: RunSpec) -> dict[str, Any]:
     now = lambda: time.monotonic() - t0  # noqa: E731
     history = History(meta={"spec": asdict(spec), "fsync": scenario.fsync,
                             "wall_ms_at_start": int(time.time() * 1000) - int((time.monotonic() - t0) * 1000)})
-    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync, scenario.args)
+    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync, scenario.args, scenario.spare)
     result: dict[str, Any] = {"spec": asdict(spec), "scenario": scenario.what, "fsync": scenario.fsync,
                               "network": cluster.network.name, "seconds": spec.seconds, "error": "",
                               "drained": False}
@@ -122,11 +123,13 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
     scenario = SCENARIOS[spec.scenario]
     await cluster.start()
     history.events.append((round(now(), 3), "cluster up"))
+    tail = {"local_retention_bytes": 0} if scenario.ranges else {}  # ranges: the replicas keep their active segment
     await cluster.create_topic(name=TOPIC, partitions=PARTITIONS, replication_factor=3,
-                               consistency=spec.consistency, segment_bytes=SEGMENT_BYTES)
+                               consistency=spec.consistency, segment_bytes=SEGMENT_BYTES, **tail)
     idempotent = await broker_takes_producer_ids(cluster)
     history.meta["idempotent_producers"] = idempotent
-    load = Load(TOPIC, PARTITIONS, spec.consistency, spec.seconds, run_tag=f"s{spec.seed}")
+    load = Load(TOPIC, PARTITIONS, spec.consistency, spec.seconds, run_tag=f"s{spec.seed}",
+                backlog_readers=2 if scenario.ranges else 0)
     workload = Workload(cluster, load, history, rng, now, idempotent)
     sampler = SizeSampler(cluster, TOPIC, PARTITIONS)
     faults = Faults(cluster, TOPIC, PARTITIONS, history, random.Random(rng.random()), now, sampler)
@@ -168,15 +171,24 @@ async def _run(spec: RunSpec, cluster: ChaosCluster, history: History, rng: rand
         if history.group_committed is None:
             history.drain_errors.append("the group's committed offsets could not be read")
     result["drained"] = True
-    history.meta["partitions"] = {i: await cluster.describe(TOPIC, i) for i in range(cluster.size)}
+    history.meta["partitions"] = {i: await cluster.describe(TOPIC, i) for i in cluster.members}
     await faults.sample_starts()
     if "timestamp_probe" in history.meta:
         await faults.probe_timestamps()
 
 
 async def _copies(cluster: ChaosCluster, now) -> list[tuple[ReplicaCopy, list]]:
+    """Each partition's replicas' own logs (from their log start: with a local tail, what is below is in
+    ranges, read through the client API by the drain)."""
+    placed: dict[int, list[int]] = {}
+    for i in cluster.members:
+        parts = await cluster.describe(TOPIC, i)
+        if parts:
+            placed = {p["partition"]: [cluster.index(r) for r in p["replicas"] if r in cluster.names
+                                       and cluster.index(r) in cluster.members] for p in parts}
+            break
     return [await cluster.replica_copy(i, TOPIC, p, REPLICA, now())
-            for p in range(PARTITIONS) for i in range(cluster.size)]
+            for p in range(PARTITIONS) for i in placed.get(p) or cluster.members]
 
 
 async def _converge(cluster: ChaosCluster, now, timeout_s: float) -> float | None:
@@ -194,7 +206,7 @@ async def _converge(cluster: ChaosCluster, now, timeout_s: float) -> float | Non
 
 
 async def _drain(cluster: ChaosCluster, history: History, now) -> None:
-    for i in range(cluster.size):
+    for i in cluster.members:
         for p in range(PARTITIONS):
             reads, error = await cluster.read_partition(i, TOPIC, p, FINAL, now())
             history.reads += reads
@@ -215,7 +227,8 @@ def run_isolated(spec: RunSpec) -> dict[str, Any]:
     root = Path(spec.root)
     root.mkdir(parents=True, exist_ok=True)
     netns.remove_stale()
-    with netns.Namespaces(3) as ns:
+    scenario = SCENARIOS[spec.scenario]
+    with netns.Namespaces(scenario.brokers + scenario.spare) as ns:
         spec.netns = {"hub": ns.hub, "brokers": ns.brokers}
         cmd = [*ns.prefix(None), sys.executable, "-m", "tests.chaos", "one", json.dumps(asdict(spec))]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

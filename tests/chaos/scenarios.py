@@ -51,6 +51,9 @@ class Scenario:
     duration_s: float = 60.0
     short_s: float = 15.0
     args: tuple[str, ...] = ()  # more `ring serve` flags for every broker
+    brokers: int = 3  # started at the beginning
+    spare: int = 0  # made but not started: they join during the run
+    ranges: bool = False  # the topic keeps a local tail; the rest is in ranges (ring.ranges), read back from 0
 
 
 async def no_faults(ctx: Ctx) -> None:
@@ -223,6 +226,75 @@ async def consumer_kill(ctx: Ctx) -> None:
         await f.restart(victim)
 
 
+# --- ranges (ring.ranges): the topic's replicas keep their active segment, the rest is on holders ---------
+
+
+async def range_holder_kill(ctx: Ctx) -> None:
+    """Every 10 s: SIGKILL a broker holding range copies (backlog readers are reading them), restart it 5 s
+    later."""
+    period_s, down_s = 10.0, 5.0
+    await ctx.sleep(WARMUP_S + 3)
+    for _ in range(100):
+        if ctx.left_s < down_s + 1:
+            return
+        began = time.monotonic()
+        victim = await ctx.faults.a_holder()
+        await ctx.faults.kill(victim)
+        await ctx.sleep(down_s)
+        await ctx.faults.restart(victim)
+        if ctx.short:
+            return
+        await ctx.sleep(period_s - (time.monotonic() - began))
+
+
+async def range_holder_isolate(ctx: Ctx) -> None:
+    """Cut a broker holding range copies off from the other brokers (clients still reach it) for 12 s (8 s
+    short), heal, again after 8 s."""
+    cut_s = 8.0 if ctx.short else 12.0
+    await ctx.sleep(WARMUP_S + 3)
+    for _ in range(100):
+        if ctx.left_s < cut_s:
+            return
+        ctx.faults.isolate(await ctx.faults.a_holder())
+        await ctx.sleep(cut_s)
+        ctx.faults.heal()
+        if ctx.short:
+            return
+        await ctx.sleep(8.0)
+
+
+async def range_bit_flip(ctx: Ctx) -> None:
+    """Every 4 s: flip one bit in a random range copy of a random holder (one flip in the short run)."""
+    await ctx.sleep(WARMUP_S + 3)
+    for _ in range(100):
+        if ctx.left_s < 2:
+            return
+        f = ctx.faults
+        holders = [i for i in f.cluster.members if f.range_files(i)]
+        if holders:
+            f.flip_range_bit(f.rng.choice(holders))
+            if ctx.short:
+                return
+        await ctx.sleep(4.0)
+
+
+async def range_join_decommission(ctx: Ctx) -> None:
+    """A new broker joins a third of the way in (ranges and replicas move to it); a third later another
+    broker is decommissioned (its ranges and replicas move away) and, a little before the end, stopped."""
+    f = ctx.faults
+    spare = next(i for i in range(f.cluster.size) if i not in f.cluster.members)
+    third = ctx.left_s / 3
+    await ctx.sleep(third)
+    await f.join(spare)
+    await ctx.sleep(ctx.left_s / 2)
+    victim = f.rng.choice([i for i in f.cluster.members if i != spare])
+    if await f.decommission(victim):
+        await ctx.sleep(ctx.left_s - 2)
+        await f.retire(victim)
+
+
+RANGE_ARGS = ("--range-interval-s", "0.5", "--repair-interval-s", "2")
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("none", "no faults", no_faults, short_s=8.0),
     Scenario("leader-kill", "SIGKILL a leader every 10 s, restart after 5 s", leader_kill, short_s=12.0),
@@ -242,4 +314,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("consumer-kill", "group members polling through random brokers are killed; the group's coordinator "
              "and a forwarding broker SIGSTOPped 5 s each, a broker cut off 4 s, one SIGKILLed", consumer_kill,
              partitions=True, groups=True, short_s=14.0),
+    Scenario("range-holder-kill", "5 brokers, a local tail and ranges: SIGKILL a range holder every 10 s, restart "
+             "after 5 s, while readers go over every partition from offset 0", range_holder_kill, short_s=14.0,
+             brokers=5, ranges=True, args=RANGE_ARGS),
+    Scenario("range-holder-isolate", "5 brokers, a local tail and ranges: a range holder cut off from the other "
+             "brokers for 12 s (8 s short)", range_holder_isolate, partitions=True, short_s=16.0, brokers=5,
+             ranges=True, args=RANGE_ARGS),
+    Scenario("range-bit-flip", "5 brokers, a local tail and ranges: a bit flipped in a random range copy every "
+             "4 s (once short)", range_bit_flip, short_s=12.0, brokers=5, ranges=True, args=RANGE_ARGS),
+    Scenario("range-join-decommission", "4 brokers, a local tail and ranges: a fifth joins, then one of the "
+             "others is decommissioned and stopped, while ranges move", range_join_decommission, short_s=30.0,
+             brokers=4, spare=1, ranges=True, args=RANGE_ARGS),
 ]}

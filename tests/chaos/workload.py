@@ -61,6 +61,7 @@ class Load:
     rate_per_producer_hz: float = 25.0
     writes_per_producer_max: int = 50_000
     run_tag: str = "r"
+    backlog_readers: int = 0  # readers going over whole partitions from offset 0 again and again
 
 
 def keys_for(producers: int, partitions: int) -> list[str]:
@@ -118,6 +119,7 @@ class Workload:
         async with aiohttp.ClientSession(connector=connector) as self.session:
             tasks = [asyncio.create_task(self._producer(i, deadline)) for i in range(self.load.producers)]
             tasks += [asyncio.create_task(self._consumer(j, deadline)) for j in range(self.load.consumers)]
+            tasks += [asyncio.create_task(self._backlog(j, deadline)) for j in range(self.load.backlog_readers)]
             await asyncio.gather(*tasks)
 
     async def probe(self, timeout_s: float) -> float | None:
@@ -142,7 +144,7 @@ class Workload:
         return None if pending else round(time.monotonic() - began, 1)
 
     def _target(self) -> int:
-        return self.rng.randrange(self.cluster.size)
+        return self.rng.choice(self.cluster.members)
 
     async def _producer(self, i: int, deadline: float) -> None:
         key, gap = self.keys[i], 1.0 / self.load.rate_per_producer_hz
@@ -234,12 +236,32 @@ class Workload:
             self.history.fetches_ok += 1
             next_offset[p] = max(next_offset[p], got)
 
-    async def _fetch(self, p: int, offset: int) -> int | None:
+    async def _backlog(self, j: int, deadline: float) -> None:
+        """Read a random partition from offset 0 to where it ends, through a random broker per fetch (the
+        oldest offsets are in ranges on other brokers when the topic keeps a local tail); again."""
+        for _ in range(1_000_000):
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return
+            p, offset = self.rng.randrange(self.load.partitions), 0
+            for _ in range(100_000):
+                if self.stop.is_set() or time.monotonic() >= deadline:
+                    return
+                got = await self._fetch(p, offset, wait_ms=0)
+                if got is None:
+                    self.history.fetches_failed += 1
+                    await asyncio.sleep(BACKOFF_S)
+                    continue
+                self.history.fetches_ok += 1
+                if got <= offset:
+                    break
+                offset = got
+
+    async def _fetch(self, p: int, offset: int, wait_ms: int = FETCH_WAIT_MS) -> int | None:
         """One long-poll from a random broker; the next offset, None when it failed."""
         assert self.session is not None
         i = self._target()
         url = f"{self.cluster.url(i)}/v1/topics/{self.load.topic}/partitions/{p}/messages"
-        params = {"offset": str(offset), "max_bytes": str(READ_BYTES_MAX), "wait_ms": str(FETCH_WAIT_MS)}
+        params = {"offset": str(offset), "max_bytes": str(READ_BYTES_MAX), "wait_ms": str(wait_ms)}
         try:
             async with self.session.get(url, params=params, headers={"Accept": CT_BATCHES},
                                         timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S, connect=3)) as r:
@@ -260,7 +282,7 @@ class Workload:
 
 async def broker_takes_producer_ids(cluster: ChaosCluster) -> bool:
     """Whether produce documents ``producer_id`` and ``sequence`` (idempotent producers)."""
-    for i in range(cluster.size):
+    for i in cluster.members:
         doc = await cluster.get_json(i, "/v1/openapi.json")
         if doc:
             op = doc.get("paths", {}).get("/v1/topics/{topic}/messages", {}).get("post", {})
