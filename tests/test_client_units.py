@@ -327,3 +327,15 @@ def test_pause_gives_buffered_records_back_and_seek_moves_the_position() -> None
         pos.seek(("t", 9), 0)
     revoked, added = pos.assign([("t", 1)])
     assert revoked == [("t", 0)] and added == [] and ("t", 0) not in pos.fetched
+
+
+def test_a_topic_described_by_a_broker_without_its_replicas() -> None:
+    # A broker that holds no replica of a partition describes it with null offsets and epoch (the
+    # partition's leader and replicas are still named): the client once failed on int(None).
+    doc = {"name": "t", "partitions": [{"partition": 0, "leader": "a", "replicas": ["a", "b", "c"], "epoch": None,
+                                        "earliest_offset": None, "end_offset": None, "high_watermark": None,
+                                        "local_start_offset": None}]}
+    info = parse_topic(doc, "http://d")
+    p = info.partitions[0]
+    assert (p.leader, p.replicas, p.epoch, p.high_watermark, p.earliest_offset, p.end_offset) == (
+        "a", ("a", "b", "c"), 0, 0, 0, 0)

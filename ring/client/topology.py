@@ -93,10 +93,11 @@ def parse_topic(doc: Any, answered_by: str) -> TopicInfo:
     parts = []
     for p in doc["partitions"]:
         replicas = p.get("replicas") or ([p["leader"]] if p.get("leader") else [])
+        # A broker without a replica of the partition describes its offsets and epoch as null.
         parts.append(PartitionInfo(
             partition=int(p["partition"]), leader=p.get("leader"), replicas=tuple(replicas),
-            epoch=int(p.get("epoch", 0)), high_watermark=int(p.get("high_watermark", 0)),
-            earliest_offset=int(p.get("earliest_offset", 0)), end_offset=int(p.get("end_offset", 0)),
+            epoch=int(p.get("epoch") or 0), high_watermark=int(p.get("high_watermark") or 0),
+            earliest_offset=int(p.get("earliest_offset") or 0), end_offset=int(p.get("end_offset") or 0),
         ))
     parts.sort(key=lambda p: p.partition)
     if [p.partition for p in parts] != list(range(len(parts))):
