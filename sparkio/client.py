@@ -211,8 +211,8 @@ class BrokerClient:
         doc = self._json("GET", "/v1/topics")
         return sorted(t["name"] if isinstance(t, dict) else str(t) for t in doc.get("topics", []))
 
-    def describe_topic(self, topic: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/topics/{_quote(topic)}")
+    def describe_topic(self, topic: str, prefer: Iterable[str] = ()) -> dict[str, Any]:
+        return self._json("GET", f"/v1/topics/{_quote(topic)}", prefer=prefer)
 
     def create_topic(self, topic: str, partitions: int | None = None, **config: Any) -> dict[str, Any]:
         doc = {"name": topic, **config}

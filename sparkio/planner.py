@@ -74,7 +74,10 @@ def partition_states(client: BrokerClient, sub: Subscription, *, missing_ok: boo
                 continue  # a pattern match deleted since the listing
             raise errors.UnknownTopic(f"topic {topic!r} does not exist", topic=topic) from None
         created = int(doc.get("created_ms") or 0)
+        asked: dict[str, dict[str, Any]] = {}
         for p in doc.get("partitions", []):
+            if p.get("earliest_offset") is None or p.get("high_watermark") is None:
+                p = _from_replica(client, topic, p, by_name, asked)
             key = (topic, int(p["partition"]))
             out[key] = PartitionState(topic, key[1], int(p["earliest_offset"]), int(p["high_watermark"]),
                                       _replica_urls(p, by_name), created)
@@ -84,6 +87,19 @@ def partition_states(client: BrokerClient, sub: Subscription, *, missing_ok: boo
             raise errors.UnknownPartition(f"assigned partitions do not exist: {missing}")
         out = {tp: st for tp, st in out.items() if tp in set(sub.assign)}
     return dict(sorted(out.items()))
+
+
+def _from_replica(client: BrokerClient, topic: str, p: Mapping[str, Any], by_name: Mapping[str, str],
+                  asked: dict[str, dict[str, Any]]) -> Mapping[str, Any]:
+    """A partition's description by one of its replicas: a broker holding none describes its offsets as
+    null."""
+    for url in _replica_urls(p, by_name):
+        if url not in asked:
+            asked[url] = client.describe_topic(topic, prefer=[url])
+        for q in asked[url].get("partitions", []):
+            if q.get("partition") == p.get("partition") and q.get("high_watermark") is not None:
+                return q
+    raise errors.Unavailable(f"no replica of {topic}/{p.get('partition')} described its offsets", topic=topic)
 
 
 @dataclass(frozen=True)
