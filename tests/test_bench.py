@@ -354,3 +354,18 @@ def test_spark_part_summary_and_report():
     assert "| 2.00 s, 2.0 CPU s | 0.50 s, 1.0 CPU s | 0.25 | 0.50 |" in text
     assert "FLAGGED" not in text and "0.80 s, 1.0 CPU s, of which 0.30 s (0.4 CPU s) with no rows" in text
     assert "spark" in cases.GROUPS
+
+
+@pytest.mark.integration
+def test_the_ranges_measurement_runs_on_a_small_cluster(tmp_path: Path) -> None:
+    """``python -m ring.bench.ranges`` end to end on four brokers and small segments (its figures belong
+    to docs/BENCHMARKS.md; here: that it measures what it says)."""
+    from ring.bench import ranges
+
+    r = ranges.measure(tmp_path / "c", 4, 6, 128 * 1024, spark=False)
+    assert r["ranges"] >= 6 and len(r["disk_bytes"]) == 4
+    assert all(rep["local_start_offset"] > 0 for rep in r["replicas"].values()) and len(r["replicas"]) == 3
+    loop = r["fetch_loop"]
+    assert loop["record_bytes"] == r["records"] * (ranges.RECORD_BYTES - 15)
+    assert abs(sum(loop["served_share"].values()) - 1) < 0.01 and loop["brokers_serving"] >= 3
+    assert "| replica |" in ranges.markdown(r)

@@ -63,6 +63,10 @@ _TOPIC_CONFIG = {
         "compression": {"enum": ["none", "zstd", "lz4"], "default": "none"},
         "consistency": {"enum": ["one", "quorum", "all"], "default": "quorum",
                         "description": "consistency of produces that do not say"},
+        "local_retention_bytes": {"type": "integer", "minimum": -1, "default": -1,
+                                  "description": "bytes of closed segments each replica keeps once they are safe "
+                                                 "as ranges on other brokers (GET .../ranges); -1: everything "
+                                                 "local, no ranges"},
     },
 }
 
@@ -82,7 +86,8 @@ _TOPIC_CHANGE = {
                                  {"const": "auto"}],
                        "description": "a larger count (it never shrinks), or \"auto\" to grow with the groups"},
         **{k: _TOPIC_CONFIG["properties"][k]
-           for k in ("auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency")},
+           for k in ("auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency",
+                     "local_retention_bytes")},
     },
 }
 
@@ -220,6 +225,8 @@ def _document() -> dict[str, Any]:
                 "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
                         "description": _DESCRIBE_DOC,
                         "responses": {"200": _ok("settings, internal, and partitions: [{partition, earliest_offset, "
+                                                 "local_start_offset (where the replica's own log starts; below "
+                                                 "it, down to earliest_offset, the offsets are in ranges), "
                                                  "end_offset, high_watermark, leader, replicas, epoch, "
                                                  "replica_end_offsets}]",
                                                  {"type": "object"}),
