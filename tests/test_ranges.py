@@ -298,3 +298,28 @@ def test_a_full_broker_takes_no_new_range_and_still_takes_appends(make_cluster, 
     human = subprocess.run([sys.executable, "-m", "ring", "cluster", "status", "--brokers", c[0].url],
                            capture_output=True, timeout=60, check=True).stdout.decode()
     assert "RANGES" in human and f"{full.name}: free disk below its floor" in human, human
+
+
+def test_a_replica_that_lost_its_disk_serves_the_ranges_before_its_leader_hands_it_the_catalogue(
+        make_cluster, topic: str) -> None:
+    import shutil
+
+    c: TestCluster = make_cluster(4, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    produce(c[0], topic, 0, 300)
+    doc = stable(c[0], topic, 0, 250)
+    leader = c.leaders(topic)[0]
+    follower = next(c.member(n) for n in c[0].http.describe(topic)["partitions"][0]["replicas"] if n != leader)
+    follower.kill()
+    shutil.rmtree(follower.local.data_dir)  # a new disk: it comes back knowing nothing
+    follower.restart()
+    wait_for(f"{follower.name} follows again from the leader's log start", lambda: follower.http.describe(topic)
+             ["partitions"][0]["local_start_offset"] == doc["local_start_offset"], timeout_s=30)
+    # Before its leader hands it the catalogue (unchanged: up to RANGE_CATALOGUE_RESEND_S), reads through it
+    # below its log start are asked of the leader, and it asks the leader for the catalogue itself.
+    first = follower.http.fetch(topic, 0, offset=0)
+    assert first.status == 200 and first.json()["records"][0]["offset"] == 0, first.body
+    assert read_all(follower, topic, 300) == [f"v{i}-" + "x" * 150 for i in range(300)]
+    wait_for(f"{follower.name} has the catalogue", lambda: ranges(follower, topic)["earliest_offset"] == 0
+             and len(ranges(follower, topic)["ranges"]) == len(doc["ranges"]), timeout_s=5)

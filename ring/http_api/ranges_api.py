@@ -11,6 +11,8 @@ Peer port (behind the cluster secret, like every peer route):
 
 * ``POST /peer/v1/ranges/{t}/{p}/catalogue``: a leader's catalogue
   (msgpack); the answer is this replica's, merged with it and saved first.
+  ``GET`` the same path: this replica's catalogue (a follower whose log
+  starts past the ranges it knows of asks its leader).
 * ``POST /peer/v1/ranges/{t}/{p}/copy``: hold a range (JSON order: offsets,
   size, checksum, sources); answered once the copy is verified and on disk,
   507 when this broker's free disk is below its floor.
@@ -147,6 +149,11 @@ async def catalogue(request: web.Request) -> web.Response:
     return web.Response(body=_ranges_of(node).on_catalogue(topic, partition, body), content_type=CT_MSGPACK)
 
 
+async def get_catalogue(request: web.Request) -> web.Response:
+    topic, partition = _key(request)
+    return web.Response(body=_ranges_of(_node(request)).catalogue_bytes(topic, partition), content_type=CT_MSGPACK)
+
+
 async def copy(request: web.Request) -> web.Response:
     node = _node(request)
     topic, partition = _key(request)
@@ -197,6 +204,7 @@ async def offset(request: web.Request) -> web.Response:
 
 PEER_ROUTES = [
     ("POST", "/peer/v1/ranges/{topic}/{partition}/catalogue", catalogue),
+    ("GET", "/peer/v1/ranges/{topic}/{partition}/catalogue", get_catalogue),
     ("POST", "/peer/v1/ranges/{topic}/{partition}/copy", copy),
     ("GET", "/peer/v1/ranges/{topic}/{partition}/bytes", range_bytes),
     ("GET", "/peer/v1/ranges/{topic}/{partition}", held),

@@ -76,6 +76,7 @@ class Ranges(Reads):
         self._saved: dict[Key, int] = {}  # catalogue seq last saved
         self._scrubbed: dict[tuple[Key, int], float] = {}
         self._hw_heard: dict[Key, int] = {}
+        self._pulled: dict[Key, float] = {}  # when a follower last asked its leader for the catalogue
         self.ranges_cut = 0
         self.bytes_served = 0
         self.segments_trimmed = 0
@@ -171,6 +172,39 @@ class Ranges(Reads):
         if merged != mine:
             self.save(rep, merged)
         return merged.dumps()
+
+    def catalogue_bytes(self, topic: str, partition: int) -> bytes:
+        """GET .../catalogue: this replica's catalogue (a follower that lacks it asks its leader)."""
+        rep = self.node.replica(topic, partition)
+        if rep is None or rep.deleted:
+            raise Unavailable(f"{self.node.name} holds no replica of {topic}/{partition}", topic=topic,
+                              partition=partition)
+        return self.catalogue(rep).dumps()
+
+    def pull_catalogue(self, rep: Replica) -> None:
+        """Ask the leader for its catalogue (in the background, at most once a second per partition)."""
+        key, now = (rep.topic, rep.index), self.node.clock.monotonic()
+        if now - self._pulled.get(key, -1e9) < 1.0 or self.node._closing:
+            return
+        self._pulled[key] = now
+        leader = self.node.leadership.leader_of(rep.topic, rep.index)
+        if leader is None or leader == self.node.name:
+            return
+
+        async def pull() -> None:
+            try:
+                theirs = Catalogue.loads(await self.peer("GET", leader, ranges_path(*key) + "/catalogue"))
+            except (RingError, ValueError) as exc:
+                log.debug("%s/%d: asking %s for the catalogue: %s", key[0], key[1], leader, exc)
+                return
+            if not rep.deleted:
+                merged = self.catalogue(rep).merge(theirs)
+                if merged != self.catalogue(rep):
+                    self.save(rep, merged)
+
+        task = asyncio.create_task(pull(), name=f"ranges pull {key}")
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
 
     # --- talking to other brokers ----------------------------------------------------------------
 

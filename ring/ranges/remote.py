@@ -59,13 +59,21 @@ class Reads:
 
     def route(self, rep: Replica, offset: int | None, max_bytes: int) -> FetchResult | tuple[list[str], int] | None:
         """A fetch at ``offset`` (None: the earliest) on a replica, when it is below the local log:
-        the answer from our copy, or (holders' client URLs, offset) to proxy to; None when the local
-        log serves it."""
+        the answer from our copy, or (client URLs of holders, or of the leader, offset) to proxy to;
+        None when the local log serves it."""
         cat = self.catalogue(rep)
+        local = rep.log.start_offset
+        earliest = cat.earliest(local) if cat.ranges else local
+        if earliest == local and local > 0 and self._incomplete(rep):
+            # Our log starts past the ranges we know of: a follower whose leader has not handed it the
+            # catalogue yet (a new replica). The leader knows; we ask it for the catalogue meanwhile.
+            self.pull_catalogue(rep)
+            leader = self.node.leadership.leader_of(rep.topic, rep.index)
+            url = self.node.membership.client_url(leader) if leader and leader != self.node.name else None
+            if url and self.node.membership.alive(leader):
+                return [url], offset if offset is not None else None
         if not cat.ranges:
             return None
-        local = rep.log.start_offset
-        earliest = cat.earliest(local)
         if offset is None:
             offset = earliest
         if offset >= local:
@@ -93,6 +101,19 @@ class Reads:
             raise Unavailable(f"no holder of range {r.base}-{r.end} of {rep.topic}/{rep.index} is alive "
                               f"({', '.join(r.holders) or 'none yet'}); retry", topic=rep.topic, partition=rep.index)
         return urls, offset
+
+    def _incomplete(self, rep: Replica) -> bool:
+        """Whether this follower's catalogue may lack ranges below its log (its topic makes ranges)."""
+        if rep.is_leader:
+            return False
+        cfg = self._config(rep.topic)
+        return cfg is not None and cfg.local_retention_bytes >= 0
+
+    def _config(self, topic: str) -> Any:
+        raise NotImplementedError
+
+    def pull_catalogue(self, rep: Replica) -> None:
+        raise NotImplementedError
 
     def held(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult | None:
         """A fetch this broker answers from a range it holds for a partition it has no replica of."""
