@@ -37,19 +37,7 @@ def produce(m: Member, topic: str, start: int, n: int, consistency: str = "all")
 
 def read_all(m: Member, topic: str, end: int) -> list[str]:
     """Every value of partition 0 from offset 0 to ``end``, through ``m``, in order."""
-    out: list[str] = []
-    offset = 0
-    for _ in range(10 * end):
-        if offset >= end:
-            break
-        r = m.http.fetch(topic, 0, offset=offset, max_records=10_000)
-        assert r.status == 200, (m.name, offset, r.status, r.body)
-        doc = r.json()
-        assert doc["records"], (m.name, offset, doc)
-        assert doc["records"][0]["offset"] == offset, (m.name, offset, doc["records"][0])
-        out += [rec["value"] for rec in doc["records"]]
-        offset = doc["next_offset"]
-    return out
+    return read_all_from(m, topic, 0, end)
 
 
 def test_ranges_spread_replicas_keep_a_tail_and_every_broker_reads_from_zero(make_cluster, topic: str) -> None:
@@ -149,6 +137,8 @@ def held_bases(c: TestCluster, topic: str) -> list[int]:
 
 
 def read_all_from(m: Member, topic: str, start: int, end: int) -> list[str]:
+    """Every value of partition 0 from ``start`` to ``end``, through ``m``, in order: each answer starts
+    at the offset asked for."""
     out: list[str] = []
     offset = start
     for _ in range(10 * end):

@@ -43,7 +43,7 @@ import orjson
 
 from ring import limits
 from ring.catalog import TopicConfig
-from ring.cluster.peers import Relayed
+from ring.cluster.peers import _raise_for as raise_for
 from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
 from ring.log.fsync import write_atomically
 from ring.ranges import placement, plan
@@ -217,16 +217,8 @@ class Ranges(Reads):
         try:
             async with session.request(method, url + path, params=params, data=body,
                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                raw = await resp.read()
-                if resp.status >= 300:
-                    try:
-                        doc = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        doc = None
-                    if not isinstance(doc, dict):
-                        doc = {"error": "internal", "message": f"{name} answered {resp.status}"}
-                    raise Relayed(resp.status, doc, resp.headers.get("Retry-After"))
-                return raw
+                await raise_for(resp, name)  # its error, passed on as it was
+                return await resp.read()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unavailable(f"{name} did not answer {method} {path}: {exc!r}") from None
 

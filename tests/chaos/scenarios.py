@@ -62,13 +62,21 @@ async def no_faults(ctx: Ctx) -> None:
 
 async def leader_kill(ctx: Ctx) -> None:
     """Every 10 s: SIGKILL the leader of a random partition, restart it 5 s later."""
+    async def a_leader() -> int:
+        return (await ctx.faults.a_leader())[0]
+
+    await _kill_every(ctx, a_leader, WARMUP_S)
+
+
+async def _kill_every(ctx: Ctx, pick: Callable[[], Awaitable[int]], warmup_s: float) -> None:
+    """Every 10 s: SIGKILL the broker ``pick`` names, restart it 5 s later (once in the short run)."""
     period_s, down_s = 10.0, 5.0
-    await ctx.sleep(WARMUP_S)
+    await ctx.sleep(warmup_s)
     for _ in range(100):
         if ctx.left_s < down_s + 1:
             return
         began = time.monotonic()
-        victim, _ = await ctx.faults.a_leader()
+        victim = await pick()
         await ctx.faults.kill(victim)
         await ctx.sleep(down_s)
         await ctx.faults.restart(victim)
@@ -232,19 +240,7 @@ async def consumer_kill(ctx: Ctx) -> None:
 async def range_holder_kill(ctx: Ctx) -> None:
     """Every 10 s: SIGKILL a broker holding range copies (backlog readers are reading them), restart it 5 s
     later."""
-    period_s, down_s = 10.0, 5.0
-    await ctx.sleep(WARMUP_S + 3)
-    for _ in range(100):
-        if ctx.left_s < down_s + 1:
-            return
-        began = time.monotonic()
-        victim = await ctx.faults.a_holder()
-        await ctx.faults.kill(victim)
-        await ctx.sleep(down_s)
-        await ctx.faults.restart(victim)
-        if ctx.short:
-            return
-        await ctx.sleep(period_s - (time.monotonic() - began))
+    await _kill_every(ctx, ctx.faults.a_holder, WARMUP_S + 3)
 
 
 async def range_holder_isolate(ctx: Ctx) -> None:
