@@ -270,3 +270,32 @@ def test_nothing_below_the_partitions_start_is_served_and_the_start_is_kept(tmp_
     assert again.start(("t", 0)) == 12 and again.read(("t", 0), 11, 1 << 20) is None
     again.set_start(("t", 0), end)  # past the whole range: it goes
     assert again.get(("t", 0), 0) is None
+
+
+# -- readers: where a backlog is read from ---------------------------------------------------------
+
+
+def test_spread_gives_each_range_to_the_holder_with_the_fewest_bytes_so_far() -> None:
+    from ring.ranges.readers import spread
+
+    ranges = [{"base_offset": i * 10, "end_offset": i * 10 + 10, "bytes": 100,
+               "holders": sorted({f"b{i % 6}", f"b{(i + 1) % 6}", f"b{(i + 2) % 6}"})} for i in range(60)]
+    got = spread(ranges)
+    firsts = [h[0] for _, _, h in got]
+    counts = {b: firsts.count(b) for b in set(firsts)}
+    assert len(counts) == 6 and max(counts.values()) - min(counts.values()) <= 1, counts
+    assert all(sorted(h) == r["holders"] for (_, _, h), r in zip(got, ranges))
+    assert spread([{"base_offset": 0, "end_offset": 5, "bytes": 1, "holders": []}]) == []  # nobody to ask yet
+
+
+def test_splits_are_cut_at_range_boundaries_with_the_holders_first() -> None:
+    from sparkio.holders import _cut
+    from sparkio.ranges import OffsetRange
+
+    r = OffsetRange("t", 0, 5, 40, ("http://replica",))
+    held = [(0, 10, ["a", "b"]), (10, 20, ["c"]), (25, 30, ["a"])]
+    urls = {"a": "http://a", "b": "http://b", "c": "http://c"}
+    got = [(s.start, s.end, s.urls) for s in _cut(r, held, urls)]
+    assert got == [(5, 10, ("http://a", "http://b", "http://replica")), (10, 20, ("http://c", "http://replica")),
+                   (20, 25, ("http://replica",)), (25, 30, ("http://a", "http://replica")),
+                   (30, 40, ("http://replica",))]

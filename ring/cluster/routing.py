@@ -25,7 +25,7 @@ the leader too (or answers 503): the partition's start may have moved meanwhile.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 from ring import limits
 from ring.broker import Broker, FetchResult, ProduceResult
@@ -35,6 +35,8 @@ from ring.errors import NotEnoughReplicas, RequestTimeout, StorageError, Unavail
 from ring.http_api import answer
 from ring.replication import election, protocol
 from ring.replication.replica import Replica
+
+T = TypeVar("T")
 
 
 class NotLeader(Unavailable):
@@ -180,8 +182,8 @@ class Routing(Broker):
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
         remote = self._remote_partition(topic, partition)
-        rep = self.replica(topic, partition)
         if remote is None:
+            rep = self.replica(topic, partition)
             assert rep is not None
             if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
                 below = self.ranges.route(rep, offset, max_bytes)
@@ -221,19 +223,20 @@ class Routing(Broker):
         # rather than the peer request's own timeout.
         wait_ms = min(wait_ms, limits.PROXIED_FETCH_WAIT_MS_MAX)
         with budget.hold(max_bytes):
-            data, hw = await self._fetch_from(remote, topic, partition, offset, max_bytes, wait_ms)
+            data, hw = await self._first_answer(
+                remote, lambda url: self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms))
+        rep = self.replica(topic, partition)
         if rep is not None and not rep.deleted:
             hw = max(hw, rep.hw)  # a range's holder may know an older one
         return FetchResult(topic, partition, offset, data, hw, -1)
 
-    async def _fetch_from(self, urls: list[str], topic: str, partition: int, offset: int | None, max_bytes: int,
-                          wait_ms: int) -> tuple[bytes, int]:
-        """The first answer of the brokers at ``urls``, tried in a random order (one that does not
-        answer, or answers 5xx, passes to the next)."""
+    async def _first_answer(self, urls: list[str], ask: Callable[[str], Awaitable[T]]) -> T:
+        """The first answer of the brokers at ``urls``, asked in a random order: one that does not
+        answer, or answers 5xx, passes to the next; a 4xx is the answer."""
         order = self.rng.sample(urls, len(urls))
         for i, url in enumerate(order):
             try:
-                return await self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms)
+                return await ask(url)
             except (Unavailable, Relayed) as exc:
                 if i == len(order) - 1 or (isinstance(exc, Relayed) and exc.status < 500):
                     raise
@@ -242,14 +245,7 @@ class Routing(Broker):
     async def _ask_replicas(self, urls: list[str], method: str, path: str,
                             params: dict[str, str] | None = None) -> Any:
         """A client-API request to the first of ``urls`` that answers (random order)."""
-        order = self.rng.sample(urls, len(urls))
-        for i, url in enumerate(order):
-            try:
-                return await self.peers.json(method, url, path, params)
-            except (Unavailable, Relayed) as exc:
-                if i == len(order) - 1 or (isinstance(exc, Relayed) and exc.status < 500):
-                    raise
-        raise AssertionError("unreachable: at least one URL")
+        return await self._first_answer(urls, lambda url: self.peers.json(method, url, path, params))
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high

@@ -28,6 +28,7 @@ import orjson
 from ring import limits
 from ring.errors import (BadRequest, InsufficientStorage, OffsetOutOfRange, RingError, StorageError, Unavailable,
                          UnknownTopic)
+from ring.log import batch as batchfmt
 from ring.ranges.catalogue import Range
 from ring.ranges.store import Key, Meta
 
@@ -217,7 +218,6 @@ class Copier:
             data = rep.log.read(offset, limits.RANGE_CHUNK_BYTES, upto=end)  # whole, CRC-checked batches
             if not data:
                 raise StorageError(f"{rep.topic}/{rep.index}: the log ends at {offset}, before {end}")
-            from ring.log import batch as batchfmt
             for h, _ in batchfmt.scan(data, verify=False):
                 offset = h.next_offset
             yield data

@@ -21,12 +21,8 @@ For every partition it leads whose topic has ``local_retention_bytes`` set
    log start reaches the followers through replication (``hw`` frames), and
    they drop the same segments.
 
-Every ``--repair-interval-s`` the leader also audits its ranges' holders
-(each lists what it holds, with checksums): a holder that lost a copy, or
-whose copy failed its checksum (its own scrub, or a read), leaves the
-range's holders, and the range is copied again from a good one; a broker
-holding a range the catalogue does not give it drops it. Every broker
-scrubs the copies it holds and drops ranges of topics that are gone.
+Anti-entropy among holders and the scrub of held copies are ``audit``'s;
+reads below the local log are ``remote``'s.
 """
 
 from __future__ import annotations
@@ -34,20 +30,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import msgpack
-import orjson
 
 from ring import limits
 from ring.catalog import TopicConfig
 from ring.cluster.peers import _raise_for as raise_for
-from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
+from ring.errors import BadRequest, RingError, StorageError, Unavailable, UnknownTopic
 from ring.log.fsync import write_atomically
 from ring.ranges import placement, plan
 from ring.ranges.catalogue import Catalogue, Range
+from ring.ranges.audit import Audit
 from ring.ranges.copier import Copier, ranges_path
 from ring.ranges.remote import Reads
 from ring.ranges.store import Key, RangeStore, new_hash
@@ -64,7 +58,7 @@ STORE_DIR = "ranges"  # in the data directory
 CUT_PER_ROUND_MAX = 4
 
 
-class Ranges(Reads):
+class Ranges(Reads, Audit):
     def __init__(self, node: ClusterBroker) -> None:
         self.node = node
         self.store = RangeStore(node.data_dir / STORE_DIR)
@@ -165,7 +159,6 @@ class Ranges(Reads):
         try:
             theirs = Catalogue.loads(body)
         except ValueError as exc:
-            from ring.errors import BadRequest
             raise BadRequest(f"malformed catalogue: {exc}") from None
         mine = self.catalogue(rep)
         merged = mine.merge(theirs)
@@ -465,80 +458,6 @@ class Ranges(Reads):
             log.info("%s/%d: the local log starts at %d; what is below is in ranges", rep.topic, rep.index, new)
             self.node._start_moved(rep)
 
-    # --- anti-entropy among holders, and scrubbing ------------------------------------------------
-
-    async def _audit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.node.config.repair_interval_s)
-            try:
-                self._drop_gone_topics()
-                await self._scrub()
-                for rep in list(self.node.replicas()):
-                    if rep.is_leader and not rep.deleted and self.catalogue(rep).ranges and not self.node._closing:
-                        await self.audit(rep)
-            except (RingError, OSError) as exc:
-                log.error("ranges audit: %s", getattr(exc, "message", exc))
-            except Exception:
-                log.exception("ranges audit failed")
-
-    async def audit(self, rep: Replica) -> None:
-        """Ask every live broker on the ring which ranges of ``rep`` it holds: holders that lost or
-        spoiled a copy leave the range's holders (it is copied again), others drop what is not theirs."""
-        key, epoch = (rep.topic, rep.index), rep.epoch
-        start = self.catalogue(rep).start
-        for _, name in self.node.membership.ring.brokers:
-            if not self.node.membership.alive(name):
-                continue
-            if start:
-                self._tell(rep, name, "POST", "/start", {"offset": str(start)})
-            held = await self._held_by(name, key)
-            if held is None or not self._still_leads(rep, epoch):
-                continue
-            cat = self.catalogue(rep)
-            for r in list(cat.ranges):
-                if name in r.holders and held.get(r.base) != (r.end, r.checksum):
-                    log.warning("%s/%d: %s no longer holds a sound copy of range %d-%d; copying it again",
-                                key[0], key[1], name, r.base, r.end)
-                    cat.set_holders(r.base, [h for h in r.holders if h != name], epoch)
-            for base in held:
-                r = cat.get(base)
-                if (r is None or name not in r.holders) and not self.copier.in_flight(key, base, name):
-                    self._let_go(rep, name, base)
-
-    async def _held_by(self, name: str, key: Key) -> dict[int, tuple[int, str]] | None:
-        if name == self.node.name:
-            return {m.base: (m.end, m.checksum) for m in self.store.ranges(key)}
-        try:
-            raw = await self.peer("GET", name, ranges_path(*key))
-            return {int(b): (int(e), str(c)) for b, e, c in orjson.loads(raw)}
-        except (RingError, ValueError, TypeError) as exc:
-            log.debug("%s/%d: asking %s what it holds: %s", key[0], key[1], name, exc)
-            return None
-
-    def _drop_gone_topics(self) -> None:
-        for key in self.store.keys():
-            created = self.created_ms(key[0])
-            metas = self.store.ranges(key)
-            if created is None or any(m.created_ms != created for m in metas):
-                if created is None and self.node.membership is not None and not self.node.membership.joined:
-                    continue
-                self.store.drop_partition(key, "its topic is gone")
-
-    async def _scrub(self) -> None:
-        """Read every held copy whole once per REPAIR_REREAD_ROUNDS rounds and compare its checksum."""
-        period = limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s
-        now = time.monotonic()
-        loop = asyncio.get_running_loop()
-        for key in self.store.keys():
-            for meta in self.store.ranges(key):
-                last = self._scrubbed.setdefault((key, meta.base), now)
-                if now - last < period:
-                    continue
-                ok = await loop.run_in_executor(None, self.store.scrub, key, meta.base)
-                self._scrubbed[(key, meta.base)] = time.monotonic()
-                if not ok and self.store.get(key, meta.base) == meta:
-                    self.store.drop(key, meta.base, "damaged: its checksum differs from the range's")
-
     # --- what to show -------------------------------------------------------------------------------
 
     def describe(self, rep: Replica) -> dict[str, Any]:
@@ -568,7 +487,3 @@ class Ranges(Reads):
                 "cut": self.ranges_cut, "copied_in": self.copier.copies_in, "trimmed_segments": self.segments_trimmed,
                 "damaged_dropped": self.store.dropped, "refused_full": self.copier.refused_full,
                 "full": self.copier_full()}
-
-
-def packb(doc: Any) -> bytes:
-    return msgpack.packb(doc, use_bin_type=True)

@@ -1,0 +1,130 @@
+"""Anti-entropy among a range's holders, and each broker's scrub of the copies it holds.
+
+Every ``--repair-interval-s`` a partition's leader asks every live broker on
+the ring which ranges of the partition it holds, with their checksums
+(``audit``): a holder that lost a copy, or whose copy no longer matches
+(its scrub or a read dropped it), leaves the range's holders, and the
+leader's next round copies the range to it again from a good holder; a
+broker holding a range the catalogue does not give it (moved, dropped by
+retention, an older leader's cut) is told to drop it. Every broker also
+reads each copy it holds whole once per ``REPAIR_REREAD_ROUNDS`` rounds and
+compares its checksum (``_scrub``), and drops the ranges of topics that are
+gone (or were created again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from ring import limits
+from ring.errors import RingError
+from ring.ranges.catalogue import Catalogue
+from ring.ranges.copier import Copier, ranges_path
+from ring.ranges.store import Key, RangeStore
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.ranges")
+
+
+class Audit:
+    # Provided by Ranges.
+    node: Any
+    store: RangeStore
+    copier: Copier
+    _scrubbed: dict[tuple[Key, int], float]
+
+    def catalogue(self, rep: Replica) -> Catalogue:
+        raise NotImplementedError
+
+    def created_ms(self, topic: str) -> int | None:
+        raise NotImplementedError
+
+    def _still_leads(self, rep: Replica, epoch: int) -> bool:
+        raise NotImplementedError
+
+    def _tell(self, rep: Replica, holder: str, method: str, what: str, params: dict[str, str]) -> Any:
+        raise NotImplementedError
+
+    def _let_go(self, rep: Replica, holder: str, base: int) -> None:
+        raise NotImplementedError
+
+    async def peer(self, method: str, name: str, path: str, **kw: Any) -> bytes:
+        raise NotImplementedError
+
+    async def _audit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.node.config.repair_interval_s)
+            try:
+                self._drop_gone_topics()
+                await self._scrub()
+                for rep in list(self.node.replicas()):
+                    if rep.is_leader and not rep.deleted and self.catalogue(rep).ranges and not self.node._closing:
+                        await self.audit(rep)
+            except (RingError, OSError) as exc:
+                log.error("ranges audit: %s", getattr(exc, "message", exc))
+            except Exception:
+                log.exception("ranges audit failed")
+
+    async def audit(self, rep: Replica) -> None:
+        """Ask every live broker on the ring which ranges of ``rep`` it holds: holders that lost or
+        spoiled a copy leave the range's holders (it is copied again), others drop what is not theirs."""
+        key, epoch = (rep.topic, rep.index), rep.epoch
+        start = self.catalogue(rep).start
+        for _, name in self.node.membership.ring.brokers:
+            if not self.node.membership.alive(name):
+                continue
+            if start:
+                self._tell(rep, name, "POST", "/start", {"offset": str(start)})
+            held = await self._held_by(name, key)
+            if held is None or not self._still_leads(rep, epoch):
+                continue
+            cat = self.catalogue(rep)
+            for r in list(cat.ranges):
+                if name in r.holders and held.get(r.base) != (r.end, r.checksum):
+                    log.warning("%s/%d: %s no longer holds a sound copy of range %d-%d; copying it again",
+                                key[0], key[1], name, r.base, r.end)
+                    cat.set_holders(r.base, [h for h in r.holders if h != name], epoch)
+            for base in held:
+                r = cat.get(base)
+                if (r is None or name not in r.holders) and not self.copier.in_flight(key, base, name):
+                    self._let_go(rep, name, base)
+
+    async def _held_by(self, name: str, key: Key) -> dict[int, tuple[int, str]] | None:
+        if name == self.node.name:
+            return {m.base: (m.end, m.checksum) for m in self.store.ranges(key)}
+        try:
+            raw = await self.peer("GET", name, ranges_path(*key))
+            return {int(b): (int(e), str(c)) for b, e, c in orjson.loads(raw)}
+        except (RingError, ValueError, TypeError) as exc:
+            log.debug("%s/%d: asking %s what it holds: %s", key[0], key[1], name, exc)
+            return None
+
+    def _drop_gone_topics(self) -> None:
+        for key in self.store.keys():
+            created = self.created_ms(key[0])
+            metas = self.store.ranges(key)
+            if created is None or any(m.created_ms != created for m in metas):
+                if created is None and self.node.membership is not None and not self.node.membership.joined:
+                    continue
+                self.store.drop_partition(key, "its topic is gone")
+
+    async def _scrub(self) -> None:
+        """Read every held copy whole once per REPAIR_REREAD_ROUNDS rounds and compare its checksum."""
+        period = limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s
+        now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for key in self.store.keys():
+            for meta in self.store.ranges(key):
+                last = self._scrubbed.setdefault((key, meta.base), now)
+                if now - last < period:
+                    continue
+                ok = await loop.run_in_executor(None, self.store.scrub, key, meta.base)
+                self._scrubbed[(key, meta.base)] = time.monotonic()
+                if not ok and self.store.get(key, meta.base) == meta:
+                    self.store.drop(key, meta.base, "damaged: its checksum differs from the range's")
+
