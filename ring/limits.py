@@ -286,6 +286,14 @@ RANGE_CATALOGUE_RESEND_S = 10.0
 # Copies of ranges one broker orders at once (as leader of its partitions):
 # each moves up to a segment's bytes between two brokers.
 RANGE_COPIES_IN_FLIGHT_MAX = 4
+# Copy orders waiting for one of those slots; more wait for a later round.
+RANGE_COPY_ORDERS_MAX = 16
+# New ranges a leader cuts per partition per round: each is read whole for
+# its checksum, so a long backlog turned into ranges does not stall a round.
+RANGES_CUT_PER_ROUND_MAX = 4
+# A follower whose log starts past the ranges it knows of asks its leader for
+# the catalogue at most this often (its reads go to the leader meanwhile).
+RANGE_CATALOGUE_PULL_S_MIN = 1.0
 # One copy: a holder pulls a range (at most SEGMENT_BYTES_MAX) and checks it;
 # 1 GiB at 10 MB/s fits, a stuck source does not hold a copy slot forever.
 RANGE_COPY_TIMEOUT_S = 300.0

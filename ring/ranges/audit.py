@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import orjson
@@ -116,7 +115,7 @@ class Audit:
     async def _scrub(self) -> None:
         """Read every held copy whole once per REPAIR_REREAD_ROUNDS rounds and compare its checksum."""
         period = limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s
-        now = time.monotonic()
+        now = self.node.clock.monotonic()
         loop = asyncio.get_running_loop()
         for key in self.store.keys():
             for meta in self.store.ranges(key):
@@ -124,7 +123,7 @@ class Audit:
                 if now - last < period:
                     continue
                 ok = await loop.run_in_executor(None, self.store.scrub, key, meta.base)
-                self._scrubbed[(key, meta.base)] = time.monotonic()
+                self._scrubbed[(key, meta.base)] = self.node.clock.monotonic()
                 if not ok and self.store.get(key, meta.base) == meta:
                     self.store.drop(key, meta.base, "damaged: its checksum differs from the range's")
 

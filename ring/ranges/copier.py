@@ -71,7 +71,7 @@ class Copier:
     def order(self, rep: Replica, r: Range, target: str, sources: list[str]) -> None:
         """Have ``target`` copy ``r`` (in the background); on success it joins the range's holders."""
         key = (rep.topic, rep.index)
-        if (key, r.base, target) in self._orders or len(self._orders) >= 4 * limits.RANGE_COPIES_IN_FLIGHT_MAX:
+        if (key, r.base, target) in self._orders or len(self._orders) >= limits.RANGE_COPY_ORDERS_MAX:
             return
         task = asyncio.create_task(self._order(rep, r, target, sources), name=f"range copy {key} {r.base}")
         self._orders[(key, r.base, target)] = task

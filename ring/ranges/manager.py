@@ -54,8 +54,6 @@ log = logging.getLogger("ring.ranges")
 
 CATALOGUE_FILE = "ranges.catalogue"  # in the partition replica's directory
 STORE_DIR = "ranges"  # in the data directory
-# New ranges one leader cuts per partition per round: each is read whole for its checksum.
-CUT_PER_ROUND_MAX = 4
 
 
 class Ranges(Reads, Audit):
@@ -177,7 +175,7 @@ class Ranges(Reads, Audit):
     def pull_catalogue(self, rep: Replica) -> None:
         """Ask the leader for its catalogue (in the background, at most once a second per partition)."""
         key, now = (rep.topic, rep.index), self.node.clock.monotonic()
-        if now - self._pulled.get(key, -1e9) < 1.0 or self.node._closing:
+        if now - self._pulled.get(key, -1e9) < limits.RANGE_CATALOGUE_PULL_S_MIN or self.node._closing:
             return
         self._pulled[key] = now
         leader = self.node.leadership.leader_of(rep.topic, rep.index)
@@ -360,7 +358,8 @@ class Ranges(Reads, Audit):
         cat = self.catalogue(rep)
         closed = [plan.SegmentInfo(*s) for s in rep.log.closed_segments()]
         copies = placement.copies_for(cfg.replication_factor, self.node.membership.ring)
-        for base, end, max_ts in plan.next_ranges(cat, closed, rep.log.start_offset, rep.hw, CUT_PER_ROUND_MAX):
+        for base, end, max_ts in plan.next_ranges(cat, closed, rep.log.start_offset, rep.hw,
+                                                     limits.RANGES_CUT_PER_ROUND_MAX):
             got = await self._checksum(rep, base, end)
             if got is None or self.catalogue(rep).covered_end > base or not rep.is_leader:
                 return
