@@ -294,9 +294,16 @@ RANGES_CUT_PER_ROUND_MAX = 4
 # A follower whose log starts past the ranges it knows of asks its leader for
 # the catalogue at most this often (its reads go to the leader meanwhile).
 RANGE_CATALOGUE_PULL_S_MIN = 1.0
-# One copy: a holder pulls a range (at most SEGMENT_BYTES_MAX) and checks it;
-# 1 GiB at 10 MB/s fits, a stuck source does not hold a copy slot forever.
-RANGE_COPY_TIMEOUT_S = 300.0
+# One copy of a range of B bytes may take RANGE_COPY_TIMEOUT_S_MIN plus B at
+# RANGE_COPY_BYTES_PER_S_MIN (a 64 MiB range 37 s): a stuck holder or source
+# does not hold a copy slot for long, and a slow disk still finishes.
+RANGE_COPY_TIMEOUT_S_MIN = 30.0
+RANGE_COPY_BYTES_PER_S_MIN = 10 * MiB  # the slowest copy a range is given time for
+# A source that sends nothing for this long ends the pull (the next source is tried).
+RANGE_COPY_READ_TIMEOUT_S = 15.0
+# A replica that does not answer the catalogue exchange in this long is asked
+# again in a later round: the leader's round goes on meanwhile.
+RANGE_EXCHANGE_TIMEOUT_S = 5.0
 # Bytes a range is read and sent in (copies, checksums, scrubs): the event loop
 # serves requests between two chunks.
 RANGE_CHUNK_BYTES = 1 * MiB

@@ -43,6 +43,10 @@ def ranges_path(topic: str, partition: int) -> str:
     return f"/peer/v1/ranges/{topic}/{partition}"
 
 
+def copy_timeout_s(size: int) -> float:
+    return limits.RANGE_COPY_TIMEOUT_S_MIN + size / limits.RANGE_COPY_BYTES_PER_S_MIN
+
+
 class Copier:
     def __init__(self, ranges: Ranges) -> None:
         self.ranges = ranges
@@ -91,7 +95,7 @@ class Copier:
                     await self.pull(key, self._meta(doc), sources)
                 else:
                     await self.ranges.peer("POST", target, ranges_path(*key) + "/copy", body=orjson.dumps(doc),
-                                           timeout_s=limits.RANGE_COPY_TIMEOUT_S)
+                                           timeout_s=copy_timeout_s(r.size))
             except RingError as exc:
                 log.debug("%s/%d: copying range %d-%d to %s failed: %s", key[0], key[1], r.base, r.end, target,
                          exc.message)
@@ -190,7 +194,7 @@ class Copier:
         url = ms.peer_url(src) if ms is not None else None
         if url is None or session is None or not ms.alive(src):
             raise Unavailable(f"{src} is not reachable")
-        timeout = aiohttp.ClientTimeout(total=limits.RANGE_COPY_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=copy_timeout_s(meta.size), sock_read=limits.RANGE_COPY_READ_TIMEOUT_S)
         params = {"base": str(meta.base), "end": str(meta.end)}
         async with session.get(url + ranges_path(*key) + "/bytes", params=params, timeout=timeout) as resp:
             if resp.status != 200:

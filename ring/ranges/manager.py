@@ -286,7 +286,8 @@ class Ranges(Reads, Audit):
 
     async def _hand(self, rep: Replica, member: str, body: bytes) -> Catalogue | None:
         try:
-            raw = await self.peer("POST", member, ranges_path(rep.topic, rep.index) + "/catalogue", body=body)
+            raw = await self.peer("POST", member, ranges_path(rep.topic, rep.index) + "/catalogue", body=body,
+                                  timeout_s=limits.RANGE_EXCHANGE_TIMEOUT_S)
             return Catalogue.loads(raw)
         except (RingError, ValueError) as exc:
             log.debug("%s/%d: handing the catalogue to %s: %s", rep.topic, rep.index, member, exc)
