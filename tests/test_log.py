@@ -355,7 +355,8 @@ def test_recovery_cuts_a_torn_tail_and_removes_strays(tmp_path):
     with open(active, "r+b") as f:
         f.truncate(active.stat().st_size - 5)
     (tmp_path / "00000000000000000999.log").write_bytes(b"")  # an empty last segment
-    (tmp_path / "00000000000000000003.log").write_bytes(b"")  # an empty segment in the middle: stray
+    (tmp_path / "00000000000000000003.log").write_bytes(b"")  # an empty segment in the middle: stray,
+    (tmp_path / "00000000000000000003.index").write_bytes(b"")  # and its index goes with it
     (tmp_path / "00000000000000000500.index").write_bytes(b"junk")  # index without a segment
     (tmp_path / "log-start-offset.tmp").write_bytes(b"half")
     log = mk(tmp_path, segment_bytes=4096)
@@ -365,7 +366,7 @@ def test_recovery_cuts_a_torn_tail_and_removes_strays(tmp_path):
     assert log.recovered_bytes_cut == last.size - 5
     names = sorted(p.name for p in tmp_path.iterdir())
     assert not any(n.endswith(".tmp") or n.startswith("00000000000000000500") or "999" in n for n in names)
-    assert "00000000000000000003.log" not in names
+    assert not any(n.startswith("00000000000000000003") for n in names)
     assert [r.offset for r in everything(log)] == list(range(synced))
     put(log, 1)
     assert log.end_offset == synced + 1

@@ -69,7 +69,7 @@ def remove_strays(directory: Path) -> tuple[list[int], bool]:
             removed = True
     for base, path in others:
         if base not in bases:
-            path.unlink()
+            path.unlink(missing_ok=True)  # an empty segment's went with it above
             removed = True
     return bases, removed
 
