@@ -379,6 +379,41 @@ def test_group_consume_commits_what_it_printed(broker: TestBroker, topic: str) -
     assert missing.returncode == 1 and missing.stderr.startswith(b"ring groups describe: ")
 
 
+def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: TestBroker, topic: str) -> None:
+    """A partition it printed moved to another member before the final commit: the commit keeps
+    what the command still holds, and says which partition was not committed."""
+    group = "g-" + topic
+    ok(cli(broker.url, "topics", "create", topic, "-p", "2", "-r", "1"))
+    for p in (0, 1):
+        ok(cli(broker.url, "produce", topic, "--partition", str(p), stdin=b"".join(b"p%d-%02d\n" % (p, i)
+                                                                                  for i in range(10))))
+    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", group, "--follow",
+                             "-n", "25", "--consumer", "cli"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env(broker.url), cwd=REPO_ROOT)
+    try:
+        lines = [proc.stdout.readline() for _ in range(20)]  # both partitions, in its first poll
+        assert sorted(lines) == sorted(b"p%d-%02d\n" % (p, i) for p in (0, 1) for i in range(10))
+        joined = broker.http.post(f"/v1/groups/{group}/members", json_body={"consumer": "other", "topics": [topic]})
+        assert joined.status == 200, joined.body
+        [moved] = [a["partition"] for a in joined.json()["assignment"]]
+        kept = 1 - moved
+        ok(cli(broker.url, "produce", topic, "--partition", str(kept),
+                stdin=b"".join(b"p%d-%02d\n" % (kept, i) for i in range(10, 15))))
+        assert proc.wait(timeout=RUN_TIMEOUT_S) == 0  # after 25 records: it printed the 5 new ones
+        rest = proc.stdout.read()
+        assert sorted(rest.splitlines()) == [b"p%d-%02d" % (kept, i) for i in range(10, 15)]
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    described = json_of(cli(broker.url, "groups", "describe", group, "--json"))
+    committed = {o["partition"]: o["committed"] for o in described["offsets"]}
+    assert committed[kept] == 15  # all it printed of the partition it kept
+    assert committed[moved] == 10  # its first poll's, committed by the next poll; not the moved one's last
+    assert f"not committed: {topic}/{moved}" in stderr, stderr
+
+
 # --- a terminal, and tokens --------------------------------------------------------------------
 
 

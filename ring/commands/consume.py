@@ -15,7 +15,9 @@ after ``--max`` records, or never with ``--follow``. With ``--group`` it joins
 the consumer group, polls the partitions the group assigns to it (each poll
 names the previous answer's token, which commits it), and leaves on the way
 out, committing what it printed: at-least-once, and a second run of the same
-group continues where the first stopped.
+group continues where the first stopped. A partition that moved to another
+member before that last commit is named on stderr and left out; the
+partitions it still holds are committed.
 """
 
 from __future__ import annotations
@@ -268,12 +270,7 @@ def _leave(ctx: Context, api: Any, group: str, consumer: str, generation: int,
     committed. A failure here is said, not raised: the group drops the member
     after its session timeout anyway, and uncommitted records are read again."""
     try:
-        if printed:
-            api.call("POST", f"/v1/groups/{group}/offsets", doc={
-                "consumer": consumer, "generation": generation,
-                "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(printed.items())]})
-    except errors.Conflict as exc:  # rebalanced meanwhile: the new owner reads them again
-        ctx.note(f"{ctx.prog}: committing: {exc.message}")
+        _commit_printed(ctx, api, group, consumer, generation, printed)
     except (errors.RingError, OSError) as exc:
         ctx.note(f"{ctx.prog}: committing: {exc}")
     except KeyboardInterrupt:
@@ -284,3 +281,33 @@ def _leave(ctx: Context, api: Any, group: str, consumer: str, generation: int,
         ctx.note(f"{ctx.prog}: leaving the group: {exc}")
     except KeyboardInterrupt:
         pass
+
+
+def _commit_printed(ctx: Context, api: Any, group: str, consumer: str, generation: int,
+                    printed: dict[tuple[str, int], int]) -> None:
+    """One commit of everything printed; if a partition moved to another member meanwhile (409),
+    each partition on its own: the coordinator takes those this member has held without a break
+    since ``generation``, and the others are named (their new owner reads them again)."""
+    def commit(tps: list[tuple[str, int]]) -> None:
+        api.call("POST", f"/v1/groups/{group}/offsets", doc={
+            "consumer": consumer, "generation": generation,
+            "offsets": [{"topic": t, "partition": p, "offset": printed[(t, p)]} for t, p in tps]})
+
+    if not printed:
+        return
+    try:
+        commit(sorted(printed))
+        return
+    except errors.Conflict as exc:
+        if exc.extra.get("reason") == "unknown_member":  # the group dropped this member: nothing is taken
+            ctx.note(f"{ctx.prog}: committing: {exc.message}")
+            return
+    missed = []
+    for tp in sorted(printed):
+        try:
+            commit([tp])
+        except errors.Conflict:
+            missed.append(tp)
+    if missed:
+        ctx.note(f"{ctx.prog}: not committed: {', '.join(f'{t}/{p}' for t, p in missed)}: moved to another "
+                 "member of the group, which reads on from the committed offset (what was printed since comes again)")
