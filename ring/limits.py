@@ -474,10 +474,16 @@ CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
 CLIENT_REQUEST_TIMEOUT_S_DEFAULT = 30.0
 # Opening a TCP connection to a broker: loopback or LAN; longer means it is down.
 CLIENT_CONNECT_TIMEOUT_S = 3.0
-# Retries of a fetch, an administrative or a group consumer's request, each
-# after a backoff (about 7 s in all). Produce requests retry until the delivery
-# timeout instead.
-CLIENT_RETRIES_MAX_DEFAULT = 8
+# How long a fetch, an administrative call or a group consumer's request is
+# tried again (backing off, on other brokers) before BrokersUnavailable: Kafka's
+# default.api.timeout.ms. A failover takes conviction (5-13 s), an election and
+# a new coordinator loading its groups, or a broker's restart: all of it fits
+# several times over, and an outage longer than a minute is the application's
+# to hear of. Produce requests retry until the delivery timeout instead.
+CLIENT_RETRY_TIMEOUT_S_DEFAULT = 60.0
+# Rebalances one group poll follows in a row (a rejoin each) before it raises
+# Conflict: a group whose membership keeps changing faster than it can poll.
+CLIENT_POLL_REJOINS_MAX = 8
 # First pause before a retry, doubled per attempt up to the cap below: long
 # enough for gossip to spread a changed status, short enough to ride a restart.
 CLIENT_RETRY_BACKOFF_MS = 50

@@ -234,6 +234,25 @@ async def test_retries_are_bounded(make_broker) -> None:
         assert time.monotonic() - started < 10
 
 
+async def test_fetches_and_admin_calls_wait_out_a_broker_down_for_longer_than_a_retry_round(make_broker) -> None:
+    """With the default settings, a fetch, a description and a listing made while the only broker is
+    down for 12 s (longer than the ~7 s such calls once tried for) answer once it is back."""
+    b = make_broker()
+    async with AsyncClient(b.url) as c:
+        await c.create_topic("back", partitions=1)
+        await c.produce("back", b"before")
+        b.kill()
+        killed = time.monotonic()
+        calls = [asyncio.ensure_future(call) for call in (c.fetch("back", 0, 0), c.describe("back"), c.topics())]
+        while time.monotonic() - killed < 12:
+            assert not [f.exception() for f in calls if f.done()]
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(b.local.start)  # same port, same data
+        got, described, listed = await asyncio.gather(*calls)
+        assert [r.value for r in got.records] == [b"before"]
+        assert described["partitions"][0]["high_watermark"] == 1 and "back" in [t["name"] for t in listed]
+
+
 # --- against a 3-broker cluster ------------------------------------------------------
 
 @pytest.fixture

@@ -3,13 +3,18 @@ topology parsing and routing, error classification, and fetch decoding."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ring import errors
+from ring.client import AsyncGroupConsumer, BrokersUnavailable
 from ring.client.batcher import Accumulator, BufferFull, record_size
 from ring.client.records import decode_fetch
+from ring.client.retry import Retry
 from ring.client.topology import Topology, normalize_url, parse_brokers, parse_cluster, parse_topic
 from ring.client.transport import FATAL, RETRY, UNKNOWN, classify
 from ring.log import batch as batchfmt
@@ -339,3 +344,44 @@ def test_a_topic_described_by_a_broker_without_its_replicas() -> None:
     p = info.partitions[0]
     assert (p.leader, p.replicas, p.epoch, p.high_watermark, p.earliest_offset, p.end_offset) == (
         "a", ("a", "b", "c"), 0, 0, 0, 0)
+
+
+# --- how long calls keep trying ----------------------------------------------------------------
+
+
+async def test_retry_pauses_double_until_the_deadline_then_stop() -> None:
+    clock = {"now": 0.0}
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:  # the clock moves by exactly the pause
+        slept.append(s)
+        clock["now"] += s
+
+    retry = Retry(lambda: clock["now"], timeout_s=5.0, retries=None, backoff_ms=500)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ring.client.retry.asyncio.sleep", sleep)
+        while await retry.pause():
+            pass
+        # 0.5, 1, 2 (the cap), then what is left: the last attempt starts at the deadline
+        assert slept == [0.5, 1.0, 2.0, 1.5] and clock["now"] == 5.0 and retry.attempts == 5
+        assert not await retry.pause() and len(slept) == 4
+
+        counted = Retry(lambda: clock["now"], timeout_s=60.0, retries=2, backoff_ms=500)
+        assert await counted.pause() and await counted.pause() and not await counted.pause()
+        assert counted.attempts == 3
+
+
+async def test_a_group_consumer_with_no_broker_raises_once_its_retry_time_is_spent() -> None:
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    consumer = AsyncGroupConsumer(dead, "g", "t", retry_timeout_s=1.0, retry_backoff_ms=50)
+    try:
+        for _ in range(2):  # a failed start is tried again, not left as a consumer that never joined
+            started = time.monotonic()
+            with pytest.raises(BrokersUnavailable, match=r"attempts in 1\.\d s, retry_timeout_s=1\)"):
+                await consumer.start()
+            assert 1.0 <= time.monotonic() - started < 2.0
+        assert consumer._transport is not None and consumer._transport.requests <= 2 * 8  # no spinning
+    finally:
+        await consumer.close()

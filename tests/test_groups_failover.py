@@ -2,7 +2,10 @@
 the Python client with its default settings): no record is lost, committed offsets never move back,
 and records are delivered again only when a rebalance moved a partition (at most what its last owner
 had not committed), not because the coordinator changed: the consumers put their own positions back
-on the new coordinator.
+on the new coordinator. The consumers keep trying for as long as the group cannot be served, well
+beyond a retry round of a few seconds: with another broker killed too (no stand-in can be elected)
+both stay down 15 s, and consumers given only the coordinator's address find the stand-in through
+the brokers they learned from it.
 """
 
 from __future__ import annotations
@@ -23,12 +26,23 @@ pytestmark = pytest.mark.integration
 RECORDS = 3000
 PARTITIONS = 4
 DOWN_S = 5.0  # the first case: restarted after 5 s, about when the others convict it
+LONG_DOWN_S = 15.0  # twice the ~7 s a group consumer once retried for before giving up
 DEADLINE_S = 120.0
 
 
 def _coordinator(c: TestCluster, group: str) -> str:
     doc = c[0].http.get("/v1/topics/__offsets").json()
     return doc["partitions"][partition_for_key(group.encode(), doc["partition_count"])]["leader"]
+
+
+async def _coordinator_before_use(c: TestCluster, group: str) -> str:
+    """``group``'s coordinator before any member joined it (another group's use creates the offsets topic)."""
+    await (await AsyncGroupConsumer([m.url for m in c], f"{group}-elsewhere", "orders").start()).close()
+    deadline = time.monotonic() + DEADLINE_S
+    while not (leader := await asyncio.to_thread(_coordinator, c, group)):
+        assert time.monotonic() < deadline, "the offsets partition has no leader"
+        await asyncio.sleep(0.1)
+    return leader
 
 
 def _committed(http: Http, group: str) -> dict[int, int] | None:
@@ -41,8 +55,18 @@ def _committed(http: Http, group: str) -> dict[int, int] | None:
     return {o["partition"]: o["committed"] for o in r.json()["offsets"] if o["committed"] is not None}
 
 
-@pytest.mark.parametrize("stand_in", [False, True], ids=["restarted-after-5s", "restarted-after-a-stand-in"])
-async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, stand_in: bool) -> None:
+# case -> (down for s, down until a stand-in took commits, other brokers killed with it, members given only its URL)
+CASES = {
+    "restarted-after-5s": (DOWN_S, False, 0, False),
+    "restarted-after-a-stand-in": (None, True, 0, False),
+    "two-down-15s": (LONG_DOWN_S, False, 1, False),
+    "only-its-url-down-15s": (LONG_DOWN_S, False, 0, True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, case: str) -> None:
+    down_s, stand_in, others_killed, only_its_url = CASES[case]
     c: TestCluster = make_cluster(3)
     urls = [m.url for m in c]
     topic, group = "orders", "billing"
@@ -52,6 +76,10 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
         ends = {p["partition"]: p["high_watermark"] for p in (await producer.describe(topic))["partitions"]}
     assert sum(ends.values()) == RECORDS
     everything = {(p, o) for p in ends for o in range(ends[p])}
+    coordinator = c.member(await _coordinator_before_use(c, group))
+    victims = [coordinator, *[m for m in c if m is not coordinator][:others_killed]]
+    if only_its_url:
+        urls = [coordinator.url]
 
     deliveries: list[tuple[int, int]] = []
     a = await AsyncGroupConsumer(urls, group, topic, wait_ms=200).start()
@@ -59,8 +87,7 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
     for _ in range(2):  # a learns of b's join: both hold their share from here on
         deliveries.extend((r.partition, r.offset) for r in await a.poll(max_records=1, wait_ms=0))
     shares = (sorted(a.assignment), sorted(b.assignment))
-    coordinator = c.member(_coordinator(c, group))
-    observers = [m for m in c if m is not coordinator]
+    observers = [m for m in c if m not in victims]
     seen: dict[int, int] = {}
 
     def check_commits() -> dict[int, int]:
@@ -85,17 +112,18 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
             assert time.monotonic() - started < DEADLINE_S and not failed()
             await asyncio.sleep(0.05)
         at_kill = await asyncio.to_thread(check_commits)
-        coordinator.kill()
+        for m in victims:
+            m.kill()
         killed_at = time.monotonic()
         while True:
             assert time.monotonic() - killed_at < DEADLINE_S and not failed(), failed()
             now = await asyncio.to_thread(check_commits)
             if stand_in and any(o > at_kill.get(p, 0) for p, o in now.items()):
                 break  # the others convicted it and a stand-in took commits
-            if not stand_in and time.monotonic() - killed_at >= DOWN_S:
+            if not stand_in and time.monotonic() - killed_at >= down_s:
                 break
             await asyncio.sleep(0.2)
-        await asyncio.to_thread(coordinator.local.start)
+        await asyncio.gather(*(asyncio.to_thread(m.local.start) for m in victims))
         observers = list(c)
         while not (set(deliveries) >= everything and await asyncio.to_thread(check_commits) == ends):
             assert time.monotonic() - started < DEADLINE_S, (len(set(deliveries)), seen, ends)
@@ -104,9 +132,9 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await a.close()
-        await b.close()
+        closed = await asyncio.gather(a.close(), b.close(), return_exceptions=True)  # never hiding why it failed
     assert not [e for e in failed() if e is not None]
+    assert closed == [None, None]
 
     counts = Counter(deliveries)
     assert set(counts) == everything  # nothing lost

@@ -35,10 +35,11 @@ from typing import Any, Callable, Iterable
 from ring import errors, limits
 from ring.catalog import validate_topic_name
 from ring.client.batcher import Accumulator, BufferFull
-from ring.client.metadata import Metadata, backoff_ms, quote
+from ring.client.metadata import Metadata, quote
 from ring.client.producer import NO_JSON, Partitioner, Producer, make_record, new_producer_id
 from ring.client.ranges import RangeMaps
 from ring.client.records import FetchResult, Headers, RecordMetadata, decode_fetch
+from ring.client.retry import Retry
 from ring.client.topology import TopicInfo, parse_brokers
 from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
     BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session
@@ -63,6 +64,7 @@ class AsyncClient:
                  consistency: str | None = None,
                  timeout_s: float = limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT,
                  retries: int | None = None,
+                 retry_timeout_s: float = limits.CLIENT_RETRY_TIMEOUT_S_DEFAULT,
                  retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
                  delivery_timeout_s: float = limits.CLIENT_DELIVERY_TIMEOUT_S_DEFAULT,
                  enable_idempotence: bool = True,
@@ -85,8 +87,9 @@ class AsyncClient:
         A produce request that fails is tried again, following its partition's
         leader, until ``delivery_timeout_s`` after the record was produced;
         ``retries`` (None: no count) also bounds the attempts that reached a
-        broker, and bounds the rounds of fetches and administrative calls (None:
-        ``CLIENT_RETRIES_MAX_DEFAULT``). ``enable_idempotence`` (Kafka's name):
+        broker. Fetches and administrative calls are tried again (other
+        brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
+        more than ``retries`` times when given. ``enable_idempotence`` (Kafka's name):
         retries after a lost answer are stored once; off, such records fail as
         ``OutcomeUnknown``. ``max_block_ms``: how long ``send`` (and the sync
         client's ``produce``) waits for room in a full buffer."""
@@ -108,6 +111,7 @@ class AsyncClient:
         self.consistency = consistency
         self.timeout_s = timeout_s
         self.retries = retries
+        self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_s = delivery_timeout_s
         self.enable_idempotence = enable_idempotence
@@ -130,11 +134,6 @@ class AsyncClient:
         self._loss_reported = False
         _LIVE.add(self)
 
-    @property
-    def rounds(self) -> int:
-        """Retries of a fetch or an administrative call."""
-        return limits.CLIENT_RETRIES_MAX_DEFAULT if self.retries is None else self.retries
-
     # --- lifecycle ------------------------------------------------------------------
 
     def _start(self) -> Metadata:
@@ -144,7 +143,8 @@ class AsyncClient:
         if self._meta is None:
             self._transport = Transport(make_session(token=self._token, ca_file=self._ca_file), self.timeout_s)
             self._meta = Metadata(self.bootstrap, self._transport, self.clock,
-                                  retries=self.rounds, backoff_ms=self.retry_backoff_ms)
+                                  retry_timeout_s=self.retry_timeout_s, retries=self.retries,
+                                  backoff_ms=self.retry_backoff_ms)
             # An idempotent broker remembers a producer's last PRODUCER_BATCHES_KEPT batches per
             # partition: a retried request must not hold more, or it is not recognised.
             acc = Accumulator(linger_ms=self.linger_ms, batch_bytes=self.batch_bytes,
@@ -361,10 +361,8 @@ class AsyncClient:
         timeout_s = self.timeout_s + wait_ms / 1000
         last: errors.RingError | None = None
         too_far: errors.RingError | None = None
-        for attempt in range(self.rounds + 1):
-            if attempt:
-                await asyncio.sleep(backoff_ms(attempt, self.retry_backoff_ms) / 1000)
-                await meta.refresh()
+        retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
+        while True:
             urls = list(dict.fromkeys([*holders, *meta.topology.read_urls(topic, partition)]))
             for url in sorted(urls, key=meta.recently_unreachable):
                 self.stats["fetch_requests"] += 1
@@ -392,8 +390,10 @@ class AsyncClient:
                 last = err
             if too_far is not None:
                 raise too_far
-        raise BrokersUnavailable(f"fetch {topic}/{partition}: no replica answered; last: "
-                                 f"{last.message if last else 'none'}", topic=topic, partition=partition)
+            meta.refresh_soon(self._spawn)  # a leader may have moved; the next round uses what it learns
+            if not await retry.pause():
+                raise BrokersUnavailable(f"fetch {topic}/{partition}: no replica answered ({retry.spent()}); "
+                                         f"last: {last.message if last else 'none'}", topic=topic, partition=partition)
 
     # --- administration -------------------------------------------------------------
 

@@ -35,16 +35,19 @@ A rebalance (another member joined or left) makes the coordinator answer 409;
 the consumer joins again and goes on with its new partitions, telling the
 ``listener`` (``on_partitions_revoked``/``on_partitions_assigned``, plain or
 async) what changed. Subscribing by ``pattern`` follows the topics whose name
-matches it, checked every ``metadata_max_age_ms``. Brokers that do not
-answer, and 503s (a coordinator moving), are retried on the next broker after
-a doubling backoff, up to ``retries`` times.
+matches it, checked every ``metadata_max_age_ms``. A request that finds no
+broker answering, or a 503 (a coordinator failing over), is tried again on the
+next broker after a doubling backoff, until ``retry_timeout_s`` (default 60 s,
+``ring.client.retry``) has passed: a coordinator's failover takes 5-13 s. The
+brokers tried are the given ones and those the cluster names (learned at
+start and every ``metadata_max_age_ms``), so the consumer reaches the new
+coordinator through any live broker even when the one it was given is down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import logging
 import os
 import re
@@ -58,12 +61,13 @@ import msgpack
 import orjson
 
 from ring import errors, limits
-from ring.client.metadata import backoff_ms, quote
+from ring.client.metadata import quote
 from ring.client.positions import TP, Positions
 from ring.client.records import ConsumerRecord
-from ring.client.topology import parse_brokers
-from ring.client.transport import CT_JSON, RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, \
-    classify, error_from, make_session
+from ring.client.retry import Retry
+from ring.client.topology import parse_brokers, parse_cluster
+from ring.client.transport import CT_JSON, RETRY, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
+    Transport, classify, error_from, make_session
 from ring.log.batch import header_pairs
 
 CT_MSGPACK = "application/msgpack"
@@ -77,7 +81,8 @@ class AsyncGroupConsumer:
                  session_timeout_ms: int = limits.GROUP_SESSION_TIMEOUT_MS_DEFAULT,
                  max_records: int = limits.FETCH_RECORDS_DEFAULT, wait_ms: int = 5_000,
                  timeout_s: float = limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT,
-                 retries: int = limits.CLIENT_RETRIES_MAX_DEFAULT,
+                 retry_timeout_s: float = limits.CLIENT_RETRY_TIMEOUT_S_DEFAULT,
+                 retries: int | None = None,
                  retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
                  metadata_max_age_ms: int = limits.CLIENT_METADATA_MAX_AGE_MS) -> None:
         """``topics``: one name or several, or ``pattern`` (a regular expression the whole topic
@@ -86,7 +91,9 @@ class AsyncGroupConsumer:
         (topic, partition), plain or async), called after each rebalance with what this consumer
         lost and gained; ``consumer_id``: this member's id (default: host, pid and a random suffix);
         ``reset``: where partitions without a committed offset start (earliest|latest);
-        ``wait_ms``: how long each poll long-polls when there is nothing."""
+        ``wait_ms``: how long each poll long-polls when there is nothing; a request that fails is
+        tried again (other brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
+        more than ``retries`` times when given, then raises ``BrokersUnavailable``."""
         if (topics is None) == (pattern is None):
             raise errors.BadRequest("give topics or a pattern")
         self.urls = parse_brokers(brokers)
@@ -101,6 +108,7 @@ class AsyncGroupConsumer:
         self.max_records = max_records
         self.wait_ms = wait_ms
         self.timeout_s = timeout_s
+        self.retry_timeout_s = retry_timeout_s
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -108,14 +116,15 @@ class AsyncGroupConsumer:
         self.rejoins = 0
         # polls, records, commits, rejoins, redelivered_dropped, lag_records (at the last lag refresh)
         self.stats: Counter[str] = Counter()
-        self._next_url = itertools.cycle(range(len(self.urls)))
         self._url = self.urls[0]
+        self._brokers_at = float("-inf")  # when the cluster's brokers were last learned
         self._transport: Transport | None = None
         self._pos = Positions()
         self._unsteady = False  # a request failed: the coordinator may have changed
         self._pattern_at = float("-inf")
         self._lag_at = float("-inf")
         self._token: str | None = None  # of the last poll answer received: the next poll acknowledges it
+        self._started = False
         self._closed = False
 
     @property
@@ -125,12 +134,18 @@ class AsyncGroupConsumer:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> AsyncGroupConsumer:
+        """Join the group (a failed start is tried again by the next call)."""
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
         if self._transport is None:
             self._transport = Transport(make_session(), self.timeout_s)
+        if not self._started:
+            await self._learn_brokers()
             if self.pattern is not None:
                 await self._follow_pattern(force=True)
             else:
                 await self._join()
+            self._started = True
         return self
 
     async def __aenter__(self) -> AsyncGroupConsumer:
@@ -164,28 +179,42 @@ class AsyncGroupConsumer:
         assert self._transport is not None, "start() the consumer first"
         body = None if doc is None else orjson.dumps(doc)
         headers = {"Accept": accept, **({"Content-Type": CT_JSON} if body is not None else {})}
-        last: errors.RingError | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(backoff_ms(attempt, self.retry_backoff_ms) / 1000)
+        retry = Retry(time.monotonic, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
+        while True:
             try:
                 reply = await self._transport.request(method, self._url, path, params=params, body=body,
                                                       headers=headers, timeout_s=self.timeout_s + wait_ms / 1000)
             except BrokerUnreachable as exc:
-                last = exc
-                self._unsteady = True
-                self._url = self.urls[next(self._next_url)]
-                continue
-            if reply.status < 300 or (ok_conflict and reply.status in (404, 409)):
-                return reply
-            err = error_from(reply, f"{method} {path}")
-            if classify(reply.status, str(reply.error_doc().get("error", ""))) != RETRY:
-                raise err
-            last = err
-            self._unsteady = True
-            self._url = self.urls[next(self._next_url)]
-        raise BrokersUnavailable(f"{method} {path}: no broker did it; last: {last.message if last else 'none'}",
-                                 group=self.group)
+                last: errors.RingError = exc
+            else:
+                if reply.status < 300 or (ok_conflict and reply.status in (404, 409)):
+                    return reply
+                last = error_from(reply, f"{method} {path}")
+                if classify(reply.status, str(reply.error_doc().get("error", ""))) != RETRY:
+                    raise last
+            self._unsteady = True  # the coordinator may be another one by the next attempt
+            self._url = self.urls[(self.urls.index(self._url) + 1) % len(self.urls)]
+            if not await retry.pause():
+                raise BrokersUnavailable(f"{method} {path}: no broker did it ({retry.spent()}, retry_timeout_s="
+                                         f"{self.retry_timeout_s:g}); last: {last.message}", group=self.group)
+
+    async def _learn_brokers(self) -> None:
+        """Add the brokers the cluster names to the URLs requests go to (one attempt; a failure leaves
+        it to the next poll): any live broker relays a group request to the coordinator."""
+        assert self._transport is not None
+        try:
+            reply = await self._transport.json("GET", self._url, "/v1/cluster")
+        except BrokerUnreachable:
+            return
+        if reply.status in (200, 404):  # 404: a standalone broker, the only one there is
+            self._brokers_at = time.monotonic()
+        if reply.status == 200:
+            try:
+                learned = [b.client_url for b in parse_cluster(reply.json()).values()]
+            except (errors.BadRequest, ValueError) as exc:
+                log.debug("the cluster document of %s: %s", self._url, exc)
+                return
+            self.urls = list(dict.fromkeys([*self.urls, *learned]))
 
     def _member_path(self, what: str = "") -> str:
         return f"/v1/groups/{quote(self.group)}/members/{quote(self.consumer_id)}{what}"
@@ -246,6 +275,8 @@ class AsyncGroupConsumer:
 
     async def _poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
         await self.start()
+        if time.monotonic() - self._brokers_at >= self.metadata_max_age_ms / 1000:
+            await self._learn_brokers()
         await self._follow_pattern()
         wait = self.wait_ms if wait_ms is None else wait_ms
         if self.generation is None or (self.assignment and set(self.assignment) <= self._pos.paused):
@@ -254,7 +285,7 @@ class AsyncGroupConsumer:
             await asyncio.sleep(wait / 1000)
             return []
         path = self._member_path("/poll")
-        for _ in range(self.retries + 1):
+        for _ in range(limits.CLIENT_POLL_REJOINS_MAX + 1):
             try:
                 await self._put_positions()
                 params = {"max_records": max_records or self.max_records, "wait_ms": wait,
@@ -276,8 +307,8 @@ class AsyncGroupConsumer:
             self.stats["redelivered_dropped"] = self._pos.dropped
             await self._refresh_lag()
             return out
-        raise errors.Conflict(f"group {self.group!r} kept rebalancing; gave up after {self.retries} rejoins",
-                              group=self.group)
+        raise errors.Conflict(f"group {self.group!r} kept rebalancing; gave up after "
+                              f"{limits.CLIENT_POLL_REJOINS_MAX} rejoins", group=self.group)
 
     async def _put_positions(self) -> None:
         """Before a poll: put this consumer's positions on the coordinator where it may not know them

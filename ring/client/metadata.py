@@ -19,6 +19,7 @@ import urllib.parse
 from typing import Any, Awaitable, Callable, Iterable
 
 from ring import errors, limits
+from ring.client.retry import Retry
 from ring.client.topology import BrokerInfo, TopicInfo, Topology, parse_cluster, parse_topic
 from ring.client.transport import RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, classify, error_from
 from ring.clock import Clock
@@ -33,17 +34,13 @@ def quote(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def backoff_ms(attempt: int, base_ms: float) -> float:
-    """Pause before retry number ``attempt`` (1-based): doubling, capped."""
-    return min(base_ms * 2 ** max(attempt - 1, 0), limits.CLIENT_RETRY_BACKOFF_MS_MAX)
-
-
 class Metadata:
     def __init__(self, bootstrap: list[str], transport: Transport, clock: Clock, *,
-                 retries: int, backoff_ms: float) -> None:
+                 retry_timeout_s: float, retries: int | None, backoff_ms: float) -> None:
         self.bootstrap = bootstrap
         self.transport = transport
         self.clock = clock
+        self.retry_timeout_s = retry_timeout_s
         self.retries = retries
         self.backoff_ms = backoff_ms
         self.topology = Topology()
@@ -78,16 +75,16 @@ class Metadata:
 
     async def ask_any(self, method: str, path: str, doc: Any = None, *, ok: Iterable[int] = (200,),
                       urls: Callable[[], list[str]] | None = None, **kw: Any) -> Reply:
-        """The first useful answer from any broker, retrying rounds with backoff.
+        """The first useful answer from any broker, retrying rounds with backoff until
+        ``retry_timeout_s`` (``ring.client.retry``).
 
         A 4xx answer (other than 421/429) is raised at once as ``ring.errors``;
         a 504 as ``OutcomeUnknown``; when every round fails, ``BrokersUnavailable``.
         """
         ok = set(ok)
         last = "no broker tried"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(backoff_ms(attempt, self.backoff_ms) / 1000)
+        retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.backoff_ms)
+        while True:
             for url in (urls or self.any_urls)():
                 try:
                     reply = await self.transport.json(method, url, path, doc, **kw)
@@ -104,7 +101,8 @@ class Metadata:
                     last = f"{url}: {reply.status} {code}"
                     continue
                 raise error_from(reply, f"{method} {path}")
-        raise BrokersUnavailable(f"{method} {path}: no broker answered after {self.retries + 1} rounds; last: {last}")
+            if not await retry.pause():
+                raise BrokersUnavailable(f"{method} {path}: no broker answered ({retry.spent()}); last: {last}")
 
     # --- brokers -----------------------------------------------------------------
 

@@ -51,7 +51,8 @@ import orjson
 
 from ring import errors, limits
 from ring.client.batcher import TP, Accumulator, BufferFull, ProducerBatch, record_size
-from ring.client.metadata import Metadata, backoff_ms, quote
+from ring.client.metadata import Metadata, quote
+from ring.client.retry import backoff_ms
 from ring.client.records import RecordMetadata
 from ring.client.transport import CT_BATCH, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, OutcomeUnknown, \
     Transport, classify, error_from
@@ -177,13 +178,15 @@ class Producer:
         deadline = self.now_ms() + self.acc.delivery_timeout_ms
         for attempt in itertools.count(1):
             try:
-                await self.resolve_topic(topic)
+                async with asyncio.timeout((deadline - self.now_ms()) / 1000):  # its own retries may last longer
+                    await self.resolve_topic(topic)
                 break
-            except errors.Unavailable as exc:
+            except (errors.Unavailable, TimeoutError) as exc:
                 pause = backoff_ms(attempt, self.retry_backoff_ms)
                 if self.now_ms() + pause >= deadline:
                     self.fail_pending(topic, BrokersUnavailable(
-                        f"topic {topic!r}: no broker described it within the delivery timeout; last: {exc.message}",
+                        f"topic {topic!r}: no broker described it within the delivery timeout; last: "
+                        f"{getattr(exc, 'message', 'still asking')}",
                         topic=topic))
                     return
                 await asyncio.sleep(pause / 1000)
