@@ -428,11 +428,15 @@ SPARK_POLL_TIMEOUT_MS_DEFAULT = 120_000
 # One HTTP request from a Spark task or the planner: connect plus answer. A
 # fetch never long-polls past committed data, so 30 s means a stuck broker.
 SPARK_REQUEST_TIMEOUT_S = 30.0
-# Rounds over every known broker before a request is given up; with the
-# backoff below, about 6 s of a cluster being wholly unreachable.
-SPARK_FAILOVER_ROUNDS_MAX = 4
-# Pause between rounds over all brokers, doubled each round (0.4, 0.8, 1.6 ...).
+# How long a request keeps going round the brokers before it is given up: a
+# partition's failover (conviction 5-13 s, then an election) or a broker's
+# restart fits several times over, as for the Python client
+# (CLIENT_RETRY_TIMEOUT_S_DEFAULT); then the task fails and Spark retries it.
+SPARK_FAILOVER_S = 60.0
+# Pause between rounds over all brokers, doubled each round (0.4, 0.8, 1.6 ...)
+# up to the cap.
 SPARK_FAILOVER_BACKOFF_MS = 400
+SPARK_FAILOVER_BACKOFF_MS_MAX = 2_000
 # Records a Spark writer task buffers per produce request: well under
 # RECORDS_PER_REQUEST_MAX so a retry resends little.
 SPARK_WRITE_RECORDS_PER_REQUEST_MAX = 5_000

@@ -6,8 +6,10 @@ connection per broker. Every request names the brokers to try first (a
 partition's replicas when known) and falls back to every other broker it was
 given: any broker answers any request in a ring cluster. Connection errors,
 timeouts and 5xx/429 answers move on to the next broker; after a full round
-the client backs off and tries again, a bounded number of rounds
-(``ring.limits.SPARK_FAILOVER_*``). A 4xx answer is the request's fault, not
+the client backs off (doubling, capped) and tries again, until ``failover_s``
+has passed (``ring.limits.SPARK_FAILOVER_*``: a minute, which a partition's
+failover fits in several times over), and at most ``rounds`` rounds when
+given. A 4xx answer is the request's fault, not
 the broker's, and is raised at once as the matching ``ring.errors`` class with
 the JSON body's fields (``earliest`` on a 416, for example).
 
@@ -18,6 +20,7 @@ URL list, which is what gets pickled.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import time
 import urllib.parse
@@ -52,7 +55,7 @@ _RETRYABLE = {429, 500, 502, 503, 504}
 
 
 class BrokersUnavailable(errors.Unavailable):
-    """No broker answered usefully within the failover rounds."""
+    """No broker answered usefully within ``failover_s`` (or the rounds given)."""
 
     code = "brokers_unavailable"
 
@@ -93,12 +96,14 @@ class BrokerClient:
         urls: Iterable[str],
         *,
         timeout_s: float = limits.SPARK_REQUEST_TIMEOUT_S,
-        rounds: int = limits.SPARK_FAILOVER_ROUNDS_MAX,
+        failover_s: float = limits.SPARK_FAILOVER_S,
+        rounds: int | None = None,
         backoff_ms: int = limits.SPARK_FAILOVER_BACKOFF_MS,
     ) -> None:
         self.urls = tuple(dict.fromkeys(urls))
         assert self.urls, "at least one broker URL"
         self.timeout_s = timeout_s
+        self.failover_s = failover_s
         self.rounds = rounds
         self.backoff_ms = backoff_ms
         self._conns: dict[str, http.client.HTTPConnection] = {}
@@ -171,7 +176,7 @@ class BrokerClient:
         """Send to the preferred brokers, then the others, until one answers.
 
         Raises the matching ``ring.errors`` class on a 4xx answer and
-        ``BrokersUnavailable`` when every broker failed every round.
+        ``BrokersUnavailable`` when every broker failed every round for ``failover_s``.
         """
         target = path
         if query:
@@ -179,9 +184,14 @@ class BrokerClient:
         order = [u for u in dict.fromkeys([*prefer, *self.urls])]
         ok = set(ok)
         last: str = "no broker tried"
-        for rnd in range(self.rounds):
+        started = time.monotonic()
+        for rnd in itertools.count():
             if rnd:
-                time.sleep(self.backoff_ms * 2 ** (rnd - 1) / 1000)
+                left_s = started + self.failover_s - time.monotonic()
+                if left_s <= 0 or (self.rounds is not None and rnd >= self.rounds):
+                    break
+                pause_ms = min(self.backoff_ms * 2 ** (rnd - 1), limits.SPARK_FAILOVER_BACKOFF_MS_MAX)
+                time.sleep(min(pause_ms / 1000, left_s))  # the last round starts at the deadline
             for url in order:
                 try:
                     resp = self._once(url, method, target, body, headers or {})
@@ -196,7 +206,8 @@ class BrokerClient:
                     self.failovers += 1
                     continue
                 raise _error_from(resp.status, resp.body, f"{method} {url}{path}")
-        raise BrokersUnavailable(f"{method} {path}: no broker answered after {self.rounds} rounds; last: {last}")
+        raise BrokersUnavailable(f"{method} {path}: no broker answered in {rnd} rounds over "
+                                 f"{time.monotonic() - started:.1f} s; last: {last}")
 
     def _json(self, method: str, path: str, doc: Any = None, **kw: Any) -> Any:
         body = None if doc is None else json.dumps(doc).encode()
