@@ -6,7 +6,10 @@ answers" (exit 3) from "the broker said no" (exit 1).
 others in the order given: a refused or broken connection, a 429 or a 503
 moves on to the next broker, and a round over all of them is retried a few
 times with a doubling pause (any broker relays a group request to its
-coordinator, so any one will do). Other error answers are raised at once as
+coordinator, so any one will do); an ``Api`` given ``retry_timeout_s`` (a
+long-running command: ``ring consume --group``) goes on for that long
+instead, also while no broker listens, so it rides out a failover or a
+restart. Other error answers are raised at once as
 the matching ``ring.errors`` class, with the body's fields. Connections are
 kept open per broker for the command's lifetime.
 """
@@ -14,6 +17,7 @@ kept open per broker for the command's lifetime.
 from __future__ import annotations
 
 import http.client
+import itertools
 import ssl
 import time
 import urllib.parse
@@ -28,13 +32,14 @@ from ring.client.transport import BrokersUnavailable, BrokerUnreachable, Reply, 
 # coordinator moving or a leader being elected settles within a few seconds.
 ROUNDS_MAX = 4
 ROUND_PAUSE_S = 0.25  # doubled each round: 0.25, 0.5, 1 s
+ROUND_PAUSE_S_MAX = 2.0  # with retry_timeout_s: the pause stops doubling here
 PROBE_TIMEOUT_S = 2.0  # a broker on a LAN that cannot accept a connection in this is down
 _RETRY_STATUSES = frozenset({429, 502, 503})
 
 
 class Api:
     def __init__(self, urls: list[str], token: str | None = None, *, timeout_s: float | None = None,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, retry_timeout_s: float | None = None) -> None:
         assert urls
         self.urls = list(urls)
         self.headers = {"Accept": "application/json", "User-Agent": "ring-cli"}
@@ -42,6 +47,7 @@ class Api:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout_s = timeout_s or limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT
         self.ca_file = ca_file
+        self.retry_timeout_s = retry_timeout_s  # None: ROUNDS_MAX rounds, fewer if no broker listens
         self._tls: ssl.SSLContext | None = None  # made on the first https:// broker
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self._good: str | None = None  # the broker that answered last
@@ -85,6 +91,10 @@ class Api:
             self._conns.pop(url, None)
             raise BrokerUnreachable(f"{method} {url}{path}: {type(exc).__name__}: {exc}".rstrip(": "),
                                     broker=url) from None
+        except BaseException:  # Ctrl-C mid-request: the connection is half used, never to be reused
+            conn.close()
+            self._conns.pop(url, None)
+            raise
         if resp.getheader("Connection", "").lower() == "close":
             conn.close()
             self._conns.pop(url, None)
@@ -98,9 +108,13 @@ class Api:
         body = None if doc is None else orjson.dumps(doc)
         last = "no broker tried"
         reached = False
-        for attempt in range(ROUNDS_MAX):
+        started = time.monotonic()
+        for attempt in itertools.count():
             if attempt:
-                time.sleep(ROUND_PAUSE_S * 2 ** (attempt - 1))
+                pause_s = self._pause_s(attempt, reached, started)
+                if pause_s is None:
+                    break
+                time.sleep(pause_s)
             for url in self._order():
                 try:
                     reply = self.send(url, method, path, body, timeout_s)
@@ -115,11 +129,18 @@ class Api:
                     last = f"{url}: {reply.status} {reply.error_doc().get('message', '')}".rstrip()
                     continue
                 raise error_from(reply, f"{method} {path}")
-            if not reached:
-                break  # nobody listens: no point waiting for a round that cannot differ
+        spent = f"{attempt} rounds in {time.monotonic() - started:.1f} s"
         if not reached:
-            raise BrokerUnreachable(f"cannot reach any broker ({', '.join(self.urls)}); last: {last}")
-        raise BrokersUnavailable(f"{method} {path}: no broker could answer after {ROUNDS_MAX} rounds; last: {last}")
+            raise BrokerUnreachable(f"cannot reach any broker ({', '.join(self.urls)}; {spent}); last: {last}")
+        raise BrokersUnavailable(f"{method} {path}: no broker could answer ({spent}); last: {last}")
+
+    def _pause_s(self, attempt: int, reached: bool, started: float) -> float | None:
+        """The pause before round ``attempt`` (1-based), or None when no round is left."""
+        pause_s = ROUND_PAUSE_S * 2 ** (attempt - 1)
+        if self.retry_timeout_s is None:  # nobody listening: no point waiting for a round that cannot differ
+            return pause_s if reached and attempt < ROUNDS_MAX else None
+        left_s = started + self.retry_timeout_s - time.monotonic()
+        return min(pause_s, ROUND_PAUSE_S_MAX, left_s) if left_s > 0 else None
 
     def probe(self) -> str | None:
         """The first broker that answers anything at all (even 401), or None."""

@@ -113,11 +113,12 @@ class Context:
 
     # --- talking to brokers -------------------------------------------------------------
 
-    def api(self, timeout_s: float | None = None):
+    def api(self, timeout_s: float | None = None, retry_timeout_s: float | None = None):
         """Blocking JSON calls with failover (``ring.commands.api.Api``)."""
         from ring.commands.api import Api
 
-        return Api(self.brokers, self.token, timeout_s=timeout_s, ca_file=self.ca_file)
+        return Api(self.brokers, self.token, timeout_s=timeout_s, ca_file=self.ca_file,
+                   retry_timeout_s=retry_timeout_s)
 
     def reachable(self) -> None:
         """Fail fast with exit 3 when no broker answers, instead of after the client's retries."""

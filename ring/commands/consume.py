@@ -202,7 +202,8 @@ def _default_consumer() -> str:
 
 def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> int:
     ctx.reachable()
-    api = ctx.api(timeout_s=limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT + GROUP_FOLLOW_WAIT_MS / 1000)
+    api = ctx.api(timeout_s=limits.CLIENT_REQUEST_TIMEOUT_S_DEFAULT + GROUP_FOLLOW_WAIT_MS / 1000,
+                  retry_timeout_s=limits.CLIENT_RETRY_TIMEOUT_S_DEFAULT)  # a member rides out a failover
     api.call("GET", f"/v1/topics/{quote(args.topic)}")  # an unknown topic is an error here too, not an idle member
     group, consumer = quote(args.group), args.consumer or _default_consumer()
     member = f"/v1/groups/{group}/members/{quote(consumer)}"
@@ -259,6 +260,7 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
                 break
     finally:
         progress.finish()
+        api.retry_timeout_s = None  # leaving: a few rounds, not a minute (the session times out anyway)
         _leave(ctx, api, group, consumer, generation, printed)
     return EXIT_OK
 
