@@ -143,3 +143,32 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
         assert again == 0, f"{again} records delivered again with no partition moving; {Counter(counts.values())}"
     else:  # a rebalance moved partitions: at most each member's last poll, not yet committed
         assert again <= 2 * limits.FETCH_RECORDS_DEFAULT, again
+
+
+async def test_a_commit_answered_outcome_unknown_is_tried_again(make_cluster) -> None:
+    """The other replicas of the group's offsets partition SIGKILLed: before they are convicted the
+    coordinator appends a commit, waits for a quorum that is gone and answers 504 (outcome
+    unknown). Committing the same offsets again is harmless, so the consumer tries it again, as
+    it does after a dropped connection, until they are back 8 s later; then the offset is there."""
+    c: TestCluster = make_cluster(3)
+    async with AsyncClient([m.url for m in c]) as producer:
+        await producer.create_topic("orders", partitions=1, replication_factor=1)
+        await producer.produce("orders", b"x")
+    coordinator = c.member(await _coordinator_before_use(c, "billing"))
+    consumer = await AsyncGroupConsumer([m.url for m in c], "billing", "orders", auto_commit=False,
+                                        session_timeout_ms=60_000).start()
+    try:
+        assert [r.value for r in await consumer.poll(wait_ms=5_000)] == [b"x"]
+        victims = [m for m in c if m is not coordinator]
+        for m in victims:
+            m.kill()
+        killed_at = time.monotonic()
+        commit = asyncio.ensure_future(consumer.commit())
+        while time.monotonic() - killed_at < 8:
+            assert not commit.done() or commit.exception() is None, commit.exception()
+            await asyncio.sleep(0.1)
+        await asyncio.gather(*(asyncio.to_thread(m.local.start) for m in victims))
+        await asyncio.wait_for(commit, DEADLINE_S)
+        assert await consumer.committed("orders", 0) == 1
+    finally:
+        await consumer.close()

@@ -36,7 +36,8 @@ the consumer joins again and goes on with its new partitions, telling the
 ``listener`` (``on_partitions_revoked``/``on_partitions_assigned``, plain or
 async) what changed. Subscribing by ``pattern`` follows the topics whose name
 matches it, checked every ``metadata_max_age_ms``. A request that finds no
-broker answering, or a 503 (a coordinator failing over), is tried again on the
+broker answering, a 503 (a coordinator failing over) or a 504 (its change not
+on a quorum in time: any group request may be sent again), is tried again on the
 next broker after a doubling backoff, until ``retry_timeout_s`` (default 60 s,
 ``ring.client.retry``) has passed: a coordinator's failover takes 5-13 s. The
 brokers tried are the given ones and those the cluster names (learned at
@@ -66,7 +67,7 @@ from ring.client.positions import TP, Positions
 from ring.client.records import ConsumerRecord
 from ring.client.retry import Retry
 from ring.client.topology import parse_brokers, parse_cluster
-from ring.client.transport import CT_JSON, RETRY, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
+from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
     Transport, classify, error_from, make_session
 from ring.log.batch import header_pairs
 
@@ -190,7 +191,11 @@ class AsyncGroupConsumer:
                 if reply.status < 300 or (ok_conflict and reply.status in (404, 409)):
                     return reply
                 last = error_from(reply, f"{method} {path}")
-                if classify(reply.status, str(reply.error_doc().get("error", ""))) != RETRY:
+                # 504: the coordinator could not get the change onto a quorum in time. Every group
+                # request may be sent again, as after a connection lost mid-request: a join, a commit,
+                # a leave or positions put twice change nothing more, and a poll's lost answer is
+                # read again from the member's positions.
+                if classify(reply.status, str(reply.error_doc().get("error", ""))) not in (RETRY, UNKNOWN):
                     raise last
             self._unsteady = True  # the coordinator may be another one by the next attempt
             self._url = self.urls[(self.urls.index(self._url) + 1) % len(self.urls)]
