@@ -28,6 +28,7 @@ import pytest
 from ring.commands.positions import (Position, format_bytes, format_duration_ms, parse_bytes, parse_duration_ms,
                                     parse_position)
 from ring.commands.base import UsageError, table
+from ring.hashing import partition_for_key
 from tests.brokers import REPO_ROOT, TestBroker, TestCluster
 
 RUN_TIMEOUT_S = 60.0
@@ -475,6 +476,57 @@ def test_group_consume_leaves_cleanly_on_ctrl_c_mid_poll(broker: TestBroker, top
         proc.wait()
     mine = next(g for g in json_of(cli(broker.url, "groups", "list", "--json"))["groups"] if g["group"] == group)
     assert mine["members"] == []
+
+
+def test_group_consume_rides_out_a_commit_answered_outcome_unknown(make_cluster: Any, topic: str) -> None:
+    """The other replicas of the group's offsets partition SIGKILLed: a poll committing what was
+    printed waits for a quorum that is gone and is answered 504 before they are convicted. The
+    poll may be sent again, so ``--follow --group`` keeps trying until they are back 8 s later."""
+    c = make_cluster(3)
+    urls, group = ",".join(m.url for m in c), "g-" + topic
+    ok(cli(urls, "topics", "create", topic, "-p", "6", "-r", "1"))
+    ok(cli(urls, "consume", topic, "--group", "warm-up"))  # the offsets topic exists from here on
+    offsets = c[0].http.get("/v1/topics/__offsets").json()
+    coordinator = c.member(offsets["partitions"][partition_for_key(group.encode(),
+                                                                   offsets["partition_count"])]["leader"])
+    [p, *_] = [p for p, leader in c.leaders(topic).items() if leader == coordinator.name]  # stays up with it
+    produce = ("produce", topic, "--partition", str(p))
+
+    def committed() -> int | None:
+        described = json_of(cli(coordinator.url, "groups", "describe", group, "--json"))
+        return {o["partition"]: o["committed"] for o in described["offsets"]}.get(p)
+
+    def wait_committed(n: int) -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while committed() != n:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+
+    ok(cli(coordinator.url, *produce, stdin=b"before\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", group, "--follow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(urls), cwd=REPO_ROOT)
+    try:
+        assert os.read(proc.stdout.fileno(), 4096) == b"before\n"
+        wait_committed(1)  # by the next poll, now waiting
+        victims = [m for m in c if m is not coordinator]
+        for m in victims:
+            m.kill()
+        killed_at = time.monotonic()
+        ok(cli(coordinator.url, *produce, stdin=b"during\n"))
+        assert os.read(proc.stdout.fileno(), 4096) == b"during\n"
+        while time.monotonic() - killed_at < 8:  # its next poll commits "during": 504 after 5 s
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        for m in victims:
+            m.local.start()
+        wait_committed(2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=RUN_TIMEOUT_S) == 130, proc.stderr.read()
+        assert proc.stderr.read().strip() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 # --- a terminal, and tokens --------------------------------------------------------------------

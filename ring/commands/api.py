@@ -9,7 +9,9 @@ times with a doubling pause (any broker relays a group request to its
 coordinator, so any one will do); an ``Api`` given ``retry_timeout_s`` (a
 long-running command: ``ring consume --group``) goes on for that long
 instead, also while no broker listens, so it rides out a failover or a
-restart. Other error answers are raised at once as
+restart. A request the caller marks ``repeatable`` (a group's join, poll,
+commit or leave: sending it twice does no harm) is tried again after a 504
+(outcome unknown) too. Other error answers are raised at once as
 the matching ``ring.errors`` class, with the body's fields. Connections are
 kept open per broker for the command's lifetime.
 """
@@ -101,8 +103,10 @@ class Api:
         return Reply(resp.status, {k: v for k, v in resp.getheaders()}, data, url)
 
     def call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, doc: Any = None,
-             ok: tuple[int, ...] = (200,), timeout_s: float | None = None) -> Any:
-        """The JSON answer of the first broker that gives a useful one."""
+             ok: tuple[int, ...] = (200,), timeout_s: float | None = None, repeatable: bool = False) -> Any:
+        """The JSON answer of the first broker that gives a useful one. ``repeatable``: sending the
+        request twice does no harm (a group's join, poll, commit or leave), so a 504 (outcome
+        unknown) is tried again like a 503 instead of raised."""
         if query:
             path += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         body = None if doc is None else orjson.dumps(doc)
@@ -125,7 +129,7 @@ class Api:
                 if reply.status in ok:
                     self._good = url
                     return reply.json()
-                if reply.status in _RETRY_STATUSES:
+                if reply.status in _RETRY_STATUSES or (repeatable and reply.status == 504):
                     last = f"{url}: {reply.status} {reply.error_doc().get('message', '')}".rstrip()
                     continue
                 raise error_from(reply, f"{method} {path}")

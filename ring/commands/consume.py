@@ -210,7 +210,7 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
     join_doc = {"consumer": consumer, "topics": [args.topic], "reset": start.kind, "client": "ring consume"}
 
     def join() -> int:
-        doc = api.call("POST", f"/v1/groups/{group}/members", doc=join_doc)
+        doc = api.call("POST", f"/v1/groups/{group}/members", doc=join_doc, repeatable=True)
         if doc.get("idle") and doc.get("message"):
             ctx.note(f"{ctx.prog}: {doc['message']}")
         return int(doc.get("generation", 0))
@@ -230,7 +230,7 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
             if token is not None:
                 query["token"] = token
             try:
-                got = api.call("POST", f"{member}/poll", query=query)
+                got = api.call("POST", f"{member}/poll", query=query, repeatable=True)
             except errors.Conflict:  # a rebalance: join the new generation and go on
                 rejoins += 1
                 if rejoins > REJOINS_MAX:
@@ -278,7 +278,8 @@ def _leave(ctx: Context, api: Any, group: str, consumer: str, generation: int,
     except KeyboardInterrupt:
         pass
     try:
-        api.call("DELETE", f"/v1/groups/{group}/members/{quote(consumer)}", query={"commit": "false"})
+        api.call("DELETE", f"/v1/groups/{group}/members/{quote(consumer)}", query={"commit": "false"},
+                 repeatable=True)
     except (errors.RingError, OSError) as exc:
         ctx.note(f"{ctx.prog}: leaving the group: {exc}")
     except KeyboardInterrupt:
@@ -293,7 +294,7 @@ def _commit_printed(ctx: Context, api: Any, group: str, consumer: str, generatio
     def commit(tps: list[tuple[str, int]]) -> None:
         api.call("POST", f"/v1/groups/{group}/offsets", doc={
             "consumer": consumer, "generation": generation,
-            "offsets": [{"topic": t, "partition": p, "offset": printed[(t, p)]} for t, p in tps]})
+            "offsets": [{"topic": t, "partition": p, "offset": printed[(t, p)]} for t, p in tps]}, repeatable=True)
 
     if not printed:
         return
