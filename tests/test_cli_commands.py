@@ -9,6 +9,7 @@ exit code (0 done, 1 the API refused, 2 bad usage, 3 no broker reachable).
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import pty
@@ -20,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 import pytest
@@ -380,6 +381,37 @@ def test_group_consume_commits_what_it_printed(broker: TestBroker, topic: str) -
     assert missing.returncode == 1 and missing.stderr.startswith(b"ring groups describe: ")
 
 
+@contextlib.contextmanager
+def _running(brokers: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``ring ARGS`` as a process the test talks to, killed if the test leaves it running."""
+    proc = subprocess.Popen([sys.executable, "-m", "ring", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env(brokers), cwd=REPO_ROOT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _read_until(proc: subprocess.Popen, want: bytes) -> bytes:
+    """What ``proc`` printed until it holds ``want``, read unbuffered: a line read ahead into a
+    buffer would never make select() ready."""
+    got = b""
+    while want not in got:
+        ready, _, _ = select.select([proc.stdout], [], [], RUN_TIMEOUT_S)
+        assert ready, proc.stderr.read() if proc.poll() is not None else f"printed only {got!r}"
+        got += os.read(proc.stdout.fileno(), 4096)
+    return got
+
+
+def _interrupted_quietly(proc: subprocess.Popen) -> None:
+    """Ctrl-C: it commits what it printed and leaves, with exit 130 and nothing on stderr."""
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=RUN_TIMEOUT_S) == 130, proc.stderr.read()
+    assert proc.stderr.read().strip() == b""  # no "committing: ..." note, no traceback
+
+
 def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: TestBroker, topic: str) -> None:
     """A partition it printed moved to another member before the final commit: the commit keeps
     what the command still holds, and says which partition was not committed."""
@@ -388,10 +420,7 @@ def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: Tes
     for p in (0, 1):
         ok(cli(broker.url, "produce", topic, "--partition", str(p), stdin=b"".join(b"p%d-%02d\n" % (p, i)
                                                                                   for i in range(10))))
-    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", group, "--follow",
-                             "-n", "25", "--consumer", "cli"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=_env(broker.url), cwd=REPO_ROOT)
-    try:
+    with _running(broker.url, "consume", topic, "--group", group, "--follow", "-n", "25", "--consumer", "cli") as proc:
         lines = [proc.stdout.readline() for _ in range(20)]  # both partitions, in its first poll
         assert sorted(lines) == sorted(b"p%d-%02d\n" % (p, i) for p in (0, 1) for i in range(10))
         joined = broker.http.post(f"/v1/groups/{group}/members", json_body={"consumer": "other", "topics": [topic]})
@@ -404,10 +433,6 @@ def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: Tes
         rest = proc.stdout.read()
         assert sorted(rest.splitlines()) == [b"p%d-%02d" % (kept, i) for i in range(10, 15)]
         stderr = proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
     described = json_of(cli(broker.url, "groups", "describe", group, "--json"))
     committed = {o["partition"]: o["committed"] for o in described["offsets"]}
     assert committed[kept] == 15  # all it printed of the partition it kept
@@ -421,10 +446,8 @@ def test_group_consume_follows_through_a_broker_restart(make_broker: Any, topic:
     b = make_broker()
     ok(cli(b.url, "topics", "create", topic, "-p", "1", "-r", "1"))
     ok(cli(b.url, "produce", topic, stdin=b"before\n"))
-    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", "g", "--follow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(b.url), cwd=REPO_ROOT)
-    try:
-        assert os.read(proc.stdout.fileno(), 4096) == b"before\n"
+    with _running(b.url, "consume", topic, "--group", "g", "--follow") as proc:
+        assert _read_until(proc, b"before\n") == b"before\n"
         b.kill()
         time.sleep(5)  # the outage itself, not a wait for something to happen
         assert proc.poll() is None, proc.stderr.read()
@@ -432,19 +455,9 @@ def test_group_consume_follows_through_a_broker_restart(make_broker: Any, topic:
         ok(cli(b.url, "produce", topic, stdin=b"after\n"))
         # "before" may come again (at-least-once): the poll that would have committed it may not
         # have reached the broker before the kill.
-        got = b""
-        while b"after\n" not in got:  # unbuffered: a line read ahead would never make select() ready
-            ready, _, _ = select.select([proc.stdout], [], [], RUN_TIMEOUT_S)
-            assert ready, proc.stderr.read() if proc.poll() is not None else f"printed only {got!r}"
-            got += os.read(proc.stdout.fileno(), 4096)
+        got = _read_until(proc, b"after\n")
         assert got in (b"after\n", b"before\nafter\n"), got
-        proc.send_signal(signal.SIGINT)  # mid-poll: the final commit must not reuse that connection
-        assert proc.wait(timeout=20) == 130
-        assert proc.stderr.read().strip() == b""  # no "committing: ..." note
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        _interrupted_quietly(proc)  # mid-poll: the final commit must not reuse that connection
 
 
 def test_group_consume_leaves_cleanly_on_ctrl_c_mid_poll(broker: TestBroker, topic: str) -> None:
@@ -454,26 +467,14 @@ def test_group_consume_leaves_cleanly_on_ctrl_c_mid_poll(broker: TestBroker, top
     group = "g-" + topic
     ok(cli(broker.url, "topics", "create", topic, "-p", "1", "-r", "1"))
     ok(cli(broker.url, "produce", topic, stdin=b"a\nb\n"))
-    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", group, "--follow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(broker.url), cwd=REPO_ROOT)
-    try:
-        got = b""
-        while got != b"a\nb\n":
-            ready, _, _ = select.select([proc.stdout], [], [], RUN_TIMEOUT_S)
-            assert ready and proc.poll() is None, f"printed only {got!r}"
-            got += os.read(proc.stdout.fileno(), 4096)
+    with _running(broker.url, "consume", topic, "--group", group, "--follow") as proc:
+        assert _read_until(proc, b"a\nb\n") == b"a\nb\n"
         # The next poll commits what the first handed out: once that shows, the poll is waiting.
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while json_of(cli(broker.url, "groups", "describe", group, "--json"))["offsets"][0]["committed"] != 2:
             assert time.monotonic() < deadline, "the second poll never reached the broker"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 130
-        assert proc.stderr.read().strip() == b""  # no "committing: ..." note, no traceback
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        _interrupted_quietly(proc)
     mine = next(g for g in json_of(cli(broker.url, "groups", "list", "--json"))["groups"] if g["group"] == group)
     assert mine["members"] == []
 
@@ -492,41 +493,32 @@ def test_group_consume_rides_out_a_commit_answered_outcome_unknown(make_cluster:
     [p, *_] = [p for p, leader in c.leaders(topic).items() if leader == coordinator.name]  # stays up with it
     produce = ("produce", topic, "--partition", str(p))
 
-    def committed() -> int | None:
-        described = json_of(cli(coordinator.url, "groups", "describe", group, "--json"))
-        return {o["partition"]: o["committed"] for o in described["offsets"]}.get(p)
-
     def wait_committed(n: int) -> None:
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        while committed() != n:
+        while True:
+            described = json_of(cli(coordinator.url, "groups", "describe", group, "--json"))
+            if {o["partition"]: o["committed"] for o in described["offsets"]}.get(p) == n:
+                return
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
 
     ok(cli(coordinator.url, *produce, stdin=b"before\n"))
-    proc = subprocess.Popen([sys.executable, "-m", "ring", "consume", topic, "--group", group, "--follow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(urls), cwd=REPO_ROOT)
-    try:
-        assert os.read(proc.stdout.fileno(), 4096) == b"before\n"
+    with _running(urls, "consume", topic, "--group", group, "--follow") as proc:
+        assert _read_until(proc, b"before\n") == b"before\n"
         wait_committed(1)  # by the next poll, now waiting
         victims = [m for m in c if m is not coordinator]
         for m in victims:
             m.kill()
         killed_at = time.monotonic()
         ok(cli(coordinator.url, *produce, stdin=b"during\n"))
-        assert os.read(proc.stdout.fileno(), 4096) == b"during\n"
+        assert _read_until(proc, b"during\n") == b"during\n"
         while time.monotonic() - killed_at < 8:  # its next poll commits "during": 504 after 5 s
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
         for m in victims:
             m.local.start()
         wait_committed(2)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=RUN_TIMEOUT_S) == 130, proc.stderr.read()
-        assert proc.stderr.read().strip() == b""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        _interrupted_quietly(proc)
 
 
 # --- a terminal, and tokens --------------------------------------------------------------------
