@@ -198,7 +198,29 @@ def test_parse_wrk():
     assert got["p50_ms"] == pytest.approx(20.99)
     assert got["p99_ms"] == pytest.approx(1020.0)
     assert got["non_2xx"] == 12
+    assert got["requests"] == 23456
     assert ceilings.parse_wrk("garbage")["req_s"] is None
+    assert ceilings.parse_wrk("garbage")["requests"] is None
+
+
+def test_cpu_table_reads_each_case_against_the_yardsticks_of_the_same_client():
+    from ring.bench import cpu
+
+    def row(case, client, us, ok=True, disturbed=False):
+        return {"case": case, "client": client, "ok": ok, "req_s": 1000.0, "cpu_us_per_req": us,
+                "disturbed": disturbed, "errors": 0}
+
+    rows = [row("yard-aiohttp", "wrk", 30.0), row("yard-httptools", "wrk", 6.0),
+            row("yard-aiohttp", "python", 20.0), row("yard-httptools", "python", 5.0),
+            row("produce-1", "wrk", 90.0), row("produce-1", "wrk", 60.0, disturbed=True), row("produce-1", "wrk", 120.0),
+            row("produce-1", "python", 100.0)]
+    lines = cpu.table({"rows": rows, "clients": ["wrk", "python"]})
+    produce = [line for line in lines if line.startswith("| produce 1 record (JSON), one broker")]
+    assert produce[0] == ("| produce 1 record (JSON), one broker, 64 in flight | wrk | 1,000 | 90.0 | 3.00× | 15.00× "
+                          "| 1/3 disturbed |")
+    assert "| python | 1,000 | 100.0 | 5.00× | 20.00× |" in produce[1]
+    yard = next(line for line in lines if line.startswith("| yardstick: aiohttp") and "| wrk |" in line)
+    assert "| 30.0 |  |  |" in yard  # a yardstick is not a ratio of itself
 
 
 def test_top_frames_from_collapsed_stacks():
@@ -301,7 +323,9 @@ def test_quick_run_against_real_brokers(tmp_path):
     assert "command: `ring bench --quick --peers none --output" in doc
     for line in ("| end-to-end, produce to long-poll delivery", "#### Targets", "| broker RSS ≤ 150 MB |",
                  "disk append, 1 KiB writes, fdatasync each", "loopback TCP", "produce, stored batches",
-                 "#### Hostile input: broker memory and trickling clients", "| produces refused | 0 | 0 of 20 |"):
+                 "#### Hostile input: broker memory and trickling clients", "| produces refused | 0 | 0 of 20 |",
+                 "#### CPU per request, same run", "| produce 1 record (JSON), one broker, 64 in flight | python |",
+                 "| yardstick: asyncio.Protocol on httptools, POST 1 KiB JSON, 64 in flight | python |"):
         assert line in doc, line
     assert "FAILED" not in r.stdout and "skipped" not in doc
 

@@ -91,12 +91,12 @@ def loopback_mb_s(seconds_max: float, bytes_max: int = 8 << 30) -> float:
     return received / seconds / 1e6
 
 
-_WRK_SCRIPT = """-- POST one stored batch (1 record) per request
+WRK_POST_SCRIPT = """-- POST the same body in every request
 local f = io.open("{body}", "rb")
 wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
-wrk.headers["Content-Type"] = "application/vnd.ring.batch"
+wrk.headers["Content-Type"] = "{ctype}"
 """
 
 _UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -108,8 +108,10 @@ def _ms(text: str) -> float | None:
 
 
 def parse_wrk(out: str) -> dict[str, Any]:
-    """Requests/s, latency percentiles and non-2xx count from ``wrk --latency``."""
+    """Requests answered (any status), requests/s, latency percentiles and non-2xx count from ``wrk --latency``."""
     res: dict[str, Any] = {}
+    m = re.search(r"^\s*(\d+) requests in ", out, re.M)
+    res["requests"] = int(m.group(1)) if m else None
     m = re.search(r"Requests/sec:\s*([\d.]+)", out)
     res["req_s"] = float(m.group(1)) if m else None
     for q in ("50", "99"):
@@ -131,7 +133,7 @@ def wrk_produce(url: str, topic: str, partition: int, record: bytes, workdir: Pa
     body = workdir / "wrk-body.bin"
     body.write_bytes(bytes(batchfmt.encode([(None, None, record, None)], now_ms=int(time.time() * 1000))))
     script = workdir / "wrk-post.lua"
-    script.write_text(_WRK_SCRIPT.format(body=body))
+    script.write_text(WRK_POST_SCRIPT.format(body=body, ctype="application/vnd.ring.batch"))
     target = f"{url}/v1/topics/{topic}/messages?partition={partition}&consistency=quorum"
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, int(seconds))}s", "--latency", "-s", str(script), target]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)

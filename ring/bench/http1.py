@@ -130,6 +130,9 @@ class Pool:
         return (f"POST {path_and_query} HTTP/1.1\r\nHost: {self.host_header}\r\n"
                 f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n").encode()
 
+    def get_head(self, path_and_query: str) -> bytes:
+        return f"GET {path_and_query} HTTP/1.1\r\nHost: {self.host_header}\r\n\r\n".encode()
+
     def close(self) -> None:
         for conn in self.all:
             conn.close()

@@ -162,8 +162,34 @@ async def paced(send: Sender, rate: float, requests_max: int, seconds_max: float
     return res
 
 
+async def fixed_requests(spec: dict[str, Any]) -> dict[str, Any]:
+    """The same pre-built request (``method``, ``path``, ``body``) to ``url`` with ``window`` in flight,
+    on the lean client (``ring.bench.http1``): what the CPU-per-request cases drive beside wrk."""
+    from ring.bench import http1
+
+    pool = http1.Pool(spec["url"])
+    body = spec.get("body", "").encode()
+    if spec["method"] == "POST":
+        data = pool.post_head(spec["path"], spec.get("ctype", "application/json"), len(body)) + body
+    else:
+        data = pool.get_head(spec["path"])
+
+    async def send(i: int) -> int:
+        status, answer = await pool.request(data)
+        if status != 200:
+            raise RuntimeError(f"{spec['method']} {status}: {answer[:200]!r}")
+        return 1
+
+    try:
+        return await windowed(send, spec["window"], spec["requests_max"], spec["seconds_max"])
+    finally:
+        pool.close()
+
+
 async def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     system = spec["system"]
+    if spec["op"] == "fixed":
+        return await fixed_requests(spec)
     if system == "ring":
         from ring.bench.gen_ring import RingDriver as Driver
     elif system == "nats":

@@ -85,6 +85,10 @@ def markdown(bench: Any) -> str:
     ceil = _ceilings(bench.extra, ring_unbatched)
     if ceil:
         out += ["#### Ceilings, same run", "", *ceil, ""]
+    if bench.extra.get("cpu", {}).get("rows"):
+        from ring.bench import cpu
+
+        out += ["#### CPU per request, same run", "", *cpu.explanation(), "", *cpu.table(bench.extra["cpu"]), ""]
     for p in bench.extra.get("profile") or []:
         out += ["#### Profile", "", *_profile(p), ""]
     if bench.extra.get("single"):

@@ -57,11 +57,12 @@ class Settings:
     spark_records: int = 300_000
     profile_s: float = 10.0
     hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle"); empty: all
+    cpu_s: float = 5.0
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
-                   ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0,
+                   ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0, cpu_s=1.0,
                    hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"))
 
 
@@ -388,6 +389,14 @@ class Bench:
             self.failed_parts.append(f"Spark part failed: {exc}")
             self.note(self.failed_parts[-1])
 
+    def run_cpu(self) -> None:
+        from ring.bench import cpu
+
+        self.say("cpu per request: wrk and the Python load generator against ring and the yardsticks")
+        self.extra["cpu"] = cpu.run_part(self)
+        for line in self.extra["cpu"]["notes"]:
+            self.note(line)
+
     def run_single(self) -> None:
         from ring.bench import single
 
@@ -414,13 +423,15 @@ class Bench:
         t0 = time.time()
         self.versions["commit"] = ring_commit()
         try:
-            if self.cases or "ceiling" in self.groups:  # the single and hostile parts start their own broker
+            if self.cases or self.groups & {"ceiling", "cpu"}:  # the single and hostile parts start their own broker
                 self.start_systems()
                 self.versions.update({n: s.version() for n, s in self.systems.items()})
                 self.measure_idle(1.0 if self.args.quick else 5.0)
                 self.run_cases()
             if "ceiling" in self.groups:
                 self.part(self.run_ceilings, "ceilings")
+            if "cpu" in self.groups:
+                self.part(self.run_cpu, "cpu per request")
         finally:
             self.stop_systems()
         if "single" in self.groups:
