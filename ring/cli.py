@@ -314,14 +314,14 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     from ring.errors import RingError
     from ring.http_api.app import make_app
     from ring.http_api.peer import make_peer_app
-    from ring.http_api.server import Server
+    from ring.http_api.server import PeerServer, Server
 
     broker = ClusterBroker(config, SystemClock(), random.Random())
     # Both ports listen before the broker opens (port 0 picks one, and gossip
     # must advertise the real one); until it has joined, clients get 503.
     default_peer = config.peer_port is None
     peer_port = (config.port + 1 if config.port else 0) if default_peer else config.peer_port
-    peer_server = Server(make_peer_app(broker, config.cluster_secret), config.peer_host, peer_port,
+    peer_server = PeerServer(make_peer_app(broker, config.cluster_secret), config.peer_host, peer_port,
                          access_log=access_log, ssl_context=config.tls.peer_port_context(),
                          connections_max=limits.PEER_CONNECTIONS_OPEN_MAX)
     app = make_app(broker, tokens)

@@ -1,11 +1,12 @@
 """The one error hierarchy of ring, and the HTTP status each error maps to.
 
-Every failure a client, a peer, or a disk can cause is one of these. A single
-aiohttp middleware (ring/http_api/middleware.py) turns them into
-``{"error": CODE, "message": TEXT, ...}`` with ``status``; nothing else in the
-code base builds error responses, but for PolarStreams' ports
-(ring/http_api/polar_api.py), which answer these errors as PolarStreams does:
-plain text, with its status for each. Programmer errors are ``assert``s, not these.
+Every failure a client, a peer, or a disk can cause is one of these. They
+become ``{"error": CODE, "message": TEXT, ...}`` with ``status`` in one place
+(``ring.http_api.web.ring_error``: the client port's front answers with it,
+and the peer port's aiohttp middleware, ring/http_api/middleware.py, too);
+nothing else in the code base builds error responses, but for PolarStreams'
+ports (ring/http_api/polar_api.py), which answer these errors as PolarStreams
+does: plain text, with its status for each. Programmer errors are ``assert``s, not these.
 
     RingError                       500  internal (never for bad input)
     +-- BadRequest                  400  malformed input (remote's fault)

@@ -78,8 +78,16 @@ HEADER_READ_TIMEOUT_S = 10.0
 BODY_READ_TIMEOUT_S = 30.0
 # Idle keep-alive connections are closed after this (aiohttp's default is ~1 h).
 KEEPALIVE_TIMEOUT_S = 75.0
-# Bytes of one request line or header line (aiohttp's own parser limit).
+# Bytes of one request line (else 414) or header line (else 431).
 HEADER_LINE_BYTES_MAX = 8 * KiB
+# Bytes of a request's whole head (request line and every header), else 431: many
+# short header lines add up too. Far above what any client sends (a few hundred
+# bytes; a client token and a carried identity a few KiB).
+REQUEST_HEAD_BYTES_MAX = 64 * KiB
+# Requests one connection may have parsed and not yet answered (pipelined): beyond
+# it the broker stops reading from that connection until answers have gone out,
+# so a client cannot queue requests (and their bodies) without bound.
+PIPELINED_REQUESTS_MAX = 32
 # After SIGTERM, requests in flight get this long to finish before the logs close.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -626,7 +634,7 @@ def validate() -> None:
     assert CLIENT_RETRY_BACKOFF_MS <= CLIENT_RETRY_BACKOFF_MS_MAX
     assert RESPONSE_SEND_TIMEOUT_S * 1000 > LONG_POLL_WAIT_MS_MAX
     assert REQUEST_BODY_BYTES_IN_FLIGHT_MAX >= REQUEST_BYTES_MAX
-    assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX
+    assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX < REQUEST_HEAD_BYTES_MAX
     assert FETCH_BYTES_MAX <= FETCH_ANSWER_BYTES_IN_FLIGHT_MAX
     assert 0 < CLOCK_OFFSET_WARN_PERCENT <= 100
     assert CLOCK_SAMPLE_RTT_MS_MAX / 2 < CLOCK_OFFSET_MS_MAX_DEFAULT

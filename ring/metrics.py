@@ -1,11 +1,13 @@
 """Prometheus metrics of one broker, served at ``GET /metrics`` in the text format.
 
 Two kinds of numbers. Counters and histograms of traffic are counted as
-requests pass: an aiohttp middleware (outermost, so it sees the final status
-of every answer, errors included) times each request and counts it by route
-template, method and status, and for produce and fetch also counts records
-and bytes per topic, in plain dicts (the event loop is the only writer, so a
-request costs a few dictionary updates, not prometheus_client's locks).
+requests are answered: the client port's front (``ring.http_api.front``)
+hands every answer, errors included, to ``Metrics.observe``, which adds one
+to a plain integer of its route (``RouteStats``, by method and status), one
+to its latency bucket, and for produce and fetch the records and bytes of
+its topic (the event loop is the only writer, so a request costs a few
+integer additions, not prometheus_client's locks); they become metric
+families only when Prometheus scrapes.
 Everything that is state (offsets, high watermarks, replica lag,
 under-replicated partitions, gossip view, long-polls open, disk used,
 consumer group lag) is read from the broker's own public answers
@@ -25,14 +27,10 @@ coordinates).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from bisect import bisect_left
-from typing import Any, Awaitable, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-import orjson
-from aiohttp import web
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
                                    Metric)
@@ -46,7 +44,6 @@ log = logging.getLogger("ring.metrics")
 
 PRODUCE_ROUTE = "/v1/topics/{topic}/messages"
 FETCH_ROUTE = "/v1/topics/{topic}/partitions/{partition}/messages"
-NEXT_OFFSET_HEADER = "Ring-Next-Offset"
 STATUSES = ("up", "suspect", "down", "joining", "leaving", "removed")
 CLOCK_STATES = ("unknown", "ok", "warning", "out_of_bounds")
 # Seconds: a produce is ~1 ms on a local disk, a long-poll fetch up to its wait (30 s at most).
@@ -78,26 +75,39 @@ class _Histogram:
         self.total += value
 
 
+class RouteStats:
+    """One route and method's requests: counts by status and a latency histogram, plain integers."""
+
+    __slots__ = ("method", "route", "statuses", "hist", "kind")
+
+    def __init__(self, method: str, route: str) -> None:
+        self.method = method
+        self.route = route
+        self.statuses: dict[int, int] = {}
+        self.hist = _Histogram()
+        # Produce and fetch also count records and bytes per topic.
+        self.kind = "produce" if (route, method) == (PRODUCE_ROUTE, "POST") else \
+            "fetch" if (route, method) == (FETCH_ROUTE, "GET") else ""
+
+
 class Metrics:
     """One broker's registry, and the counters traffic and broker internals bump.
 
-    Requests are counted in plain dicts on the event loop (a few hundred
-    nanoseconds each, no locks) and turned into metric families when scraped.
+    Requests are counted in plain integers on the event loop (no locks) and
+    turned into metric families when scraped.
     """
 
     def __init__(self, broker: Any | None = None) -> None:
         disable_created_metrics()  # *_created series double the output and no dashboard reads them
         self.registry = CollectorRegistry(auto_describe=True)
         self.broker = broker
-        self.requests: dict[tuple[str, str, str], int] = {}  # (method, route, status) -> count
-        self.latency: dict[tuple[str, str], _Histogram] = {}  # (method, route) -> histogram
+        self.routes: dict[tuple[str, str], RouteStats] = {}  # (method, route template) -> its counts
         self.produced: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
         self.fetched: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
         self.polled: dict[str, int] = {}  # topic -> records group polls handed to consumers
         self.elections = {"won": 0, "lost": 0}
         self.replication_sent: dict[str, int] = {}  # follower -> bytes
         self.group_source: Callable[[], Iterable[GroupLag]] | None = None
-        self._routes: dict[Any, str] = {}  # resource -> its template (a property that builds a string)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.registry.register(TrafficCollector(self))
@@ -123,41 +133,33 @@ class Metrics:
 
     # --- traffic -----------------------------------------------------------------------
 
-    def observe(self, request: web.Request, status: int, elapsed_s: float,
-                response: web.StreamResponse | None) -> None:
-        resource = request.match_info.route.resource
-        route = self._routes.get(resource)
-        if route is None:
-            route = self._routes[resource] = resource.canonical if resource is not None else "unmatched"
-        method = request.method if request.method in _METHODS else "other"
-        key = (method, route, str(status))
-        self.requests[key] = self.requests.get(key, 0) + 1
-        hist = self.latency.get((method, route))
-        if hist is None:
-            hist = self.latency[(method, route)] = _Histogram()
-        hist.observe(elapsed_s)
-        if not 200 <= status < 300 or response is None:
-            return
-        if route == PRODUCE_ROUTE and method == "POST":
-            self._produced(request, response)
-        elif route == FETCH_ROUTE and method == "GET":
-            self._fetched(request, response)
+    def stats(self, method: str, route: str) -> RouteStats:
+        """The counters of one method on one route template ("unmatched" for no route)."""
+        method = method if method in _METHODS else "other"
+        st = self.routes.get((method, route))
+        if st is None:
+            st = self.routes[(method, route)] = RouteStats(method, route)
+        return st
 
-    def _produced(self, request: web.Request, response: web.StreamResponse) -> None:
-        body = response.body if isinstance(response, web.Response) else None
-        records = _produced_records(body) if isinstance(body, (bytes, bytearray)) else 0
-        row = self.produced.setdefault(request.match_info["topic"], [0, 0, 0])
-        row[0] += 1
-        row[1] += records
-        row[2] += request.content.total_bytes
-
-    def _fetched(self, request: web.Request, response: web.StreamResponse) -> None:
-        row = self.fetched.setdefault(request.match_info["topic"], [0, 0, 0])
-        row[0] += 1
-        offset, next_offset = request.query.get("offset"), response.headers.get(NEXT_OFFSET_HEADER)
-        if offset and next_offset and offset.isdigit() and next_offset.isdigit():
-            row[1] += max(0, int(next_offset) - int(offset))
-        row[2] += response.content_length or 0
+    def observe(self, request: Any, response: Any, elapsed_s: float) -> None:
+        """One answer of the client port (``web.Request``, ``web.Response``), errors included."""
+        route = request.route
+        st = route.stats if route is not None and request.method == route.method else None
+        if st is None:
+            st = self.stats(request.method, route.template if route is not None else "unmatched")
+        status = response.status
+        counts = st.statuses
+        counts[status] = counts.get(status, 0) + 1
+        st.hist.observe(elapsed_s)
+        if st.kind and 200 <= status < 300:
+            table = self.produced if st.kind == "produce" else self.fetched
+            topic = request.match_info["topic"]
+            row = table.get(topic)
+            if row is None:
+                row = table[topic] = [0, 0, 0]
+            row[0] += 1
+            row[1] += response.records
+            row[2] += len(request.body) if st.kind == "produce" else len(response.body)
 
     def forget_topics(self, keep: set[str]) -> None:
         """Drop the counters of deleted topics, so series do not pile up over a long life."""
@@ -167,20 +169,6 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def _produced_records(body: bytes | bytearray) -> int:
-    """Records a produce answer acknowledges: its "count", or the sum over its "results"."""
-    if body.startswith(b'{"topic"'):  # one result, "count" last: no need to parse the rest
-        at = body.rfind(b'"count":')
-        tail = body[at + 8:-1] if at >= 0 and body.endswith(b"}") else b""
-        if tail.isdigit():
-            return int(tail)
-    try:
-        doc = orjson.loads(body)
-        return sum(int(r.get("count", 0)) for r in doc.get("results", [doc]))
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        return 0
 
 
 class TrafficCollector:
@@ -198,13 +186,19 @@ class TrafficCollector:
             m.forget_topics({t["name"] for t in m.broker.list_topics()})
         requests = CounterMetricFamily("ring_http_requests", "HTTP requests answered, by route template and status",
                                        labels=["method", "route", "status"])
-        for key, n in sorted(m.requests.items()):
-            requests.add_metric(list(key), n)
+        stats = [m.routes[k] for k in sorted(m.routes)]
+        for st in stats:
+            for status, n in sorted(st.statuses.items()):
+                requests.add_metric([st.method, st.route, str(status)], n)
         yield requests
         latency = HistogramMetricFamily("ring_http_request_duration_seconds",
                                         "Time from request to answer (fetch includes its long-poll wait)",
                                         labels=["method", "route"])
-        for key, hist in sorted(m.latency.items()):
+        for st in stats:
+            hist = st.hist
+            if not sum(hist.counts):
+                continue
+            key = (st.method, st.route)
             cumulative, buckets = 0, []
             for le, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), hist.counts):
                 cumulative += n
@@ -414,9 +408,9 @@ class BrokerCollector:
         yield members
 
 
-# --- aiohttp -----------------------------------------------------------------------------
+# --- the client app ----------------------------------------------------------------------
 
-METRICS_KEY: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+METRICS_KEY = "metrics"
 # The classic text format every Prometheus reads; the names here need nothing newer.
 CONTENT_TYPE = getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", CONTENT_TYPE_LATEST)
 METRICS_PATH = "/metrics"
@@ -429,37 +423,19 @@ OPENAPI_PATHS: dict[str, Any] = {
 }
 
 
-def middleware(metrics: Metrics) -> Callable[..., Awaitable[web.StreamResponse]]:
-    @web.middleware
-    async def metrics_middleware(request: web.Request,
-                                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        started = time.perf_counter()
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # redirects, and errors when no error middleware runs inside
-            metrics.observe(request, exc.status, time.perf_counter() - started, None)
-            raise
-        except asyncio.CancelledError:  # the client went away first (nginx's 499)
-            metrics.observe(request, 499, time.perf_counter() - started, None)
-            raise
-        except Exception:
-            metrics.observe(request, 500, time.perf_counter() - started, None)
-            raise
-        metrics.observe(request, response.status, time.perf_counter() - started, response)
-        return response
+def get_metrics(request: Any) -> Any:
+    from ring.http_api.web import Response
 
-    return metrics_middleware
+    return Response(request.app[METRICS_KEY].exposition(), 200, CONTENT_TYPE)
 
 
-async def get_metrics(request: web.Request) -> web.Response:
-    body = request.app[METRICS_KEY].exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-
-def install(app: web.Application, broker: Any | None = None) -> Metrics:
-    """Count every request of ``app`` and serve ``GET /metrics``; call before the app starts."""
+def install(app: Any, broker: Any | None = None) -> Metrics:
+    """Count every request of ``app`` (a ``web.App``) and serve ``GET /metrics``; call before it starts."""
     metrics = Metrics(broker)
     app[METRICS_KEY] = metrics
-    app.middlewares.insert(0, middleware(metrics))  # outermost: sees the final status of every answer
-    app.router.add_route("GET", METRICS_PATH, get_metrics)
+    app.metrics = metrics
+    app.router.add("GET", METRICS_PATH, get_metrics)
+    app.router.route_added = lambda route: setattr(route, "stats", metrics.stats(route.method, route.template))
+    for route in app.router.routes():
+        app.router.route_added(route)
     return metrics

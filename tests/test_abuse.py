@@ -76,13 +76,12 @@ async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(s
     sock.connect(("127.0.0.1", server.port))
     sock.sendall(b"GET /v1/topics/big/partitions/0/messages?max_bytes=16777216 HTTP/1.1\r\nHost: x\r\n"
                  b"Accept: application/vnd.ring.batches\r\n\r\n")
-    manager = server._runner.server
     deadline = time.monotonic() + 1.0
-    while not manager.connections and time.monotonic() < deadline:
+    while not server.connections and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert len(manager.connections) == 1
+    assert len(server.connections) == 1
     await asyncio.sleep(1.5)  # the deadline is 0.5 s: the connection was aborted, its bytes dropped
-    assert manager.connections == []
+    assert not server.connections
     sock.setblocking(False)
     got, t0 = 0, time.monotonic()
     while time.monotonic() - t0 < 5:
@@ -134,6 +133,26 @@ async def test_request_bodies_hold_the_budget_by_the_bytes_that_arrived(stack, m
     slow_w.close()
     assert budget.used == 0 and budget.refused == 1
     assert (await _request(server.port, second)).startswith(b"HTTP/1.1 200")  # the budget was given back
+
+
+def _produce_request(body: bytes, declared: int | None = None) -> bytes:
+    return (b"POST /v1/topics/budget/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (len(body) if declared is None else declared) + body)
+
+
+async def test_a_request_with_a_body_is_refused_before_it_is_read_once_the_budget_is_spent(stack,
+                                                                                           monkeypatch) -> None:
+    monkeypatch.setattr(limits, "REQUEST_BODY_BYTES_IN_FLIGHT_MAX", 1000)
+    _, server = await stack()
+    slow_r, slow_w = await asyncio.open_connection("127.0.0.1", server.port)
+    slow_w.write(_produce_request(b"[" + b" " * 999, declared=1100))  # the whole budget, and more to come
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(_produce_request(b"", declared=3)[:-2] + b"Expect: 100-continue\r\n\r\n")  # no byte of the body
+    answer = await asyncio.wait_for(reader.read(1 << 16), 5)
+    assert answer.startswith(b"HTTP/1.1 429") and b"100 Continue" not in answer, answer
+    writer.close()
+    slow_w.close()
 
 
 async def test_forwarded_produces_over_the_bound_get_429(monkeypatch) -> None:

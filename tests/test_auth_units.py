@@ -142,7 +142,7 @@ def test_every_client_route_has_a_rule(tmp_path) -> None:
     broker = ClusterBroker(BrokerConfig(data_dir=tmp_path), ManualClock())
     app = make_app(broker)
     apps = [app, *make_apps(broker, app[GROUPS_KEY], Ports(), None).values()]  # and PolarStreams' ports
-    routes = {(r.method, r.resource.canonical) for a in apps for r in a.router.routes() if r.method != "HEAD"}
+    routes = {route for a in apps for route in a.routes()}
     missing = sorted(r for r in routes if r not in access.RULES)
     assert not missing, f"routes without an access rule: {missing}"
 
@@ -163,7 +163,9 @@ async def test_the_identity_lasts_as_long_as_the_request() -> None:
     import asyncio
 
     import aiohttp
-    from aiohttp import web
+
+    from ring.http_api.server import Server
+    from ring.http_api.web import App, Response
 
     table = _table()
     seen: dict[str, object] = {}
@@ -175,24 +177,22 @@ async def test_the_identity_lasts_as_long_as_the_request() -> None:
         seen["after"] = auth.current()
         done.set()
 
-    async def handler(request: web.Request) -> web.Response:
+    async def handler(request: object) -> object:
         asyncio.get_running_loop().create_task(later())
         await asyncio.sleep(0.05)
-        return web.Response(text="ok")
+        return Response(b"ok", 200, "text/plain")
 
-    app = web.Application(middlewares=[access.make_middleware(table, "s", False)])
-    app.router.add_get("/v1/topics", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    app = App()
+    app.guard = access.Guard(table, "s", False)
+    app.router.add("GET", "/v1/topics", handler)
+    server = Server(app, "127.0.0.1", 0)
+    await server.start()
     try:
         async with aiohttp.ClientSession() as s:
-            async with s.get(f"http://127.0.0.1:{port}/v1/topics", headers={"Authorization": f"Bearer {ALICE}"}) as r:
+            async with s.get(f"{server.url}/v1/topics", headers={"Authorization": f"Bearer {ALICE}"}) as r:
                 assert r.status == 200
         await asyncio.wait_for(done.wait(), 5)
     finally:
-        await runner.cleanup()
+        await server.stop()
     assert getattr(seen["during"], "name", None) == "alice" and seen["after"] is None
     assert auth.current() is None

@@ -7,7 +7,7 @@ stored-batch format of ``ring.log.batch``. Every call either returns a result
 that is sound (values parse, sizes are within the limits, a stored batch that
 was accepted can be served back in every fetch format) or raises
 ``BadRequest`` (or a subclass) or ``PayloadTooLarge``; anything else would be a
-500 for bad input. The same bodies also go through a real in-process aiohttp
+500 for bad input. The same bodies also go through the real in-process client-port front
 server whose handler calls the codec the way the produce handler does, under
 the real error middleware, so streaming, Content-Type and query parsing are
 covered too.
@@ -25,14 +25,14 @@ from typing import Any, Callable, Iterator
 import msgpack
 import orjson
 import pytest
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientSession, ClientTimeout
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
-from ring.http_api import codec
-from ring.http_api.middleware import errors_middleware
+from ring.http_api import codec, web
+from ring.http_api.server import Server
 from ring.log import batch as B
 
 BAD_INPUT = (BadRequest, PayloadTooLarge)
@@ -426,28 +426,38 @@ def test_decompression_bombs_are_refused_by_size() -> None:
         B.decompress(B.CODEC_ZSTD, stream)
 
 
-# --- through a real aiohttp server ---------------------------------------------------
+# --- through the real client-port front ---------------------------------------------------
 
 
-async def _produce_like(request: web.Request) -> web.Response:
-    """The produce handler's codec calls, in its order, without a broker behind them."""
+class _Args:
+    key: bytes | None
+    ctype: str
+    line_bytes_max: int | None
+
+
+def _prepare_like(request: web.Request) -> None:
+    """The produce route's checks before its body, in its order, without a broker behind them."""
+    args = _Args()
     codec.int_param(request.query, "partition", None, 0, 2**31 - 1)
-    key = codec.key_param(request.query)
-    ctype = codec.produce_type(request)
-    line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == codec.CT_NDJSON else None
-    body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
-    decoded = codec.decode_produce(ctype, body, key)
+    args.key = codec.key_param(request.query)
+    args.ctype = codec.produce_type(request)
+    args.line_bytes_max = limits.NDJSON_LINE_BYTES_MAX if args.ctype == codec.CT_NDJSON else None
+    request.state = args
+
+
+def _produce_like(request: web.Request) -> web.Response:
+    decoded = codec.decode_produce(request.state.ctype, request.body, request.state.key)
     count = decoded.record_count if isinstance(decoded, codec.Batches) else len(decoded.records)
-    return web.json_response({"count": count})
+    return web.json({"count": count})
 
 
-async def _admin_like(request: web.Request) -> web.Response:
-    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
-    return web.json_response({"type": type(body).__name__})
+def _admin_like(request: web.Request) -> web.Response:
+    body = codec.json_body(request.body)
+    return web.json({"type": type(body).__name__})
 
 
 class _Server:
-    """An aiohttp app on a loopback port, run by a private event loop in a thread."""
+    """The client port's front with two routes on a loopback port, run by a private event loop in a thread."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -459,14 +469,12 @@ class _Server:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     async def _start(self) -> None:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=limits.REQUEST_BYTES_MAX)
-        app.router.add_post("/produce", _produce_like)
-        app.router.add_post("/admin", _admin_like)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        app = web.App()
+        app.router.add("POST", "/produce", _produce_like, body_max=limits.REQUEST_BYTES_MAX, prepare=_prepare_like)
+        app.router.add("POST", "/admin", _admin_like, body_max=limits.ADMIN_BODY_BYTES_MAX)
+        self.server = Server(app, "127.0.0.1", 0)
+        await self.server.start()
+        self.port = self.server.port
         self.session = ClientSession(timeout=ClientTimeout(total=15))
 
     async def post(self, path: str, body: bytes, ctype: str | None, query: dict[str, str],
@@ -485,7 +493,7 @@ class _Server:
     def close(self) -> None:
         async def stop() -> None:
             await self.session.close()
-            await self.runner.cleanup()
+            await self.server.stop()
 
         self.run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)

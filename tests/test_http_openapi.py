@@ -7,7 +7,6 @@ from pathlib import Path
 
 import jsonschema_rs  # schemathesis' validator
 import msgpack
-from aiohttp import web
 
 from ring.broker import BrokerConfig
 from ring.clock import ManualClock
@@ -21,10 +20,7 @@ _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 def _app_routes() -> set[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         app = make_app(ClusterBroker(BrokerConfig(data_dir=Path(tmp)), ManualClock()))
-        routes = set()
-        for route in app.router.routes():
-            assert isinstance(route.resource, web.Resource)
-            routes.add((route.method.lower(), route.resource.canonical))
+        routes = {(method.lower(), template) for method, template in app.routes()}
     return routes
 
 

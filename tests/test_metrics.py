@@ -1,8 +1,8 @@
 """``GET /metrics``: Prometheus text that parses, after real traffic, with numbers that match.
 
 In-process tests run the broker, app and server ``ring serve`` runs, on a
-loopback socket (no mocks: requests go through the server, the broker writes
-its logs). A last test asks a ``ring serve`` process.
+loopback socket (no mocks: requests go through the client port's front, the
+broker writes its logs). A last test asks a ``ring serve`` process.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from prometheus_client import parser
+from ring.http_api.web import App
 
 from ring import metrics
 from ring.cluster.node import ClusterBroker
@@ -38,7 +38,7 @@ def value(samples: Samples, metric: str, **labels: str) -> float:
 
 
 class Served:
-    def __init__(self, broker: ClusterBroker, app: web.Application, base: str, session: aiohttp.ClientSession) -> None:
+    def __init__(self, broker: ClusterBroker, app: App, base: str, session: aiohttp.ClientSession) -> None:
         self.broker, self.app, self.base, self.session = broker, app, base, session
 
     async def request(self, method: str, path: str, **kw: Any) -> tuple[int, bytes, Any]:

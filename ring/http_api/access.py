@@ -1,4 +1,4 @@
-"""Who may call which client route: the authentication middleware and its rule table.
+"""Who may call which client route: the access guard (``Guard``) and its rule table.
 
 With no tokens file every request is let in (``ANONYMOUS``, local use). With
 one, a request needs ``Authorization: Bearer TOKEN`` for a token in the file,
@@ -36,9 +36,7 @@ variable) so that a broker's outgoing requests carry it (``ring.cluster.peers``)
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Iterable
-
-from aiohttp import web
+from typing import Any, Iterable
 
 from ring import auth, tls
 from ring.errors import Forbidden, Unauthorized
@@ -46,9 +44,6 @@ from ring.http_api.peer import secret_matches
 from ring.cluster.peers import H_PRINCIPAL, H_SECRET
 
 log = logging.getLogger("ring.http")
-
-# request[PRINCIPAL]: who is served (a typed key where aiohttp has them, 3.13 on).
-PRINCIPAL: Any = web.RequestKey("principal", auth.Principal) if hasattr(web, "RequestKey") else "ring.principal"
 
 OPEN = "open"
 AUTHENTICATED = "authenticated"
@@ -101,7 +96,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/consumer/commit"): SOME_CONSUME,
     ("POST", "/v1/consumer/goodbye"): SOME_CONSUME,
 }
-# aiohttp adds HEAD beside every GET; it answers what GET would, so it needs what GET needs.
+# HEAD is answered beside every GET route as GET would be, so it needs what GET needs.
 
 
 def rule_for(method: str, path: str) -> str:
@@ -135,12 +130,12 @@ class TokenRequired(Unauthorized):
     headers = {"WWW-Authenticate": 'Bearer realm="ring"'}
 
 
-def principal_of(request: web.BaseRequest) -> auth.Principal:
+def principal_of(request: Any) -> auth.Principal:
     """The identity a handler is serving; ANONYMOUS when authentication is off."""
-    return request.get(PRINCIPAL) or auth.ANONYMOUS
+    return request.principal or auth.ANONYMOUS
 
 
-def require(request: web.BaseRequest, permission: str, topics: Iterable[str]) -> None:
+def require(request: Any, permission: str, topics: Iterable[str]) -> None:
     """For handlers that learn topics from a body or a group: 403 unless each is allowed."""
     principal = principal_of(request)
     for topic in topics:
@@ -177,59 +172,49 @@ def describe_security(doc: dict) -> dict:
     return doc
 
 
-def make_middleware(tokens: auth.TokenTable | None, secret: str | None, mutual_tls: bool):
-    """The client app's access middleware; ``tokens`` None turns authentication off."""
+class Guard:
+    """Client authentication on the client port (``--auth-tokens``): who a request comes from, and
+    whether its route's rule lets it in. Run by the front once the request's head is in, before its
+    body is read; it sets ``request.principal``."""
 
-    def from_broker(request: web.Request) -> auth.Principal:
-        if not secret_matches(secret, request.headers.get(H_SECRET)):
+    def __init__(self, tokens: auth.TokenTable, secret: str | None, mutual_tls: bool) -> None:
+        self.tokens = tokens
+        self.secret = secret
+        self.mutual_tls = mutual_tls
+
+    def _from_broker(self, request: Any) -> auth.Principal:
+        if not secret_matches(self.secret, request.headers.get(H_SECRET)):
             log.warning("refused a request from %s with a wrong cluster secret: %s %s",
                         request.remote, request.method, request.path)
             raise Unauthorized("wrong cluster secret")
-        if mutual_tls and not tls.peer_certificate_verified(request.transport):
+        if self.mutual_tls and not tls.peer_certificate_verified(request.transport):
             log.warning("refused a broker request from %s without a certificate from the peer CA",
                         request.remote)
             raise Unauthorized("a broker's request needs its certificate (signed by the peer CA)")
         carried = request.headers.get(H_PRINCIPAL)
         return auth.Principal.from_header(carried) if carried else auth.BROKER
 
-    def identify(request: web.Request) -> auth.Principal:
-        assert tokens is not None
+    def identify(self, request: Any) -> auth.Principal:
         if H_SECRET in request.headers:
-            return from_broker(request)
+            return self._from_broker(request)
         token = auth.parse_bearer(request.headers.get("Authorization"))
         if token is None:
             raise TokenRequired("this broker needs a client token: Authorization: Bearer TOKEN")
-        principal = tokens.authenticate(token)
+        principal = self.tokens.authenticate(token)
         if principal is None:
             raise TokenRequired("unknown client token")
         return principal
 
-    @web.middleware
-    async def access_middleware(request: web.Request,
-                                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                                ) -> web.StreamResponse:
-        if tokens is None:
-            return await handler(request)
-        route = request.match_info.route
-        resource = route.resource
-        if resource is None:  # no such route (404/405): nothing to protect
-            return await handler(request)
-        rule = rule_for(request.method, resource.canonical)
+    def check(self, request: Any) -> None:
+        """401 or 403 unless the request may call its route; its principal set when it may."""
+        route = request.route
+        rule = route.rule
         if rule == OPEN:
-            return await handler(request)
-        principal = identify(request)
+            return
+        principal = self.identify(request)
         topic = request.match_info.get("topic")
         if not permitted(principal, rule, topic):
             what = f"{rule} on topic {topic!r}" if rule in _ON_PATH_TOPIC else rule
-            raise Forbidden(f"{principal.name} may not {request.method} {resource.canonical}: it needs {what}"[:400],
+            raise Forbidden(f"{principal.name} may not {request.method} {route.template}: it needs {what}"[:400],
                             needs=rule)
-        request[PRINCIPAL] = principal
-        cell: list[auth.Principal | None] = [principal]
-        reset = auth.CURRENT.set(cell)
-        try:
-            return await handler(request)
-        finally:
-            cell[0] = None  # tasks this request started act as the broker from now on
-            auth.CURRENT.reset(reset)
-
-    return access_middleware
+        request.principal = principal

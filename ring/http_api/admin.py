@@ -27,13 +27,13 @@ from typing import Any, Callable
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 from ring import limits
 from ring.catalog import validate_topic_name
 from ring.cluster import peers
 from ring.errors import NotFound, PayloadTooLarge, Unavailable
 from ring.http_api import trends
+from ring.http_api.web import App, Request, Response
 
 log = logging.getLogger("ring.admin")
 
@@ -65,7 +65,7 @@ SECURITY_HEADERS = {
 RELAY_BYTES_MAX = limits.REQUEST_BYTES_MAX
 RELAY_TIMEOUT_S = limits.PEER_REQUEST_TIMEOUT_S
 
-ADMIN_KEY: web.AppKey["Admin"] = web.AppKey("admin", object)  # type: ignore[arg-type]
+ADMIN_KEY = "admin"
 
 
 class Admin:
@@ -82,7 +82,7 @@ class Admin:
             self._session = peers.make_session(config.cluster_secret, config.tls, RELAY_TIMEOUT_S)
         return self._session
 
-    async def close(self, _app: web.Application | None = None) -> None:
+    async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -94,37 +94,37 @@ class Admin:
         return None
 
 
-def _file_response(admin: Admin, name: str) -> web.Response:
-    return web.Response(body=admin.files[name], headers={"Content-Type": FILES[name], **SECURITY_HEADERS})
+def _file_response(admin: Admin, name: str) -> Response:
+    return Response(admin.files[name], 200, FILES[name], SECURITY_HEADERS)
 
 
-async def get_page(request: web.Request) -> web.Response:
+def get_page(request: Request) -> Response:
     return _file_response(request.app[ADMIN_KEY], "index.html")
 
 
-async def get_asset(request: web.Request) -> web.Response:
+def get_asset(request: Request) -> Response:
     name = request.match_info["file"]
     if name not in FILES:
         raise NotFound(f"no admin file {name[:80]!r}")
     return _file_response(request.app[ADMIN_KEY], name)
 
 
-async def relay_topic(request: web.Request) -> web.Response:
+async def relay_topic(request: Request) -> Response:
     admin: Admin = request.app[ADMIN_KEY]
     topic = validate_topic_name(request.match_info["topic"])
     return await _relay(admin, request.match_info["broker"], f"/v1/topics/{topic}",
                         lambda: admin.broker.describe_topic(topic))
 
 
-async def relay_trends(request: web.Request) -> web.Response:
+async def relay_trends(request: Request) -> Response:
     admin: Admin = request.app[ADMIN_KEY]
     return await _relay(admin, request.match_info["broker"], TRENDS_PATH, request.app[trends.TRENDS_KEY].doc)
 
 
-async def _relay(admin: Admin, name: str, path: str, here: Callable[[], Any]) -> web.Response:
+async def _relay(admin: Admin, name: str, path: str, here: Callable[[], Any]) -> Response:
     """GET ``path`` as broker ``name`` answers it; ``here()`` when that is this broker."""
     if name == admin.broker.config.name:
-        return web.Response(body=orjson.dumps(here()), content_type="application/json")
+        return Response(orjson.dumps(here()))
     url = admin.client_url(name)
     if not url:
         raise NotFound(f"no broker {name[:80]!r} in the cluster view", broker=name[:80])
@@ -135,7 +135,7 @@ async def _relay(admin: Admin, name: str, path: str, here: Callable[[], Any]) ->
             if len(body) > RELAY_BYTES_MAX:
                 raise PayloadTooLarge(f"{name} answered more than {RELAY_BYTES_MAX} bytes")
             ctype = resp.headers.get("Content-Type", "application/json")
-            return web.Response(status=resp.status, body=body, headers={"Content-Type": ctype})
+            return Response(body, resp.status, ctype)
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise Unavailable(f"broker {name} did not answer: {exc or type(exc).__name__}", broker=name) from None
 
@@ -201,12 +201,12 @@ OPENAPI_PATHS: dict[str, Any] = {
 }
 
 
-def install(app: web.Application, broker: Any) -> Admin:
+def install(app: App, broker: Any) -> Admin:
     """Serve the admin page from ``app``; call before the app starts."""
     admin = Admin(broker)
     app[ADMIN_KEY] = admin
     trends.install(app, broker)
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        app.router.add(method, path, handler)
     app.on_cleanup.append(admin.close)
     return admin

@@ -1,39 +1,32 @@
 """Fetch answers leave the broker with bounded memory: a byte budget, and bodies that are dropped once sent.
 
-Two things held answer bytes without bound. aiohttp's ``Response`` keeps its
-body after sending it, and aiohttp's connection loop keeps a keep-alive
-connection's last response until the next request arrives on it, so every
-idle consumer connection pinned its last fetch answer (megabytes) for as
-long as it stayed open: after a consumer read a topic from offset 0 over a
-pool of connections, a broker held one answer per connection. And nothing
-counted the answers being sent at once: a client that asks for
+An answer must not outlive its sending (an idle keep-alive connection must
+not pin its last fetch answer, megabytes, until its next request), and the
+answers being sent at once must be counted: a client that asks for
 ``FETCH_BYTES_MAX`` and reads slowly, or never, holds its answer until
 ``RESPONSE_SEND_TIMEOUT_S``, and ``CLIENT_CONNECTIONS_OPEN_MAX`` such clients
-held tens of GiB.
+would hold tens of GiB.
 
 ``AnswerBudget`` (one per broker, ``budget_of``) counts the bytes of answers
 the broker holds, from the read (its disk, or a replica it proxies) until the
 last byte is handed to the socket, up to ``FETCH_ANSWER_BYTES_IN_FLIGHT_MAX``.
 A fetch asks the log for no more than what is left (``grant``), holds what it
 read (``hold``) and is answered 429 with ``Retry-After`` when nothing is left
-or its answer no longer fits. ``response`` wraps an answer in a body that is
-written in ``ANSWER_WRITE_CHUNK_BYTES`` pieces (copies: the transport never
-queues, nor pins through a slice, a whole answer), drops its bytes and gives its hold back as soon as the last
-piece is written, or when the send fails or never starts. ``before_last_piece`` asks an answer to call back
-right before its last piece goes to the transport (a group poll marks its connection then: ``link``).
+or its answer no longer fits. ``response`` makes the answer (``web.Response``)
+that the front writes in ``ANSWER_WRITE_CHUNK_BYTES`` pieces (copies: the
+transport never queues, nor pins through a slice, a whole answer); its bytes
+are dropped and its hold given back as soon as the last piece is handed to
+the socket, or when the connection is lost first.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
-
-from aiohttp import hdrs, web
-from aiohttp.abc import AbstractStreamWriter
-from aiohttp.payload import Payload
+from typing import Any
 
 from ring import limits
 from ring.errors import Overloaded
+from ring.http_api.web import Response
 
 
 class AnswerBudget:
@@ -84,6 +77,12 @@ class Hold:
         self.budget.used -= self.size
         self.size = 0
 
+    def __del__(self) -> None:
+        # Backstop for an answer never sent (its request or connection dropped before the front
+        # wrote it): the hold goes when the answer goes.
+        if self.size:
+            self.release()
+
     def __enter__(self) -> Hold:
         return self
 
@@ -102,66 +101,12 @@ def budget_of(broker: Any) -> AnswerBudget:
     return budget
 
 
-class SentOnce(Payload):
-    """An answer body written once in pieces, then dropped; its hold is released then (or at close)."""
-
-    def __init__(self, data: bytes, content_type: str, hold: Hold | None) -> None:
-        super().__init__(data, content_type=content_type)
-        self._size = len(data)
-        self._hold = hold
-        self.before_last: Callable[[], None] | None = None
-        # Backstop for an answer never sent (the client left before its headers):
-        # the hold goes when the response object goes.
-        self._finalizer = weakref.finalize(self, hold.release) if hold is not None else None
-
-    def _done(self) -> None:
-        self._value = b""
-        if self._finalizer is not None:
-            self._finalizer()  # releases the hold, once
-
-    async def write(self, writer: AbstractStreamWriter) -> None:
-        await self.write_with_length(writer, None)
-
-    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
-        try:
-            view = memoryview(self._value)
-            end = len(view) if content_length is None else min(len(view), content_length)
-            step = limits.ANSWER_WRITE_CHUNK_BYTES
-            for pos in range(0, end, step):
-                if pos + step >= end and self.before_last is not None:
-                    # No await between this and the write below handing the bytes to the transport.
-                    self.before_last()
-                # A copy of each piece: a transport that queues what it cannot send at once
-                # keeps only that piece, never (through a slice) the whole answer after its hold is gone.
-                await writer.write(bytes(view[pos : min(pos + step, end)]))  # waits while the transport is full
-        finally:
-            self._done()
-
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return bytes(self._value).decode(encoding, errors)
-
-    async def close(self) -> None:
-        self._done()
-
-
 def response(body: bytes, content_type: str, headers: dict[str, str], hold: Hold | None = None,
-             status: int = 200) -> web.Response:
+             status: int = 200) -> Response:
     """An answer whose body is not kept once sent (nor, with ``hold``, counted any longer)."""
-    headers = {**headers, hdrs.CONTENT_LENGTH: str(len(body))}
-    return web.Response(body=SentOnce(body, content_type, hold), headers=headers, status=status)
+    return Response(body, status, content_type, headers or None, hold)
 
 
-def before_last_piece(resp: web.Response, callback: Callable[[], None]) -> None:
-    """Have ``callback`` run right before the last piece of ``resp`` (made by ``response``) is written."""
-    body = resp.body
-    assert isinstance(body, SentOnce), type(body)
-    body.before_last = callback
-
-
-def body_bytes(resp: web.Response) -> bytes:
-    """The body of an answer not sent yet, made by ``response`` or as a plain ``web.Response``."""
-    body = resp.body
-    if isinstance(body, SentOnce):
-        return bytes(body._value)
-    assert isinstance(body, (bytes, bytearray)), type(body)
-    return bytes(body)
+def body_bytes(resp: Response) -> bytes:
+    """The body of an answer not sent yet."""
+    return bytes(resp.body)

@@ -2,7 +2,7 @@
 
 Handlers stay thin: parameters and bodies are decoded by ``codec``, all
 decisions (placement, durability, long-polls, offsets) are the broker's, and
-errors are raised as ``ring.errors`` for the middleware to answer. Every
+errors are raised as ``ring.errors`` for the front to answer (``front.py``). Every
 route here must be described in ``openapi.py``; a test compares the two.
 """
 
@@ -10,40 +10,32 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
-
 from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
-from ring.errors import BadRequest, PayloadTooLarge
-from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api
-from ring.http_api import budget as body_budget
+from ring.errors import BadRequest
+from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api, web
+from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
-from ring.http_api.middleware import errors_middleware
+from ring.http_api.web import Request, Response
 from ring.replication import protocol
 
-BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker", Broker)
+BROKER_KEY = "broker"
 
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
+_json = web.json
 
 
-def _json(doc: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(doc), status=status, content_type="application/json")
-
-
-def _broker(request: web.Request) -> Broker:
+def _broker(request: Request) -> Broker:
     return request.app[BROKER_KEY]
 
 
-def _topic(request: web.Request) -> str:
+def _topic(request: Request) -> str:
     return validate_topic_name(request.match_info["topic"])
 
 
-def _partition(request: web.Request) -> int:
+def _partition(request: Request) -> int:
     raw = request.match_info["partition"]
     if not raw.isascii() or not raw.isdigit() or len(raw) > 10 or int(raw) > _INT32_MAX:
         raise BadRequest(f"partition must be a non-negative 32-bit integer, not {raw[:20]!r}")
@@ -53,30 +45,30 @@ def _partition(request: web.Request) -> int:
 # --- broker and document --------------------------------------------------------
 
 
-async def get_status(request: web.Request) -> web.Response:
+def get_status(request: Request) -> Response:
     doc = _broker(request).status()
     # Not ready while joining: readiness probes and launchers wait for the cluster.
     return _json(doc, status=503 if doc["status"] == "joining" else 200)
 
 
-async def get_cluster(request: web.Request) -> web.Response:
+def get_cluster(request: Request) -> Response:
     return _json(_broker(request).cluster())
 
 
-async def get_openapi(request: web.Request) -> web.Response:
+def get_openapi(request: Request) -> Response:
     return _json(openapi.document())
 
 
 # --- topics ---------------------------------------------------------------------
 
 
-async def list_topics(request: web.Request) -> web.Response:
+def list_topics(request: Request) -> Response:
     return _json({"topics": _broker(request).list_topics()})
 
 
-async def create_topic(request: web.Request) -> web.Response:
+async def create_topic(request: Request) -> Response:
     broker = _broker(request)
-    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    body = codec.json_body(request.body)
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
     check_not_internal(cfg.name, "create")
     access.require(request, auth.ADMIN, [cfg.name])
@@ -88,18 +80,18 @@ async def create_topic(request: web.Request) -> web.Response:
     return _json(await broker.add_topic(cfg), status=201)
 
 
-async def describe_topic(request: web.Request) -> web.Response:
+def describe_topic(request: Request) -> Response:
     return _json(_broker(request).describe_topic(_topic(request)))
 
 
-async def change_topic(request: web.Request) -> web.Response:
+async def change_topic(request: Request) -> Response:
     topic = _topic(request)
     check_not_internal(topic, "change")
-    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    body = codec.json_body(request.body)
     return _json(await _broker(request).change_topic(topic, body))
 
 
-async def delete_topic(request: web.Request) -> web.Response:
+async def delete_topic(request: Request) -> Response:
     topic = _topic(request)
     check_not_internal(topic, "delete")
     await _broker(request).delete_topic(topic)
@@ -109,55 +101,54 @@ async def delete_topic(request: web.Request) -> web.Response:
 # --- records --------------------------------------------------------------------
 
 
-def _arrived_body(request: web.Request) -> bytes | None:
-    """The body when all of it came in with the request's head, as a small produce's does: taken
-    at once, without the streaming read and its timer. None when some of it is still to come."""
-    declared, content = request.content_length, request.content
-    if declared is None or declared > limits.REQUEST_BYTES_MAX or not content.is_eof():
-        return None
-    try:
-        body = content.read_nowait(-1)
-    except (RequestPayloadError, HttpProcessingError) as exc:
-        raise BadRequest(f"request body is incomplete or malformed: {exc}") from None
-    if len(body) > limits.REQUEST_BYTES_MAX:  # a Content-Encoding'd body, inflated by aiohttp
-        raise PayloadTooLarge(f"request body is over the limit of {limits.REQUEST_BYTES_MAX} bytes",
-                              limit_bytes=limits.REQUEST_BYTES_MAX)
-    body_budget.charge(request, len(body))
-    return body
+class _Produce:
+    """A produce's parameters, checked before its body is read (``prepare_produce``)."""
+
+    __slots__ = ("topic", "partition", "key", "consistency", "producer", "ctype", "line_bytes_max")
 
 
-async def produce(request: web.Request) -> web.Response:
-    broker = _broker(request)
-    topic = _topic(request)
-    partition = codec.int_param(request.query, "partition", None, 0, _INT32_MAX)
-    key = codec.key_param(request.query)
-    consistency = request.query.get("consistency") or None  # None: the topic's default
+def prepare_produce(request: Request, key_name: str = "key") -> None:
+    """400 for a bad parameter and 415 for a body produce does not speak, before a byte of the body."""
+    q = request.query
+    args = _Produce()
+    args.topic = _topic(request)
+    args.partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
+    args.key = codec.key_param(q if key_name == "key" else {"key": q.get(key_name) or None})
+    consistency = q.get("consistency") or None  # None: the topic's default
     if consistency is not None:
-        protocol.parse_consistency(consistency)  # 400 before reading the body
-    producer_id = codec.int_param(request.query, "producer_id", None, 0, _INT64_MAX)
-    sequence = codec.int_param(request.query, "sequence", None, 0, _INT32_MAX)
+        protocol.parse_consistency(consistency)
+    args.consistency = consistency
+    producer_id = codec.int_param(q, "producer_id", None, 0, _INT64_MAX)
+    sequence = codec.int_param(q, "sequence", None, 0, _INT32_MAX)
     if (producer_id is None) != (sequence is None):
         raise BadRequest("producer_id and sequence go together (an idempotent produce)")
-    ctype = codec.produce_type(request)  # 415 before reading a byte of the body
-    body = _arrived_body(request) if ctype != CT_NDJSON else None
-    if body is None:
-        line_max = limits.NDJSON_LINE_BYTES_MAX if ctype == CT_NDJSON else None
-        body = await codec.read_body(request, limits.REQUEST_BYTES_MAX, line_max)
-    decoded = codec.decode_produce(ctype, body, key)
-    del body  # the decoded records are copies: the body is not held while replicas acknowledge
+    args.producer = None if producer_id is None else (producer_id, sequence)
+    args.ctype = codec.produce_type(request)
+    args.line_bytes_max = limits.NDJSON_LINE_BYTES_MAX if args.ctype == CT_NDJSON else None
+    request.state = args
+
+
+async def produce(request: Request) -> Response:
+    broker = _broker(request)
+    args: _Produce = request.state
+    decoded = codec.decode_produce(args.ctype, request.body, args.key)
     if isinstance(decoded, codec.Batches):
-        if producer_id is not None:
+        if args.producer is not None:
             raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
-        return _json((await broker.produce_batches(topic, partition, key, decoded.batches, consistency)).to_json())
-    results = await broker.produce_records(topic, partition, decoded.records, decoded.sizes,
-                                           decoded.values_are_json, decoded.keyed, consistency,
-                                           None if producer_id is None else (producer_id, sequence))
-    if len(results) == 1:
-        return _json(results[0].to_json())
-    return _json({"results": [r.to_json() for r in results]})
+        result = await broker.produce_batches(args.topic, args.partition, args.key, decoded.batches,
+                                              args.consistency)
+        resp = _json(result.to_json())
+        resp.records = result.count
+        return resp
+    results = await broker.produce_records(args.topic, args.partition, decoded.records, decoded.sizes,
+                                           decoded.values_are_json, decoded.keyed, args.consistency,
+                                           args.producer)
+    resp = _json(results[0].to_json()) if len(results) == 1 else _json({"results": [r.to_json() for r in results]})
+    resp.records = sum(r.count for r in results)
+    return resp
 
 
-async def fetch(request: web.Request) -> web.Response:
+async def fetch(request: Request) -> Response:
     broker = _broker(request)
     topic, partition = _topic(request), _partition(request)
     q = request.query
@@ -185,19 +176,21 @@ async def fetch(request: web.Request) -> web.Response:
         hold.release()
         raise
     headers = {H_NEXT_OFFSET: str(next_offset), H_HIGH_WATERMARK: str(result.high_watermark)}
-    return answer.response(body, accept, headers, hold)
+    resp = answer.response(body, accept, headers, hold)
+    resp.records = max(0, next_offset - offset) if offset is not None else 0
+    return resp
 
 
-async def offsets(request: web.Request) -> web.Response:
+async def offsets(request: Request) -> Response:
     timestamp = request.query.get("timestamp")
     if not timestamp or (timestamp not in ("earliest", "latest") and not codec.is_integer(timestamp)):
         raise BadRequest("timestamp is required: milliseconds since the epoch (ASCII digits), earliest or latest")
     return _json(await _broker(request).offsets(_topic(request), _partition(request), timestamp))
 
 
-async def truncate(request: web.Request) -> web.Response:
+async def truncate(request: Request) -> Response:
     topic, partition = _topic(request), _partition(request)
-    body = codec.json_body(await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX))
+    body = codec.json_body(request.body)
     before = body.get("before_offset") if isinstance(body, dict) else None
     if type(before) is not int or before < 0:
         raise BadRequest('the body must be {"before_offset": <non-negative integer>}')
@@ -220,16 +213,23 @@ ROUTES = [
 ]
 
 
-def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.Application:
+# Routes that read a body, and how much of one they take; the others drop a body as it comes.
+ADMIN_BODY = {"body_max": limits.ADMIN_BODY_BYTES_MAX}
+BODIES: dict[Any, dict[str, Any]] = {
+    create_topic: ADMIN_BODY, change_topic: ADMIN_BODY, truncate: ADMIN_BODY,
+    produce: {"body_max": limits.REQUEST_BYTES_MAX, "prepare": prepare_produce},
+}
+
+
+def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
     """The client API; ``tokens`` (from --auth-tokens) turns client authentication on."""
-    # client_max_size is a backstop: every body is read by codec.read_body,
-    # which counts bytes itself with the limit of its route.
-    guard = access.make_middleware(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
-    app = web.Application(middlewares=[errors_middleware, guard, body_budget.body_budget_of(broker).middleware()],
-                          client_max_size=limits.REQUEST_BYTES_MAX)
+    app = web.App()
+    app.body_budget = body_budget_of(broker)  # shared with /metrics
     app[BROKER_KEY] = broker
+    if tokens is not None:
+        app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        app.router.add(method, path, handler, **BODIES.get(handler, {}))
     admin.install(app, broker)  # the admin page at /
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
     groups_api.register(app)  # consumer groups

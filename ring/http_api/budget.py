@@ -18,21 +18,22 @@ is reserved for it either way.
 The policy is all here and knows no transport: a server calls ``hold()`` when
 a request's head is in, ``charge(n)`` for every piece of body it keeps (after
 Content-Encoding is undone: those are the bytes held) and ``release()`` when
-the request ends. The aiohttp app does so through ``middleware`` and
-``codec.read_body``.
+the request ends. The client port's front does so for every request with a
+body (``front.Connection._admit``, ``incoming.Incoming``); ``codec.read_body``
+charges the hold of an aiohttp request that has one (``HOLD``).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from ring import limits
 from ring.errors import Overloaded
 
-# request[HOLD]: the BodyHold of a request with a body (aiohttp's app).
+# request[HOLD]: the BodyHold of an aiohttp request with a body, for codec.read_body.
 HOLD: Any = web.RequestKey("body hold", object) if hasattr(web, "RequestKey") else "ring.body_hold"
 
 
@@ -57,22 +58,6 @@ class BodyBudget:
         if declared is not None and declared <= limits.REQUEST_BYTES_MAX and self.used + declared > self.bytes_max:
             raise self._refuse(f"a body of {declared} bytes")
         return BodyHold(self)
-
-    def middleware(self) -> Callable:
-        @web.middleware
-        async def body_budget_middleware(request: web.Request,
-                                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                                         ) -> web.StreamResponse:
-            if not request.body_exists:
-                return await handler(request)
-            hold = self.hold(request.content_length)
-            request[HOLD] = hold
-            try:
-                return await handler(request)
-            finally:
-                hold.release()
-
-        return body_budget_middleware
 
 
 class BodyHold:

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-from aiohttp import web
-
 from ring import limits
 from ring.errors import BadRequest, Unavailable
+from ring.http_api.web import App, Request, Response, json
 
 _NAME_MAX = limits.BROKER_NAME_BYTES_MAX
 
 
-async def decommission(request: web.Request) -> web.Response:
+async def decommission(request: Request) -> Response:
     from ring.http_api.app import BROKER_KEY
 
     broker = request.app[BROKER_KEY]
@@ -32,8 +30,7 @@ async def decommission(request: web.Request) -> web.Response:
     act = getattr(broker, "decommission", None)
     if act is None:
         raise Unavailable("a broker alone has no cluster to leave")
-    doc = await act(name)
-    return web.Response(body=orjson.dumps(doc), content_type="application/json")
+    return json(await act(name))
 
 
 ROUTES = [
@@ -41,9 +38,9 @@ ROUTES = [
 ]
 
 
-def register(app: web.Application) -> None:
+def register(app: App) -> None:
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        app.router.add(method, path, handler)
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}

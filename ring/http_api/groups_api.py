@@ -30,8 +30,6 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 import msgpack
 import orjson
-from aiohttp import web
-from multidict import MultiDict
 
 from ring import auth, limits
 from ring.errors import BadRequest, RingError, Unavailable
@@ -39,28 +37,28 @@ from ring.groups import delivery
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
-from ring.http_api import access, codec, link
+from ring.http_api import access, codec, link, web
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
+from ring.http_api.web import Request, Response
 
 log = logging.getLogger("ring.groups")
 
 H_FORWARDED = "Ring-Group-Forwarded"
 H_POLL_TOKEN = "Ring-Poll-Token"
-GROUPS_KEY: web.AppKey[Groups] = web.AppKey("groups", Groups)
+GROUPS_KEY = "groups"
 _INT32_MAX = 2**31 - 1
 _TRUE = ("1", "true", "yes")
 
 
-def _json(doc: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(doc), status=status, content_type="application/json")
+_json = web.json
 
 
-def _groups(request: web.Request) -> Groups:
+def _groups(request: Request) -> Groups:
     return request.app[GROUPS_KEY]
 
 
-def _flag(request: web.Request, name: str, default: bool) -> bool:
+def _flag(request: Request, name: str, default: bool) -> bool:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
@@ -72,8 +70,8 @@ def _flag(request: web.Request, name: str, default: bool) -> bool:
 # --- finding the coordinator ---------------------------------------------------------------
 
 
-async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_ms: int = 0,
-                 query: Any = None, route: tuple[str, str] | None = None, accept: str | None = None) -> web.Response:
+async def _proxy(request: Request, remote: Remote, body: bytes | None, wait_ms: int = 0,
+                 query: Any = None, route: tuple[str, str] | None = None, accept: str | None = None) -> Response:
     broker = _groups(request).broker
     peers = getattr(broker, "peers", None)
     if peers is None:
@@ -84,25 +82,22 @@ async def _proxy(request: web.Request, remote: Remote, body: bytes | None, wait_
                "Content-Type": request.headers.get("Content-Type", codec.CT_JSON) if same else codec.CT_JSON,
                "Accept": accept or request.headers.get("Accept", codec.CT_JSON)}
     try:
-        method, path = route or (request.method, request.rel_url.path)
+        method, path = route or (request.method, request.path)
         async with peers.session.request(method, remote.url + path,
-                                         params=request.rel_url.query if query is None else query, data=body,
+                                         params=request.query.pairs if query is None else query, data=body,
                                          headers=headers, timeout=timeout) as resp:
             data = await resp.read()
-            out = answers.response(data, resp.content_type or "application/json", {}, status=resp.status)
-            for name in ("Retry-After", H_POLL_TOKEN):
-                if name in resp.headers:
-                    out.headers[name] = resp.headers[name]
-            return out
+            kept = {name: resp.headers[name] for name in ("Retry-After", H_POLL_TOKEN) if name in resp.headers}
+            return answers.response(data, resp.content_type or codec.CT_JSON, kept, status=resp.status)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise Unavailable(f"the coordinator {remote.name} did not answer: {exc!r}; retry",
                           coordinator=remote.name) from None
 
 
-async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
-                          local: Callable[[], Awaitable[web.Response]], wait_ms: int = 0,
+async def _at_coordinator(request: Request, group: str, body: bytes | None,
+                          local: Callable[[], Awaitable[Response]], wait_ms: int = 0,
                           create: bool = True, query: Any = None,
-                          route: tuple[str, str] | None = None, accept: str | None = None) -> web.Response:
+                          route: tuple[str, str] | None = None, accept: str | None = None) -> Response:
     """``local()`` when this broker coordinates ``group``, else the request sent on to the coordinator
     (as it came, or as ``route``: the method and path of the coordinator's route to call)."""
     remote = await _groups(request).coord.locate(group, create)
@@ -115,48 +110,47 @@ async def _at_coordinator(request: web.Request, group: str, body: bytes | None,
     return await _proxy(request, remote, body, wait_ms, query, route, accept)
 
 
-def _group(request: web.Request) -> str:
+def _group(request: Request) -> str:
     return validate_name(request.match_info["group"], "group")
 
 
 # --- which poll answer a request acknowledges ---------------------------------------------------
 
 
-def _via(request: web.Request) -> link.Via | None:
+def _via(request: Request) -> link.Via | None:
     """The client's connection; none for a forwarded request (the forwarding broker named its token)."""
     return None if request.headers.get(H_FORWARDED) else link.via_of(request)
 
 
-def _acknowledged(request: web.Request, group: str, consumer: str, named: object) -> str | None:
+def _acknowledged(request: Request, group: str, consumer: str, named: object) -> str | None:
     return link.acknowledged(_via(request), group, consumer, delivery.parse_token(named))
 
 
-def _with_token(query: Any, token: str | None) -> Any:
+def _with_token(query: dict[str, str], token: str | None) -> list[tuple[str, str]]:
     """The request's query with ``token`` as its token parameter (for forwarding)."""
-    out = MultiDict(query)
-    out.popall("token", None)
+    out = [(k, v) for k, v in query.items() if k != "token"]
     if token is not None:
-        out["token"] = token
+        out.append(("token", token))
     return out
 
 
-def _carried(request: web.Request, resp: web.Response, group: str, consumer: str) -> web.Response:
+def _carried(request: Request, resp: Response, group: str, consumer: str) -> Response:
     """``resp`` answers a poll: once its last byte goes out, the client's connection vouches for it."""
     if resp.status not in (200, 204):
         return resp
-    sent = resp.status == 200 and isinstance(resp.body, answers.SentOnce)
-    mark = link.answering(_via(request), group, consumer, resp.headers.get(H_POLL_TOKEN) if sent else None)
+    token = resp.headers.get(H_POLL_TOKEN) if resp.status == 200 and resp.headers else None
+    mark = link.answering(_via(request), group, consumer, token)
     if mark is not None:
-        answers.before_last_piece(resp, mark)
+        resp.before_last = mark
     return resp
 
 
 # --- native routes -----------------------------------------------------------------------------
 
 
-async def join(request: web.Request) -> web.Response:
+async def join(request: Request) -> Response:
     group = _group(request)
-    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX)
+    raw = request.body
     doc = codec.json_body(raw)
     if not isinstance(doc, dict):
         raise BadRequest('the body must be {"consumer": ID, "topics": [TOPIC, ...]}')
@@ -177,13 +171,13 @@ async def join(request: web.Request) -> web.Response:
     return await join_member(request, group, consumer, topics, timeout, client, doc.get("reset", "earliest"))
 
 
-async def join_member(request: web.Request, group: str, consumer: str, topics: list[Any], session_timeout_ms: int,
-                      client: str | None, reset: str) -> web.Response:
+async def join_member(request: Request, group: str, consumer: str, topics: list[Any], session_timeout_ms: int,
+                      client: str | None, reset: str) -> Response:
     """Join (or heartbeat) ``consumer`` at the group's coordinator; its answer."""
     body = orjson.dumps({"consumer": consumer, "topics": topics, "session_timeout_ms": session_timeout_ms,
                          "client": client, "reset": reset})
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         return _json(await _groups(request).join(group, consumer, topics, session_timeout_ms, client, reset))
 
     return await _at_coordinator(request, group, body, local, route=("POST", f"/v1/groups/{group}/members"))
@@ -193,7 +187,7 @@ def record_doc(topic: str, partition: int, rec: Any, is_json: bool) -> dict[str,
     return {"topic": topic, "partition": partition, **codec.record_json(rec, is_json)}
 
 
-async def poll(request: web.Request) -> web.Response:
+async def poll(request: Request) -> Response:
     group = _group(request)
     consumer = validate_name(request.match_info["consumer"], "consumer")
     q = request.query
@@ -210,15 +204,15 @@ async def poll(request: web.Request) -> web.Response:
     return _carried(request, answer, group, consumer)
 
 
-async def poll_member(request: web.Request, group: str, consumer: str, max_records: int, wait_ms: int,
+async def poll_member(request: Request, group: str, consumer: str, max_records: int, wait_ms: int,
                       generation: int | None, auto_commit: bool, named: object, leader: str | None,
-                      as_msgpack: bool) -> web.Response:
+                      as_msgpack: bool) -> Response:
     """A poll of ``consumer`` at the group's coordinator, acknowledging the answer ``named`` (else the
     one this request's connection carried whole); the answer (msgpack or JSON), its token in
     ``Ring-Poll-Token``. With ``leader``, only the consumer's partitions that broker leads."""
     token = _acknowledged(request, group, consumer, named)
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         await _require_member_topics(request, group, consumer)
         only = None if leader is None else _led_by(_groups(request).broker, leader)
         got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token,
@@ -255,7 +249,7 @@ def _led_by(broker: Any, name: str) -> Callable[[tuple[str, int]], bool]:
     return lambda tp: leadership.leader_of(tp[0], tp[1]) == name
 
 
-async def _require_member_topics(request: web.Request, group: str, consumer: str) -> None:
+async def _require_member_topics(request: Request, group: str, consumer: str) -> None:
     """403 unless the caller may consume every topic the member reads: checked before a poll reads
     anything (a refused poll must not move the member's positions) or a commit of its positions."""
     access.require(request, auth.CONSUME, await _groups(request).member_topics(group, consumer))
@@ -266,18 +260,18 @@ def _poll_doc(got: Polled) -> dict[str, Any]:
             "token": got.token}
 
 
-async def leave(request: web.Request) -> web.Response:
+async def leave(request: Request) -> Response:
     group = _group(request)
     consumer = validate_name(request.match_info["consumer"], "consumer")
     return await leave_member(request, group, consumer, _flag(request, "commit", True), request.query.get("token"))
 
 
-async def leave_member(request: web.Request, group: str, consumer: str, commit: bool, named: object) -> web.Response:
+async def leave_member(request: Request, group: str, consumer: str, commit: bool, named: object) -> Response:
     """``consumer`` leaves its group at the coordinator, first committing its positions with ``commit``
     (after acknowledging the answer ``named``, else the one its connection carried whole)."""
     token = _acknowledged(request, group, consumer, named)
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         # Leaving, with or without a commit, needs consume on the member's topics: else any token
         # could evict another group's members.
         await _require_member_topics(request, group, consumer)
@@ -302,9 +296,9 @@ def _offsets(raw: Any) -> list[tuple[str, int, int]]:
     return out
 
 
-async def commit(request: web.Request) -> web.Response:
+async def commit(request: Request) -> Response:
     group = _group(request)
-    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX)
+    raw = request.body
     doc = codec.json_body(raw)
     if not isinstance(doc, dict):
         raise BadRequest('the body must be {"consumer", "offsets": [{"topic", "partition", "offset"}]}')
@@ -320,19 +314,19 @@ async def commit(request: web.Request) -> web.Response:
     offsets = _offsets(doc.get("offsets"))
     access.require(request, auth.CONSUME, {t for t, _, _ in offsets})
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         return _json(await _groups(request).commit(group, consumer, generation, offsets))
 
     return await _at_coordinator(request, group, raw, local)
 
 
-async def commit_member(request: web.Request, group: str, consumer: str, generation: int | None,
-                        named: object) -> web.Response:
+async def commit_member(request: Request, group: str, consumer: str, generation: int | None,
+                        named: object) -> Response:
     """Commit ``consumer``'s positions at the coordinator (a poll's implicit commit, alone), after
     acknowledging the answer ``named``, else the one its connection carried whole."""
     token = _acknowledged(request, group, consumer, named)
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         await _require_member_topics(request, group, consumer)
         done = await _groups(request).commit_positions(group, consumer, generation, token)
         return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o} for t, p, o in done]})
@@ -341,11 +335,11 @@ async def commit_member(request: web.Request, group: str, consumer: str, generat
     return await _at_coordinator(request, group, body, local, route=("POST", f"/v1/groups/{group}/offsets"))
 
 
-async def positions(request: web.Request) -> web.Response:
+async def positions(request: Request) -> Response:
     """GET: where the member's next poll reads; PUT {"generation"?, "positions": [...]}: seek there."""
     group = _group(request)
     consumer = validate_name(request.match_info["consumer"], "consumer")
-    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX) if request.method == "PUT" else None
+    raw = request.body if request.method == "PUT" else None
     doc = codec.json_body(raw) if raw is not None else {}
     if not isinstance(doc, dict) or (raw is not None and doc.get("positions") is None):
         raise BadRequest('the body must be {"generation"?, "positions": [{"topic", "partition", "offset"}]}')
@@ -354,7 +348,7 @@ async def positions(request: web.Request) -> web.Response:
         raise BadRequest("generation must be a non-negative integer")
     wanted = _offsets(doc["positions"]) if raw is not None else []
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         await _require_member_topics(request, group, consumer)
         if raw is None:
             return _json(await _groups(request).positions(group, consumer))
@@ -363,10 +357,10 @@ async def positions(request: web.Request) -> web.Response:
     return await _at_coordinator(request, group, raw, local)
 
 
-async def reset(request: web.Request) -> web.Response:
+async def reset(request: Request) -> Response:
     group = _group(request)
     topic = request.match_info["topic"]
-    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX)
+    raw = request.body
     doc = codec.json_body(raw)
     if not isinstance(doc, dict) or not isinstance(doc.get("to"), str):
         raise BadRequest('the body must be {"to": "earliest"|"latest"|"offset"|"timestamp", "value"?, "partition"?}')
@@ -374,22 +368,22 @@ async def reset(request: web.Request) -> web.Response:
     if partition is not None and (type(partition) is not int or not 0 <= partition <= _INT32_MAX):
         raise BadRequest("partition must be a non-negative integer")
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         return _json(await _groups(request).reset(group, topic, doc["to"], doc.get("value"), partition))
 
     return await _at_coordinator(request, group, raw, local)
 
 
-async def describe(request: web.Request) -> web.Response:
+async def describe(request: Request) -> Response:
     group = _group(request)
 
-    async def local() -> web.Response:
+    async def local() -> Response:
         return _json(await _groups(request).describe(group))
 
     return await _at_coordinator(request, group, None, local, create=False)
 
 
-async def list_groups(request: web.Request) -> web.Response:
+async def list_groups(request: Request) -> Response:
     groups = _groups(request)
     if _flag(request, "local", False) or request.headers.get(H_FORWARDED):
         return _json({"groups": await groups.list_local()})
@@ -404,7 +398,7 @@ async def list_groups(request: web.Request) -> web.Response:
             unreachable.append(name)
             continue
         try:
-            answer = await _proxy(request.clone(rel_url="/v1/groups?local=true"), Remote(name, url), None)
+            answer = await _proxy(request.replace(path="/v1/groups?local=true"), Remote(name, url), None)
             for g in orjson.loads(answers.body_bytes(answer))["groups"]:
                 have = found.get(g["group"])
                 if have is None or g["generation"] > have["generation"]:
@@ -431,7 +425,12 @@ ROUTES = [
 ]
 
 
-def register(app: web.Application) -> None:
+# Routes that read a body, and how much of one they take; the others drop a body as it comes.
+_ADMIN_BODY = {"body_max": limits.ADMIN_BODY_BYTES_MAX}
+BODIES: dict[Any, dict[str, Any]] = {join: _ADMIN_BODY, commit: _ADMIN_BODY, reset: _ADMIN_BODY, positions: _ADMIN_BODY}
+
+
+def register(app: web.App) -> None:
     """Add the group routes and the coordinator's lifecycle to the client app (``app.make_app``)."""
     from ring.http_api.app import BROKER_KEY
 
@@ -441,12 +440,8 @@ def register(app: web.Application) -> None:
     if metrics is not None:
         metrics.group_source = groups.lag_rows
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
-
-    async def stop(_: web.Application) -> None:
-        await groups.coord.close()
-
-    app.on_cleanup.append(stop)
+        app.router.add(method, path, handler, **BODIES.get(handler, {}))
+    app.on_cleanup.append(groups.coord.close)
 
 
 __all__ = ["OPENAPI_PATHS", "ROUTES", "register"]

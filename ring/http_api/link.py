@@ -15,8 +15,8 @@ Any server front provides this with two obligations and nothing else:
   later (an early Via only vouches for less);
 * a group poll's answer runs what ``answering`` returns right before its
   last byte is handed to the transport, in the same synchronous step, so no
-  request can be stamped in between (``answer.before_last_piece`` for
-  aiohttp answers).
+  request can be stamped in between (``web.Response.before_last``, called by
+  the client port's front).
 
 ``acknowledged`` turns a request's Via into the token of the answer it
 acknowledges. A request forwarded to the group's coordinator carries no Via
@@ -32,8 +32,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
-
-from aiohttp import web
 
 
 @dataclass(frozen=True)
@@ -92,13 +90,6 @@ def answering(via: Via | None, group: str, consumer: str, token: str | None) -> 
     return lambda: conn.wrote(mark)
 
 
-# Where the aiohttp front keeps a request's Via (``request[VIA_KEY]``).
-VIA_KEY: Any = web.RequestKey("via", Via) if hasattr(web, "RequestKey") else "ring.via"
-
-
 def via_of(request: Any) -> Via | None:
     """The request's Via, None when its front made none (or it is not a request of a client connection)."""
-    try:
-        return request.get(VIA_KEY)
-    except AttributeError:
-        return None
+    return getattr(request, "via", None)

@@ -1,67 +1,42 @@
-"""The one place where errors become HTTP answers.
+"""Errors as HTTP answers on the peer port (aiohttp), in the shape the client port uses.
 
-Every ``ring.errors.RingError`` raised below a handler becomes
-``{"error": CODE, "message": TEXT, ...extra}`` with the error's status and,
-for 429/503, a ``Retry-After`` header. aiohttp's own HTTP errors (no such
-route, wrong method, body over ``client_max_size``) get the same JSON shape,
-and so do the errors aiohttp answers before any handler runs (a malformed
-request line, an over-long header): ``error_response`` is used for those by
-the connection handler in ``server.py``. Anything else is a bug: it is logged
-with its traceback and answered 500 with no detail. Bad input never gets here
-as a bare exception: the codecs raise ``RingError``s for it.
+The client port answers errors in its front (``web.ring_error``,
+``web.http_error``); the peer API runs on aiohttp, where this middleware
+gives the same JSON answers: every ``ring.errors.RingError`` raised below a
+handler becomes ``{"error": CODE, "message": TEXT, ...extra}`` with the
+error's status and, for 429/503, a ``Retry-After`` header; aiohttp's own
+HTTP errors (no such route, wrong method) get the same shape, and so do the
+errors aiohttp answers before any handler runs (``http_error_response``, used
+by the connection handler in ``server.py``). Anything else is a bug: it is
+logged with its traceback and answered 500 with no detail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from http import HTTPStatus
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
-import orjson
 from aiohttp import web
 
 from ring.errors import RingError
+from ring.http_api import web as native
 
 log = logging.getLogger("ring.http")
 
-# Codes for statuses aiohttp raises itself, in the vocabulary of ring.errors.
-_HTTP_CODES = {
-    400: "bad_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
-    413: "payload_too_large",
-    414: "uri_too_long",
-    415: "unsupported_media_type",
-    431: "request_header_fields_too_large",
-    500: "internal",
-}
 
-
-def error_response(status: int, body: dict[str, Any], retry_after_s: float | None = None,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    resp = web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
-                        headers=headers)
-    if retry_after_s is not None:
-        resp.headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-    return resp
+def _aiohttp(answer: native.Response) -> web.Response:
+    return web.Response(status=answer.status, body=answer.body, content_type="application/json",
+                        headers=answer.headers)
 
 
 def ring_error_response(exc: RingError) -> web.Response:
-    # An error class may name headers of its own (a 401's WWW-Authenticate).
-    return error_response(exc.status, exc.to_json(), exc.retry_after_s, getattr(exc, "headers", None))
+    return _aiohttp(native.ring_error(exc))
 
 
 def http_error_response(status: int, message: str | None = None,
                         headers: dict[str, str] | None = None) -> web.Response:
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "error"
-    code = _HTTP_CODES.get(status, phrase.lower().replace(" ", "_").replace("-", "_"))
-    return error_response(status, {"error": code, "message": message or phrase}, headers=headers)
+    return _aiohttp(native.http_error(status, message, headers))
 
 
 _KEPT_HEADERS = ("Allow",)

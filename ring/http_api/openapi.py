@@ -185,7 +185,19 @@ Ring-High-Watermark headers are always set. With wait_ms the request long-polls 
 
 @lru_cache(maxsize=1)
 def document() -> dict[str, Any]:
-    return access.describe_security(_document())
+    return access.describe_security(_with_head_bounds(_document()))
+
+
+def _with_head_bounds(doc: dict[str, Any]) -> dict[str, Any]:
+    """Any request may be over the bounds of a request's head, checked before its route is known."""
+    for item in doc["paths"].values():
+        for method, op in item.items():
+            if method in ("get", "put", "post", "delete", "patch"):
+                responses = op.setdefault("responses", {})
+                responses.setdefault("414", _err(f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes"))
+                responses.setdefault("431", _err(f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes, or "
+                                                 f"the request head over {limits.REQUEST_HEAD_BYTES_MAX}"))
+    return doc
 
 
 def _document() -> dict[str, Any]:

@@ -29,26 +29,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from functools import partial
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from aiohttp import web
 
 from ring import auth, limits
 from ring.catalog import validate_topic_name
-from ring.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, RingError, StorageError, Unavailable
+from ring.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, RingError, StorageError
 from ring.hashing import ordinal_from_name
-from ring.http_api import access, codec, polar_codec, polar_consumer
+from ring.http_api import access, codec, polar_codec, polar_consumer, web
 from ring.http_api import budget as body_budget
 from ring.http_api.app import BROKER_KEY
 from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
+from ring.http_api.web import Request, Response
 
 log = logging.getLogger("ring.polar")
 
-ROLE_KEY: web.AppKey[str] = web.AppKey("polar role", str)  # discovery | producer | consumer
-PORTS_KEY: web.AppKey[Any] = web.AppKey("polar ports", object)
+ROLE_KEY = "polar role"  # discovery | producer | consumer
+PORTS_KEY = "polar ports"
 
 TEXT = "text/plain; charset=utf-8"
 OK_TYPE = "text/html; charset=utf-8"  # what PolarStreams sends with "OK"
@@ -79,9 +80,8 @@ class Ports:
 
 
 def text(body: str, status: int = 200, headers: dict[str, str] | None = None,
-         content_type: str = TEXT) -> web.Response:
-    return web.Response(body=body.encode("utf-8"), status=status, headers={"Content-Type": content_type,
-                                                                           **(headers or {})})
+         content_type: str = TEXT) -> Response:
+    return Response(body.encode("utf-8"), status, content_type, headers)
 
 
 def ready(broker: Any) -> bool:
@@ -91,7 +91,7 @@ def ready(broker: Any) -> bool:
 # --- errors -------------------------------------------------------------------------
 
 
-def _polar_error(role: str, exc: RingError) -> web.Response:
+def _polar_error(role: str, exc: RingError) -> Response:
     """``exc`` as PolarStreams answers it on a ``role`` port."""
     status, message = exc.status, exc.message
     if role == "producer":
@@ -109,15 +109,6 @@ def _polar_error(role: str, exc: RingError) -> web.Response:
     return text(message, status, headers)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                  ) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except RingError as exc:
-        return _polar_error(request.app[ROLE_KEY], exc)
-
-
 # --- status and discovery -----------------------------------------------------------
 
 
@@ -125,7 +116,7 @@ _STATUS_TEXT = {"discovery": "Client discovery server listening on {}\n",
                 "producer": "Producer server listening on {}\n", "consumer": "Consumer server listening on {}\n"}
 
 
-async def status(request: web.Request) -> web.Response:
+async def status(request: Request) -> Response:
     if not ready(request.app[BROKER_KEY]):
         return text(NOT_READY, 503, {"Retry-After": "1"})
     role = request.app[ROLE_KEY]
@@ -144,16 +135,15 @@ def brokers_doc(broker: Any, ports: Ports) -> dict[str, Any]:
     return {"length": len(names), "names": names, "producerPort": ports.producer, "consumerPort": ports.consumer}
 
 
-async def brokers(request: web.Request) -> web.Response:
-    doc = brokers_doc(request.app[BROKER_KEY], request.app[PORTS_KEY])
-    return web.Response(body=orjson.dumps(doc), content_type="application/json")
+async def brokers(request: Request) -> Response:
+    return web.json(brokers_doc(request.app[BROKER_KEY], request.app[PORTS_KEY]))
 
 
 # --- produce ------------------------------------------------------------------------
 
 
-async def produce(request: web.Request) -> web.Response:
-    broker = request.app[BROKER_KEY]
+def _check_produce(request: Request) -> None:
+    """The topic, the body's length and the key, before the body is read."""
     try:
         topic = validate_topic_name(request.match_info["topic"])
     except BadRequest:
@@ -165,37 +155,43 @@ async def produce(request: web.Request) -> web.Response:
     key = raw_key.encode("utf-8", "surrogatepass") if raw_key else None
     if key is not None and len(key) > limits.KEY_BYTES_MAX:
         raise PayloadTooLarge(f"partitionKey is over the limit of {limits.KEY_BYTES_MAX} bytes")
-    body = await codec.read_body(request, limits.MESSAGE_BYTES_MAX)
-    values, is_json = polar_codec.produce_values(request.content_type, body)
-    del body
+    request.state = (topic, key)
+
+
+async def produce(request: Request) -> Response:
+    broker = request.app[BROKER_KEY]
+    topic, key = request.state
+    values, is_json = polar_codec.produce_values(request.content_type, request.body)
+    request.body = b""
     if values:  # an NDJSON body of empty lines holds no record: stored as nothing, as there
         records = codec.stored_as_given(values, key, is_json)
         await broker.produce_records(topic, None, records.records, records.sizes, records.values_are_json, False)
     return text("OK", content_type=OK_TYPE)
 
 
-async def get_messages(request: web.Request) -> web.Response:
+async def get_messages(request: Request) -> Response:
     return text("Producer server doesn't allow getting topic messages\n", 405)
 
 
 # --- the apps -----------------------------------------------------------------------
 
 
-def make_apps(broker: Any, groups: Any, ports: Ports, tokens: auth.TokenTable | None) -> dict[str, web.Application]:
+def make_apps(broker: Any, groups: Any, ports: Ports, tokens: auth.TokenTable | None) -> dict[str, web.App]:
     """The discovery, producer and consumer apps; ``groups`` is the client app's ``Groups``."""
-    guard = access.make_middleware(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
-    apps: dict[str, web.Application] = {}
+    apps: dict[str, web.App] = {}
     for role in ("discovery", "producer", "consumer"):
-        middlewares = [_errors, guard]
-        if role == "producer":
-            middlewares.append(body_budget.body_budget_of(broker).middleware())
-        app = web.Application(middlewares=middlewares, client_max_size=limits.MESSAGE_BYTES_MAX)
+        app = web.App()
+        app.answer_error = partial(_polar_error, role)
+        app.body_budget = body_budget.body_budget_of(broker)
+        if tokens is not None:
+            app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
         app[ROLE_KEY], app[PORTS_KEY], app[BROKER_KEY], app[GROUPS_KEY] = role, ports, broker, groups
-        app.router.add_get("/status", status)
+        app.router.add("GET", "/status", status)
         apps[role] = app
-    apps["discovery"].router.add_get("/v1/brokers", brokers)
-    apps["producer"].router.add_post("/v1/topic/{topic}/messages", produce)
-    apps["producer"].router.add_get("/v1/topic/{topic}/messages", get_messages)
+    apps["discovery"].router.add("GET", "/v1/brokers", brokers)
+    apps["producer"].router.add("POST", "/v1/topic/{topic}/messages", produce, body_max=limits.MESSAGE_BYTES_MAX,
+                                prepare=_check_produce)
+    apps["producer"].router.add("GET", "/v1/topic/{topic}/messages", get_messages)
     polar_consumer.install(apps["consumer"])
     return apps
 

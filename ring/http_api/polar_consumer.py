@@ -37,7 +37,6 @@ from typing import Any, Awaitable
 import aiohttp
 import msgpack
 import orjson
-from aiohttp import web
 
 from ring import auth, limits
 from ring.catalog import validate_topic_name
@@ -45,38 +44,39 @@ from ring.cluster.peers import H_SECRET
 from ring.errors import BadRequest, Conflict, RingError, Unauthorized, Unavailable
 from ring.groups.service import validate_name
 from ring.hashing import partition_token
-from ring.http_api import access, codec, groups_api, polar_codec
+from ring.http_api import access, groups_api, polar_codec, web
 from ring.http_api import answer as answers
 from ring.http_api.app import BROKER_KEY
 from ring.http_api.peer import secret_matches
 from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
+from ring.http_api.web import Request, Response
 
 NOT_REGISTERED = "Consumer not registered"  # PolarStreams' words (polar_api answers 409s with them)
 
 log = logging.getLogger("ring.polar")
 
-REGISTRY_KEY: web.AppKey[Registry] = web.AppKey("polar consumers", Registry)
+REGISTRY_KEY = "polar consumers"
 H_NOTE = "Ring-Polar-Note"  # a broker telling another of a registration (or a goodbye): no group change
 _NO_PARTITIONS_RETRY_S = "5"  # PolarStreams: no data led here for this consumer
 _NO_DATA_RETRY_S = "1"  # PolarStreams: nothing new
 
 
-def _ok(body: str = "OK") -> web.Response:
-    return web.Response(body=body.encode(), headers={"Content-Type": "text/html; charset=utf-8"})
+def _ok(body: str = "OK") -> Response:
+    return Response(body.encode(), content_type="text/html; charset=utf-8")
 
 
-def _registry(request: web.Request) -> Registry:
+def _registry(request: Request) -> Registry:
     return request.app[REGISTRY_KEY]
 
 
-def _id_param(request: web.Request) -> str | None:
+def _id_param(request: Request) -> str | None:
     return request.query.get("consumerId") or request.query.get("consumer_id") or None
 
 
 # --- register -------------------------------------------------------------------------
 
 
-def _from_query(request: web.Request, consumer_id: str) -> Consumer:
+def _from_query(request: Request, consumer_id: str) -> Consumer:
     on_new = request.query.get("onNewGroup") or "startFromLatest"
     if on_new not in RESET_POLICIES:
         raise BadRequest("Invalid offset reset policy value")
@@ -84,10 +84,9 @@ def _from_query(request: web.Request, consumer_id: str) -> Consumer:
                     RESET_POLICIES[on_new])
 
 
-async def _from_body(request: web.Request) -> Consumer:
-    raw = await codec.read_body(request, limits.ADMIN_BODY_BYTES_MAX)
+def _from_body(request: Request) -> Consumer:
     try:
-        doc = orjson.loads(raw)
+        doc = orjson.loads(request.body)
     except orjson.JSONDecodeError:
         doc = None
     topics = doc.get("topics") if isinstance(doc, dict) else None
@@ -99,9 +98,9 @@ async def _from_body(request: web.Request) -> Consumer:
     return Consumer(doc.get("id") or "", doc.get("group") or "default", tuple(topics or ()), RESET_POLICIES[on_new])
 
 
-async def register(request: web.Request) -> web.Response:
+async def register(request: Request) -> Response:
     consumer_id = _id_param(request)
-    consumer = _from_query(request, consumer_id) if consumer_id else await _from_body(request)
+    consumer = _from_query(request, consumer_id) if consumer_id else _from_body(request)
     if not consumer.id or not consumer.topics:
         raise BadRequest("Consumer id and topics can not be empty")
     validate_name(consumer.id, "consumerId")
@@ -124,16 +123,16 @@ async def register(request: web.Request) -> web.Response:
     if consumer_id:
         await _tell_brokers(request, "register", consumer)
     else:
-        registry.bind(request.protocol, consumer)
+        registry.bind(request.conn, consumer)
     return _ok("Already registered" if known is not None else "OK")
 
 
-def _check_broker(request: web.Request) -> None:
+def _check_broker(request: Request) -> None:
     if not secret_matches(request.app[BROKER_KEY].config.cluster_secret, request.headers.get(H_SECRET)):
         raise Unauthorized("wrong cluster secret")
 
 
-async def _tell_brokers(request: web.Request, what: str, consumer: Consumer) -> None:
+async def _tell_brokers(request: Request, what: str, consumer: Consumer) -> None:
     """Tell every other live broker of a registration (all must take it) or a goodbye (best effort)."""
     from ring.http_api.polar_api import PORTS_KEY
 
@@ -175,11 +174,11 @@ def _host_of(url: str) -> str:
 # --- who is asking --------------------------------------------------------------------
 
 
-def _who(request: web.Request) -> Consumer:
+def _who(request: Request) -> Consumer:
     """The consumer a request comes from: its connection's, else the id it names."""
     registry = _registry(request)
     consumer_id = _id_param(request)
-    bound = registry.bound(request.protocol)
+    bound = registry.bound(request.conn)
     if bound is not None:
         if consumer_id and consumer_id != bound.id:
             raise Conflict(f"this connection is registered as consumer {bound.id!r}, not {consumer_id!r}")
@@ -190,7 +189,7 @@ def _who(request: web.Request) -> Consumer:
     return found
 
 
-def _raise_for(answer: web.Response) -> None:
+def _raise_for(answer: Response) -> None:
     """An error answer of the coordinator, raised as the error it stands for."""
     if answer.status < 300:
         return
@@ -200,10 +199,10 @@ def _raise_for(answer: web.Response) -> None:
         doc = orjson.loads(answers.body_bytes(answer))
     except orjson.JSONDecodeError:
         doc = {}
-    raise Relayed(answer.status, doc if isinstance(doc, dict) else {}, answer.headers.get("Retry-After"))
+    raise Relayed(answer.status, doc if isinstance(doc, dict) else {}, (answer.headers or {}).get("Retry-After"))
 
 
-async def _answered(request: web.Request, consumer: Consumer, call: Awaitable[web.Response]) -> web.Response:
+async def _answered(request: Request, consumer: Consumer, call: Awaitable[Response]) -> Response:
     """The coordinator's answer to ``call``, its errors raised; a 409 (the group does not have the
     consumer) also forgets the consumer here."""
     try:
@@ -216,10 +215,10 @@ async def _answered(request: web.Request, consumer: Consumer, call: Awaitable[we
         raise
 
 
-def _gone(request: web.Request, consumer: Consumer) -> None:
+def _gone(request: Request, consumer: Consumer) -> None:
     """The group no longer has ``consumer``: forget it here, it must register again."""
     _registry(request).forget(consumer.id)
-    _registry(request).unbind(request.protocol)
+    _registry(request).unbind(request.conn)
 
 
 # --- poll, commit, goodbye ------------------------------------------------------------
@@ -235,17 +234,17 @@ def _token_of(broker: Any) -> Any:
     return token
 
 
-async def poll(request: web.Request) -> web.Response:
+async def poll(request: Request) -> Response:
     consumer = _who(request)
     broker = request.app[BROKER_KEY]
     answer = await _answered(request, consumer, groups_api.poll_member(
         request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0, None, True, None, broker.config.name,
         True))
     doc = msgpack.unpackb(answers.body_bytes(answer), raw=False)
-    token_header = {groups_api.H_POLL_TOKEN: answer.headers.get(groups_api.H_POLL_TOKEN, "")}
+    token_header = {groups_api.H_POLL_TOKEN: (answer.headers or {}).get(groups_api.H_POLL_TOKEN, "")}
     if not doc["records"]:
         retry = _NO_PARTITIONS_RETRY_S if doc.get("partitions") == 0 else _NO_DATA_RETRY_S
-        empty = web.Response(status=204, headers={"Retry-After": retry, **token_header})
+        empty = Response(b"", 204, None, {"Retry-After": retry, **token_header})
         return groups_api._carried(request, empty, consumer.group, consumer.id)
     items = polar_codec.items_of(doc["records"], _token_of(broker), doc["generation"])
     del doc
@@ -257,13 +256,13 @@ async def poll(request: web.Request) -> web.Response:
     return groups_api._carried(request, out, consumer.group, consumer.id)
 
 
-async def commit(request: web.Request) -> web.Response:
+async def commit(request: Request) -> Response:
     consumer = _who(request)
     await _answered(request, consumer, groups_api.commit_member(request, consumer.group, consumer.id, None, None))
-    return web.Response(status=204, headers={"Retry-After": _NO_DATA_RETRY_S})
+    return Response(b"", 204, None, {"Retry-After": _NO_DATA_RETRY_S})
 
 
-async def goodbye(request: web.Request) -> web.Response:
+async def goodbye(request: Request) -> Response:
     if H_NOTE in request.headers:  # another broker said goodbye to this consumer
         _check_broker(request)
         if (consumer_id := _id_param(request)) is not None:
@@ -278,11 +277,11 @@ async def goodbye(request: web.Request) -> web.Response:
     return _ok()
 
 
-def install(app: web.Application) -> None:
+def install(app: web.App) -> None:
     """The consumer routes on the consumer port's app."""
     app[REGISTRY_KEY] = Registry(app[BROKER_KEY].clock.monotonic)
-    app.router.add_put("/v1/consumer/register", register)
-    app.router.add_post("/v1/consumer/register", register)
-    app.router.add_post("/v1/consumer/poll", poll)
-    app.router.add_post("/v1/consumer/commit", commit)
-    app.router.add_post("/v1/consumer/goodbye", goodbye)
+    for method in ("PUT", "POST"):  # a registration by body (connection-bound) reads one
+        app.router.add(method, "/v1/consumer/register", register, body_max=limits.ADMIN_BODY_BYTES_MAX)
+    app.router.add("POST", "/v1/consumer/poll", poll)
+    app.router.add("POST", "/v1/consumer/commit", commit)
+    app.router.add("POST", "/v1/consumer/goodbye", goodbye)

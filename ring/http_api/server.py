@@ -1,4 +1,11 @@
-"""Serving the app on a socket, with the connection limits aiohttp lacks.
+"""Serving the apps on their sockets: the client API on ring's own front, the peer API on aiohttp.
+
+``Server`` listens for the client API (``web.App``) with the HTTP/1.1 front
+of ``front.py``: the header, body and send deadlines, the connection bound,
+the TLS handshake deadline and the body budget are all the front's, checked
+by one periodic sweep. ``PeerServer`` serves the peer API (gossip,
+replication websockets, forwarded produces) on aiohttp, with the connection
+limits aiohttp lacks, below.
 
 aiohttp has no deadline for receiving request headers, so a client sending
 one byte a second holds a connection forever (slowloris). ``GuardedHandler``
@@ -19,14 +26,6 @@ never reads) gets its connection aborted, dropping the buffered bytes; and
 with TLS the handshake must end within ``TLS_HANDSHAKE_TIMEOUT_S``. Request
 bodies have their own deadline (``BODY_READ_TIMEOUT_S``, in ``codec``). A body
 aiohttp cannot read (a malformed gzip stream) costs one log line, not a traceback.
-
-Each connection has a ``link.Link`` and each request a ``link.Via`` (what the
-connection had written whole when the request began: see ``link``). aiohttp
-does not say where in a chunk a request begins, so a request is stamped when
-the first chunk that may hold its first byte arrives: the chunk after the one
-that completed the previous request if that one ended exactly at a request's
-end (a bodyless request ending its headers), else that same chunk. Early
-stamps only make a request prove less.
 """
 
 from __future__ import annotations
@@ -44,12 +43,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from ring import limits
-from ring.http_api.link import VIA_KEY, Link, Via
 from ring.http_api.middleware import http_error_response
 
 log = logging.getLogger("ring.http")
-
-_UNSTAMPED = object()  # no byte of a next request has arrived yet
 
 
 class GuardedHandler(RequestHandler):
@@ -65,9 +61,6 @@ class GuardedHandler(RequestHandler):
         self._header_timer: asyncio.TimerHandle | None = None
         self._last_payload: Any = None  # body stream of the newest parsed request
         self._refused = False
-        self.link = Link()
-        self._arrival: Any = _UNSTAMPED  # the stamp of the request whose bytes are arriving
-        self._vias: dict[int, Via] = {}  # id(parsed message) -> its Via, until its handler starts
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         manager = self._manager
@@ -114,18 +107,11 @@ class GuardedHandler(RequestHandler):
         if self._refused:
             return
         if not data:
-            before = self._request_count
-            super().data_received(data)
-            if self._request_count != before:  # requests aiohttp held back (pipelined): they prove nothing
-                self._arrival = None
-                self._stamp(before, data)
-            return
+            return super().data_received(data)
         if self._upgraded or self._payload_parser is not None:
             # A websocket (the peer port's replication link): frames, not requests, from here on.
             self._disarm()
             return super().data_received(data)
-        if self._arrival is _UNSTAMPED:
-            self._arrival = self.link.written
         body_done = self._last_payload is None or self._last_payload.is_eof()
         parsed_before = self._request_count
         super().data_received(data)
@@ -133,26 +119,8 @@ class GuardedHandler(RequestHandler):
             self._disarm()  # headers complete
             if self._messages:
                 self._last_payload = self._messages[-1][1]
-            self._stamp(parsed_before, data)
         elif body_done and self._header_timer is None:
             self._arm()  # these bytes began a new request whose headers are not complete
-
-    def _stamp(self, parsed_before: int, data: bytes) -> None:
-        """Give the requests parsed from ``data`` their Via; say when the next request's stamp is taken."""
-        new = self._request_count - parsed_before
-        if new <= 0:
-            return
-        for msg, _ in list(self._messages)[-new:]:
-            self._vias[id(msg)] = Via(self.link, self._arrival)
-        last = self._messages[-1][1] if self._messages else None
-        at_end = data.endswith(b"\r\n\r\n") and last is not None and last.is_eof() and not self._buffer_paused
-        self._arrival = _UNSTAMPED if at_end else self.link.written
-
-    async def _handle_request(self, request: Any, start_time: Any, request_handler: Any) -> Any:
-        via = self._vias.pop(id(request._message), None)  # the parsed message the request was made of
-        if via is not None:
-            request[VIA_KEY] = via
-        return await super()._handle_request(request, start_time, request_handler)
 
     def _arm(self) -> None:
         self._disarm()
@@ -193,8 +161,8 @@ class GuardedHandler(RequestHandler):
         return resp
 
 
-class Server:
-    """The app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
+class PeerServer:
+    """The peer app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
 
     def __init__(self, app: web.Application, host: str, port: int,
                  header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, access_log: bool = False,
@@ -252,3 +220,77 @@ class Server:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+class Server:
+    """The client API on one listening socket, served by the front: ``start`` returns once it
+    accepts, ``stop`` lets requests in flight finish (up to SHUTDOWN_GRACE_S) and closes."""
+
+    def __init__(self, app: Any, host: str, port: int, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S,
+                 access_log: bool = False, ssl_context: ssl.SSLContext | None = None,
+                 connections_max: int = limits.CLIENT_CONNECTIONS_OPEN_MAX,
+                 send_timeout_s: float = limits.RESPONSE_SEND_TIMEOUT_S) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._header_timeout_s = header_timeout_s
+        self._access_log = access_log
+        self.ssl_context = ssl_context
+        self._connections_max = connections_max
+        self._send_timeout_s = send_timeout_s
+        self.front: Any = None
+        self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def connections(self) -> set:
+        return set() if self.front is None else self.front.connections
+
+    async def start(self) -> None:
+        from ring.http_api.front import Front
+
+        loop = asyncio.get_running_loop()
+        self.front = Front(self.app, self._header_timeout_s, self._send_timeout_s, self._connections_max,
+                           self._access_log)
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_S}
+        try:
+            self._server = await loop.create_server(self.front.protocol, self.host, self.port, reuse_address=True,
+                                                    family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                                                    **tls)
+        except BaseException:
+            self.front.stop_sweeping()
+            self.front = None
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+        await self.app.startup()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (up to the grace), close every connection."""
+        if self._server is not None:
+            self._server.close()  # no new connections; open ones drain below
+            self._server = None
+        front = self.front
+        if front is not None:
+            front.closing = True
+            for conn in list(front.connections):
+                conn.close_when_sent = True  # each closes once it has answered what it took in
+                if not conn.queue and conn.receiving is None:
+                    conn.close()  # idle: nothing to finish
+            deadline = front.loop.time() + limits.SHUTDOWN_GRACE_S
+            while front.connections and front.loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            for conn in list(front.connections):
+                conn.transport.abort()
+                conn.connection_lost(None)
+            front.stop_sweeping()
+            for task in list(front.tasks):
+                task.cancel()
+            await asyncio.gather(*front.tasks, return_exceptions=True)
+            self.front = None
+            await self.app.cleanup()

@@ -24,10 +24,8 @@ import logging
 from collections import deque
 from typing import Any
 
-import orjson
-from aiohttp import web
-
 from ring import limits
+from ring.http_api.web import App, Request, Response, json
 
 log = logging.getLogger("ring.admin")
 
@@ -92,11 +90,11 @@ class Trends:
 
     # --- the loop --------------------------------------------------------------------
 
-    async def start(self, _app: web.Application | None = None) -> None:
+    async def start(self) -> None:
         self._seen, self._last_ms = self.totals(), self.broker.clock.monotonic() * 1000
         self._task = asyncio.create_task(self._run(), name="trends")
 
-    async def close(self, _app: web.Application | None = None) -> None:
+    async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -111,14 +109,14 @@ class Trends:
                 log.exception("sampling the admin page's trends failed")
 
 
-TRENDS_KEY: web.AppKey[Trends] = web.AppKey("trends", Trends)
+TRENDS_KEY = "trends"
 
 
-async def get_trends(request: web.Request) -> web.Response:
-    return web.Response(body=orjson.dumps(request.app[TRENDS_KEY].doc()), content_type="application/json")
+def get_trends(request: Request) -> Response:
+    return json(request.app[TRENDS_KEY].doc())
 
 
-def install(app: web.Application, broker: Any) -> Trends:
+def install(app: App, broker: Any) -> Trends:
     """Sample while ``app`` runs; the route is added by ``ring.http_api.admin``."""
     trends = Trends(broker)
     app[TRENDS_KEY] = trends

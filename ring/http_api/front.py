@@ -1,0 +1,668 @@
+"""ring's HTTP/1.1 front for the client port: one ``asyncio.Protocol`` per connection, parsed by httptools.
+
+Theory of operation.
+
+* Reading. Bytes go to httptools (llhttp, the parser uvicorn uses) as they
+  arrive. When a request's head is complete the front finds its route and,
+  before a byte of the body is taken, checks access (``access.Guard``), the
+  route's ``prepare`` (its query and headers), the declared body size and
+  the body budget: a request refused there is answered at once, and its body,
+  if the client sends it anyway, is read and dropped. Otherwise the body is
+  taken piece by piece into an ``Incoming`` (decoded, bounded, counted).
+* Running. A connection runs one request at a time, in the order they came:
+  pipelined requests wait their turn, parsed, up to PIPELINED_REQUESTS_MAX
+  (then reading pauses). A handler's answer is a ``Response`` (written at
+  once), a ``Later`` (written from its future's callback), or a coroutine,
+  the one case that costs a task.
+* Writing. Answers leave in request order. One that fits in a piece is
+  written with its head in one write; a larger one in
+  ANSWER_WRITE_CHUNK_BYTES pieces (copies), paced by the transport's
+  ``pause_writing``/``resume_writing``; its hold (``answer.Hold``) is given
+  back once the last piece is handed over. ``Response.on_written`` is called
+  once every byte of the answer has left this process (the transport's
+  buffer is empty), never if the connection is lost first.
+* Time. No timer per request: each connection keeps its deadlines (the head
+  being received, the body, the answer being sent, the idle keep-alive) as
+  plain numbers, and one periodic sweep per server (``Front.sweep``) ends
+  the connections past one. A head not complete in time, or an idle
+  connection, is closed; a body not complete in time gets 408; an answer
+  the client does not take in time has its connection aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from email.utils import formatdate
+from functools import partial
+from typing import Any
+
+import httptools
+
+from ring import auth, limits
+from ring.errors import BadRequest, BodyTimeout, PayloadTooLarge, RingError
+from ring.http_api import web
+from ring.http_api.incoming import Incoming
+from ring.http_api.web import Later, Request, Response
+
+log = logging.getLogger("ring.http")
+access_log = logging.getLogger("ring.access")
+
+# What a request is doing; an exchange moves only forward.
+RECEIVING, READY, RUNNING, ANSWERED = range(4)
+_NO_BODY_STATUSES = frozenset({204, 304})
+
+
+class Exchange:
+    """One request and, once there is one, its answer."""
+
+    __slots__ = ("req", "response", "state", "keep_alive", "incoming", "started", "expect_continue",
+                 "head_only", "cell", "linger")
+
+    def __init__(self, req: Request, keep_alive: bool, started: float) -> None:
+        self.req = req
+        self.response: Response | None = None
+        self.state = RECEIVING
+        self.keep_alive = keep_alive
+        self.incoming: Incoming | None = None  # None: the body (if any) is dropped as it comes
+        self.started = started
+        self.expect_continue = False
+        self.head_only = req.method == "HEAD"
+        self.cell: list | None = None  # auth.CURRENT's cell while this request is served
+        self.linger = False  # answered early while its body still comes: read it (dropped) before closing
+
+
+def _status_line(status: int) -> bytes:
+    from http import HTTPStatus
+
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Unknown"
+    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
+
+
+_STATUS_LINES = {s: _status_line(s) for s in (100, 200, 201, 204, 400, 401, 403, 404, 405, 408, 409, 413, 414,
+                                              415, 416, 429, 431, 500, 503, 504)}
+
+
+class Front:
+    """What the connections of one listening socket share: the app, the bounds, the clock of the sweep."""
+
+    def __init__(self, app: web.App, header_timeout_s: float, send_timeout_s: float, connections_max: int,
+                 access_log: bool = False) -> None:
+        self.app = app
+        self.access_log = access_log  # one line per answer, at INFO on "ring.access"
+        self.loop = asyncio.get_running_loop()
+        self.header_timeout_s = header_timeout_s
+        self.send_timeout_s = send_timeout_s
+        self.connections_max = connections_max
+        self.connections: set[Connection] = set()
+        self.tasks: set[asyncio.Task] = set()  # handlers that are coroutines, while they run
+        self.closing = False
+        self.next_id = 0
+        self.now = self.loop.time()
+        self._second = -1
+        self.date = b""
+        self._tick_date()
+        self.sweep_interval_s = min(1.0, max(0.05, min(header_timeout_s, send_timeout_s,
+                                                      limits.KEEPALIVE_TIMEOUT_S) / 4))
+        self._sweeper: asyncio.TimerHandle | None = self.loop.call_later(self.sweep_interval_s, self.sweep)
+
+    def _tick_date(self) -> None:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self.date = f"Date: {formatdate(second, usegmt=True)}\r\n".encode()
+
+    def sweep(self) -> None:
+        """Once per interval: the deadlines of every connection, the Date header, written answers."""
+        self.now = now = self.loop.time()
+        self._tick_date()
+        for conn in list(self.connections):
+            conn.check(now)
+        self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
+
+    def _stopped(self) -> bool:
+        return self.closing and not self.connections
+
+    def stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def protocol(self) -> "Connection":
+        return Connection(self)
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
+                 "reading_paused", "parse_stopped", "close_when_sent", "seq", "written", "unconfirmed",
+                 "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
+                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun", "_sending", "_view", "_pos")
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.app = front.app
+        front.next_id += 1
+        self.id = front.next_id  # stable for the connection's life, unique per server
+        self.transport: Any = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque[Exchange] = deque()
+        self.receiving: Exchange | None = None  # the request whose body is arriving
+        self.closed = False
+        self.paused = False  # the transport asked us to stop writing
+        self.reading_paused = False
+        self.parse_stopped = False  # no more requests are read on this connection
+        self.close_when_sent = False
+        self.seq = 0  # requests begun on this connection
+        self.written = -1  # seq of the last answer whose bytes have all left this process
+        self.unconfirmed: list[tuple[int, Any]] = []  # (seq, on_written) handed over, maybe still buffered
+        self.header_deadline = self.body_deadline = self.send_deadline = self.idle_deadline = 0.0
+        self._url: list[bytes] = []
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._in_head = False
+        self._head_fed = 0
+        self._begun = 0.0  # loop time of the first byte of the request being received
+        self._sending: Exchange | None = None
+        self._view: memoryview | None = None
+        self._pos = 0
+
+    # --- the connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        front = self.front
+        if len(front.connections) >= front.connections_max or front.closing:
+            self._refuse()
+            return
+        front.connections.add(self)
+        self.header_deadline = front.loop.time() + front.header_timeout_s  # the first request must come
+
+    def _refuse(self) -> None:
+        """Over the connection bound: a 503 the client can read, then close; the request is never read."""
+        self.closed = True
+        bound = self.front.connections_max
+        log.warning("refusing a connection: %d are open (the bound)", bound)
+        resp = web.error(503, {"error": "unavailable",
+                               "message": f"{bound} connections are open on this broker; retry later"}, 1.0)
+        self.transport.write(self._head(resp, len(resp.body), True) + resp.body)
+        self.transport.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.closed and self not in self.front.connections:
+            return
+        self.closed = True
+        self.front.connections.discard(self)
+        for ex in self.queue:
+            self._drop(ex)
+        self.queue.clear()
+        self.unconfirmed.clear()
+        self._sending = None
+        self._view = None
+
+    def _drop(self, ex: Exchange) -> None:
+        if ex.incoming is not None:
+            ex.incoming.release()
+            ex.incoming = None
+        if ex.response is not None:
+            ex.response.release()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        if not self.send_deadline:
+            self.send_deadline = self.front.now + self.front.send_timeout_s
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self._sending is None:
+            self.send_deadline = 0.0
+        self._confirm()
+        self._pump()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.transport.close()
+            self.connection_lost(None)
+
+    def check(self, now: float) -> None:
+        """The sweep's visit: end what is past its deadline."""
+        if self.unconfirmed:
+            self._confirm()
+        if self.send_deadline and now > self.send_deadline:
+            log.info("aborting a connection whose client did not take its answer within %g s",
+                     self.front.send_timeout_s)
+            self.transport.abort()  # close() would wait for the unread bytes to drain: forever
+            self.connection_lost(None)
+        elif self.header_deadline and now > self.header_deadline:
+            log.info("closing a connection that sent no complete request head within %g s",
+                     self.front.header_timeout_s)
+            self.close()
+        elif self.body_deadline and now > self.body_deadline:
+            self._body_timed_out()
+        elif self.idle_deadline and now > self.idle_deadline:
+            self.close()
+
+    def _body_timed_out(self) -> None:
+        self.body_deadline = 0.0
+        ex = self.receiving
+        self.receiving = None
+        self.parse_stopped = True  # the parser is inside a body that will not end: nothing more is read
+        self.close_when_sent = True
+        if ex is None or ex.response is not None:
+            self.close()
+            return
+        self._answer(ex, web.ring_error(BodyTimeout(f"request body not received within "
+                                                    f"{limits.BODY_READ_TIMEOUT_S:g} s")))
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.parse_stopped or self.closed:
+            return
+        if self.unconfirmed:
+            self._confirm()
+        began_in_head = self._in_head
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.parse_stopped = True  # no upgrades here: what follows the head is not HTTP; answer and close
+            self.close_when_sent = True
+            if self.queue:
+                self._pump()
+            else:
+                self.close()
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, RingError):
+                self._protocol_error(cause.status, cause.message)
+            else:
+                log.error("reading a request failed", exc_info=cause)
+                self._protocol_error(500, "internal error; the broker log has the details")
+        except httptools.HttpParserError as exc:
+            self._protocol_error(400, str(exc) or type(exc).__name__)
+        else:
+            if self._in_head:
+                # Bytes of a head that is not complete yet: only whole reads fed while inside it count
+                # (the first may hold the end of the previous request), so a head is at most one read
+                # over the bound before it is refused.
+                self._head_fed = self._head_fed + len(data) if began_in_head else 0
+                if self._head_fed > limits.REQUEST_HEAD_BYTES_MAX:
+                    self._protocol_error(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+            if len(self.queue) > limits.PIPELINED_REQUESTS_MAX and not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+
+    def _protocol_error(self, status: int, message: str) -> None:
+        """The bytes are not a request we can read: answer (after the answers owed) and close."""
+        self.parse_stopped = True
+        self.close_when_sent = True
+        self.header_deadline = self.body_deadline = 0.0
+        log.debug("protocol error %d: %s", status, message)
+        ex = self.receiving
+        if ex is None or ex.response is not None or ex.state != RECEIVING:
+            # Not a request: no method, no route (not counted as one by the metrics).
+            ex = Exchange(Request("", "", "", web.Headers(), self.app, self, self.seq), False, self.front.now)
+            self.queue.append(ex)
+        self.receiving = None
+        ex.keep_alive = False
+        self._answer(ex, web.http_error(status, message[:300]))
+
+    def on_message_begin(self) -> None:
+        self._in_head = True
+        self._head_fed = 0
+        self._head_bytes = 0
+        self._url = []
+        self._headers = []
+        self.idle_deadline = 0.0
+        self._begun = now = self.front.loop.time()
+        self.header_deadline = now + self.front.header_timeout_s
+
+    def on_url(self, url: bytes) -> None:
+        self._url.append(url)
+        self._head_bytes += len(url)
+        if self._head_bytes > limits.HEADER_LINE_BYTES_MAX:
+            raise _HeadError(414, f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) + len(value) > limits.HEADER_LINE_BYTES_MAX:
+            raise _HeadError(431, f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes")
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
+            raise _HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self.header_deadline = 0.0
+        front = self.front
+        headers = web.Headers()
+        find = dict.get
+        for name, value in self._headers:
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            old = find(headers, key)
+            headers[key] = text if old is None else old + ", " + text
+        self._headers = []
+        target = b"".join(self._url).decode("latin-1")
+        path, _, query = target.partition("?")
+        if not path.startswith("/"):
+            path = _origin_path(path)
+        method = self.parser.get_method().decode("latin-1")
+        req = Request(method, path, query, headers, self.app, self, self.seq)
+        self.seq += 1
+        ex = Exchange(req, self.parser.should_keep_alive() and not front.closing, self._begun)
+        self.queue.append(ex)
+        self.receiving = ex
+        has_body = dict.get(headers, "content-length", "0") != "0" or "transfer-encoding" in headers
+        expect = has_body and dict.get(headers, "expect", "").lower() == "100-continue"
+        try:
+            self._admit(ex, has_body)
+        except RingError as exc:
+            if expect:
+                ex.keep_alive = False  # the client will not send the body: close instead of waiting for it
+            else:
+                ex.linger = has_body
+            self._answer(ex, self._error(req, exc))
+        if has_body:
+            self.body_deadline = self._begun + limits.BODY_READ_TIMEOUT_S
+            if expect and ex.state == RECEIVING:
+                ex.expect_continue = True
+                self._pump()
+
+    def _admit(self, ex: Exchange, has_body: bool) -> None:
+        """Route, access, the route's own checks and the body's bounds: before any of the body is read."""
+        req = ex.req
+        app = self.app
+        route, params, allowed = app.router.resolve(req.method, req.path)
+        if route is None:
+            if allowed:
+                raise _HttpError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
+            raise _HttpError(404, "Not Found")
+        req.route = route
+        req.match_info = params
+        if app.guard is not None:
+            app.guard.check(req)
+        if route.prepare is not None:
+            route.prepare(req)
+        if not has_body:
+            return
+        limit = route.body_max
+        declared = req.content_length
+        if limit is not None and declared is not None and declared > limit:
+            raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit}", limit_bytes=limit)
+        if limit is None:
+            return  # the route reads no body: it is dropped as it comes
+        hold = app.body_budget.hold(declared)  # 429 now when the declared size cannot fit
+        # A route's prepare may name a line bound for its body (NDJSON produce): refused as the bytes come.
+        line_max = getattr(req.state, "line_bytes_max", None)
+        ex.incoming = Incoming(limit, hold, req.headers.get("content-encoding"), line_max)
+
+    def on_body(self, data: bytes) -> None:
+        ex = self.receiving
+        if ex is None or ex.incoming is None:
+            return
+        try:
+            ex.incoming.add(data)
+        except RingError as exc:
+            ex.incoming.release()
+            ex.incoming = None  # the rest is dropped as it comes
+            self._answer(ex, web.ring_error(exc))
+
+    def on_message_complete(self) -> None:
+        ex = self.receiving
+        self.receiving = None
+        self.body_deadline = 0.0
+        if ex is None:
+            return
+        if ex.incoming is not None:
+            try:
+                ex.req.body = ex.incoming.finish()
+            except RingError as exc:
+                ex.incoming.release()
+                ex.incoming = None
+                self._answer(ex, web.ring_error(exc))
+                return
+        if ex.state == RECEIVING:
+            ex.state = READY
+            self._run_next()
+        elif ex.linger and self.close_when_sent and ex not in self.queue:
+            self.close()  # its early answer is written; the body it was owed is in: now it may close
+
+    # --- running ---------------------------------------------------------------------------
+
+    def _run_next(self) -> None:
+        """Start the first request not answered yet, if it is ready and nothing else runs."""
+        for ex in self.queue:
+            if ex.state == ANSWERED:
+                continue
+            if ex.state == READY:
+                self._run(ex)
+            break
+        self._pump()
+
+    def _run(self, ex: Exchange) -> None:
+        ex.state = RUNNING
+        req = ex.req
+        reset = None
+        if req.principal is not None:
+            ex.cell = [req.principal]
+            reset = auth.CURRENT.set(ex.cell)  # tasks this request starts act for its client
+        try:
+            result = req.route.handler(req)  # type: ignore[union-attr]
+            if type(result) is Response:
+                self._answer(ex, result)
+            elif type(result) is Later:
+                fut = result.future
+                if fut.done():
+                    self._later(ex, result.make, fut)
+                else:
+                    fut.add_done_callback(partial(self._later, ex, result.make))
+            else:
+                task = self.front.loop.create_task(self._await(ex, result))
+                self.front.tasks.add(task)
+                task.add_done_callback(self.front.tasks.discard)
+        except RingError as exc:
+            self._answer(ex, self._error(req, exc))
+        except Exception:
+            log.exception("unexpected error in %s %s", req.method, req.path)
+            self._answer(ex, web.http_error(500, "internal error; the broker log has the details"))
+        finally:
+            if reset is not None:
+                auth.CURRENT.reset(reset)
+
+    @staticmethod
+    def _error(req: Request, exc: RingError) -> Response:
+        if exc.status >= 500:
+            log.warning("%s %s: %s", req.method, req.path, exc.message)
+        return web.ring_error(exc)
+
+    def _later(self, ex: Exchange, make: Any, fut: asyncio.Future) -> None:
+        try:
+            resp = make(fut.result())
+        except RingError as exc:
+            resp = self._error(ex.req, exc)
+        except asyncio.CancelledError:
+            resp = web.http_error(503, "the request was cancelled (the broker is stopping)")
+        except Exception:
+            log.exception("unexpected error in %s %s", ex.req.method, ex.req.path)
+            resp = web.http_error(500, "internal error; the broker log has the details")
+        self._answer(ex, resp)
+
+    async def _await(self, ex: Exchange, pending: Any) -> None:
+        try:
+            resp = await pending
+        except RingError as exc:
+            resp = self._error(ex.req, exc)
+        except asyncio.CancelledError:
+            if ex.cell is not None:
+                ex.cell[0] = None
+            raise
+        except Exception:
+            log.exception("unexpected error in %s %s", ex.req.method, ex.req.path)
+            resp = web.http_error(500, "internal error; the broker log has the details")
+        self._answer(ex, resp)
+
+    def _answer(self, ex: Exchange, resp: Response) -> None:
+        """``ex`` has its answer: count it, give its body's bytes back, and write what is due."""
+        if ex.state == ANSWERED:  # an early answer already stands; a later one is not sent
+            resp.release()
+            return
+        ex.state = ANSWERED
+        ex.response = resp
+        if ex.cell is not None:
+            ex.cell[0] = None  # tasks the request started act as the broker from now on
+        metrics = self.app.metrics
+        if metrics is not None and ex.req.method:
+            metrics.observe(ex.req, resp, self.front.loop.time() - ex.started)
+        if self.front.access_log:
+            req = ex.req
+            access_log.info('%s "%s %s HTTP/1.1" %d %d', req.remote, req.method, req.path_qs, resp.status,
+                            len(resp.body))
+        if ex.incoming is not None and ex is not self.receiving:
+            ex.incoming.release()
+            ex.incoming = None
+        ex.req.body = b""
+        if self.closed:
+            resp.release()
+            return
+        if not ex.keep_alive:
+            self.close_when_sent = True
+        self._run_next()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Write the answers that are due, in request order, as far as the transport takes them."""
+        queue = self.queue
+        while queue and not self.paused and not self.closed:
+            ex = queue[0]
+            if ex.state != ANSWERED:
+                if ex.expect_continue and ex is self.receiving:
+                    ex.expect_continue = False
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                break
+            if not self._write(ex):
+                return
+            queue.popleft()
+            if not ex.keep_alive or (self.close_when_sent and not queue):
+                self.close_when_sent = True
+                if ex is self.receiving and ex.linger:
+                    return  # its body is still coming: closing now could reset the answer away
+                self.close()
+                return
+        if self.reading_paused and len(queue) <= limits.PIPELINED_REQUESTS_MAX // 2 and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        if not queue and not self._in_head and self.receiving is None and not self.closed:
+            self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
+
+    def _write(self, ex: Exchange) -> bool:
+        """Hand ``ex``'s answer to the transport, piece by piece; True once all of it is handed over."""
+        resp = ex.response
+        assert resp is not None
+        transport = self.transport
+        if self._sending is not ex:
+            body = resp.body
+            size = len(body)
+            close = not ex.keep_alive or (self.close_when_sent and len(self.queue) == 1)
+            head = self._head(resp, size, close)
+            if ex.head_only or resp.status in _NO_BODY_STATUSES:
+                transport.write(head)
+                return self._sent(ex, resp)
+            if size <= limits.ANSWER_WRITE_CHUNK_BYTES:
+                transport.write(head + body)
+                return self._sent(ex, resp)
+            transport.write(head)
+            self._sending, self._view, self._pos = ex, memoryview(body), 0
+            if not self.send_deadline:
+                self.send_deadline = self.front.now + self.front.send_timeout_s
+        view, step = self._view, limits.ANSWER_WRITE_CHUNK_BYTES
+        assert view is not None
+        while self._pos < len(view):
+            if self.paused or self.closed:
+                return False
+            # A copy of each piece: a transport that queues what it cannot send at once keeps only
+            # that piece, never (through a slice) the whole answer after its hold is gone.
+            transport.write(bytes(view[self._pos : self._pos + step]))
+            self._pos += step
+        self._sending, self._view = None, None
+        return self._sent(ex, resp)
+
+    def _sent(self, ex: Exchange, resp: Response) -> bool:
+        on_written = resp.on_written
+        resp.release()
+        if not self.paused:
+            self.send_deadline = 0.0
+        self.unconfirmed.append((ex.req.seq, on_written))
+        self._confirm()
+        return True
+
+    def _confirm(self) -> None:
+        """Answers whose bytes have all left the transport's buffer: mark them written, and say so."""
+        if self.closed or self.transport.get_write_buffer_size():
+            return
+        done, self.unconfirmed = self.unconfirmed, []
+        for seq, on_written in done:
+            self.written = seq
+            if on_written is not None:
+                try:
+                    on_written()
+                except Exception:
+                    log.exception("an on_written callback failed")
+
+    def written_through(self, seq: int) -> bool:
+        """Whether the answer to this connection's request ``seq`` (and every one before) has left
+        this process whole."""
+        if self.unconfirmed:
+            self._confirm()
+        return self.written >= seq
+
+    def _head(self, resp: Response, size: int, close: bool) -> bytes:
+        status = resp.status
+        line = _STATUS_LINES.get(status) or _status_line(status)
+        if resp.headers is None and not close and resp.content_type == web.CT_JSON:
+            return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (line, size, self.front.date)
+        parts = [line]
+        if status not in _NO_BODY_STATUSES:
+            if resp.content_type:
+                parts.append(b"Content-Type: %s\r\n" % resp.content_type.encode("latin-1"))
+            parts.append(b"Content-Length: %d\r\n" % size)
+        if resp.headers:
+            for name, value in resp.headers.items():
+                if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+                    raise ValueError(f"a header of an answer holds a line break: {name!r}")
+                parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+        parts.append(self.front.date)
+        if close:
+            parts.append(b"Connection: close\r\n")
+        parts.append(b"\r\n")
+        return b"".join(parts)
+
+
+class _HttpError(RingError):
+    """A status the front answers itself (404, 405), in the JSON shape of every other error."""
+
+    def __init__(self, status: int, phrase: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(phrase)
+        self.status = status
+        self.code = web.HTTP_CODES.get(status, "error")
+        if headers:
+            self.headers = headers
+
+
+class _HeadError(_HttpError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message)
+
+
+def _origin_path(target: str) -> str:
+    """The path of an absolute-form target (``http://host/path``); "" for anything else (a 404)."""
+    scheme, sep, rest = target.partition("://")
+    if not sep or not scheme.isalpha():
+        return ""
+    slash = rest.find("/")
+    return rest[slash:] if slash >= 0 else "/"
