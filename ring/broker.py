@@ -43,7 +43,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Awaitable, NamedTuple, Sequence
 
 from ring import __version__, limits
 from ring.catalog import (INTERNAL_TOPICS, Catalog, TopicConfig, check_not_internal, validate_topic_name,
@@ -52,6 +52,7 @@ from ring.clock import Clock
 from ring.errors import (
     BadRequest,
     ClockUnusable,
+    RingError,
     Conflict,
     OffsetOutOfRange,
     Overloaded,
@@ -66,6 +67,7 @@ from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
 from ring.log.partition import PartitionLog
 from ring.replication import protocol
+from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
@@ -117,8 +119,7 @@ class ProduceResult:
                 "base_offset": self.base_offset, "count": self.count}
 
 
-@dataclass(frozen=True)
-class FetchResult:
+class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make than a frozen dataclass
     topic: str
     partition: int
     offset: int  # the requested offset; ``data`` may start with a batch below it
@@ -143,6 +144,7 @@ class Broker:
         self._deleting: set[str] = set()
         self.commits = GroupCommit(config.fsync)
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
+        self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped
@@ -406,6 +408,39 @@ class Broker:
         """
         self._check_open()
         cfg = await self._topic_for_produce(topic)
+        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
+        return await self._produce_framed(cfg, framed, protocol.parse_consistency(consistency, cfg.consistency))
+
+    def produce_records_soon(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
+                             sizes: list[int], values_are_json: bool, keyed: bool, consistency: str | None = None,
+                             producer: tuple[int, int] | None = None
+                             ) -> Appending | Awaitable[list[ProduceResult]]:
+        """``produce_records`` without a task where it can (``ring.replication.appends``): an
+        ``Appending`` when the records joined this turn's write to a partition led here, else the
+        awaited path's coroutine."""
+        cfg = self._topic_at_once(topic)
+        if cfg is None:
+            return self.produce_records(topic, partition, records, sizes, values_are_json, keyed, consistency,
+                                        producer)
+        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
+        level = protocol.parse_consistency(consistency, cfg.consistency)
+        if len(framed) == 1:
+            ((p, batches),) = framed.items()
+            soon = self._produce_partition_soon(cfg, p, batches, level)
+            if soon is not None:
+                return soon
+        return self._produce_framed(cfg, framed, level)
+
+    def _topic_at_once(self, topic: str) -> TopicConfig | None:
+        """The topic a produce goes to when nothing need be awaited to know it (it exists), else None."""
+        if self._closing or topic not in self.catalog:
+            return None
+        check_not_internal(topic, "produce to")
+        return self.catalog.get(topic)
+
+    def _framed(self, cfg: TopicConfig, partition: int | None, records: list[batchfmt.RecordIn], sizes: list[int],
+                values_are_json: bool, keyed: bool, producer: tuple[int, int] | None) -> dict[int, list[bytearray]]:
+        """Partition -> the stored batches its records are framed into."""
         pinned = None
         if producer is not None:
             if producer[1] + len(records) > 2**31 - 1:
@@ -432,6 +467,9 @@ class Broker:
             raise ClockUnusable(self.clock_refusal, broker=self.config.name)
         now_ms = self.clock.wall_ms()
         codec = batchfmt.CODECS[cfg.compression]
+        if len(groups) == 1 and producer is None and sum(sizes) <= _BATCH_RECORD_BYTES_MAX:
+            ((p, _),) = groups.items()  # one batch of them all, as they are
+            return {p: [batchfmt.encode(records, now_ms=now_ms, codec=codec, values_are_json=values_are_json)]}
         framed: dict[int, list[bytearray]] = {}
         for p, idx in groups.items():
             seq = -1 if producer is None else producer[1]
@@ -442,7 +480,10 @@ class Broker:
                                                  producer_id=-1 if producer is None else producer[0],
                                                  base_sequence=seq))
                 seq += len(chunk) if producer is not None else 0
-        level = protocol.parse_consistency(consistency, cfg.consistency)
+        return framed
+
+    async def _produce_framed(self, cfg: TopicConfig, framed: dict[int, list[bytearray]],
+                              level: str) -> list[ProduceResult]:
         if len(framed) == 1:
             ((p, batches),) = framed.items()
             return [await self._produce_partition(cfg, p, batches, level)]
@@ -456,10 +497,37 @@ class Broker:
         p = self._choose_partition(cfg, partition, key)
         return await self._produce_partition(cfg, p, batches, protocol.parse_consistency(consistency, cfg.consistency))
 
+    def produce_batches_soon(self, topic: str, partition: int | None, key: bytes | None, batches: list[bytearray],
+                             consistency: str | None = None) -> Appending | Awaitable[ProduceResult]:
+        """``produce_batches`` without a task where it can (as ``produce_records_soon``)."""
+        cfg = self._topic_at_once(topic)
+        if cfg is None:
+            return self.produce_batches(topic, partition, key, batches, consistency)
+        p = self._choose_partition(cfg, partition, key)
+        level = protocol.parse_consistency(consistency, cfg.consistency)
+        return self._produce_partition_soon(cfg, p, batches, level) or self._produce_partition(cfg, p, batches, level)
+
     async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                  level: str) -> ProduceResult:
         """Where a partition's batches go: ``_append`` here as its leader, or forwarded to it."""
         raise NotImplementedError  # Routing
+
+    def _produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> Appending | None:
+        """``_produce_partition`` in this turn's write when nothing need be awaited first, else None."""
+        return self.turn.add(self._parts[cfg.name][p], batches, 1, level)
+
+    # What TurnAppends asks of its broker.
+
+    def durable_at_once(self) -> bool:
+        return self.commits.policy.mode != "always"
+
+    def appended(self, part: Replica) -> None:
+        self._appended(part)
+
+    def refused(self, pending: Appending, exc: RingError) -> None:
+        """A produce whose partition would not take its turn's write: the error the awaited path gives."""
+        pending.set_exception(exc)
 
     def _check_open(self) -> None:
         if self._closing:
@@ -565,9 +633,24 @@ class Broker:
         if offset >= part.hw and wait_ms > 0 and not self._closing:
             await self._wait_for_data(part, offset, wait_ms)
             self._check_offset(part, offset)  # a truncate may have moved the start
+        return self._read(part, offset, max_bytes)
+
+    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                  wait_ms: int) -> FetchResult | None:
+        """``fetch`` when it is answered at once (records are there, or no wait was asked for); None
+        when it would wait: the caller takes ``fetch``."""
+        part = self._partition(topic, partition)
+        if offset is None:
+            offset = part.log.start_offset
+        self._check_offset(part, offset)
+        if offset >= part.hw and wait_ms > 0 and not self._closing:
+            return None
+        return self._read(part, offset, max_bytes)
+
+    def _read(self, part: Replica, offset: int, max_bytes: int) -> FetchResult:
         hw = part.hw
         data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
-        return FetchResult(topic, partition, offset, bytes(data), hw, part.log.start_offset)
+        return FetchResult(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
 
     async def _wait_for_data(self, part: Replica, offset: int, wait_ms: int) -> None:
         if self._long_polls >= limits.LONG_POLLS_OPEN_MAX:
@@ -666,10 +749,13 @@ def changed_config(cfg: TopicConfig, body: object, at_least: bool) -> TopicConfi
     return cfg.changed(body)
 
 
+_BATCH_RECORD_BYTES_MAX = limits.BATCH_BYTES_MAX - batchfmt.HEADER_SIZE  # records' stored bytes in one batch
+
+
 def _cut(indexes: Sequence[int], sizes: list[int]) -> list[Sequence[int]]:
     """Split record indexes into runs whose stored size fits in one batch: slices of ``indexes``
     (of a ``range``, ranges: no integer object per record)."""
-    budget = limits.BATCH_BYTES_MAX - batchfmt.HEADER_SIZE
+    budget = _BATCH_RECORD_BYTES_MAX
     chunks: list[Sequence[int]] = []
     start = used = 0
     for n, i in enumerate(indexes):

@@ -24,6 +24,7 @@ the leader too (or answers 503): the partition's start may have moved meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -31,9 +32,10 @@ from ring import limits
 from ring.broker import Broker, FetchResult, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
-from ring.errors import NotEnoughReplicas, RequestTimeout, StorageError, Unavailable, UnknownPartition
+from ring.errors import NotEnoughReplicas, RingError, StorageError, Unavailable, UnknownPartition
 from ring.http_api import answer
 from ring.replication import election, protocol
+from ring.replication.appends import Appending, ack_timeout
 from ring.replication.replica import Replica
 
 T = TypeVar("T")
@@ -67,6 +69,45 @@ class Routing(Broker):
     async def _topic_for_produce(self, topic: str) -> TopicConfig:
         self._check_joined()
         return await super()._topic_for_produce(topic)
+
+    def _topic_at_once(self, topic: str) -> TopicConfig | None:
+        if self.membership is None or not self.membership.joined:
+            return None  # the awaited path says so
+        return super()._topic_at_once(topic)
+
+    def _produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> Appending | None:
+        """This turn's write when this broker leads the partition now (not handing it over), else None."""
+        rep = self.replica(cfg.name, p)
+        if rep is None or not rep.is_leader or rep.frozen:
+            return None
+        needed = protocol.check_alive(cfg.name, p, protocol.count_alive(rep.voters, self._status_of), rep.rf, level)
+        return self.turn.add(rep, batches, needed, level)
+
+    def refused(self, pending: Appending, exc: RingError) -> None:
+        """Leadership moved before the turn's write: nothing was written, so the produce goes the
+        awaited way, which follows the new leader (as a produce that found it so at once would)."""
+        if not isinstance(exc, NotLeader):
+            return super().refused(pending, exc)
+        rep = pending.part
+        cfg = self.catalog.get(rep.topic) if rep.topic in self.catalog else None
+        if cfg is None:
+            return super().refused(pending, exc)
+
+        async def again() -> None:
+            result = await self._produce_partition(cfg, rep.index, pending.batches, pending.level)
+            pending.base, pending.count = result.base_offset, result.count
+
+        def settle(task: asyncio.Task) -> None:
+            if pending.done():
+                return
+            if task.cancelled():
+                pending.set_exception(Unavailable("the broker is stopping; retry"))
+            else:
+                exc = task.exception()
+                pending.set_exception(exc) if exc is not None else pending.set_result(None)
+
+        asyncio.ensure_future(again()).add_done_callback(settle)
 
     def _unkeyed_partition(self, cfg: TopicConfig) -> int:
         led = sorted(p for p, r in self._parts.get(cfg.name, {}).items() if r.is_leader and not r.frozen)
@@ -131,12 +172,7 @@ class Routing(Broker):
         try:
             await rep.wait_replicas(end, needed, limits.REPLICATION_ACK_TIMEOUT_MS / 1000)
         except TimeoutError:
-            have = protocol.replicas_reaching(
-                [e if e is not None else 0 for r, e in rep.replica_ends().items() if r in rep.voters], end)
-            raise RequestTimeout(
-                f"{topic}/{p}: {have} of {needed} replicas acknowledged offsets {result.base_offset}-{end - 1} "
-                f"within {limits.REPLICATION_ACK_TIMEOUT_MS} ms (consistency={level}); the outcome is unknown",
-                topic=topic, partition=p, acknowledged=have, needed=needed) from None
+            raise ack_timeout(rep, result.base_offset, end, needed, level) from None
         return result
 
     def _check_leading(self, rep: Replica | None, topic: str, p: int) -> None:
@@ -246,6 +282,21 @@ class Routing(Broker):
                             params: dict[str, str] | None = None) -> Any:
         """A client-API request to the first of ``urls`` that answers (random order)."""
         return await self._first_answer(urls, lambda url: self.peers.json(method, url, path, params))
+
+    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                  wait_ms: int) -> FetchResult | None:
+        """A read of this broker's replica answered at once; None for anything else (a wait, another
+        replica to ask, a damaged copy): the caller takes ``fetch``."""
+        if self._remote_partition(topic, partition) is not None:
+            return None
+        rep = self.replica(topic, partition)
+        assert rep is not None
+        if self._leader_if_unheard_of(rep, offset) is not None:
+            return None
+        try:
+            return super().fetch_now(topic, partition, offset, max_bytes, wait_ms)
+        except StorageError:
+            return None
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high

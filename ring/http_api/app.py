@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ring import auth, limits, metrics
-from ring.broker import Broker
+from ring.broker import Broker, FetchResult
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest
 from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api, web
@@ -19,6 +19,7 @@ from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.web import Request, Response
 from ring.replication import protocol
+from ring.replication.appends import Appending
 
 BROKER_KEY = "broker"
 
@@ -128,27 +129,41 @@ def prepare_produce(request: Request, key_name: str = "key") -> None:
     request.state = args
 
 
-async def produce(request: Request) -> Response:
+def produce(request: Request) -> web.Answer:
+    """Decode and hand to the broker: answered from the partition's turn write (no task) when the
+    broker can take the records at once, else through the awaited path."""
     broker = _broker(request)
     args: _Produce = request.state
     decoded = codec.decode_produce(args.ctype, request.body, args.key)
     if isinstance(decoded, codec.Batches):
         if args.producer is not None:
             raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
-        result = await broker.produce_batches(args.topic, args.partition, args.key, decoded.batches,
-                                              args.consistency)
-        resp = _json(result.to_json())
-        resp.records = result.count
-        return resp
-    results = await broker.produce_records(args.topic, args.partition, decoded.records, decoded.sizes,
-                                           decoded.values_are_json, decoded.keyed, args.consistency,
-                                           args.producer)
+        got: Any = broker.produce_batches_soon(args.topic, args.partition, args.key, decoded.batches,
+                                               args.consistency)
+    else:
+        got = broker.produce_records_soon(args.topic, args.partition, decoded.records, decoded.sizes,
+                                          decoded.values_are_json, decoded.keyed, args.consistency, args.producer)
+    if isinstance(got, Appending):
+        return web.Later(got, lambda _: _produced(args.topic, got.part.index, *got.result()))
+    return _produce_answer(got)
+
+
+def _produced(topic: str, partition: int, base: int, count: int) -> Response:
+    resp = Response(b'{"topic":"%s","partition":%d,"base_offset":%d,"count":%d}'
+                    % (topic.encode(), partition, base, count))
+    resp.records = count
+    return resp
+
+
+async def _produce_answer(pending: Any) -> Response:
+    got = await pending
+    results = got if isinstance(got, list) else [got]
     resp = _json(results[0].to_json()) if len(results) == 1 else _json({"results": [r.to_json() for r in results]})
     resp.records = sum(r.count for r in results)
     return resp
 
 
-async def fetch(request: Request) -> Response:
+def fetch(request: Request) -> web.Answer:
     broker = _broker(request)
     topic, partition = _topic(request), _partition(request)
     q = request.query
@@ -160,7 +175,21 @@ async def fetch(request: Request) -> Response:
     budget = answer.budget_of(broker)
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
+    result = broker.fetch_now(topic, partition, offset, budget.grant(max_bytes), wait_ms)
+    if result is None:  # a long-poll, or a read another replica answers
+        return _fetch_later(broker, topic, partition, offset, max_bytes, wait_ms, max_records, accept)
+    return _fetched(budget, result, offset, max_records, accept)
+
+
+async def _fetch_later(broker: Broker, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int,
+                       max_records: int, accept: str) -> Response:
+    budget = answer.budget_of(broker)
     result = await broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
+    return _fetched(budget, result, offset, max_records, accept)
+
+
+def _fetched(budget: answer.AnswerBudget, result: FetchResult, offset: int | None, max_records: int,
+             accept: str) -> Response:
     hold = budget.hold(len(result.data))
     try:
         if accept == CT_BATCHES:
@@ -169,7 +198,8 @@ async def fetch(request: Request) -> Response:
         else:
             selected, next_offset = codec.select_records(result.data, result.offset, max_records,
                                                          result.high_watermark)
-            body = codec.encode_fetch(accept, topic, partition, selected, next_offset, result.high_watermark)
+            body = codec.encode_fetch(accept, result.topic, result.partition, selected, next_offset,
+                                      result.high_watermark)
             del selected
             hold.resize(len(body))
     except BaseException:

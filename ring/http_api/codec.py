@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import msgpack
 import orjson
@@ -55,8 +54,7 @@ _NoneType = type(None)
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-@dataclass(frozen=True)
-class Records:
+class Records(NamedTuple):  # a tuple: made per request, and a frozen dataclass costs a microsecond to make
     """Decoded records for the broker to frame; ``keyed`` if keys differ per record."""
 
     records: list[RecordIn]
@@ -65,8 +63,7 @@ class Records:
     keyed: bool
 
 
-@dataclass(frozen=True)
-class Batches:
+class Batches(NamedTuple):
     """Client-built stored batches, validated, to append as they are."""
 
     batches: list[bytearray]

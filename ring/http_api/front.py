@@ -53,6 +53,7 @@ access_log = logging.getLogger("ring.access")
 # What a request is doing; an exchange moves only forward.
 RECEIVING, READY, RUNNING, ANSWERED = range(4)
 _NO_BODY_STATUSES = frozenset({204, 304})
+_METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
 
 
 class Exchange:
@@ -161,8 +162,8 @@ class Connection(asyncio.Protocol):
         self.written = -1  # seq of the last answer whose bytes have all left this process
         self.unconfirmed: list[tuple[int, Any]] = []  # (seq, on_written) handed over, maybe still buffered
         self.header_deadline = self.body_deadline = self.send_deadline = self.idle_deadline = 0.0
-        self._url: list[bytes] = []
-        self._headers: list[tuple[bytes, bytes]] = []
+        self._url = b""
+        self._headers = web.Headers()
         self._head_bytes = 0
         self._in_head = False
         self._head_fed = 0
@@ -315,14 +316,14 @@ class Connection(asyncio.Protocol):
         self._in_head = True
         self._head_fed = 0
         self._head_bytes = 0
-        self._url = []
-        self._headers = []
+        self._url = b""
+        self._headers = web.Headers()
         self.idle_deadline = 0.0
         self._begun = now = self.front.loop.time()
         self.header_deadline = now + self.front.header_timeout_s
 
     def on_url(self, url: bytes) -> None:
-        self._url.append(url)
+        self._url += url
         self._head_bytes += len(url)
         if self._head_bytes > limits.HEADER_LINE_BYTES_MAX:
             raise _HeadError(414, f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes")
@@ -333,25 +334,22 @@ class Connection(asyncio.Protocol):
         self._head_bytes += len(name) + len(value)
         if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
             raise _HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
-        self._headers.append((name, value))
+        headers = self._headers
+        key = name.decode("latin-1").lower()
+        old = dict.get(headers, key)
+        text = value.decode("latin-1")
+        headers[key] = text if old is None else old + ", " + text  # repeated fields join (RFC 9110 5.3)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self.header_deadline = 0.0
         front = self.front
-        headers = web.Headers()
-        find = dict.get
-        for name, value in self._headers:
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            old = find(headers, key)
-            headers[key] = text if old is None else old + ", " + text
-        self._headers = []
-        target = b"".join(self._url).decode("latin-1")
-        path, _, query = target.partition("?")
+        headers = self._headers
+        path, _, query = self._url.decode("latin-1").partition("?")
         if not path.startswith("/"):
             path = _origin_path(path)
-        method = self.parser.get_method().decode("latin-1")
+        raw_method = self.parser.get_method()
+        method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         req = Request(method, path, query, headers, self.app, self, self.seq)
         self.seq += 1
         ex = Exchange(req, self.parser.should_keep_alive() and not front.closing, self._begun)
@@ -391,7 +389,7 @@ class Connection(asyncio.Protocol):
         if not has_body:
             return
         limit = route.body_max
-        declared = req.content_length
+        declared = req.content_length if limit is not None else None
         if limit is not None and declared is not None and declared > limit:
             raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit}", limit_bytes=limit)
         if limit is None:
@@ -482,7 +480,7 @@ class Connection(asyncio.Protocol):
 
     def _later(self, ex: Exchange, make: Any, fut: asyncio.Future) -> None:
         try:
-            resp = make(fut.result())
+            resp = make(fut)
         except RingError as exc:
             resp = self._error(ex.req, exc)
         except asyncio.CancelledError:
@@ -597,8 +595,11 @@ class Connection(asyncio.Protocol):
         resp.release()
         if not self.paused:
             self.send_deadline = 0.0
-        self.unconfirmed.append((ex.req.seq, on_written))
-        self._confirm()
+        if on_written is None and not self.unconfirmed and not self.transport.get_write_buffer_size():
+            self.written = ex.req.seq  # all out already, nobody to tell
+        else:
+            self.unconfirmed.append((ex.req.seq, on_written))
+            self._confirm()
         return True
 
     def _confirm(self) -> None:

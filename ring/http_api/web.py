@@ -177,12 +177,13 @@ def json(doc: Any, status: int = 200) -> Response:
 
 
 class Later:
-    """An answer that is ready when ``future`` is: ``make(result)`` builds it, and an exception the
-    future holds is answered like one a handler raised. No task runs for it."""
+    """An answer that is ready when ``future`` is (an ``asyncio.Future``, or anything with its
+    ``done`` and ``add_done_callback``): ``make(future)`` builds it (an exception it raises, the
+    future's own included, is answered like one a handler raised). No task runs for it."""
 
     __slots__ = ("future", "make")
 
-    def __init__(self, future: asyncio.Future, make: Callable[[Any], Response]) -> None:
+    def __init__(self, future: Any, make: Callable[[Any], Response]) -> None:
         self.future = future
         self.make = make
 
@@ -245,6 +246,8 @@ class Router:
         self._dynamic: dict[int, list[tuple[str, dict[str, Route]]]] = {}  # segments -> [(template, methods)]
         self._routes: list[Route] = []
         self.route_added: Callable[[Route], None] | None = None  # metrics gives each route its counters
+        # path -> (methods, parameters) of paths seen lately: a produce or fetch path repeats
+        self._seen: dict[str, tuple[dict[str, Route] | None, dict[str, str]]] = {}
 
     def add(self, method: str, template: str, handler: Handler, *, body_max: int | None = None,
             prepare: Callable[[Request], None] | None = None) -> Route:
@@ -271,20 +274,35 @@ class Router:
 
     def resolve(self, method: str, path: str) -> tuple[Route | None, dict[str, str], list[str]]:
         """(route, path parameters, methods the path allows): no route and no methods is a 404,
-        no route with methods a 405."""
-        methods = self._static.get(path)
-        params: dict[str, str] = {}
+        no route with methods a 405. The parameters are shared by requests of the same path: read only."""
+        seen = self._seen.get(path)
+        if seen is None:
+            seen = self._lookup(path)
+            if len(path) <= _SEEN_PATH_BYTES_MAX:
+                if len(self._seen) >= _SEEN_PATHS_MAX:
+                    self._seen.clear()
+                self._seen[path] = seen
+        methods, params = seen
         if methods is None:
-            segs = path.split("/")
-            for template, candidate in self._dynamic.get(len(segs), ()):
-                params = _match(candidate[next(iter(candidate))].parts, segs)
-                if params is not None:
-                    methods = candidate
-                    break
-            else:
-                return None, {}, []
+            return None, params, []
         route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
-        return route, params, sorted(methods)
+        return route, params, sorted(methods) if route is None else []
+
+    def _lookup(self, path: str) -> tuple[dict[str, Route] | None, dict[str, str]]:
+        methods = self._static.get(path)
+        if methods is not None:
+            return methods, {}
+        segs = path.split("/")
+        for _, candidate in self._dynamic.get(len(segs), ()):
+            params = _match(candidate[next(iter(candidate))].parts, segs)
+            if params is not None:
+                return candidate, params
+        return None, {}
+
+
+# Paths remembered by the router, and the longest remembered: bounded whatever clients send.
+_SEEN_PATHS_MAX = 1024
+_SEEN_PATH_BYTES_MAX = 512
 
 
 def _match(parts: list[str], segs: list[str]) -> dict[str, str] | None:

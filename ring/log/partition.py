@@ -6,9 +6,10 @@ indexes (``index.py``) and four small state files: the log start offset
 known to be on disk), the leader-epoch history, and the clean-shutdown marker
 that ``close`` writes and opening removes. Opening recovers (``recovery.py``).
 
-The leader appends one unstamped batch at a time (``append`` assigns its base
-offset and epoch in place); a follower appends the leader's stamped batches
-as they are (``append_replicated``). Neither fsyncs: the broker calls ``sync``
+The leader appends unstamped batches (``append``, ``append_batches``: each
+gets its base offset and epoch in place, and a turn's batches go in one
+write); a follower appends the leader's stamped batches as they are
+(``append_replicated``). Neither fsyncs: the broker calls ``sync``
 (fsync policy ``always``, after a group of appends) or ``maybe_sync`` (policy
 ``interval``). Reads return stored batches as bytes, whole and CRC-checked.
 
@@ -184,20 +185,32 @@ class PartitionLog:
         decoders do, on every batch a client or peer sends; ``batch.encode``
         builds a valid one), so it is not computed a second time here.
         """
+        if not checked:
+            batch.check(batch_buf)
+        return self.append_batches([batch_buf], leader_epoch)[0]
+
+    def append_batches(self, batch_bufs: list[bytearray], leader_epoch: int) -> list[BatchHeader]:
+        """Leader path: stamp batches whose CRCs were checked with the next offsets and ``leader_epoch``,
+        and write them all at once (one write per segment touched); their headers as written."""
         self._check_open()
-        h = batch.read_header(batch_buf) if checked else batch.check(batch_buf)
-        if h.size != len(batch_buf):
-            raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(batch_buf)} bytes")
         if leader_epoch < self._epochs.latest_epoch:
             raise Conflict(
                 f"leader epoch {leader_epoch} is older than this log's epoch {self._epochs.latest_epoch}",
                 expected_epoch=self._epochs.latest_epoch, got_epoch=leader_epoch,
             )
-        base = self.end_offset
-        batch.stamp(batch_buf, 0, base, leader_epoch)
-        h = h._replace(base_offset=base, leader_epoch=leader_epoch)
-        self._write(memoryview(batch_buf), [(h, 0)])
-        return h
+        base, pos = self.end_offset, 0
+        placed: list[tuple[BatchHeader, int]] = []
+        for buf in batch_bufs:
+            size = batch.read_header(buf).size
+            if size != len(buf):
+                raise CorruptBatch(f"expected one batch of {size} bytes, got {len(buf)} bytes")
+            batch.stamp(buf, 0, base, leader_epoch)
+            h = batch.read_header(buf)  # as stamped
+            placed.append((h, pos))
+            base, pos = h.next_offset, pos + h.size
+        data = batch_bufs[0] if len(batch_bufs) == 1 else b"".join(batch_bufs)
+        self._write(memoryview(data), placed)
+        return [h for h, _ in placed]
 
     def append_replicated(self, data: bytes | bytearray | memoryview) -> int:
         """Follower path: whole stamped batches that continue this log; returns the new end offset.

@@ -159,6 +159,13 @@ class ProducerStates:
             return None  # never built, another incarnation, a new leader epoch, or a truncated log
         return e
 
+    def ready(self, part: Any, batches: list[bytearray]) -> bool:
+        """Whether ``prepare`` has nothing to do for an append of ``batches`` (no table to build or catch up)."""
+        if _idempotent(batches) is None:
+            return True
+        e = self._entry(part)
+        return e is not None and e.scanned_to >= e.log.end_offset
+
     async def prepare(self, part: Any, batches: list[bytearray]) -> None:
         """Before an append of idempotent batches: have ``part``'s table built and caught up (yielding)."""
         if _idempotent(batches) is None:

@@ -45,7 +45,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "_ack_seq",
                  "_ack_deadlines", "_ack_timer",
-                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "catalogue")
+                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "catalogue", "appends")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -89,6 +89,7 @@ class Replica:
         self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
         self.synced = False  # took a leader's sync since it was opened (so its log start is the leader's)
         self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
+        self.appends: list | None = None  # produces waiting for this loop turn's write (appends.TurnAppends)
 
     # --- placement and leadership -----------------------------------------------------
 
@@ -177,6 +178,10 @@ class Replica:
     def _ends(self) -> list[int]:
         return [self.durable] + [self.follower_ends.get(r, 0) for r in self.voters if r != self.self_name]
 
+    def ack_ends(self) -> list[int]:
+        """The durable end of every voter as known here (this one's first): what acknowledgements count."""
+        return self._ends()
+
     def refresh(self) -> None:
         if self.is_leader:
             hw = protocol.leader_high_watermark(self._ends(), max(1, len(self.voters)), self.epoch_start, self.hw)
@@ -201,11 +206,14 @@ class Replica:
 
     # --- waiting for acknowledgements ------------------------------------------------
 
-    def wait_replicas(self, end: int, needed: int, timeout_s: float | None = None) -> asyncio.Future[None]:
-        """A future resolved once ``needed`` voters (this one included) durably hold offsets below ``end``;
-        with ``timeout_s``, failed with TimeoutError if they do not within that many seconds."""
+    def wait_replicas(self, end: int, needed: int, timeout_s: float | None = None,
+                      fut: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
+        """A future (``fut``, or a new one) resolved once ``needed`` voters (this one included) durably
+        hold offsets below ``end``; with ``timeout_s``, failed with TimeoutError if they do not within
+        that many seconds."""
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        if fut is None:
+            fut = loop.create_future()
         if protocol.replicas_reaching(self._ends(), end) >= needed:
             fut.set_result(None)
             return fut

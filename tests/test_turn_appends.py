@@ -1,0 +1,185 @@
+"""Produces of one event-loop turn become one log write and one append frame per follower
+(``ring.replication.appends``), in the order they arrived, without giving up a guarantee:
+an idempotent retry in the same turn as its original is still recognised, nothing is answered
+before the acknowledgements its consistency level needs, and a write that fails fails its
+produces with the log's error."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ring.broker import Broker, BrokerConfig
+from ring.catalog import TopicConfig
+from ring.clock import ManualClock, SystemClock
+from ring.errors import StorageError
+from ring.http_api.app import make_app
+from ring.http_api.front import Front
+from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.log import batch as B
+from ring.log import segment as segmentmod
+from ring.replication import leader as leadermod
+from ring.replication import protocol
+from ring.replication.appends import Appending, TurnAppends
+from ring.replication.idempotence import ProducerStates
+from ring.replication.replica import Replica
+from tests.test_replication_sender import T0, FakeSocket, settle
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.out = b""
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def _answer(raw: bytes) -> tuple[int, Any]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), orjson.loads(body)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> Any:
+    b = Broker(BrokerConfig(data_dir=tmp_path / "data", fsync=FsyncPolicy.parse("never")), SystemClock())
+    b.open()
+    await b.start()
+    b.create_topic(TopicConfig(name="t", partitions=1))
+    yield b
+    await b.close()
+
+
+async def _one_turn(broker: Broker, requests: list[bytes]) -> list[bytes]:
+    """Each request on its own connection, all read in the same loop turn; the raw answers."""
+    front = Front(make_app(broker), 10.0, 10.0, 1000)
+    try:
+        conns = []
+        for raw in requests:
+            conn, transport = front.protocol(), Transport()
+            conn.connection_made(transport)
+            conns.append(transport)
+            conn.data_received(raw)
+        assert all(t.out == b"" for t in conns), "answered before the turn's write"
+        await settle()
+        return [t.out for t in conns]
+    finally:
+        front.stop_sweeping()
+
+
+def _produce(body: bytes, query: str = "partition=0") -> bytes:
+    return (b"POST /v1/topics/t/messages?%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (query.encode(), len(body), body))
+
+
+async def test_produces_of_one_turn_become_one_write_in_arrival_order(broker: Broker,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[int] = []
+    real = segmentmod.write_all
+
+    def counted(fd: int, data: Any) -> None:
+        writes.append(len(data))
+        real(fd, data)
+
+    monkeypatch.setattr(segmentmod, "write_all", counted)
+    answers = await _one_turn(broker, [_produce(b'{"n": %d}' % i) for i in range(40)])
+    assert len(writes) == 1, writes
+    assert [_answer(a) for a in answers] == [(200, {"topic": "t", "partition": 0, "base_offset": i, "count": 1})
+                                            for i in range(40)]
+    got = await broker.fetch("t", 0, 0, 1 << 20, 0)
+    records = [r for _, pos in B.scan(got.data) for r in B.decode(got.data, pos)[1]]
+    assert [orjson.loads(r.value)["n"] for r in records] == list(range(40))
+
+
+async def test_an_idempotent_retry_in_the_same_turn_as_its_original_is_recognised(broker: Broker) -> None:
+    # The producer's first request builds its table (the awaited path); later ones join turns.
+    first = await _one_turn(broker, [_produce(b'{"first": 1}', "partition=0&producer_id=7&sequence=0")])
+    assert _answer(first[0])[1]["base_offset"] == 0
+    original = _produce(b'{"once": 1}', "partition=0&producer_id=7&sequence=1")
+    answers = await _one_turn(broker, [_produce(b'{"before": 1}'), original, original, _produce(b'{"after": 1}')])
+    assert [_answer(a)[1]["base_offset"] for a in answers] == [1, 2, 2, 3]
+    assert broker._parts["t"][0].log.end_offset == 4
+
+
+async def test_a_failed_write_fails_the_produces_of_its_turn(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(fd: int, data: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(segmentmod, "write_all", broken)
+    answers = await _one_turn(broker, [_produce(b"1"), _produce(b"2")])
+    assert [_answer(a)[0] for a in answers] == [500, 500]
+    assert all(_answer(a)[1]["error"] == "storage_error" for a in answers)
+    assert broker._parts["t"][0].log.end_offset == 0
+
+
+class _Host:
+    """What TurnAppends needs of a leader, for one replica whose followers are a fake socket away."""
+
+    def __init__(self, streams: leadermod.Streams) -> None:
+        self.streams = streams
+        self.producers = ProducerStates(ManualClock(T0))
+
+    def durable_at_once(self) -> bool:
+        return True
+
+    def check_writable(self, part: Replica) -> None:
+        pass
+
+    def appended(self, part: Replica) -> None:
+        self.streams.notify(part)
+
+    def durable_now(self, part: Replica, end: int) -> bool:
+        part.set_durable(end)
+        return True
+
+    def refused(self, pending: Appending, exc: Exception) -> None:
+        pending.set_exception(exc)
+
+
+async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_quorum(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy("never")), ManualClock(T0))
+    rep = Replica("t", 0, log, "a", ["a", "b", "c"])
+    rep.lead()
+    streams = leadermod.Streams("a", None, ManualClock(T0), None, lambda name: None,  # type: ignore[arg-type]
+                                lambda topic, p: rep)
+    sockets = {"b": FakeSocket(), "c": FakeSocket()}
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        streams.assign({"b": {("t", 0)}, "c": {("t", 0)}})
+        for name, ws in sockets.items():
+            link = streams.links[name]
+            link.cursors[("t", 0)].next, link.cursors[("t", 0)].hw_sent = 0, 0  # in sync, at 0
+            link.ready.clear()
+            tasks += [asyncio.create_task(link._send_loop(ws)), asyncio.create_task(link._receive_loop(ws))]
+        turn = TurnAppends(_Host(streams))
+        pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, "quorum")
+                   for i in range(30)]
+        assert all(p is not None for p in pending)
+        await settle()
+        for ws in sockets.values():
+            frames = [f for f in ws.sent if isinstance(f, protocol.Append)]
+            assert len(frames) == 1 and frames[0].prev_end == 0
+            assert [h.base_offset for h, _ in B.scan(frames[0].data)] == list(range(30))
+        assert not any(p.done() for p in pending)  # the leader alone is not a quorum of three
+        sockets["c"].inbox.put_nowait(protocol.encode(protocol.Ack("t", 0, rep.epoch, 30)))
+        await settle()
+        assert all(p.done() for p in pending)
+        assert [p.result() for p in pending] == [(i, 1) for i in range(30)]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await streams.close()
+        log.close()
