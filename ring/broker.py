@@ -519,8 +519,8 @@ class Broker:
 
     # What TurnAppends asks of its broker.
 
-    def durable_at_once(self) -> bool:
-        return self.commits.policy.mode != "always"
+    def sync_soon(self, part: Replica) -> asyncio.Future[None]:
+        return self.commits.sync_soon(part)
 
     def appended(self, part: Replica) -> None:
         self._appended(part)

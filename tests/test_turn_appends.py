@@ -131,9 +131,6 @@ class _Host:
         self.streams = streams
         self.producers = ProducerStates(ManualClock(T0))
 
-    def durable_at_once(self) -> bool:
-        return True
-
     def check_writable(self, part: Replica) -> None:
         pass
 

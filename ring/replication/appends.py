@@ -1,28 +1,29 @@
 """The leader's produce path without a task: one log write per partition per event-loop turn.
 
 A produce that needs nothing awaited before its append (its topic exists,
-this broker leads the partition, no fsync stands between the append and the
-answer, no producer table has to be built) hands its batches to
-``TurnAppends.add`` and gets an ``Appending`` back at once: a future-like
-object that is done when the consistency level's acknowledgements are in. Every produce to
-one partition in one loop turn joins the same list; on the next turn
-``_write`` runs once for the list: it checks the partition may still be
-written, stamps every batch with its offsets, writes them all with one
-``os.write`` (``PartitionLog.append_batches``), tells replication once (so
-one append frame per follower carries the whole turn's records), marks them
-durable by the fsync policy, and then releases each produce as its
-acknowledgements arrive (``Replica.wait_replicas`` resolves the
-``Appending`` itself, whose callback writes the answer at once: no second
-future, no task, no timer, no extra loop turn).
+this broker leads the partition, no producer table has to be built) hands
+its batches to ``TurnAppends.add`` and gets an ``Appending`` back at once: a
+future-like object that is done when the consistency level's
+acknowledgements are in. Every produce to one partition in one loop turn
+joins the same list; on the next turn ``_write`` runs once for the list: it
+checks the partition may still be written, stamps every batch with its
+offsets, writes them all with one ``os.write``
+(``PartitionLog.append_batches``), tells replication once (so one append
+frame per follower carries the whole turn's records), makes them durable by
+the fsync policy (at once, or by one group-commit fsync for the turn under
+``always``), and then releases each produce as its acknowledgements arrive
+(``Replica.wait_replicas`` resolves the ``Appending`` itself, whose callback
+writes the answer at once: no second future, no task, no timer, no extra
+loop turn).
 
 Order and guarantees are the awaited path's: produces are written in the
-order they arrived; an idempotent batch is checked against its producer's
-table right before its own write, after the writes of everything before it
-(so a retry arriving in the same turn as its original is recognised); the
+order they joined the turn; an idempotent batch is checked against its
+producer's table right before its own write, after the writes of everything
+before it (so a retry in the same turn as its original is recognised); the
 answer waits for the same durable ends. A partition that stopped being
-writable between the request and its turn fails the produces with the
-error the awaited path would raise (``not_leader`` sends them back there,
-to follow the new leader).
+writable between the request and its turn fails the produces with the error
+the awaited path would raise (``not_leader`` sends them back there, to
+follow the new leader).
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ class TurnAppends:
     """The produces of this loop turn, per partition, and the write that takes them on the next turn.
 
     ``host`` is the broker: ``check_writable``, ``producers``, ``appended`` (replication is told),
-    ``durable_now``, and ``refused`` (what to do with a produce its partition no longer takes).
+    ``durable_now`` and ``sync_soon`` (the fsync policy), and ``refused`` (what to do with a
+    produce its partition no longer takes).
     """
 
     def __init__(self, host: Any) -> None:
@@ -125,7 +127,7 @@ class TurnAppends:
     def add(self, part: Replica, batches: list[bytearray], needed: int, level: str) -> Appending | None:
         """Queue ``batches`` for this turn's write to ``part``; None when they must take the awaited path."""
         host = self.host
-        if part.deleted or part.failed or not host.durable_at_once():
+        if part.deleted or part.failed:
             return None
         idempotent = False
         for b in batches:
@@ -163,7 +165,23 @@ class TurnAppends:
                 group.append(a)
         self._write_group(part, group)
         host.appended(part)
-        host.durable_now(part, part.log.end_offset)
+        if host.durable_now(part, part.log.end_offset):
+            self._acknowledge(part, pending)
+        else:  # fsync always: the group commit first (one fsync for the turn), as the awaited path
+            host.sync_soon(part).add_done_callback(lambda synced: self._synced(part, pending, synced))
+
+    def _synced(self, part: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
+        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._acknowledge(part, pending)
+            return
+        for a in pending:
+            if not a.done():
+                a.set_exception(exc)
+
+    def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
+        """Each produce, durable here, waits for the voters its level needs (released at once when
+        they hold it already: this broker alone, or consistency one)."""
         timeout_s = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
         ends = sorted(part.ack_ends(), reverse=True)
         for a in pending:

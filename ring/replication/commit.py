@@ -59,11 +59,16 @@ class GroupCommit:
         """Return once offsets below ``end`` are durable by the policy (``part.durable`` >= end)."""
         if self.durable_now(part, end):
             return
+        await asyncio.shield(self.sync_soon(part))
+
+    def sync_soon(self, part: Replica) -> asyncio.Future[None]:
+        """A future done once an fsync of ``part`` that starts after now has finished (and made
+        what was appended before it durable); failed with the error of a failed one."""
         if part.next_sync is None:
             part.next_sync = asyncio.get_running_loop().create_future()
             # Started on the next loop turn, so every append of this turn rides along.
             asyncio.get_running_loop().call_soon(self._start_sync, part)
-        await asyncio.shield(part.next_sync)
+        return part.next_sync
 
     def _start_sync(self, part: Replica) -> None:
         fut = part.next_sync
