@@ -343,6 +343,22 @@ def _valid_batches() -> st.SearchStrategy[bytes]:
                      st.sampled_from([B.CODEC_NONE, B.CODEC_ZSTD, B.CODEC_LZ4]))
 
 
+@FUZZ
+@given(st.lists(_valid_batches(), min_size=1, max_size=5), st.integers(0, 2**40))
+def test_span_says_where_a_run_of_stored_batches_begins_and_ends(batches: list[bytes], base: int) -> None:
+    """What the replication sender reads of a frame's batches, from their headers only, is what a scan finds."""
+    stamped = []
+    for b in map(bytearray, batches):
+        B.stamp(b, 0, base, 3)
+        base += B.read_header(b).record_count
+        stamped.append(bytes(b))
+    data = b"".join(stamped)
+    headers = [h for h, _ in B.scan(data)]
+    assert B.span(data) == (headers[0].base_offset, headers[-1].next_offset, len(headers))
+    with pytest.raises(CorruptBatch):
+        B.span(data[:-1])
+
+
 @st.composite
 def damaged(draw: st.DrawFn, source: st.SearchStrategy[bytes]) -> bytes:
     """A valid body with bits flipped, bytes cut or inserted, or batches glued wrongly."""
@@ -385,6 +401,7 @@ def test_batch_format_functions_raise_only_corrupt_batch(data: bytes) -> None:
     _records_or_corrupt(B.check, data)
     _records_or_corrupt(lambda: list(B.scan(data)))
     _records_or_corrupt(lambda: list(B.scan(data, verify=False)))
+    _records_or_corrupt(B.span, data)
     _records_or_corrupt(B.decode, data)
     _records_or_corrupt(B.decode, data, 0, False)
     if len(data) >= B.HEADER_SIZE:

@@ -55,6 +55,7 @@ class Routing(Broker):
     ranges: Any  # ring.ranges.manager.Ranges
     rng: Any
     name: str
+    _statuses_seen: tuple[float, dict[str, str]] | None = None  # (loop time, broker -> status)
 
     def replica(self, topic: str, partition: int) -> Replica | None:
         return self._parts.get(topic, {}).get(partition)
@@ -115,7 +116,18 @@ class Routing(Broker):
         return led[n % len(led)] if led else n % cfg.partitions
 
     def _status_of(self, name: str) -> str:
-        return "up" if name == self.name else self.membership.status(name)
+        """Gossip's status of a broker, worked out once per loop turn (a phi per follower per produce
+        was a tenth of a leader's work; within a turn nothing gossip hears can change it)."""
+        if name == self.name:
+            return "up"
+        turn = asyncio.get_running_loop().time()  # uvloop's clock moves once per turn; asyncio's each call
+        seen = self._statuses_seen
+        if seen is None or seen[0] != turn:
+            seen = self._statuses_seen = (turn, {})
+        status = seen[1].get(name)
+        if status is None:
+            status = seen[1][name] = self.membership.status(name)
+        return status
 
     def _voters(self, cfg: TopicConfig, p: int) -> list[str]:
         rep = self.replica(cfg.name, p)

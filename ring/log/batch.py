@@ -317,12 +317,17 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 def check(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Header of the whole, CRC-valid batch at ``pos``, else CorruptBatch."""
     h = read_header(buf, pos)
-    end = pos + h.size
-    if end > len(buf):
-        raise CorruptBatch("truncated batch")
-    if crc32(memoryview(buf)[pos + 20 : end]) != h.crc:
-        raise CorruptBatch("batch CRC mismatch")
+    check_crc(memoryview(buf), pos, h)
     return h
+
+
+def check_crc(view: memoryview, pos: int, h: BatchHeader) -> None:
+    """The batch at ``pos`` of ``view``, whose header ``h`` was read already, is whole and CRC-valid."""
+    end = pos + 16 + h.length
+    if end > len(view):
+        raise CorruptBatch("truncated batch")
+    if crc32(view[pos + 20 : end]) != h.crc:
+        raise CorruptBatch("batch CRC mismatch")
 
 
 def scan(buf: bytes | bytearray | memoryview, verify: bool = True) -> Iterator[tuple[BatchHeader, int]]:
@@ -337,6 +342,28 @@ def scan(buf: bytes | bytearray | memoryview, verify: bool = True) -> Iterator[t
             raise CorruptBatch("truncated batch")
         yield h, pos
         pos += h.size
+
+
+_SPAN = struct.Struct(">qiI6xi")  # base_offset, leader_epoch, length, (crc, magic, attributes), record_count
+
+
+def span(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(first base offset, the offset after the last batch, batch count) of whole batches read back
+    from a log (headers checked there): only the header fields that say where each batch ends."""
+    pos, end, first, count = 0, len(buf), -1, 0
+    nxt = -1
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptBatch("truncated batch header")
+        base, _, length, records = _SPAN.unpack_from(buf, pos)
+        if length < _LENGTH_BASE or records < 1:
+            raise CorruptBatch("bad batch length or record count")
+        if first < 0:
+            first = base
+        nxt, count, pos = base + records, count + 1, pos + 16 + length
+    if pos != end:
+        raise CorruptBatch("truncated batch")
+    return first, nxt, count
 
 
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> tuple[BatchHeader, list[Record]]:

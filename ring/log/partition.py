@@ -201,11 +201,11 @@ class PartitionLog:
         base, pos = self.end_offset, 0
         placed: list[tuple[BatchHeader, int]] = []
         for buf in batch_bufs:
-            size = batch.read_header(buf).size
-            if size != len(buf):
-                raise CorruptBatch(f"expected one batch of {size} bytes, got {len(buf)} bytes")
+            # Stamped before its header is read (once): a buffer refused here is written nowhere.
             batch.stamp(buf, 0, base, leader_epoch)
-            h = batch.read_header(buf)  # as stamped
+            h = batch.read_header(buf)
+            if h.size != len(buf):
+                raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(buf)} bytes")
             placed.append((h, pos))
             base, pos = h.next_offset, pos + h.size
         data = batch_bufs[0] if len(batch_bufs) == 1 else b"".join(batch_bufs)

@@ -266,13 +266,15 @@ class Segment:
         except OSError:
             os.ftruncate(self.fd, self.size)  # leave no partial batch behind
             raise
+        observe, last_ts = self.tracker.observe, self.time_index.last_timestamp
         for h, rel_pos in headers:
-            add, ts = self.tracker.observe(self.size + rel_pos, h, self.time_index.last_timestamp)
+            add, ts = observe(self.size + rel_pos, h, last_ts)
             if add:
                 rel = h.base_offset - self.base_offset
                 self.offset_index.append(rel, self.size + rel_pos)
                 if ts is not None:
                     self.time_index.append(ts, rel)
+                    last_ts = ts
         self.size += len(data)
         self.end_offset = headers[-1][0].next_offset
 
@@ -357,6 +359,7 @@ class Segment:
         if avail <= 0:
             return b"", first_base, True
         buf = os.pread(self.fd, min(avail, max(max_bytes, HEADER_SIZE)), pos)
+        view = memoryview(buf)
         off, expected = 0, first_base
         while len(buf) - off >= HEADER_SIZE:
             try:
@@ -372,7 +375,7 @@ class Segment:
                     whole = os.pread(self.fd, h.size, pos)
                     batch.check(whole)
                     return whole, h.next_offset, pos + h.size == self.size
-                batch.check(buf, off)
+                batch.check_crc(view, off, h)
             except CorruptBatch:
                 if off or not must_take_one:
                     break
