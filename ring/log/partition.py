@@ -335,15 +335,15 @@ class PartitionLog:
             return b""
         i = bisect.bisect_right(self._bases, offset) - 1
         seg = self._segments[i]
-        try:
-            pos, h = seg.find_position(offset)
-        except CorruptBatch as exc:
-            raise self._damaged(seg, offset, exc) from None
         parts: list[bytes] = []
-        budget, first_base = max_bytes, h.base_offset
+        budget, pos, first_base = max_bytes, -1, -1
         while True:
             try:
-                data, next_offset, at_end = seg.read(pos, first_base, budget, hw, not parts, self._epochs.epoch_at)
+                if pos < 0:  # the segment holding ``offset``: found and read together
+                    data, next_offset, at_end = seg.read_at(offset, budget, hw, self._epochs.epoch_at)
+                else:
+                    data, next_offset, at_end = seg.read(pos, first_base, budget, hw, not parts,
+                                                         self._epochs.epoch_at)
             except CorruptBatch as exc:
                 raise self._damaged(seg, offset, exc) from None
             if data:

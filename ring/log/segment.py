@@ -359,16 +359,45 @@ class Segment:
         if avail <= 0:
             return b"", first_base, True
         buf = os.pread(self.fd, min(avail, max(max_bytes, HEADER_SIZE)), pos)
+        return self._take(buf, 0, len(buf), pos, first_base, upto, must_take_one, epoch_of)
+
+    def read_at(self, offset: int, max_bytes: int, upto: int, epoch_of: EpochOf) -> tuple[bytes, int, bool]:
+        """``read`` from the batch holding ``offset`` (found as ``find_position`` finds it), taking at
+        least that batch: one pread from the index entry below it when the walk to it and the answer
+        fit in one (a tail read, a replication frame), two otherwise."""
+        assert self.base_offset <= offset < self.end_offset
+        rel, at = self.offset_index.lookup(offset - self.base_offset)
+        want = max(max_bytes, HEADER_SIZE)
+        chunk = self._lookup_chunk()
+        buf = os.pread(self.fd, min(self.size - at, chunk + want), at)
+        off, expected = 0, self.base_offset + rel
+        while len(buf) - off >= HEADER_SIZE and off <= chunk:
+            h = batch.read_header(buf, off)  # CorruptBatch: the walk breaks, as in find_position
+            check_identity(h, expected, None)
+            if h.next_offset > offset:
+                end = off + min(self.size - at - off, want)
+                if end > len(buf):
+                    break  # the answer goes past what was read: read it on its own
+                return self._take(buf, off, end, at + off, h.base_offset, upto, True, epoch_of)
+            if at + off + h.size > self.size:
+                raise CorruptBatch(f"truncated batch at position {at + off}")
+            off, expected = off + h.size, h.next_offset
+        pos, h = self.find_position(offset)
+        return self.read(pos, h.base_offset, max_bytes, upto, True, epoch_of)
+
+    def _take(self, buf: bytes, start: int, stop: int, pos: int, first_base: int, upto: int, must_take_one: bool,
+              epoch_of: EpochOf) -> tuple[bytes, int, bool]:
+        """The checked batches of ``buf[start:stop]``, which holds the segment's bytes from ``pos``."""
         view = memoryview(buf)
-        off, expected = 0, first_base
-        while len(buf) - off >= HEADER_SIZE:
+        off, expected = start, first_base
+        while stop - off >= HEADER_SIZE:
             try:
                 h = batch.read_header(buf, off)
                 check_identity(h, expected, epoch_of)
                 if h.base_offset >= upto:
                     break
-                if off + h.size > len(buf):
-                    if off or not must_take_one:
+                if off + h.size > stop:
+                    if off > start or not must_take_one:
                         break
                     if pos + h.size > self.size:
                         raise CorruptBatch(f"truncated batch at position {pos}")
@@ -377,12 +406,13 @@ class Segment:
                     return whole, h.next_offset, pos + h.size == self.size
                 batch.check_crc(view, off, h)
             except CorruptBatch:
-                if off or not must_take_one:
+                if off > start or not must_take_one:
                     break
                 raise
             off += h.size
             expected = h.next_offset
-        return (buf if off == len(buf) else buf[:off]), expected, pos + off == self.size
+        taken = buf if (start, off) == (0, len(buf)) else buf[start:off]
+        return taken, expected, pos + off - start == self.size
 
     def first_record_at_or_after(self, timestamp: int, min_offset: int, upto: int) -> int | None:
         """Offset of the first record in [min_offset, upto) with a timestamp >= ``timestamp``."""
