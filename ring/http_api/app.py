@@ -22,6 +22,7 @@ from ring.replication import protocol
 from ring.replication.appends import Appending
 
 BROKER_KEY = "broker"
+BUDGET_KEY = "answer budget"  # the broker's answer.budget_of, looked up once
 
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
@@ -172,7 +173,7 @@ def fetch(request: Request) -> web.Answer:
     max_bytes = codec.int_param(q, "max_bytes", limits.FETCH_BYTES_DEFAULT, 1, limits.FETCH_BYTES_MAX)
     wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
     accept = codec.fetch_type(request.headers.get("Accept"))
-    budget = answer.budget_of(broker)
+    budget: answer.AnswerBudget = request.app[BUDGET_KEY]
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
     result = broker.fetch_now(topic, partition, offset, budget.grant(max_bytes), wait_ms)
@@ -256,6 +257,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
     app = web.App()
     app.body_budget = body_budget_of(broker)  # shared with /metrics
     app[BROKER_KEY] = broker
+    app[BUDGET_KEY] = answer.budget_of(broker)
     if tokens is not None:
         app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
     for method, path, handler in ROUTES:

@@ -124,6 +124,8 @@ class Front:
         self._tick_date()
         for conn in list(self.connections):
             conn.check(now)
+        if self._sweeper is not None:
+            self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
         self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
 
     def _stopped(self) -> bool:
@@ -627,21 +629,19 @@ class Connection(asyncio.Protocol):
         line = _STATUS_LINES.get(status) or _status_line(status)
         if resp.headers is None and not close and resp.content_type == web.CT_JSON:
             return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (line, size, self.front.date)
-        parts = [line]
+        text = ""
         if status not in _NO_BODY_STATUSES:
             if resp.content_type:
-                parts.append(b"Content-Type: %s\r\n" % resp.content_type.encode("latin-1"))
-            parts.append(b"Content-Length: %d\r\n" % size)
+                text = f"Content-Type: {resp.content_type}\r\n"
+            text += f"Content-Length: {size}\r\n"
         if resp.headers:
-            for name, value in resp.headers.items():
-                if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
-                    raise ValueError(f"a header of an answer holds a line break: {name!r}")
-                parts.append(f"{name}: {value}\r\n".encode("latin-1"))
-        parts.append(self.front.date)
+            extra = "".join([f"{name}: {value}\r\n" for name, value in resp.headers.items()])
+            if extra.count("\n") != len(resp.headers) or extra.count("\r") != len(resp.headers):
+                raise ValueError(f"a header of an answer holds a line break: {list(resp.headers)}")
+            text += extra
         if close:
-            parts.append(b"Connection: close\r\n")
-        parts.append(b"\r\n")
-        return b"".join(parts)
+            text += "Connection: close\r\n"
+        return b"%s%s%s\r\n" % (line, text.encode("latin-1"), self.front.date)
 
 
 class _HttpError(RingError):
