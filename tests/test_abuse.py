@@ -145,7 +145,7 @@ async def test_a_request_with_a_body_is_refused_before_it_is_read_once_the_budge
     monkeypatch.setattr(limits, "REQUEST_BODY_BYTES_IN_FLIGHT_MAX", 1000)
     _, server = await stack()
     slow_r, slow_w = await asyncio.open_connection("127.0.0.1", server.port)
-    slow_w.write(_produce_request(b"[" + b" " * 999, declared=1100))  # the whole budget, and more to come
+    slow_w.write(_produce_request(b"[" + b" " * 998, declared=1000))  # all but a byte of the budget, then stalls
     await asyncio.sleep(0.2)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(_produce_request(b"", declared=3)[:-2] + b"Expect: 100-continue\r\n\r\n")  # no byte of the body

@@ -1,6 +1,6 @@
 """HTTP/1.1 as the client port speaks it, checked by an independent client.
 
-A real ``Broker`` and the real client app and front run in this process on a
+The broker, client app and front ``ring serve`` runs are in this process on a
 loopback port; the requests are written, and the answers read, by h11 (an
 HTTP/1.1 implementation that shares no code with httptools or aiohttp) or as
 raw bytes where h11 would refuse to send them. Covered: keep-alive and
@@ -24,12 +24,10 @@ import orjson
 import pytest
 
 from ring import limits
-from ring.broker import Broker, BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import SystemClock
-from ring.http_api.app import make_app
+from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
-from ring.log.fsync import FsyncPolicy
+from tests.support import serve_alone
 
 HEADER_TIMEOUT_S = 0.6
 SEND_TIMEOUT_S = 5.0
@@ -121,14 +119,10 @@ class Client:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Broker, Server]]:
-    broker = Broker(BrokerConfig(data_dir=tmp_path / "data", fsync=FsyncPolicy.parse("never")), SystemClock())
-    broker.open()
-    await broker.start()
-    broker.create_topic(TopicConfig(name="t", partitions=2))
-    server = Server(make_app(broker), "127.0.0.1", 0, header_timeout_s=HEADER_TIMEOUT_S,
-                    send_timeout_s=SEND_TIMEOUT_S, connections_max=8)
-    await server.start()
+async def served(tmp_path: Path) -> AsyncIterator[tuple[ClusterBroker, Server]]:
+    broker, server = await serve_alone(tmp_path / "data", "never", header_timeout_s=HEADER_TIMEOUT_S,
+                                       send_timeout_s=SEND_TIMEOUT_S, connections_max=8)
+    await broker.add_topic(TopicConfig(name="t", partitions=2, replication_factor=1))
     try:
         yield broker, server
     finally:

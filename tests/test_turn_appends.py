@@ -13,10 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from ring.broker import Broker, BrokerConfig
 from ring.catalog import TopicConfig
-from ring.clock import ManualClock, SystemClock
-from ring.errors import StorageError
+from ring.clock import ManualClock
+from ring.cluster.node import ClusterBroker
 from ring.http_api.app import make_app
 from ring.http_api.front import Front
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
@@ -27,7 +26,8 @@ from ring.replication import protocol
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
-from tests.test_replication_sender import T0, FakeSocket, settle
+from tests.support import lone_broker, until
+from tests.test_replication_sender import T0, FakeSocket
 
 
 class Transport:
@@ -54,15 +54,13 @@ def _answer(raw: bytes) -> tuple[int, Any]:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> Any:
-    b = Broker(BrokerConfig(data_dir=tmp_path / "data", fsync=FsyncPolicy.parse("never")), SystemClock())
-    b.open()
-    await b.start()
-    b.create_topic(TopicConfig(name="t", partitions=1))
+    b = await lone_broker(tmp_path / "data", "never")
+    await b.add_topic(TopicConfig(name="t", partitions=1, replication_factor=1))
     yield b
     await b.close()
 
 
-async def _one_turn(broker: Broker, requests: list[bytes]) -> list[bytes]:
+async def _one_turn(broker: ClusterBroker, requests: list[bytes]) -> list[bytes]:
     """Each request on its own connection, all read in the same loop turn; the raw answers."""
     front = Front(make_app(broker), 10.0, 10.0, 1000)
     try:
@@ -73,7 +71,7 @@ async def _one_turn(broker: Broker, requests: list[bytes]) -> list[bytes]:
             conns.append(transport)
             conn.data_received(raw)
         assert all(t.out == b"" for t in conns), "answered before the turn's write"
-        await settle()
+        await until("every answer", lambda: all(t.out for t in conns))
         return [t.out for t in conns]
     finally:
         front.stop_sweeping()
@@ -84,7 +82,7 @@ def _produce(body: bytes, query: str = "partition=0") -> bytes:
             b"Content-Length: %d\r\n\r\n%s" % (query.encode(), len(body), body))
 
 
-async def test_produces_of_one_turn_become_one_write_in_arrival_order(broker: Broker,
+async def test_produces_of_one_turn_become_one_write_in_arrival_order(broker: ClusterBroker,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
     real = segmentmod.write_all
@@ -103,7 +101,7 @@ async def test_produces_of_one_turn_become_one_write_in_arrival_order(broker: Br
     assert [orjson.loads(r.value)["n"] for r in records] == list(range(40))
 
 
-async def test_an_idempotent_retry_in_the_same_turn_as_its_original_is_recognised(broker: Broker) -> None:
+async def test_an_idempotent_retry_in_the_same_turn_as_its_original_is_recognised(broker: ClusterBroker) -> None:
     # The producer's first request builds its table (the awaited path); later ones join turns.
     first = await _one_turn(broker, [_produce(b'{"first": 1}', "partition=0&producer_id=7&sequence=0")])
     assert _answer(first[0])[1]["base_offset"] == 0
@@ -113,7 +111,8 @@ async def test_an_idempotent_retry_in_the_same_turn_as_its_original_is_recognise
     assert broker._parts["t"][0].log.end_offset == 4
 
 
-async def test_a_failed_write_fails_the_produces_of_its_turn(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failed_write_fails_the_produces_of_its_turn(broker: ClusterBroker,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(fd: int, data: Any) -> None:
         raise OSError(28, "No space left on device")
 
@@ -164,15 +163,15 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
         pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, "quorum")
                    for i in range(30)]
         assert all(p is not None for p in pending)
-        await settle()
+        await until("an append frame to each follower",
+                    lambda: all(any(isinstance(f, protocol.Append) for f in ws.sent) for ws in sockets.values()))
         for ws in sockets.values():
             frames = [f for f in ws.sent if isinstance(f, protocol.Append)]
-            assert len(frames) == 1 and frames[0].prev_end == 0
+            assert len(frames) == 1 and frames[0].prev_end == 0  # the first frame carries the whole turn
             assert [h.base_offset for h, _ in B.scan(frames[0].data)] == list(range(30))
         assert not any(p.done() for p in pending)  # the leader alone is not a quorum of three
         sockets["c"].inbox.put_nowait(protocol.encode(protocol.Ack("t", 0, rep.epoch, 30)))
-        await settle()
-        assert all(p.done() for p in pending)
+        await until("a quorum's acknowledgement", lambda: all(p.done() for p in pending))
         assert [p.result() for p in pending] == [(i, 1) for i in range(30)]
     finally:
         for t in tasks:

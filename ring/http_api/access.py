@@ -11,8 +11,8 @@ token, with ``WWW-Authenticate: Bearer``) or 403 (known token, not allowed):
     describe        GET /v1/topics/{topic} and its admin relay: any permission on the topic
     produce         POST /v1/topics/{topic}/messages (and PolarStreams' POST /v1/topic/{topic}/messages)
     consume         fetch, offsets and ranges of {topic}; resetting a group's offsets of {topic};
-                    other group routes (join, poll, commit, leave, and PolarStreams' register, poll,
-                    commit, goodbye) need consume on some topic
+                    other group routes (join, poll, commit, positions, leave, and PolarStreams' register,
+                    poll, commit, goodbye) need consume on some topic
                     here, and consume on each topic they name or the member subscribed
                     (checked by the handler: ``require``)
     admin           POST /v1/topics (admin on the new name), PATCH and DELETE /v1/topics/{topic},

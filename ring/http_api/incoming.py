@@ -13,10 +13,13 @@ was charged is given back by ``release``, exactly once.
 
 from __future__ import annotations
 
+import logging
 import zlib
 
 from ring.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from ring.http_api.budget import BodyHold
+
+log = logging.getLogger("ring.http")
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
@@ -71,9 +74,8 @@ class Incoming:
         room = self.limit - self.size
         try:
             out = self.inflate.decompress(data, room + 1)  # never more than one byte past the limit
-        except zlib.error:
-            raise BadRequest(f"request body is incomplete or malformed: cannot decode Content-Encoding "
-                             f"{self.encoding}") from None
+        except zlib.error as exc:
+            raise self._undecodable(f"cannot decode Content-Encoding {self.encoding}: {exc}") from None
         if len(out) > room:
             raise PayloadTooLarge(f"request body is over the limit of {self.limit} bytes (decoded)",
                                   limit_bytes=self.limit)
@@ -82,10 +84,14 @@ class Incoming:
     def finish(self) -> bytes:
         """The whole body, once the last piece is in; 400 for a compressed body cut short."""
         if self.inflate is not None and not self.inflate.eof:
-            raise BadRequest(f"request body is incomplete or malformed: the {self.encoding} stream ends early")
+            raise self._undecodable(f"its Content-Encoding {self.encoding} stream ends early")
         body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
         self.chunks = []
         return body
+
+    def _undecodable(self, why: str) -> BadRequest:
+        log.warning("refused a request body: %s", why)  # one line, not a traceback: a client can send many
+        return BadRequest(f"request body is incomplete or malformed: {why}")
 
     def release(self) -> None:
         self.hold.release()
