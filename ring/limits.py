@@ -76,7 +76,8 @@ LONG_POLLS_OPEN_MAX = 1_000
 HEADER_READ_TIMEOUT_S = 10.0
 # A client must send the whole body within this once headers are in.
 BODY_READ_TIMEOUT_S = 30.0
-# Idle keep-alive connections are closed after this (aiohttp's default is ~1 h).
+# Idle keep-alive connections are closed after this: a client that holds one open without a
+# request costs a connection slot and buffers.
 KEEPALIVE_TIMEOUT_S = 75.0
 # Bytes of one request line (else 414) or header line (else 431).
 HEADER_LINE_BYTES_MAX = 8 * KiB

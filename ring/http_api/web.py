@@ -104,7 +104,7 @@ class Request:
 
     @property
     def content_type(self) -> str:
-        """The media type of the body, lower-cased, without parameters (aiohttp's default when absent)."""
+        """The media type of the body, lower-cased, without parameters ("application/octet-stream" when absent)."""
         raw = self.headers.get("content-type")
         if not raw:
             return "application/octet-stream"
