@@ -16,6 +16,7 @@ look inside; everything else starts real processes (``tests.brokers``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import inspect
 import json
@@ -25,7 +26,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, TypeVar
 
 import orjson
 import pytest
@@ -234,6 +235,19 @@ async def lone_broker(data_dir: Path, fsync: str = "interval:100", **settings: A
     broker.open()
     await broker.start()
     return broker
+
+
+@contextlib.asynccontextmanager
+async def serving_alone(data_dir: Path, fsync: str = "interval:100", tokens: Any = None,
+                        **server_kw: Any) -> AsyncIterator[tuple[ClusterBroker, Server]]:
+    """``serve_alone`` for the length of a ``with``: stopped as ``serve`` stops, whatever the test did."""
+    broker, server = await serve_alone(data_dir, fsync, tokens, **server_kw)
+    try:
+        yield broker, server
+    finally:
+        broker.begin_shutdown()
+        await server.stop()
+        await broker.close()
 
 
 async def serve_alone(data_dir: Path, fsync: str = "interval:100", tokens: Any = None,

@@ -223,7 +223,7 @@ async def test_unsent_answer_gives_its_room_back_when_dropped() -> None:
 async def test_sent_answer_is_dropped_and_its_room_given_back() -> None:
     """The front writes a large answer in pieces (copies) as the transport takes them, and keeps none of it."""
     from ring.http_api import web
-    from ring.http_api.front import Front
+    from ring.http_api.server import Front
 
     class Transport:
         def __init__(self) -> None:

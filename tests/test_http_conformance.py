@@ -27,7 +27,7 @@ from ring import limits
 from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
-from tests.support import serve_alone
+from tests.support import serving_alone
 
 HEADER_TIMEOUT_S = 0.6
 SEND_TIMEOUT_S = 5.0
@@ -120,15 +120,10 @@ class Client:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[ClusterBroker, Server]]:
-    broker, server = await serve_alone(tmp_path / "data", "never", header_timeout_s=HEADER_TIMEOUT_S,
-                                       send_timeout_s=SEND_TIMEOUT_S, connections_max=8)
-    await broker.add_topic(TopicConfig(name="t", partitions=2, replication_factor=1))
-    try:
+    async with serving_alone(tmp_path / "data", "never", header_timeout_s=HEADER_TIMEOUT_S,
+                             send_timeout_s=SEND_TIMEOUT_S, connections_max=8) as (broker, server):
+        await broker.add_topic(TopicConfig(name="t", partitions=2, replication_factor=1))
         yield broker, server
-    finally:
-        broker.begin_shutdown()
-        await server.stop()
-        await broker.close()
 
 
 def _produce(body: bytes, ctype: str = "application/json", extra: list[tuple[str, str]] | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ring.http_api import web
-from ring.http_api.front import Front
+from ring.http_api.server import Front
 
 
 class Transport:

@@ -16,20 +16,15 @@ from ring import limits
 from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
-from tests.support import lone_broker, serve_alone
+from tests.support import lone_broker, serving_alone
 
 HEADER_TIMEOUT_S = 0.6
 
 
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[tuple[ClusterBroker, Server]]:
-    broker, server = await serve_alone(tmp_path / "data", header_timeout_s=HEADER_TIMEOUT_S)
-    try:
-        yield broker, server
-    finally:
-        broker.begin_shutdown()
-        await server.stop()
-        await broker.close()
+    async with serving_alone(tmp_path / "data", header_timeout_s=HEADER_TIMEOUT_S) as served:
+        yield served
 
 
 async def _closed_after(reader: asyncio.StreamReader, limit_s: float) -> float | None:

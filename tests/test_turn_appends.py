@@ -17,7 +17,7 @@ from ring.catalog import TopicConfig
 from ring.clock import ManualClock
 from ring.cluster.node import ClusterBroker
 from ring.http_api.app import make_app
-from ring.http_api.front import Front
+from ring.http_api.server import Front
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
 from ring.log import segment as segmentmod

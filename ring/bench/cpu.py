@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import orjson
 
-from ring.bench import ceilings, procs, stats
+from ring.bench import ceilings, procs, report, stats
 from ring.bench.system import ensure_packages, http_json, stop_pid
 from ring.localcluster import LocalBroker, free_port
 
@@ -310,17 +310,10 @@ def table(part: dict[str, Any]) -> list[str]:
                 y = (summary.get((yard, client)) or {}).get("cpu_us_per_req")
                 r = stats.ratio(cpu, y)
                 ratios.append("" if r is None or case.yardstick else f"{r:.2f}×")
-            notes = []
-            if s["disturbed"]:
-                notes.append(f"{s['disturbed']}/{s['runs']} disturbed")
-            if s["ok"] < s["runs"]:
-                notes.append(f"{s['runs'] - s['ok']} failed")
-            if s["errors"]:
-                notes.append(f"{s['errors']} errors")
             req_s = "–" if s["req_s"] is None else f"{s['req_s']:,.0f}"
             cpu_text = "–" if cpu is None else f"{cpu:,.1f}"
             lines.append(f"| {case.label} | {client} | {req_s} | {cpu_text} | {ratios[0]} | {ratios[1]} | "
-                         f"{', '.join(notes)} |")
+                         f"{report.flags(s)} |")
     return lines
 
 

@@ -57,7 +57,8 @@ def _num(v: float | None, unit: str = "") -> str:
     return f"{v:,.0f}"
 
 
-def _flag(s: dict[str, Any] | None) -> str:
+def flags(s: dict[str, Any] | None) -> str:
+    """What to say beside a figure: disturbed, failed and erring runs of it."""
     if not s:
         return ""
     out = []
@@ -90,13 +91,13 @@ def table(summary: dict[tuple[str, str], dict[str, Any]], cases: list[Case], pee
             continue
         for i, (label, key, unit) in enumerate(metrics):
             cells = [case.label if i == 0 else "", label, _num(mine[key], unit)]
-            notes = [_flag(mine)] if i == 0 else []
+            notes = [flags(mine)] if i == 0 else []
             for p in peers:
                 theirs = summary.get((case.id, p)) if case.peers else None
                 cells += [_num(theirs[key], unit) if theirs else "", _num(stats.ratio(mine[key], theirs[key]), "x")
                           if theirs else ""]
-                if i == 0 and theirs and _flag(theirs):
-                    notes.append(f"{SHORT[p]}: {_flag(theirs)}")
+                if i == 0 and theirs and flags(theirs):
+                    notes.append(f"{SHORT[p]}: {flags(theirs)}")
             cells.append("; ".join(n for n in notes if n))
             lines.append("| " + " | ".join(cells) + " |")
     return lines

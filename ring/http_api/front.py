@@ -23,7 +23,7 @@ Theory of operation.
   buffer is empty), never if the connection is lost first.
 * Time. No timer per request: each connection keeps its deadlines (the head
   being received, the body, the answer being sent, the idle keep-alive) as
-  plain numbers, and one periodic sweep per server (``Front.sweep``) ends
+  plain numbers, and one periodic sweep per server (``server.Front.sweep``) ends
   the connections past one. A head not complete in time, or an idle
   connection, is closed; a body not complete in time gets 408; an answer
   the client does not take in time has its connection aborted.
@@ -33,112 +33,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from email.utils import formatdate
 from functools import partial
 from typing import Any
 
 import httptools
 
 from ring import auth, limits
-from ring.errors import BadRequest, BodyTimeout, PayloadTooLarge, RingError
+from ring.errors import BodyTimeout, PayloadTooLarge, RingError
 from ring.http_api import web
+from ring.http_api.exchange import (ANSWERED, METHODS, NO_BODY_STATUSES, READY, RECEIVING, RUNNING, Exchange,
+                                    HeadError, HttpError, answer_head, origin_path)
 from ring.http_api.incoming import Incoming
 from ring.http_api.web import Later, Request, Response
 
 log = logging.getLogger("ring.http")
 access_log = logging.getLogger("ring.access")
-
-# What a request is doing; an exchange moves only forward.
-RECEIVING, READY, RUNNING, ANSWERED = range(4)
-_NO_BODY_STATUSES = frozenset({204, 304})
-_METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
-
-
-class Exchange:
-    """One request and, once there is one, its answer."""
-
-    __slots__ = ("req", "response", "state", "keep_alive", "incoming", "started", "expect_continue",
-                 "head_only", "cell", "linger")
-
-    def __init__(self, req: Request, keep_alive: bool, started: float) -> None:
-        self.req = req
-        self.response: Response | None = None
-        self.state = RECEIVING
-        self.keep_alive = keep_alive
-        self.incoming: Incoming | None = None  # None: the body (if any) is dropped as it comes
-        self.started = started
-        self.expect_continue = False
-        self.head_only = req.method == "HEAD"
-        self.cell: list | None = None  # auth.CURRENT's cell while this request is served
-        self.linger = False  # answered early while its body still comes: read it (dropped) before closing
-
-
-def _status_line(status: int) -> bytes:
-    from http import HTTPStatus
-
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Unknown"
-    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
-
-
-_STATUS_LINES = {s: _status_line(s) for s in (100, 200, 201, 204, 400, 401, 403, 404, 405, 408, 409, 413, 414,
-                                              415, 416, 429, 431, 500, 503, 504)}
-
-
-class Front:
-    """What the connections of one listening socket share: the app, the bounds, the clock of the sweep."""
-
-    def __init__(self, app: web.App, header_timeout_s: float, send_timeout_s: float, connections_max: int,
-                 access_log: bool = False) -> None:
-        self.app = app
-        self.access_log = access_log  # one line per answer, at INFO on "ring.access"
-        self.loop = asyncio.get_running_loop()
-        self.header_timeout_s = header_timeout_s
-        self.send_timeout_s = send_timeout_s
-        self.connections_max = connections_max
-        self.connections: set[Connection] = set()
-        self.tasks: set[asyncio.Task] = set()  # handlers that are coroutines, while they run
-        self.closing = False
-        self.next_id = 0
-        self.now = self.loop.time()
-        self._second = -1
-        self.date = b""
-        self._tick_date()
-        self.sweep_interval_s = min(1.0, max(0.05, min(header_timeout_s, send_timeout_s,
-                                                      limits.KEEPALIVE_TIMEOUT_S) / 4))
-        self._sweeper: asyncio.TimerHandle | None = self.loop.call_later(self.sweep_interval_s, self.sweep)
-
-    def _tick_date(self) -> None:
-        second = int(time.time())
-        if second != self._second:
-            self._second = second
-            self.date = f"Date: {formatdate(second, usegmt=True)}\r\n".encode()
-
-    def sweep(self) -> None:
-        """Once per interval: the deadlines of every connection, the Date header, written answers."""
-        self.now = now = self.loop.time()
-        self._tick_date()
-        for conn in list(self.connections):
-            conn.check(now)
-        if self._sweeper is not None:
-            self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
-        self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
-
-    def _stopped(self) -> bool:
-        return self.closing and not self.connections
-
-    def stop_sweeping(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-
-    def protocol(self) -> "Connection":
-        return Connection(self)
-
 
 class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
@@ -146,7 +56,7 @@ class Connection(asyncio.Protocol):
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
                  "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun", "_sending", "_view", "_pos")
 
-    def __init__(self, front: Front) -> None:
+    def __init__(self, front: Any) -> None:  # server.Front
         self.front = front
         self.app = front.app
         front.next_id += 1
@@ -192,7 +102,7 @@ class Connection(asyncio.Protocol):
         log.warning("refusing a connection: %d are open (the bound)", bound)
         resp = web.error(503, {"error": "unavailable",
                                "message": f"{bound} connections are open on this broker; retry later"}, 1.0)
-        self.transport.write(self._head(resp, len(resp.body), True) + resp.body)
+        self.transport.write(answer_head(resp, len(resp.body), True, self.front.date) + resp.body)
         self.transport.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -328,14 +238,14 @@ class Connection(asyncio.Protocol):
         self._url += url
         self._head_bytes += len(url)
         if self._head_bytes > limits.HEADER_LINE_BYTES_MAX:
-            raise _HeadError(414, f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes")
+            raise HeadError(414, f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) + len(value) > limits.HEADER_LINE_BYTES_MAX:
-            raise _HeadError(431, f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes")
+            raise HeadError(431, f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes")
         self._head_bytes += len(name) + len(value)
         if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
-            raise _HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+            raise HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
         headers = self._headers
         key = name.decode("latin-1").lower()
         old = dict.get(headers, key)
@@ -349,9 +259,9 @@ class Connection(asyncio.Protocol):
         headers = self._headers
         path, _, query = self._url.decode("latin-1").partition("?")
         if not path.startswith("/"):
-            path = _origin_path(path)
+            path = origin_path(path)
         raw_method = self.parser.get_method()
-        method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
+        method = METHODS.get(raw_method) or raw_method.decode("latin-1")
         req = Request(method, path, query, headers, self.app, self, self.seq)
         self.seq += 1
         ex = Exchange(req, self.parser.should_keep_alive() and not front.closing, self._begun)
@@ -380,8 +290,8 @@ class Connection(asyncio.Protocol):
         route, params, allowed = app.router.resolve(req.method, req.path)
         if route is None:
             if allowed:
-                raise _HttpError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
-            raise _HttpError(404, "Not Found")
+                raise HttpError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
+            raise HttpError(404, "Not Found")
         req.route = route
         req.match_info = params
         if app.guard is not None:
@@ -569,8 +479,8 @@ class Connection(asyncio.Protocol):
             body = resp.body
             size = len(body)
             close = not ex.keep_alive or (self.close_when_sent and len(self.queue) == 1)
-            head = self._head(resp, size, close)
-            if ex.head_only or resp.status in _NO_BODY_STATUSES:
+            head = answer_head(resp, size, close, self.front.date)
+            if ex.head_only or resp.status in NO_BODY_STATUSES:
                 transport.write(head)
                 return self._sent(ex, resp)
             if size <= limits.ANSWER_WRITE_CHUNK_BYTES:
@@ -623,47 +533,3 @@ class Connection(asyncio.Protocol):
         if self.unconfirmed:
             self._confirm()
         return self.written >= seq
-
-    def _head(self, resp: Response, size: int, close: bool) -> bytes:
-        status = resp.status
-        line = _STATUS_LINES.get(status) or _status_line(status)
-        if resp.headers is None and not close and resp.content_type == web.CT_JSON:
-            return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (line, size, self.front.date)
-        text = ""
-        if status not in _NO_BODY_STATUSES:
-            if resp.content_type:
-                text = f"Content-Type: {resp.content_type}\r\n"
-            text += f"Content-Length: {size}\r\n"
-        if resp.headers:
-            extra = "".join([f"{name}: {value}\r\n" for name, value in resp.headers.items()])
-            if extra.count("\n") != len(resp.headers) or extra.count("\r") != len(resp.headers):
-                raise ValueError(f"a header of an answer holds a line break: {list(resp.headers)}")
-            text += extra
-        if close:
-            text += "Connection: close\r\n"
-        return b"%s%s%s\r\n" % (line, text.encode("latin-1"), self.front.date)
-
-
-class _HttpError(RingError):
-    """A status the front answers itself (404, 405), in the JSON shape of every other error."""
-
-    def __init__(self, status: int, phrase: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(phrase)
-        self.status = status
-        self.code = web.HTTP_CODES.get(status, "error")
-        if headers:
-            self.headers = headers
-
-
-class _HeadError(_HttpError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(status, message)
-
-
-def _origin_path(target: str) -> str:
-    """The path of an absolute-form target (``http://host/path``); "" for anything else (a 404)."""
-    scheme, sep, rest = target.partition("://")
-    if not sep or not scheme.isalpha():
-        return ""
-    slash = rest.find("/")
-    return rest[slash:] if slash >= 0 else "/"

@@ -34,6 +34,8 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
+from email.utils import formatdate
 from typing import Any
 
 import orjson
@@ -161,12 +163,64 @@ class GuardedHandler(RequestHandler):
         return resp
 
 
-class PeerServer:
-    """The peer app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
+class Front:
+    """What the connections of one listening socket share: the app, the bounds, the clock of the sweep."""
 
-    def __init__(self, app: web.Application, host: str, port: int,
-                 header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S, access_log: bool = False,
-                 ssl_context: ssl.SSLContext | None = None,
+    def __init__(self, app: Any, header_timeout_s: float, send_timeout_s: float, connections_max: int,
+                 access_log: bool = False) -> None:
+        self.app = app
+        self.access_log = access_log  # one line per answer, at INFO on "ring.access"
+        self.loop = asyncio.get_running_loop()
+        self.header_timeout_s = header_timeout_s
+        self.send_timeout_s = send_timeout_s
+        self.connections_max = connections_max
+        self.connections: set[Connection] = set()
+        self.tasks: set[asyncio.Task] = set()  # handlers that are coroutines, while they run
+        self.closing = False
+        self.next_id = 0
+        self.now = self.loop.time()
+        self._second = -1
+        self.date = b""
+        self._tick_date()
+        self.sweep_interval_s = min(1.0, max(0.05, min(header_timeout_s, send_timeout_s,
+                                                      limits.KEEPALIVE_TIMEOUT_S) / 4))
+        self._sweeper: asyncio.TimerHandle | None = self.loop.call_later(self.sweep_interval_s, self.sweep)
+
+    def _tick_date(self) -> None:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self.date = f"Date: {formatdate(second, usegmt=True)}\r\n".encode()
+
+    def sweep(self) -> None:
+        """Once per interval: the deadlines of every connection, the Date header, written answers."""
+        self.now = now = self.loop.time()
+        self._tick_date()
+        for conn in list(self.connections):
+            conn.check(now)
+        if self._sweeper is not None:
+            self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
+        self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
+
+    def _stopped(self) -> bool:
+        return self.closing and not self.connections
+
+    def stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def protocol(self) -> Any:
+        from ring.http_api.front import Connection
+
+        return Connection(self)
+
+
+class _Listening:
+    """An app, the address it listens on (``port`` becomes the bound one once started) and its bounds."""
+
+    def __init__(self, app: Any, host: str, port: int, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S,
+                 access_log: bool = False, ssl_context: ssl.SSLContext | None = None,
                  connections_max: int = limits.CLIENT_CONNECTIONS_OPEN_MAX,
                  send_timeout_s: float = limits.RESPONSE_SEND_TIMEOUT_S) -> None:
         self.app = app
@@ -177,8 +231,23 @@ class PeerServer:
         self.ssl_context = ssl_context
         self._connections_max = connections_max
         self._send_timeout_s = send_timeout_s
-        self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
+
+    def _tls(self) -> dict[str, Any]:
+        if self.ssl_context is None:
+            return {}
+        return {"ssl": self.ssl_context, "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_S}
+
+
+class PeerServer(_Listening):
+    """The peer app on one listening socket: ``start`` returns once it accepts, ``stop`` drains."""
+
+    _runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         kwargs: dict[str, Any] = dict(
@@ -199,18 +268,10 @@ class PeerServer:
         def factory() -> GuardedHandler:
             return GuardedHandler(manager, loop=loop, **handler_kwargs)
 
-        tls: dict[str, Any] = {}
-        if self.ssl_context is not None:
-            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_S}
         self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True,
                                                 family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
-                                                **tls)
+                                                **self._tls())
         self.port = self._server.sockets[0].getsockname()[1]
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close connections."""
@@ -222,53 +283,30 @@ class PeerServer:
             self._runner = None
 
 
-class Server:
+class Server(_Listening):
     """The client API on one listening socket, served by the front: ``start`` returns once it
     accepts, ``stop`` lets requests in flight finish (up to SHUTDOWN_GRACE_S) and closes."""
 
-    def __init__(self, app: Any, host: str, port: int, header_timeout_s: float = limits.HEADER_READ_TIMEOUT_S,
-                 access_log: bool = False, ssl_context: ssl.SSLContext | None = None,
-                 connections_max: int = limits.CLIENT_CONNECTIONS_OPEN_MAX,
-                 send_timeout_s: float = limits.RESPONSE_SEND_TIMEOUT_S) -> None:
-        self.app = app
-        self.host = host
-        self.port = port
-        self._header_timeout_s = header_timeout_s
-        self._access_log = access_log
-        self.ssl_context = ssl_context
-        self._connections_max = connections_max
-        self._send_timeout_s = send_timeout_s
-        self.front: Any = None
-        self._server: asyncio.base_events.Server | None = None
+    front: Any = None
 
     @property
     def connections(self) -> set:
         return set() if self.front is None else self.front.connections
 
     async def start(self) -> None:
-        from ring.http_api.front import Front
-
         loop = asyncio.get_running_loop()
         self.front = Front(self.app, self._header_timeout_s, self._send_timeout_s, self._connections_max,
                            self._access_log)
-        tls: dict[str, Any] = {}
-        if self.ssl_context is not None:
-            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": limits.TLS_HANDSHAKE_TIMEOUT_S}
         try:
             self._server = await loop.create_server(self.front.protocol, self.host, self.port, reuse_address=True,
                                                     family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
-                                                    **tls)
+                                                    **self._tls())
         except BaseException:
             self.front.stop_sweeping()
             self.front = None
             raise
         self.port = self._server.sockets[0].getsockname()[1]
         await self.app.startup()
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'https' if self.ssl_context is not None else 'http'}://{host}:{self.port}"
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close every connection."""
