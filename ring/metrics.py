@@ -159,7 +159,7 @@ class Metrics:
                 row = table[topic] = [0, 0, 0]
             row[0] += 1
             row[1] += response.records
-            row[2] += len(request.body) if st.kind == "produce" else len(response.body)
+            row[2] += request.body_size if st.kind == "produce" else len(response.body)
 
     def forget_topics(self, keep: set[str]) -> None:
         """Drop the counters of deleted topics, so series do not pile up over a long life."""

@@ -136,6 +136,7 @@ def produce(request: Request) -> web.Answer:
     broker = _broker(request)
     args: _Produce = request.state
     decoded = codec.decode_produce(args.ctype, request.body, args.key)
+    request.body = b""  # the decoded records are copies: the body is not held while they are framed and acknowledged
     if isinstance(decoded, codec.Batches):
         if args.producer is not None:
             raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")

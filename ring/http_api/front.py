@@ -330,7 +330,9 @@ class Connection(asyncio.Protocol):
             return
         if ex.incoming is not None:
             try:
-                ex.req.body = ex.incoming.finish()
+                req = ex.req  # (no local name for the body: a handler may drop it while it runs)
+                req.body = ex.incoming.finish()
+                req.body_size = len(req.body)
             except RingError as exc:
                 ex.incoming.release()
                 ex.incoming = None

@@ -77,8 +77,8 @@ class Headers(dict):
 class Request:
     """One request: its head, its whole body, where it came in, and who is asking."""
 
-    __slots__ = ("method", "path", "query_string", "_query", "headers", "body", "match_info", "route", "app",
-                 "conn", "seq", "principal", "state")
+    __slots__ = ("method", "path", "query_string", "_query", "headers", "body", "body_size", "match_info", "route",
+                 "app", "conn", "seq", "principal", "state")
 
     def __init__(self, method: str, path: str, query_string: str, headers: Headers, app: "App",
                  conn: Any = None, seq: int = 0) -> None:
@@ -88,6 +88,7 @@ class Request:
         self._query: Query | None = None
         self.headers = headers
         self.body = b""
+        self.body_size = 0  # bytes of the body as received (decoded): kept when a handler drops the body
         self.match_info: dict[str, str] = {}
         self.route: Route | None = None
         self.app = app
@@ -142,6 +143,7 @@ class Request:
         other = Request(method or self.method, path if path is not None else self.path, qs, hdrs,
                         self.app, self.conn, self.seq)
         other.body = self.body if body is None else body
+        other.body_size = len(other.body)
         other.principal = self.principal
         other.match_info = dict(self.match_info)
         other.route = self.route
