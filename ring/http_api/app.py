@@ -109,13 +109,13 @@ class _Produce:
     __slots__ = ("topic", "partition", "key", "consistency", "producer", "ctype", "line_bytes_max")
 
 
-def prepare_produce(request: Request, key_name: str = "key") -> None:
+def prepare_produce(request: Request) -> None:
     """400 for a bad parameter and 415 for a body produce does not speak, before a byte of the body."""
     q = request.query
     args = _Produce()
     args.topic = _topic(request)
     args.partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
-    args.key = codec.key_param(q if key_name == "key" else {"key": q.get(key_name) or None})
+    args.key = codec.key_param(q)
     consistency = q.get("consistency") or None  # None: the topic's default
     if consistency is not None:
         protocol.parse_consistency(consistency)

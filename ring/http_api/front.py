@@ -45,6 +45,7 @@ from ring.http_api import web
 from ring.http_api.exchange import (ANSWERED, METHODS, NO_BODY_STATUSES, READY, RECEIVING, RUNNING, Exchange,
                                     HeadError, HttpError, answer_head, origin_path)
 from ring.http_api.incoming import Incoming
+from ring.http_api.link import Link, Via
 from ring.http_api.web import Later, Request, Response
 
 log = logging.getLogger("ring.http")
@@ -54,7 +55,8 @@ class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
                  "reading_paused", "parse_stopped", "close_when_sent", "seq", "written", "unconfirmed",
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
-                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun", "_sending", "_view", "_pos")
+                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun", "_sending", "_view", "_pos",
+                 "link", "_via", "_via_none", "_held", "__weakref__")
 
     def __init__(self, front: Any) -> None:  # server.Front
         self.front = front
@@ -83,6 +85,10 @@ class Connection(asyncio.Protocol):
         self._sending: Exchange | None = None
         self._view: memoryview | None = None
         self._pos = 0
+        self.link = Link()  # the group poll answers this connection wrote whole (``link``)
+        self._via_none = Via(self.link, None)  # the Via of a request that proves no poll answer read
+        self._via = self._via_none  # the Via of the request being received, made at its first byte
+        self._held = False  # reading was paused: bytes read next may have waited in the kernel
 
     # --- the connection --------------------------------------------------------------------
 
@@ -168,7 +174,7 @@ class Connection(asyncio.Protocol):
         if ex is None or ex.response is not None:
             self.close()
             return
-        self._answer(ex, web.ring_error(BodyTimeout(f"request body not received within "
+        self._answer(ex, self.app.answer_error(BodyTimeout(f"request body not received within "
                                                     f"{limits.BODY_READ_TIMEOUT_S:g} s")))
 
     # --- reading ---------------------------------------------------------------------------
@@ -181,6 +187,7 @@ class Connection(asyncio.Protocol):
         began_in_head = self._in_head
         try:
             self.parser.feed_data(data)
+            self._held = False
         except httptools.HttpParserUpgrade:
             self.parse_stopped = True  # no upgrades here: what follows the head is not HTTP; answer and close
             self.close_when_sent = True
@@ -233,6 +240,10 @@ class Connection(asyncio.Protocol):
         self.idle_deadline = 0.0
         self._begun = now = self.front.loop.time()
         self.header_deadline = now + self.front.header_timeout_s
+        # What this connection had written whole before this request's first byte (none after a pause
+        # in reading: these bytes may have waited in the kernel since before that answer went out).
+        seen = self.link.written
+        self._via = self._via_none if seen is None or self._held else Via(self.link, seen)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -263,6 +274,7 @@ class Connection(asyncio.Protocol):
         raw_method = self.parser.get_method()
         method = METHODS.get(raw_method) or raw_method.decode("latin-1")
         req = Request(method, path, query, headers, self.app, self, self.seq)
+        req.via = self._via
         self.seq += 1
         ex = Exchange(req, self.parser.should_keep_alive() and not front.closing, self._begun)
         self.queue.append(ex)
@@ -320,7 +332,7 @@ class Connection(asyncio.Protocol):
         except RingError as exc:
             ex.incoming.release()
             ex.incoming = None  # the rest is dropped as it comes
-            self._answer(ex, web.ring_error(exc))
+            self._answer(ex, self.app.answer_error(exc))
 
     def on_message_complete(self) -> None:
         ex = self.receiving
@@ -336,7 +348,7 @@ class Connection(asyncio.Protocol):
             except RingError as exc:
                 ex.incoming.release()
                 ex.incoming = None
-                self._answer(ex, web.ring_error(exc))
+                self._answer(ex, self.app.answer_error(exc))
                 return
         if ex.state == RECEIVING:
             ex.state = READY
@@ -390,7 +402,7 @@ class Connection(asyncio.Protocol):
     def _error(req: Request, exc: RingError) -> Response:
         if exc.status >= 500:
             log.warning("%s %s: %s", req.method, req.path, exc.message)
-        return web.ring_error(exc)
+        return req.app.answer_error(exc)
 
     def _later(self, ex: Exchange, make: Any, fut: asyncio.Future) -> None:
         try:
@@ -469,6 +481,7 @@ class Connection(asyncio.Protocol):
         if self.reading_paused and len(queue) <= limits.PIPELINED_REQUESTS_MAX // 2 and not self.closed:
             self.reading_paused = False
             self.transport.resume_reading()
+            self._held = True
         if not queue and not self._in_head and self.receiving is None and not self.closed:
             self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
 
@@ -483,9 +496,13 @@ class Connection(asyncio.Protocol):
             close = not ex.keep_alive or (self.close_when_sent and len(self.queue) == 1)
             head = answer_head(resp, size, close, self.front.date)
             if ex.head_only or resp.status in NO_BODY_STATUSES:
+                if resp.before_last is not None:
+                    resp.before_last()
                 transport.write(head)
                 return self._sent(ex, resp)
             if size <= limits.ANSWER_WRITE_CHUNK_BYTES:
+                if resp.before_last is not None:
+                    resp.before_last()
                 transport.write(head + body)
                 return self._sent(ex, resp)
             transport.write(head)
@@ -497,6 +514,8 @@ class Connection(asyncio.Protocol):
         while self._pos < len(view):
             if self.paused or self.closed:
                 return False
+            if self._pos + step >= len(view) and resp.before_last is not None:
+                resp.before_last()  # no await between this and the last piece's write
             # A copy of each piece: a transport that queues what it cannot send at once keeps only
             # that piece, never (through a slice) the whole answer after its hold is gone.
             transport.write(bytes(view[self._pos : self._pos + step]))

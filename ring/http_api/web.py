@@ -78,7 +78,7 @@ class Request:
     """One request: its head, its whole body, where it came in, and who is asking."""
 
     __slots__ = ("method", "path", "query_string", "_query", "headers", "body", "body_size", "match_info", "route",
-                 "app", "conn", "seq", "principal", "state")
+                 "app", "conn", "seq", "principal", "state", "via")
 
     def __init__(self, method: str, path: str, query_string: str, headers: Headers, app: "App",
                  conn: Any = None, seq: int = 0) -> None:
@@ -96,6 +96,7 @@ class Request:
         self.seq = seq  # this request's place on its connection, from 0
         self.principal: Any = None  # who is served (access.Guard); None when authentication is off
         self.state: Any = None  # what a route's ``prepare`` found, for its handler
+        self.via: Any = None  # link.Via: what its connection had written whole when it began (group polls)
 
     @property
     def query(self) -> Query:
@@ -147,14 +148,17 @@ class Request:
         other.principal = self.principal
         other.match_info = dict(self.match_info)
         other.route = self.route
+        other.via = self.via
         return other
 
 
 class Response:
     """An answer: status, body bytes and headers. ``hold`` (answer.Hold) is released once the body
-    has been handed to the socket; ``on_written`` is called once every byte of it left this process."""
+    has been handed to the socket; ``on_written`` is called once every byte of it left this process;
+    ``before_last`` right before its last byte is handed to the transport, in the same step (a group
+    poll marks its connection then: ``link``)."""
 
-    __slots__ = ("status", "body", "content_type", "headers", "hold", "records", "on_written")
+    __slots__ = ("status", "body", "content_type", "headers", "hold", "records", "on_written", "before_last")
 
     def __init__(self, body: bytes = b"", status: int = 200, content_type: str | None = CT_JSON,
                  headers: dict[str, str] | None = None, hold: Any = None) -> None:
@@ -165,6 +169,7 @@ class Response:
         self.hold = hold
         self.records = 0  # for metrics: records a produce acknowledged or a fetch moved past
         self.on_written: Callable[[], None] | None = None
+        self.before_last: Callable[[], None] | None = None
 
     def release(self) -> None:
         """Drop the body and give its hold back (sent, or never to be sent)."""
@@ -321,7 +326,7 @@ def _match(parts: list[str], segs: list[str]) -> dict[str, str] | None:
 
 class App:
     """The client API: its router, the state its handlers share (by key), the access guard, the
-    request-body budget, and what to close when the server stops."""
+    request-body budget, how errors are answered, and what to close when the server stops."""
 
     def __init__(self) -> None:
         from ring.http_api.budget import BodyBudget
@@ -330,6 +335,8 @@ class App:
         self.guard: Any = None  # access.Guard when client authentication is on
         self.body_budget = BodyBudget()
         self.metrics: Any = None
+        # How a RingError is answered: ring's JSON (PolarStreams' ports answer theirs as text).
+        self.answer_error: Callable[[RingError], Response] = ring_error
         self.on_startup: list[Callable[[], Awaitable[None]]] = []  # once its server accepts
         self.on_cleanup: list[Callable[[], Awaitable[None]]] = []
         self._state: dict[Any, Any] = {}
