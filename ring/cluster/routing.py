@@ -303,6 +303,8 @@ class Routing(Broker):
             return None
         rep = self.replica(topic, partition)
         assert rep is not None
+        if offset is None or offset < rep.log.start_offset:
+            return None  # the earliest offset, or one below the local log: ranges may hold it (fetch)
         if self._leader_if_unheard_of(rep, offset) is not None:
             return None
         try:

@@ -38,6 +38,7 @@ from ring import limits
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unavailable
 from ring.http_api import codec
+from ring.http_api import web as front
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -48,7 +49,7 @@ def _json(doc: Any) -> web.Response:
     return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
 
-def _key(request: web.Request) -> tuple[str, int]:
+def _key(request: web.Request | front.Request) -> tuple[str, int]:
     raw = request.match_info["partition"]
     if not raw.isascii() or not raw.isdigit() or len(raw) > 10 or int(raw) > _INT32_MAX:
         raise BadRequest(f"partition must be a non-negative 32-bit integer, not {raw[:20]!r}")
@@ -72,7 +73,7 @@ def _int(request: web.Request, name: str, hi: int = _INT64_MAX) -> int:
 # --- the client route ---------------------------------------------------------------
 
 
-async def get_ranges(request: web.Request) -> web.Response:
+async def get_ranges(request: front.Request) -> front.Response:
     from ring.http_api.app import BROKER_KEY
 
     broker = request.app[BROKER_KEY]
@@ -80,7 +81,7 @@ async def get_ranges(request: web.Request) -> web.Response:
     describe = getattr(broker, "describe_ranges", None)
     if describe is None:
         raise Unavailable("a broker alone keeps every partition whole: it has no ranges")
-    return _json(await describe(topic, partition))
+    return front.json(await describe(topic, partition))
 
 
 ROUTES = [
@@ -88,9 +89,9 @@ ROUTES = [
 ]
 
 
-def register(app: web.Application) -> None:
+def register(app: front.App) -> None:
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        app.router.add(method, path, handler)
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
