@@ -297,6 +297,18 @@ async def test_head_answers_what_get_would_without_the_body(served) -> None:
     b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc",
     b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
     b"\r\n\r\nzz\r\n[1]\r\n0\r\n\r\n",
+    b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+    b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
+    b"\r\n\r\nFFFFFFFFFFFFFFFFFFFF\r\n[1]\r\n0\r\n\r\n",
+    b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc",
+    b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n",
+    b"GET /v1/status HTTP/1.1\r\nHost : x\r\n\r\n",
+    b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Fold: a\r\n b\r\n\r\n",
+    b"GET /v1/st atus HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v1/status\x7f HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET\t/v1/status HTTP/1.1\r\nHost: x\r\n\r\n",
 ])
 async def test_malformed_requests_get_400_and_the_connection_closes(served, raw: bytes) -> None:
     _, server = served
@@ -314,6 +326,19 @@ async def test_a_malformed_request_after_good_ones_gets_its_400_after_their_answ
     await c.send(_request_bytes("GET", "/v1/status") + b"GARBAGE\r\n\r\n")
     data = await asyncio.wait_for(c.reader.read(), 5)
     assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 400" in data
+
+
+async def test_a_framing_error_in_the_body_of_an_answered_request_gets_no_second_answer(served) -> None:
+    """Refused from its head (415), then its chunked body is not HTTP: one answer, then the connection closes."""
+    _, server = served
+    c = await Client.open(server.port)
+    await c.send(b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    head = await asyncio.wait_for(c.reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 415")
+    await c.send(b"zz\r\n[1]\r\n0\r\n\r\n")
+    rest = await asyncio.wait_for(c.reader.read(), 5)  # to EOF: the server closes
+    assert b"HTTP/1.1 " not in rest[rest.index(b"}") + 1:], rest
 
 
 # --- bounds, at and over ------------------------------------------------------------------------

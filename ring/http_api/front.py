@@ -223,6 +223,16 @@ class Connection(asyncio.Protocol):
         self.header_deadline = self.body_deadline = 0.0
         log.debug("protocol error %d: %s", status, message)
         ex = self.receiving
+        if ex is not None and ex.response is not None:
+            # Answered from its head while its body came (413, 415, ...): that answer is the only one
+            # this request gets; the bytes after it cannot be read, so the connection ends with it.
+            self.receiving = None
+            ex.keep_alive = ex.linger = False
+            if ex in self.queue:
+                self._pump()
+            else:
+                self.close()
+            return
         if ex is None or ex.response is not None or ex.state != RECEIVING:
             # Not a request: no method, no route (not counted as one by the metrics).
             ex = Exchange(Request("", "", "", web.Headers(), self.app, self, self.seq), False, self.front.now)
@@ -268,6 +278,10 @@ class Connection(asyncio.Protocol):
         self.header_deadline = 0.0
         front = self.front
         headers = self._headers
+        coding = dict.get(headers, "transfer-encoding")
+        if coding is not None and coding.rsplit(",", 1)[-1].strip().lower() != "chunked":
+            # Its body's length cannot be known (RFC 9112 6.3): 400 before anything is decided on its head.
+            raise HeadError(400, "a request's Transfer-Encoding must end with chunked")
         path, _, query = self._url.decode("latin-1").partition("?")
         if not path.startswith("/"):
             path = origin_path(path)
