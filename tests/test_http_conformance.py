@@ -4,17 +4,21 @@ The broker, client app and front ``ring serve`` runs are in this process on a
 loopback port; the requests are written, and the answers read, by h11 (an
 HTTP/1.1 implementation that shares no code with httptools or aiohttp) or as
 raw bytes where h11 would refuse to send them. Covered: keep-alive and
-``Connection: close``, HTTP/1.0, pipelined requests answered in order (a
-long-poll at the front of the line included), chunked request bodies,
-``Expect: 100-continue`` (granted, and refused with a final answer), HEAD,
-gzip request bodies, malformed request lines, headers and framing (400 and
-the connection closed), and each bound of the front at and just over it.
+``Connection: close`` (requests pipelined after it are not run), HTTP/1.0,
+pipelined requests answered in order (a long-poll at the front of the line
+included), chunked request bodies, ``Expect: 100-continue`` (granted, and
+refused with a final answer), HEAD (a fetch's included), gzip request
+bodies, malformed request lines, headers and framing (400 and the connection
+closed, one answer per request), and each bound of the front at and just
+over it: target, header line, head, body, NDJSON line, pipelined requests,
+connections, and the head, body, send and keep-alive deadlines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -159,6 +163,20 @@ async def test_connection_close_is_honoured_after_the_answer(served) -> None:
     assert await c.closed()
 
 
+async def test_requests_pipelined_after_connection_close_are_not_answered(served) -> None:
+    broker, server = served
+    c = await Client.open(server.port)
+    await c.send(_produce(b'"before"') + _produce(b'"last"', extra=[("Connection", "close")])
+                 + _produce(b'"after"'))
+    data = await asyncio.wait_for(c.reader.read(), 5)  # to EOF
+    assert data.count(b"HTTP/1.1 200") == 2 and data.count(b"HTTP/1.1 ") == 2, data
+    assert data.count(b"Connection: close") == 1 and data.rstrip().endswith(b"}")
+    c = await Client.open(server.port)
+    await c.send(_request_bytes("GET", "/v1/topics/t/partitions/0/messages?offset=0"))
+    assert [r["value"] for r in (await c.answer()).json()["records"]] == ["before", "last"]  # "after": never run
+    c.close()
+
+
 async def test_http_1_0_gets_one_answer_then_the_connection_closes(served) -> None:
     _, server = served
     c = await Client.open(server.port)
@@ -214,6 +232,47 @@ async def test_more_pipelined_requests_than_the_bound_are_all_answered(served, m
     c.close()
 
 
+async def test_reading_stops_past_the_pipelining_bound_and_goes_on_as_answers_leave(served, monkeypatch) -> None:
+    """Up to PIPELINED_REQUESTS_MAX requests waiting for their answers, a connection reads on; one more
+    and it reads nothing until half of them are answered."""
+    monkeypatch.setattr(limits, "PIPELINED_REQUESTS_MAX", 4)
+    _, server = served
+    bound = limits.PIPELINED_REQUESTS_MAX
+    c = await Client.open(server.port)
+    poll = _request_bytes("GET", "/v1/topics/t/partitions/1/messages?offset=0&wait_ms=5000")  # holds the line
+    await c.send(poll + b"".join(_request_bytes("GET", "/v1/status") for _ in range(bound - 1)))
+    conn = await _one_connection(server)
+    await _until(lambda: len(conn.queue) == bound)
+    assert not conn.reading_paused  # at the bound: still reading
+    await c.send(_request_bytes("GET", "/v1/status"))
+    await _until(lambda: len(conn.queue) == bound + 1)
+    assert conn.reading_paused  # over it: paused
+    await c.send(_request_bytes("GET", "/v1/topics/t/partitions/0/messages?offset=0"))  # stays unread
+    await asyncio.sleep(0.3)
+    assert len(conn.queue) == bound + 1
+    producer = await Client.open(server.port)
+    await producer.send(_produce(b'"wake"', partition=1))
+    assert (await producer.answer("POST")).status == 200
+    answers = [await c.answer() for _ in range(bound + 2)]
+    assert [r["value"] for r in answers[0].json()["records"]] == ["wake"]
+    assert [a.json()["status"] for a in answers[1:-1]] == ["ok"] * bound and answers[-1].status == 200
+    c.close()
+    producer.close()
+
+
+async def _one_connection(server: Server) -> Any:
+    await _until(lambda: len(server.connections) == 1)
+    (conn,) = server.connections
+    return conn
+
+
+async def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
 # --- bodies ------------------------------------------------------------------------------------
 
 
@@ -251,6 +310,18 @@ async def test_expect_100_continue(served) -> None:
                  b"Expect: 100-continue\r\nContent-Length: 5\r\n\r\n")
     data = await asyncio.wait_for(c.reader.read(), 5)
     assert data.startswith(b"HTTP/1.1 415") and b"100 Continue" not in data and b"Connection: close" in data
+    # a declared body over the route's bound: 413 before the body, no 100, and the connection closes
+    c = await Client.open(server.port)
+    await c.send(b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: ring\r\nContent-Type: application/json\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (limits.REQUEST_BYTES_MAX + 1))
+    data = await asyncio.wait_for(c.reader.read(), 5)
+    assert data.startswith(b"HTTP/1.1 413") and b"100 Continue" not in data and b"Connection: close" in data
+    # at the bound: 100 Continue
+    c = await Client.open(server.port)
+    await c.send(b"POST /v1/topics/t/messages HTTP/1.1\r\nHost: ring\r\nContent-Type: application/json\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % limits.REQUEST_BYTES_MAX)
+    assert await asyncio.wait_for(c.reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    c.close()
 
 
 async def test_gzip_bodies_and_their_bound(served) -> None:
@@ -280,6 +351,13 @@ async def test_head_answers_what_get_would_without_the_body(served) -> None:
     head = await c.answer("HEAD")
     assert head.status == 200 and head.body == b""
     assert head.headers["content-length"] == str(len(got.body)) and head.headers["content-type"] == "application/json"
+    await c.send(_produce(b'"h"'))
+    assert (await c.answer("POST")).status == 200
+    fetch = "/v1/topics/t/partitions/0/messages?offset=0"
+    await c.send(_request_bytes("GET", fetch) + _request_bytes("HEAD", fetch) + _request_bytes("GET", "/v1/status"))
+    got, head, after = await c.answer(), await c.answer("HEAD"), await c.answer()
+    assert got.status == head.status == 200 and head.body == b"" and after.json()["status"] == "ok"
+    assert head.headers["content-length"] == str(len(got.body)) and got.json()["records"][0]["value"] == "h"
     await c.send(_request_bytes("HEAD", "/v1/topics/nope-zz"))
     assert (await c.answer("HEAD")).status == 404
     c.close()
@@ -435,6 +513,43 @@ async def test_body_deadline_is_408(served, monkeypatch) -> None:
                  b"Content-Length: 10\r\n\r\n[1,")
     data = await asyncio.wait_for(c.reader.read(), 5)
     assert data.startswith(b"HTTP/1.1 408") and b"request_timeout" in data
+
+
+async def test_send_deadline_a_slow_reader_in_time_gets_it_all_one_past_it_is_cut_off(tmp_path: Path) -> None:
+    """A large answer taken slowly but within the send deadline arrives whole; one the client stops
+    taking is dropped with its connection once the deadline passes."""
+    send_s = 2.0
+    async with serving_alone(tmp_path / "data", "never", send_timeout_s=send_s) as (broker, server):
+        await broker.add_topic(TopicConfig(name="big", partitions=1, replication_factor=1))
+        value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
+        for _ in range(12):  # an answer larger than the socket buffers the kernel may give it (4 MiB)
+            await broker.produce_records("big", 0, [(None, None, value, None)], [len(value)], True, False, "one")
+        fetch = _request_bytes("GET", "/v1/topics/big/partitions/0/messages?offset=0&max_bytes=16777216",
+                               [("Accept", "application/vnd.ring.batches")])
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 18)  # the server waits on this reader
+        sock.connect(("127.0.0.1", server.port))
+        slow = Client(*await asyncio.open_connection(sock=sock))
+        await slow.send(fetch)
+        t0 = time.monotonic()
+        got = 0
+        while got < 12 * len(value):  # 256 KiB every 10 ms: about 0.5 s for 12 MiB
+            chunk = await asyncio.wait_for(slow.reader.read(1 << 18), 5)
+            assert chunk, f"cut off after {got} bytes"
+            got += len(chunk)
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - t0 > 0.3  # it was slow: the server waited on it
+        slow.close()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+        await asyncio.get_running_loop().sock_sendall(sock, fetch)
+        await _until(lambda: len(server.connections) == 1)
+        t0 = time.monotonic()
+        await _until(lambda: not server.connections, send_s + 3)  # never taken: cut off at the deadline
+        assert time.monotonic() - t0 > send_s * 0.5
+        sock.close()
 
 
 async def test_connections_at_and_over_the_bound(served) -> None:
