@@ -66,7 +66,7 @@ from ring.log import batch as batchfmt
 from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
 from ring.log.partition import PartitionLog
-from ring.replication import protocol
+from ring.replication import protocol, steps
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
@@ -248,6 +248,11 @@ class Broker:
             self._lock_fd = None
 
     @property
+    def closing(self) -> bool:
+        """Shutting down: no new work starts."""
+        return self._closing
+
+    @property
     def fsyncs(self) -> int:
         return self.commits.fsyncs
 
@@ -320,9 +325,7 @@ class Broker:
         try:
             self._save_catalog()
             for part in parts:
-                part.deleted = True
-                part.wake()
-                part.fail_waiters(UnknownTopic(f"topic {name!r} was deleted", topic=name))
+                steps.close(part, UnknownTopic(f"topic {name!r} was deleted", topic=name))
             for part in parts:
                 await self.commits.idle(part)
                 part.log.abandon()  # its files are about to go: no final fsync
@@ -556,12 +559,7 @@ class Broker:
         if dup is not None:  # a retry of batches written before: their offsets, nothing appended
             await self.make_durable(part, dup.base_offset + dup.count)
             return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
-        base = part.log.end_offset
-        count = 0
-        for b in batches:  # decoded (CRC checked) or built by this broker
-            count += part.log.append(b, part.epoch, checked=True).record_count
-        end = part.log.end_offset
-        assert end - base == count
+        base, end = steps.append_as_leader(part, batches)
         self.producers.appended(part, batches, base)
         self._appended(part)
         await self.make_durable(part, end)

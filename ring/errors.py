@@ -26,6 +26,7 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     +-- NotEnoughReplicas           503  too few live replicas (Retry-After)
     +-- Unavailable                 503  generic: shutting down, no leader ...
     |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
+    |   +-- NotLeader               503  this broker does not lead the partition (now); names the leader
     +-- RequestTimeout              504  outcome unknown
     +-- StorageError                500  the local disk failed (local's fault)
     +-- InsufficientStorage         507  a broker low on disk takes no new range
@@ -141,6 +142,12 @@ class ClockUnusable(Unavailable):
     """This broker's wall clock is too far from its peers' (or not compared yet) to stamp records with."""
 
     code = "clock_unusable"
+
+
+class NotLeader(Unavailable):
+    """This broker does not lead the partition (now): nothing was written; ``leader`` hints where to go."""
+
+    code = "not_leader"
 
 
 class RequestTimeout(RingError):

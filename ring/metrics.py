@@ -19,10 +19,10 @@ test process). Labels never take a raw path or an unchecked name: routes are
 templates, and a topic label is only set once the broker has answered 2xx for
 that topic, so a client cannot grow the series count by sending junk. Events
 only broker internals see are counted by that code calling
-``Metrics.election(result)``, ``Metrics.sent(follower, nbytes)`` and
-``Metrics.delivered(topics)`` (group polls); consumer
-group lag comes from ``Metrics.group_source`` (the groups this broker
-coordinates).
+``Metrics.sent(follower, nbytes)`` and ``Metrics.delivered(topics)`` (group
+polls), or read at scrape time (elections, from the node core's counts);
+consumer group lag comes from ``Metrics.group_source`` (the groups this
+broker coordinates).
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ class Metrics:
         self.produced: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
         self.fetched: dict[str, list[int]] = {}  # topic -> [requests, records, bytes]
         self.polled: dict[str, int] = {}  # topic -> records group polls handed to consumers
-        self.elections = {"won": 0, "lost": 0}
         self.replication_sent: dict[str, int] = {}  # follower -> bytes
         self.group_source: Callable[[], Iterable[GroupLag]] | None = None
         ProcessCollector(registry=self.registry)
@@ -115,11 +114,6 @@ class Metrics:
             self.registry.register(BrokerCollector(broker, self))
 
     # --- hooks for broker internals -------------------------------------------------------
-
-    def election(self, result: str) -> None:
-        """A leader election this broker ran ended: ``won`` or ``lost``."""
-        assert result in self.elections, result
-        self.elections[result] += 1
 
     def sent(self, follower: str, nbytes: int) -> None:
         """Stored batch bytes the replication sender handed to ``follower``'s link."""
@@ -224,7 +218,8 @@ class TrafficCollector:
         yield polled
         elections = CounterMetricFamily("ring_elections", "Leader elections this broker ran, by result",
                                         labels=["result"])
-        for result, n in m.elections.items():
+        core = getattr(m.broker, "core", None)
+        for result, n in (core.elections.counts if core is not None else {"won": 0, "lost": 0}).items():
             elections.add_metric([result], n)
         yield elections
         sent = CounterMetricFamily("ring_replication_sent_bytes", "Stored batch bytes sent to a follower",

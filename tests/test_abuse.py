@@ -169,6 +169,7 @@ async def test_forwarded_produces_over_the_bound_get_429(monkeypatch) -> None:
 
     async with make_session("s", timeout_s=2.0) as session:
         client = PeerClient("ring-0", "s", session)
+        await client.control.close()  # only the data session is used here
         stuck = [asyncio.create_task(client.forward_produce("ring-1", url, "t", 0, "one", [bytearray(b"x")]))
                  for _ in range(2)]
         await asyncio.sleep(0.2)

@@ -3,19 +3,18 @@ and membership's rule that a starting broker joins only once it has judged its c
 
 from __future__ import annotations
 
-import asyncio
 import random
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ring.clock import ManualClock
-from ring.cluster.membership import Membership, pack, unpack_message
 from ring.gossip.clocks import OK, OUT_OF_BOUNDS, UNKNOWN, WARNING, ClockOffsets, describe_ms, needed
 from ring.gossip.core import Syn
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
+from ring.node.core import NodeCore
+from ring.node.members import Members
+from ring.node.ready import ClockRead, GossipIn
 
 DAY_MS = 86_400_000
 WALL = 1_700_000_000_000  # our wall clock, ms
@@ -157,28 +156,24 @@ def test_describe():
     assert describe_ms(340) == "340 ms ahead"
 
 
-def _membership(name: str, root: Path, clock: ManualClock, seeds: list[str]) -> Membership:
+def _core(name: str, wall_ms: int, seeds: list[str]) -> NodeCore:
     ordinal = int(name.rpartition("-")[2])
     me = EndpointState(name, broker_token(ordinal), f"h:{10 * ordinal}", f"h:{10 * ordinal + 1}",
-                       generation=clock.wall_ms(), status="joining")
-    (root / name).mkdir()
-    return Membership(me, seeds, None, clock, random.Random(1), root / name)
+                       generation=wall_ms, status="joining")
+    members = Members(me, seeds, random.Random(1))
+    members.restore(None, None, 0.0)  # as a broker starts: its clock judged with no live peer yet
+    core = NodeCore(name, lambda t, p: None, lambda: [], True, random.Random(2), members)
+    core.step(0.0, ClockRead(wall_ms))
+    return core
 
 
-def test_a_starting_broker_reached_first_by_a_peer_stays_joining_until_it_has_measured_a_clock(tmp_path) -> None:
-    async def run() -> None:
-        peer = _membership("ring-1", tmp_path, ManualClock(WALL), ["h:1"])
-        skewed = _membership("ring-0", tmp_path, ManualClock(WALL + 8 * DAY_MS), ["h:11"])
-        try:
-            # The peer's exchange reaches it before its own: SYN, its ACK, the peer's ACK2. It now
-            # knows its seed and a live peer, and has measured no clock (only exchanges it starts do).
-            ack = skewed.handle(pack(Syn(peer.name, peer.core.state.digest()).to_wire()))
-            for out in peer.step("h:1", unpack_message(ack)):
-                skewed.handle(pack(out.message.to_wire()))
-            assert skewed.live_peers() == ["ring-1"]
-            assert skewed.clock_verdict.state == UNKNOWN and not skewed.joined
-        finally:
-            await skewed.close()
-            await peer.close()
-
-    asyncio.run(run())
+def test_a_starting_broker_reached_first_by_a_peer_stays_joining_until_it_has_measured_a_clock() -> None:
+    peer = _core("ring-1", WALL, ["h:1"])
+    skewed = _core("ring-0", WALL + 8 * DAY_MS, ["h:11"])
+    # The peer's exchange reaches it before its own: SYN, its ACK, the peer's ACK2. It now knows its
+    # seed and a live peer, and has measured no clock (only exchanges it starts do).
+    ack = skewed.step(0.1, GossipIn("h:11", Syn(peer.name, peer.members.gossip.state.digest()))).reply
+    for dst, ack2 in peer.step(0.1, GossipIn("h:1", ack)).sends:
+        skewed.step(0.1, GossipIn(dst, ack2))
+    assert skewed.members.live_peers(0.1) == ["ring-1"]
+    assert skewed.members.clock.verdict.state == UNKNOWN and not skewed.members.joined

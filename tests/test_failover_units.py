@@ -252,7 +252,7 @@ def _replica(tmp_path, me: str, leader: str | None, epoch: int = 1):
     log = PartitionLog(tmp_path / me, LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
     rep = Replica("t", 0, log, me, ["a", "b", "c"], epoch=epoch)
     rep.leader, rep.aligned = leader, leader is not None
-    from ring.cluster.watch import Watch
+    from ring.node.watch import Watch
     return rep, Watch(me, random.Random(1))
 
 

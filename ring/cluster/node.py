@@ -9,27 +9,27 @@ catalogue (last writer wins; a partition count never shrinks, see
 ``placement.catalog_change``) and announced to every live broker before the
 answer.
 
-Leadership is elected (``leadership.py``): produce goes to the partition's
-leader as this broker knows it (its own replica's, else gossip's claims),
-which appends and waits until the consistency level's number of voters hold
-the batches; any other broker frames the records and forwards them to the
-leader's peer port, following a ``not_leader`` answer's hint and waiting up
-to ``LEADER_WAIT_MS`` while an election runs. Unkeyed records go to a
-partition this broker leads, round-robin. Fetch: served by this broker's
-replica up to its high watermark (a follower knows the leader's from
-replication frames), else proxied to a live replica; a replica whose stored
-data failed a check proxies its reads while it is repaired (``ring.repair``).
-Describe shows this broker's own view: on a partition's leader,
-``replica_end_offsets`` holds every replica's acknowledged end; on a
-follower only its own (the others are null); where it holds no replica, the
-offsets are null.
+Leadership is elected (the node core, ``ring.node``, stepped by ``pump.py``):
+produce goes to the partition's leader as this broker knows it (its own
+replica's, else gossip's claims), which appends and waits until the
+consistency level's number of voters hold the batches; any other broker
+frames the records and forwards them to the leader's peer port, following a
+``not_leader`` answer's hint and waiting up to ``LEADER_WAIT_MS`` while an
+election runs. Unkeyed records go to a partition this broker leads, round-robin.
+Fetch: served by this broker's replica up to its high watermark (a
+follower knows the leader's from replication frames), else proxied to a live
+replica; a replica whose stored data failed a check proxies its reads while
+it is repaired (``ring.repair``). Describe shows this broker's own view: on a
+partition's leader, ``replica_end_offsets`` holds every replica's
+acknowledged end; on a follower only its own (the others are null); where it
+holds no replica, the offsets are null.
 
 A starting broker answers 503 to client requests until membership says it
 has joined (``Membership.joined``), so no broker places partitions on a ring
 it has not seen yet (nor stamps records with a clock it has not compared).
 Membership's judgement of this broker's clock sets ``clock_refusal``: out of
 bounds, or not compared, the broker stamps no record, applies no retention by
-age and (``ring.cluster.watch``) leads no partition.
+age and (``ring.node.watch``) leads no partition.
 """
 
 from __future__ import annotations
@@ -47,19 +47,22 @@ from ring.broker import Broker, BrokerConfig, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster import placement
-from ring.cluster.leadership import Leadership
 from ring.cluster.membership import Membership
-from ring.cluster.peers import PeerClient, make_session
+from ring.cluster.peers import PeerClient
 from ring.cluster.routing import Routing
-from ring.errors import Conflict, RingError, Unavailable
+from ring.errors import Conflict, Unavailable
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.fsync import write_atomically
 from ring.ranges.manager import Ranges
+from ring.cluster.pump import NodePump
+from ring.node import ready as msg
+from ring.node.core import NodeCore
+from ring.node.members import Members
+from ring.node.ready import Ready
 from ring.repair.driver import Repair
 from ring.replication import steps
-from ring.replication.leader import Streams
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
@@ -94,16 +97,16 @@ class ClusterBroker(Routing, Broker):
         peer_port = config.peer_port if config.peer_port is not None else config.port + 1
         self.peer_addr = f"{config.advertise or config.peer_host}:{peer_port}"
         self.membership: Membership | None = None
-        self.streams: Streams | None = None
+        self.core: NodeCore | None = None  # ring.node: made in open(), once our address is known
+        self.pump: NodePump | None = None
+        self.commits.on_durable = self._durable
         self.peers: PeerClient | None = None
         self.session: aiohttp.ClientSession | None = None
-        self.leadership = Leadership(self)
-        self.repair = Repair(self)
+        self.repair = Repair(self, config.repair_interval_s)
         self.ranges = Ranges(self)
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
-        self._start_catchups: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     def bind(self, client_port: int, peer_port: int) -> None:
         """The ports actually listened on (port 0 picks one): what gossip advertises. Before open()."""
@@ -119,12 +122,12 @@ class ClusterBroker(Routing, Broker):
         me = EndpointState(self.name, self.token, self.client_addr, self.peer_addr,
                            generation=self.clock.wall_ms(), status="joining")
         seeds = [s.strip() for s in self.config.seeds if s.strip()]
-        self.membership = Membership(me, seeds, self.config.cluster_secret, self.clock, self.rng, self.data_dir,
-                                     on_change=self._cluster_changed, load=self._load,
-                                     down_grace_s=self.config.down_grace_s, tls=self.config.tls,
-                                     max_clock_offset_ms=self.config.max_clock_offset_ms,
-                                     on_clock=self._clock_changed)
-        self._clock_changed(self.membership.clock_verdict)
+        members = Members(me, seeds, random.Random(self.rng.random()), self.config.down_grace_s,
+                          self.config.max_clock_offset_ms)
+        self.core = NodeCore(self.name, self.replica, self.replicas, self.config.fsync.mode != "always",
+                             random.Random(self.rng.random()), members)
+        self.membership = Membership(members, self.clock, self.data_dir, self.step, tls=self.config.tls)
+        self._clock_changed(members.clock.verdict)
         if not self.membership.topics():
             for cfg in self.catalog:  # topics on disk while gossip's saved state holds none: they join it
                 self.membership.put_topic(cfg.name, cfg.to_json())
@@ -135,42 +138,35 @@ class ClusterBroker(Routing, Broker):
     async def start(self) -> None:
         await super().start()
         assert self.membership is not None
-        self.session = make_session(self.config.cluster_secret, self.config.tls)  # TLS, secret, identity
-        self.peers = PeerClient(self.name, self.config.cluster_secret, self.session)
-        self.streams = Streams(self.name, self.config.cluster_secret, self.clock, self.session,
-                               self.membership.peer_url, self.replica, on_newer_epoch=self._newer_epoch,
-                               on_damage=self.damaged, on_sent=self._replicated_bytes,
-                               on_peer_start=self._peer_start)
-        await self.membership.start()
+        self.peers = PeerClient(self.name, self.config.cluster_secret, tls=self.config.tls,
+                                peer_url=self.membership.peer_url)  # TLS, secret, identity
+        self.session = self.peers.session
+        assert self.core is not None
+        self.pump = NodePump(self.core, self.clock, self.peers, on_damaged=self.repair.fix,
+                             on_sent=self._replicated_bytes, on_write=self.membership.write,
+                             on_gossip=self.membership.send, on_cluster=self._cluster_changed,
+                             on_clock=self._clock_changed, wait_idle=self.commits.idle)
+        self.membership.start(self.peers)
         self._tasks.append(asyncio.create_task(self._hw_checkpoint_loop(), name="hw checkpoint"))
         await self._reconcile()
-        self.leadership.start()
+        self.pump.tick()
         self.repair.start()
         self.ranges.start()
 
     async def close(self) -> None:
         self.begin_shutdown()
-        await self.leadership.close()
         await self.repair.close()
         await self.ranges.close()
         if self._reconcile_task is not None:
             self._reconcile_task.cancel()
-        for task in list(self._start_catchups.values()):
-            task.cancel()
-        if self.streams is not None:
-            await self.streams.close()
+        if self.pump is not None:
+            await self.pump.close()
         if self.membership is not None:
             await self.membership.close()
-        if self.session is not None:
-            await self.session.close()
+        if self.peers is not None:
+            await self.peers.close()
         self._save_hws()
         await super().close()
-
-    def _load(self) -> dict[str, Any]:
-        parts = self.replicas()
-        return {"disk_bytes": sum(r.log.size_bytes for r in parts),
-                "partitions_led": sum(1 for r in parts if r.is_leader), "replicas": len(parts),
-                **self.ranges.load()}
 
     def replicas(self) -> list[Replica]:
         return [r for ps in self._parts.values() for r in ps.values()]
@@ -180,11 +176,8 @@ class ClusterBroker(Routing, Broker):
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
         """Placed here, plus partitions this broker still leads elsewhere (it hands them over first)."""
         assert self.membership is not None
-        held = placement.held(self.membership.ring, cfg, self.name)
-        for p, rep in self._parts.get(cfg.name, {}).items():
-            if p not in held and rep.is_leader:
-                held[p] = self._replicas(cfg, p)
-        return held
+        leading = [p for p, rep in self._parts.get(cfg.name, {}).items() if rep.is_leader]
+        return placement.held_here(self.membership.ring, cfg, self.name, leading)
 
     def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:
         assert self.membership is not None
@@ -192,13 +185,9 @@ class ClusterBroker(Routing, Broker):
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         rep = super()._open_partition(cfg, p, replicas)
-        ballot, voters = steps.load_state(rep.log.directory)
-        rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
-        rep.voters = voters if voters else list(replicas)
-        rep.leader = None  # elected, never assumed: this replica may have lost a tail or missed an election
-        rep.aligned = False
-        rep.caught_up = rep.log.clean_shutdown and self.previous_shutdown_clean
-        rep.on_hw = self._hw_moved
+        steps.restore(rep, rep.log.clean_shutdown and self.previous_shutdown_clean)
+        assert self.core is not None
+        self.core.adopt(rep)
         if not rep.caught_up:
             log.info("%s/%d came back from an unclean shutdown: not electable until it has caught up",
                      cfg.name, p)
@@ -207,7 +196,7 @@ class ClusterBroker(Routing, Broker):
     def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         return None if len(replicas) == 1 else self._hw_saved.get((topic, p), 0)
 
-    def _cluster_changed(self, ring_changed: bool, topics_changed: bool) -> None:
+    def _cluster_changed(self) -> None:
         if self._closing:
             return
         if self._reconcile_task is None or self._reconcile_task.done():
@@ -239,86 +228,65 @@ class ClusterBroker(Routing, Broker):
             for cfg in self.catalog:
                 await self._replace(cfg)
             self._assign_streams()
-        self.leadership.notify()
+        if self.pump is not None:
+            self.pump.notify()
 
     async def _replace(self, cfg: TopicConfig) -> None:
         """Open the partitions of ``cfg`` placement gives us, close the ones it took away."""
-        held, open_ = self._held(cfg), self._parts.setdefault(cfg.name, {})
-        for p, rep in list(open_.items()):
-            if p not in held:
-                log.info("%s/%d is no longer placed here; closing it (its data stays)", cfg.name, p)
-                del open_[p]
-                rep.deleted = True
-                rep.wake()
-                rep.fail_waiters(Unavailable(f"{cfg.name}/{p} moved to other brokers"))
-                await self.commits.idle(rep)
-                rep.log.close()
-            elif rep.replicas != held[p]:
-                rep.set_placement(held[p])
-        for p, replicas in held.items():
-            if p not in open_:
-                self._open_partition(cfg, p, replicas)
+        open_ = self._parts.setdefault(cfg.name, {})
+        plan = placement.replacement(self._held(cfg), {p: rep.replicas for p, rep in open_.items()})
+        for p in plan.close:
+            log.info("%s/%d is no longer placed here; closing it (its data stays)", cfg.name, p)
+            rep = open_.pop(p)
+            steps.close(rep, Unavailable(f"{cfg.name}/{p} moved to other brokers"))
+            await self.commits.idle(rep)
+            rep.log.close()
+        for p, replicas in plan.moved.items():
+            open_[p].set_placement(replicas)
+        for p, replicas in plan.open.items():
+            self._open_partition(cfg, p, replicas)
 
     def _assign_streams(self) -> None:
-        if self.streams is None:
-            return
-        wanted: dict[str, set[tuple[str, int]]] = {}
-        for rep in self.replicas():
-            if rep.is_leader:
-                for f in rep.members():
-                    if f != self.name:
-                        wanted.setdefault(f, set()).add((rep.topic, rep.index))
-        self.streams.assign(wanted)
+        self.step(msg.PlacementChanged())
 
-    def leadership_changed(self, rep: Replica) -> None:
-        """Who leads ``rep`` (or its epoch, or its voters) changed here: links, waiters, placement."""
-        self._assign_streams()
-        self.leadership.notify()
-        if not rep.is_leader and self.name not in rep.replicas and not self._closing:
-            self._cluster_changed(True, False)  # a partition placed elsewhere that we no longer lead: close it
+    def step(self, message: object) -> Ready:
+        """Step the node core (``ring.node``) and carry out its Ready; before start, only step it."""
+        if self.pump is not None:
+            return self.pump.step(message)
+        return self.core.step(self.clock.monotonic(), message)
+
+    def leader_of(self, topic: str, partition: int) -> str | None:
+        """The leader as this broker knows it: its own replica's, or the newest live claim in gossip."""
+        return self.core.leader_of(topic, partition)
 
     def _replicated_bytes(self, follower: str, nbytes: int) -> None:
         if self.metrics is not None:  # installed by the HTTP app
             self.metrics.sent(follower, nbytes)
 
-    def _newer_epoch(self, rep: Replica, epoch: int) -> None:
-        if steps.adopt_epoch(rep, epoch):
-            self.leadership_changed(rep)
-
     def damaged(self, rep: Replica, offset: int) -> None:
-        self.repair.damaged(rep, offset)
+        self.step(msg.Damaged(rep, offset))
 
-    def _hw_moved(self, rep: Replica) -> None:
-        if rep.is_leader and self.streams is not None:
-            self.streams.notify(rep)
+    def repaired(self, rep: Replica) -> None:
+        self.step(msg.Repaired(rep))
+
+    def _durable(self, part: Replica, end: int) -> None:
+        self.step(msg.Durable(part, end))
+
+    def sync_soon(self, part: Replica) -> asyncio.Future[None]:
+        return self.commits.sync_soon(part)
 
     def _appended(self, part: Replica) -> None:
-        if self.streams is not None:
-            self.streams.notify(part)
+        self.step(msg.Appended(part))
+
+    def begin_shutdown(self) -> None:
+        if self.core is not None:
+            self.core.closing = True
+        super().begin_shutdown()
 
     # --- the log start offset and the clock ------------------------------------------------
 
     def _start_moved(self, part: Replica) -> None:
-        if self.streams is not None:
-            self.streams.notify(part)  # an hw frame carries the new start to each follower
-
-    def _peer_start(self, rep: Replica) -> None:
-        """A follower's log starts past ours: move up to it (after any running fsync), once at a time."""
-        key = (rep.topic, rep.index)
-        if key in self._start_catchups or self._closing:
-            return
-
-        async def catch_up() -> None:
-            try:
-                await self.commits.idle(rep)
-                if not rep.deleted and steps.lead_start(rep):
-                    self._start_moved(rep)
-            except (OSError, RingError) as exc:
-                log.error("%s/%d: moving the log start up to a follower's failed: %s", rep.topic, rep.index, exc)
-            finally:
-                self._start_catchups.pop(key, None)
-
-        self._start_catchups[key] = asyncio.create_task(catch_up(), name=f"log start {rep.topic}/{rep.index}")
+        self.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower
 
     def _retained_elsewhere(self, part: Replica) -> bool:
         return self.ranges.retains(part)
@@ -336,11 +304,12 @@ class ClusterBroker(Routing, Broker):
         self.clock_refusal = None if verdict.usable else (
             f"the clock of {self.name} is not used now ({verdict.state}): {verdict.reason}. Produce through another "
             "broker, or send batches with the client's timestamps")
-        self.leadership.notify()
+        if self.pump is not None:
+            self.pump.notify()
 
     def refresh_clock(self) -> None:
-        if self.membership is not None:
-            self.membership.watch_clock_steps()
+        if self.core is not None:
+            self.step(msg.ClockRead(self.clock.wall_ms()))
 
     # --- high watermark checkpoints ------------------------------------------------------
 
@@ -393,10 +362,10 @@ class ClusterBroker(Routing, Broker):
 
     async def _elect_new_partitions(self, cfg: TopicConfig) -> None:
         """Stand now for the new partitions where this broker is first in line; return once all have leaders."""
-        self.leadership.tick()
-        if self.streams is not None:
-            self.streams.reprobe()
-        await self.leadership.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
+        assert self.pump is not None and self.core is not None
+        self.pump.carry_out(self.core.stand_now(self.clock.monotonic()))
+        self.step(msg.Reprobe())
+        await self.pump.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
 
     async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
         """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
@@ -423,8 +392,8 @@ class ClusterBroker(Routing, Broker):
         await self.membership.announce()
 
     def _describe_partition(self, cfg: TopicConfig, p: int) -> dict[str, Any]:
-        leader = self.leadership.leader_of(cfg.name, p)
         rep = self._parts.get(cfg.name, {}).get(p)
+        leader = self.leader_of(cfg.name, p)
         if rep is not None:
             doc = super()._describe_partition(cfg, p)
             doc["leader"] = leader
@@ -454,26 +423,15 @@ class ClusterBroker(Routing, Broker):
             doc["status"] = "joining"
         doc.update({"token": self.token, "client_addr": self.client_addr, "peer_addr": self.peer_addr,
                     "cluster_secret_set": bool(self.config.cluster_secret)})
-        if self.streams is not None:
-            doc["replication"] = self.streams.describe()
+        if self.pump is not None:
+            doc["replication"] = self.pump.describe()
         reps = self.replicas()
         doc["leadership"] = {"led": sum(r.is_leader for r in reps), "leaderless": sum(r.leader is None for r in reps),
                              "behind": sum(not r.caught_up for r in reps), "repairing": self.repair.describe()}
-        if self.membership is not None:
-            doc["clock"] = self._clock_status()
+        if self.core is not None:
+            doc["clock"] = self.core.members.clock.status(self.clock.monotonic())
         doc["ranges"] = self.ranges.status()
         return doc
-
-    def _clock_status(self) -> dict[str, Any]:
-        assert self.membership is not None
-        v, offsets = self.membership.clock_verdict, self.membership.clocks
-        peers = offsets.fresh(self.clock.monotonic())
-        return {"state": v.state, "offset_ms": None if v.offset_ms is None else round(v.offset_ms),
-                "uncertainty_ms": None if v.uncertainty_ms is None else round(v.uncertainty_ms),
-                "max_offset_ms": offsets.max_offset_ms, "warn_offset_ms": offsets.warn_offset_ms,
-                "message": v.reason, "peers": {n: {"offset_ms": round(o.offset_ms),
-                                                   "uncertainty_ms": round(o.uncertainty_ms)}
-                                               for n, o in peers.items()}}
 
     def cluster(self) -> dict[str, Any]:
         if self.membership is None:

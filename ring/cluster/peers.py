@@ -1,29 +1,36 @@
-"""Requests one broker makes to another on a client's behalf: forwarded produces and proxied reads.
+"""Every request one broker makes to another, through one client: ``PeerClient``.
 
-A produce for a partition led elsewhere goes to the leader's peer port
-(``POST /peer/v1/produce``, the framed batches as the body, the cluster
-secret in a header); reads of a partition this broker holds no replica of go
-to a live replica's client port. A peer's error answer is raised again here
-with its status, code and fields (``Relayed``), so the client sees what the
-leader said. A connection that fails before the request was sent is a 503
-(nothing happened); one that fails after is a 504 for a produce (the leader
-may have appended: the outcome is unknown).
+The client holds two sessions from ``make_session``: a control session for
+the small messages failover rides on (gossip, votes, transfers, repair's
+checksums and resyncs), so they never queue behind forwarded produces, and a
+data session for forwarded produces, proxied reads, relays to another
+broker's client port and replication links. A request hook stamps every
+request with the cluster secret, this broker's name (``Ring-Broker``) and,
+when it is made while serving a client, that client's identity
+(``Ring-Principal``, from ``auth.CURRENT``), so the other broker acts for the
+same client without seeing its token. With TLS both connect with
+``TlsConfig.outgoing_context`` (the peer CA checks the other broker and our
+certificate is shown).
 
-Every request one broker makes to another goes through a session from
-``make_session``: with TLS it connects with ``TlsConfig.outgoing_context``
-(the peer CA checks the other broker and our certificate is shown), and a
-request hook stamps each request with the cluster secret and, when it is
-made while serving a client, that client's identity (``Ring-Principal``,
-from ``auth.CURRENT``), so the other broker acts for the same client
-without seeing its token. At most ``FORWARDS_IN_FLIGHT_MAX`` produces are
-forwarded at once; beyond that a client gets 429 and retries.
+Errors are mapped here, once:
+
+* control requests (``call``) answer the body of a 2xx, or None when the
+  peer is unknown, unreachable, slow past the call's timeout or answers
+  otherwise: the protocol cores treat a missing answer as a lost message;
+* a forwarded produce (``POST /peer/v1/produce``) or a client-port request
+  answered with an error raises it again with its status, code and fields
+  (``Relayed``), so the client sees what the other broker said; a connection
+  that fails before the request was sent is a 503 (nothing happened), one
+  that fails after is a 504 for a produce (the leader may have appended: the
+  outcome is unknown). At most ``FORWARDS_IN_FLIGHT_MAX`` produces are
+  forwarded at once; beyond that a client gets 429 and retries.
 """
 
 from __future__ import annotations
 
 import logging
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 import orjson
@@ -35,7 +42,7 @@ from ring.tls import PLAINTEXT, TlsConfig
 log = logging.getLogger("ring.cluster")
 
 H_SECRET = "Ring-Cluster-Secret"  # every peer request: the shared cluster secret
-H_BROKER = "Ring-Broker"
+H_BROKER = "Ring-Broker"  # every peer request: the sending broker's name
 H_PRINCIPAL = "Ring-Principal"
 H_HIGH_WATERMARK = "Ring-High-Watermark"
 # A gossip exchange's answer: the answering broker's wall clock, ms since the epoch (its sender
@@ -44,6 +51,11 @@ H_HIGH_WATERMARK = "Ring-High-Watermark"
 H_WALL_MS = "Ring-Wall-Ms"
 CT_BATCH = "application/vnd.ring.batch"
 CT_BATCHES = "application/vnd.ring.batches"
+CT_MSGPACK = "application/msgpack"
+# Control answers (gossip, votes, checksums) are read up to this many bytes.
+CONTROL_ANSWER_BYTES_MAX = limits.GOSSIP_MESSAGE_BYTES_MAX + 1
+# Connections of the control session: one exchange per peer at a time, a few votes beside.
+CONTROL_CONNECTIONS_MAX = 32
 
 
 class Relayed(RingError):
@@ -72,7 +84,7 @@ async def _raise_for(resp: aiohttp.ClientResponse, who: str) -> None:
 
 
 def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S,
-                 connections_max: int = limits.PEER_CONNECTIONS_MAX) -> aiohttp.ClientSession:
+                 connections_max: int = limits.PEER_CONNECTIONS_MAX, name: str | None = None) -> aiohttp.ClientSession:
     """A session for talking to other brokers (either port); see the module's docstring."""
 
     async def stamp(_session: aiohttp.ClientSession, _ctx: SimpleNamespace,
@@ -80,6 +92,8 @@ def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: floa
         headers = params.headers  # the very headers the request is about to send
         if H_SECRET not in headers:
             headers[H_SECRET] = secret or ""
+        if name is not None and H_BROKER not in headers:
+            headers[H_BROKER] = name
         principal = auth.current()
         if principal is not None and H_PRINCIPAL not in headers:
             headers[H_PRINCIPAL] = principal.to_header()
@@ -93,11 +107,59 @@ def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: floa
 
 
 class PeerClient:
-    def __init__(self, name: str, secret: str | None, session: aiohttp.ClientSession) -> None:
+    """See the module's docstring. ``peer_url`` maps a broker's name to its peer port's URL."""
+
+    def __init__(self, name: str, secret: str | None, session: aiohttp.ClientSession | None = None,
+                 tls: TlsConfig = PLAINTEXT, peer_url: Callable[[str], str | None] = lambda name: None) -> None:
         self.name = name
-        self.secret = secret
-        self.session = session
+        self.scheme = tls.scheme
+        self.peer_url = peer_url
+        self.session = session if session is not None else make_session(secret, tls, name=name)
+        self.control = make_session(secret, tls, limits.GOSSIP_REQUEST_TIMEOUT_S, CONTROL_CONNECTIONS_MAX, name)
         self.forwards_in_flight = 0
+
+    async def close(self) -> None:
+        await self.control.close()
+        await self.session.close()
+
+    # --- control messages ---------------------------------------------------------------
+
+    async def call(self, peer: str, path: str, body: bytes = b"", params: dict[str, str] | None = None,
+                   method: str = "POST", timeout_s: float = limits.VOTE_REQUEST_TIMEOUT_S) -> bytes | None:
+        """A control request to broker ``peer``'s peer port: the answer's body, or None (see the module)."""
+        url = self.peer_url(peer)
+        return None if url is None else (await self.call_url(url, path, body, params, method, timeout_s))[0]
+
+    async def call_url(self, url: str, path: str, body: bytes = b"", params: dict[str, str] | None = None,
+                       method: str = "POST", timeout_s: float = limits.VOTE_REQUEST_TIMEOUT_S,
+                       answer_header: str | None = None) -> tuple[bytes | None, str | None]:
+        """A control request to ``url``: the answer's body (None, see the module), and the answer's
+        ``answer_header``."""
+        headers = {"Content-Type": CT_MSGPACK} if body else None
+        try:
+            async with self.control.request(method, url + path, data=body or None, params=params, headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                raw = await resp.content.read(CONTROL_ANSWER_BYTES_MAX)
+                if resp.status >= 300:
+                    log.debug("%s%s answered %d: %s", url, path, resp.status, raw[:200])
+                    return None, None
+                return raw, resp.headers.get(answer_header) if answer_header else None
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.debug("%s%s: %r", url, path, exc)
+            return None, None
+
+    def addr_url(self, addr: str) -> str:
+        """The URL of a peer port known only by its address (gossip's seeds)."""
+        return f"{self.scheme}://{addr}"
+
+    # --- replication links ---------------------------------------------------------------
+
+    def ws_connect(self, url: str, path: str, protocols: tuple[str, ...]) -> Any:
+        """A replication link's websocket (an async context manager), offering ``protocols``."""
+        return self.session.ws_connect(url + path, heartbeat=limits.REPLICATION_HEARTBEAT_S,
+                                       max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX, protocols=protocols)
+
+    # --- on a client's behalf ------------------------------------------------------------
 
     async def forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
                               batches: list[bytearray]) -> dict[str, Any]:
@@ -112,11 +174,10 @@ class PeerClient:
 
     async def _forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
                                batches: list[bytearray]) -> dict[str, Any]:
-        headers = {H_SECRET: self.secret or "", H_BROKER: self.name, "Content-Type": CT_BATCH}
         params = {"topic": topic, "partition": str(partition), "consistency": level}
         try:
-            async with self.session.post(f"{peer_url}/peer/v1/produce", params=params, headers=headers,
-                                         data=b"".join(batches)) as resp:
+            async with self.session.post(f"{peer_url}/peer/v1/produce", params=params,
+                                         headers={"Content-Type": CT_BATCH}, data=b"".join(batches)) as resp:
                 await _raise_for(resp, leader)
                 return orjson.loads(await resp.read())
         except aiohttp.ClientConnectorError as exc:

@@ -65,6 +65,33 @@ def held(ring: Ring, cfg: TopicConfig, name: str) -> dict[int, list[str]]:
     return {p: replicas for p, replicas in enumerate(preference_lists(ring, cfg)) if name in replicas}
 
 
+def held_here(ring: Ring, cfg: TopicConfig, name: str, leading: Iterable[int]) -> dict[int, list[str]]:
+    """What broker ``name`` holds of ``cfg``: the partitions placed on it, plus those it still leads
+    though placed elsewhere (it hands them over before it lets them go)."""
+    lists = preference_lists(ring, cfg)
+    out = {p: replicas for p, replicas in enumerate(lists) if name in replicas}
+    for p in leading:
+        if p not in out and p < len(lists):
+            out[p] = lists[p]
+    return out
+
+
+@dataclass(frozen=True)
+class Replacement:
+    close: list[int]  # open here, no longer held: close (the data stays)
+    moved: dict[int, list[str]]  # open here with a new preference list
+    open: dict[int, list[str]]  # held, not open yet
+
+
+def replacement(held: Mapping[int, list[str]], open_: Mapping[int, Sequence[str]]) -> Replacement:
+    """What the open partitions of a topic must do to match what is held (``open_``: partition ->
+    its preference list as the open replica knows it)."""
+    close = [p for p in open_ if p not in held]
+    moved = {p: list(held[p]) for p, replicas in open_.items() if p in held and list(replicas) != held[p]}
+    new = {p: list(r) for p, r in held.items() if p not in open_}
+    return Replacement(close, moved, new)
+
+
 @dataclass(frozen=True)
 class CatalogChange:
     remove: list[str]  # topics to drop locally (deleted, or replaced by a new incarnation)

@@ -32,27 +32,24 @@ from ring import limits
 from ring.broker import Broker, FetchResult, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
-from ring.errors import NotEnoughReplicas, RingError, StorageError, Unavailable, UnknownPartition
+from ring.errors import NotLeader, RingError, StorageError, Unavailable, UnknownPartition
 from ring.http_api import answer
-from ring.replication import election, protocol
+from ring.node.ready import AwaitAcks
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.replica import Replica
 
 T = TypeVar("T")
 
 
-class NotLeader(Unavailable):
-    """This broker does not lead the partition (now): nothing was written; ``leader`` hints where to go."""
-
-    code = "not_leader"
-
-
 class Routing(Broker):
     # Provided by ClusterBroker.
+    core: Any
+    step: Any
+    leader_of: Any
     membership: Any
     peers: Any
-    leadership: Any
     ranges: Any  # ring.ranges.manager.Ranges
+    pump: Any
     rng: Any
     name: str
     _statuses_seen: tuple[float, dict[str, str]] | None = None  # (loop time, broker -> status)
@@ -82,8 +79,8 @@ class Routing(Broker):
         rep = self.replica(cfg.name, p)
         if rep is None or not rep.is_leader or rep.frozen:
             return None
-        needed = protocol.check_alive(cfg.name, p, protocol.count_alive(rep.voters, self._status_of), rep.rf, level)
-        return self.turn.add(rep, batches, needed, level)
+        needed = self.core.admit(self.clock.monotonic(), rep, cfg.name, p, level)
+        return None if needed is None else self.turn.add(rep, batches, needed, level)
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """Leadership moved before the turn's write: nothing was written, so the produce goes the
@@ -115,20 +112,6 @@ class Routing(Broker):
         n = next(self._round_robin.setdefault(cfg.name, itertools.count()))
         return led[n % len(led)] if led else n % cfg.partitions
 
-    def _status_of(self, name: str) -> str:
-        """Gossip's status of a broker, worked out once per loop turn (a phi per follower per produce
-        was a tenth of a leader's work; within a turn nothing gossip hears can change it)."""
-        if name == self.name:
-            return "up"
-        turn = asyncio.get_running_loop().time()  # uvloop's clock moves once per turn; asyncio's each call
-        seen = self._statuses_seen
-        if seen is None or seen[0] != turn:
-            seen = self._statuses_seen = (turn, {})
-        status = seen[1].get(name)
-        if status is None:
-            status = seen[1][name] = self.membership.status(name)
-        return status
-
     def _voters(self, cfg: TopicConfig, p: int) -> list[str]:
         rep = self.replica(cfg.name, p)
         return rep.voters if rep is not None else self._replicas(cfg, p)
@@ -138,23 +121,19 @@ class Routing(Broker):
         deadline = self.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
         hint: str | None = None
         while True:
-            leader = hint or self.leadership.leader_of(cfg.name, p)
+            leader = hint or self.leader_of(cfg.name, p)
             hint = None
             try:
-                if leader == self.name:
+                to = leader
+                if to is None or to != self.name and not self.membership.alive(to):
+                    to = self.core.route(self.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level)
+                if to == self.name:
                     return await self.produce_as_leader(cfg.name, p, batches, level)
-                if leader is not None and self.membership.alive(leader):
-                    url = self.membership.peer_url(leader)
+                if to is not None:
+                    url = self.membership.peer_url(to)
                     assert url is not None
-                    doc = await self.peers.forward_produce(leader, url, cfg.name, p, level, batches)
+                    doc = await self.peers.forward_produce(to, url, cfg.name, p, level, batches)
                     return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
-                voters = self._voters(cfg, p)
-                alive, needed = protocol.count_alive(voters, self._status_of), election.majority(len(voters))
-                if alive < needed:  # no election can win: say so at once
-                    raise NotEnoughReplicas(
-                        f"{cfg.name}/{p} has no live leader and {alive} of {len(voters)} replicas are alive; "
-                        f"electing one needs {needed}", topic=cfg.name, partition=p, alive=alive, needed=needed,
-                        replication_factor=len(voters), consistency=level)
                 why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
@@ -167,42 +146,37 @@ class Routing(Broker):
                 raise Unavailable(f"{why} (an election may be running); retry", topic=cfg.name, partition=p,
                                   leader=leader)
             if hint is None:
-                await self.leadership.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+                await self.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
         """Append as the leader once enough voters are alive; answer once enough hold the batches."""
         self._check_joined()
         rep = self.replica(topic, p)
         deadline = self.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
-        while rep is not None and rep.is_leader and rep.frozen and self.clock.monotonic() < deadline:
-            await self.leadership.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
-        self._check_leading(rep, topic, p)
+        while (needed := self.core.admit(self.clock.monotonic(), rep, topic, p, level)) is None:
+            if self.clock.monotonic() >= deadline:  # the hand-off outlived its own bound: a bug; say not leader
+                self.core.check_leading(None, topic, p)
+            await self.pump.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
+            rep = self.replica(topic, p)
         assert rep is not None
-        needed = protocol.check_alive(topic, p, protocol.count_alive(rep.voters, self._status_of), rep.rf, level)
         result = await self._append(rep, batches)
         end = result.base_offset + result.count
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.step(AwaitAcks(acked, rep, end, needed, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
         try:
-            await rep.wait_replicas(end, needed, limits.REPLICATION_ACK_TIMEOUT_MS / 1000)
+            await acked
         except TimeoutError:
             raise ack_timeout(rep, result.base_offset, end, needed, level) from None
         return result
 
-    def _check_leading(self, rep: Replica | None, topic: str, p: int) -> None:
-        if rep is None or not rep.is_leader or rep.frozen or rep.deleted:
-            hint = self.leadership.leader_of(topic, p)
-            raise NotLeader(f"{self.name} does not lead {topic}/{p} now (leader: {hint}); retry",
-                            topic=topic, partition=p, leader=hint if hint != self.name else None)
-
     def check_writable(self, part: Replica) -> None:
         """The leader's append path: writable, and still leading (no await from here to the append)."""
         super().check_writable(part)
-        self._check_leading(part, part.topic, part.index)
+        self.core.check_leading(part, part.topic, part.index)
 
     async def wait_idle(self, part: Replica) -> None:
-        """The follower's path before a sync frame (which may truncate): no fsync runs on the log,
-        and it may be written."""
+        """The follower's path before a sync frame (which may truncate): no fsync runs on the log."""
         await self.commits.idle(part)
-        self.check_appendable(part)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -326,7 +300,7 @@ class Routing(Broker):
         """
         if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
-        leader = self.leadership.leader_of(rep.topic, rep.index)
+        leader = self.leader_of(rep.topic, rep.index)
         url = None
         if leader is not None and leader != self.name and self.membership.alive(leader):
             url = self.membership.client_url(leader)
@@ -374,7 +348,7 @@ class Routing(Broker):
         followers."""
         self._check_joined()
         self.catalog.get(validate_topic_name(topic))
-        leader = self.leadership.leader_of(topic, partition)
+        leader = self.leader_of(topic, partition)
         if leader == self.name:
             doc = await super().truncate(topic, partition, before_offset)
             rep = self.replica(topic, partition)

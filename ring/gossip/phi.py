@@ -41,6 +41,7 @@ argument, in seconds of a monotonic clock.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from typing import Iterator
@@ -181,6 +182,7 @@ class PhiDetector:
         self._std_ms = max(math.sqrt(var), self.min_std_ms)
 
 
+@functools.lru_cache(maxsize=16)
 def z_of_phi(threshold: float) -> float:
     """The y (deviations past the mean) at which phi_of reaches threshold."""
     assert threshold > 0
@@ -258,6 +260,20 @@ class FailureDetector:
             return True
         last = self._last_tick_s
         return last is not None and now_s - last > self.stall_threshold_s
+
+    def next_crossing_s(self, now_s: float, thresholds: tuple[float, ...]) -> float | None:
+        """The first moment after ``now_s`` when some peer's phi reaches one of ``thresholds`` if it stays
+        silent, or the stall guard ends: when a status seen now could next change (None: never)."""
+        times = [self._grace_until_s] if self._grace_until_s > now_s else []
+        for det in self._detectors.values():
+            last = det.last_arrival_s
+            if last is None:
+                continue
+            for threshold in thresholds:
+                at = last + det.expected_conviction_s(threshold)
+                if at > now_s:
+                    times.append(at)
+        return min(times) if times else None
 
     def phi(self, peer: str, now_s: float) -> float:
         """The peer's phi, or 0.0 while guarded or for a peer never heard from."""

@@ -136,9 +136,9 @@ class Coordinator:
         return get(OFFSETS_TOPIC, p) if get is not None else None
 
     def _leader(self, cfg: TopicConfig, p: int) -> str | None:
-        leadership = getattr(self.broker, "leadership", None)
-        if leadership is not None:  # elected leaders: this broker's replica, or the newest claim in gossip
-            return leadership.leader_of(cfg.name, p)
+        leader_of = getattr(self.broker, "leader_of", None)
+        if leader_of is not None:  # elected leaders: this broker's replica, or the newest claim in gossip
+            return leader_of(cfg.name, p)
         rep = self._replica(p)
         if rep is not None:
             return rep.leader

@@ -46,6 +46,8 @@ from ring.errors import BadRequest, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
+from ring.node.elections import Transfer
+from ring.node.ready import Resync, TransferRequested, VoteRequested
 from ring.replication import election, follower, protocol
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
@@ -183,7 +185,7 @@ async def vote(request: web.Request) -> web.Response:
         wire = msgpack.unpackb(body, raw=False, max_array_len=16, max_map_len=0, max_str_len=4096)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadRequest(f"malformed vote: {exc}") from None
-    reply = node.leadership.on_vote(election.request_from_wire(wire))
+    reply = node.step(VoteRequested(election.request_from_wire(wire))).reply
     return web.Response(body=msgpack.packb(reply.to_wire(), use_bin_type=True), content_type="application/msgpack")
 
 
@@ -194,7 +196,7 @@ async def transfer(request: web.Request) -> web.Response:
     sender = request.headers.get(H_BROKER)
     if epoch is None or not sender:
         raise BadRequest("a transfer needs the epoch and the leader's name (header Ring-Broker)")
-    started = node.leadership.on_transfer(sender, topic, partition, epoch)
+    started = node.step(TransferRequested(sender, Transfer(topic, partition, epoch))).reply
     return web.Response(status=200 if started else 409, body=orjson.dumps({"started": started}),
                         content_type="application/json")
 
@@ -203,9 +205,9 @@ async def resync(request: web.Request) -> web.Response:
     node = _node(request)
     topic, partition = _key(request)
     rep = node.replica(topic, partition)
-    ok = rep is not None and rep.is_leader and node.streams is not None
+    ok = rep is not None and rep.is_leader and node.pump is not None
     if ok:
-        node.streams.resync(rep)
+        node.step(Resync(rep))
     return web.Response(status=200 if ok else 409, body=orjson.dumps({"resynced": ok}),
                         content_type="application/json")
 

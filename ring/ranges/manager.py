@@ -178,7 +178,7 @@ class Ranges(Reads, Audit):
         if now - self._pulled.get(key, -1e9) < limits.RANGE_CATALOGUE_PULL_S_MIN or self.node._closing:
             return
         self._pulled[key] = now
-        leader = self.node.leadership.leader_of(rep.topic, rep.index)
+        leader = self.node.leader_of(rep.topic, rep.index)
         if leader is None or leader == self.node.name:
             return
 

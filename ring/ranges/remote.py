@@ -68,7 +68,7 @@ class Reads:
             # Our log starts past the ranges we know of: a follower whose leader has not handed it the
             # catalogue yet (a new replica). The leader knows; we ask it for the catalogue meanwhile.
             self.pull_catalogue(rep)
-            leader = self.node.leadership.leader_of(rep.topic, rep.index)
+            leader = self.node.leader_of(rep.topic, rep.index)
             url = self.node.membership.client_url(leader) if leader and leader != self.node.name else None
             if url and self.node.membership.alive(leader):
                 return [url], offset if offset is not None else None

@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import aiohttp
 import orjson
 
 from ring import limits
+from ring.clock import Clock
+from ring.cluster.peers import PeerClient
 from ring.errors import StorageError
 from ring.repair import entropy
 from ring.replication.replica import Replica
-from ring.cluster.peers import H_BROKER, H_SECRET
-
-if TYPE_CHECKING:
-    from ring.cluster.node import ClusterBroker
 
 log = logging.getLogger("ring.repair")
 
@@ -47,9 +44,29 @@ Key = tuple[str, int]
 REPAIR_POLL_S = 0.2
 
 
+class Host(Protocol):
+    """What repair needs from its broker."""
+
+    name: str
+    clock: Clock
+    peers: PeerClient | None
+
+    @property
+    def closing(self) -> bool: ...
+
+    def replicas(self) -> list[Replica]: ...
+
+    async def wait_idle(self, part: Replica) -> None: ...  # no fsync runs on the log (it may be cut)
+
+    def damaged(self, rep: Replica, offset: int) -> None: ...  # the node core marks it; it calls ``fix``
+
+    def repaired(self, rep: Replica) -> None: ...
+
+
 class Repair:
-    def __init__(self, node: ClusterBroker) -> None:
+    def __init__(self, node: Host, interval_s: float) -> None:
         self.node = node
+        self.interval_s = interval_s
         self._loop_task: asyncio.Task[None] | None = None
         self._fixing: dict[Key, asyncio.Task[None]] = {}
         self.rounds = 0
@@ -69,12 +86,11 @@ class Repair:
 
     # --- damage ------------------------------------------------------------------------------
 
-    def damaged(self, rep: Replica, offset: int) -> None:
-        """``rep`` holds a damaged batch at ``offset``: stop serving it from here and repair it."""
+    def fix(self, rep: Replica, offset: int) -> None:
+        """``rep`` holds a damaged batch at ``offset`` (the node core marked it: it is not served from
+        here): repair it, unless that runs already."""
         key = (rep.topic, rep.index)
-        if rep.damaged_at is None or offset < rep.damaged_at:
-            rep.damaged_at = offset
-        if key not in self._fixing and not self.node._closing:
+        if key not in self._fixing and not self.node.closing:
             log.error("%s/%d on %s: stored data damaged near offset %d; repairing from another replica",
                       rep.topic, rep.index, self.node.name, offset)
             task = asyncio.create_task(self._fix(rep), name=f"repair {rep.topic}/{rep.index}")
@@ -87,7 +103,7 @@ class Repair:
             await asyncio.sleep(REPAIR_POLL_S)
         if rep.deleted or rep.damaged_at is None:
             return
-        await self.node.commits.idle(rep)
+        await self.node.wait_idle(rep)
         bases = [b for b in rep.log.segment_bases() if b <= rep.damaged_at]
         for base in reversed(bases or [rep.log.start_offset]):
             try:
@@ -110,7 +126,7 @@ class Repair:
                     break
                 await asyncio.sleep(REPAIR_POLL_S)
         if not rep.deleted:
-            rep.damaged_at = None
+            self.node.repaired(rep)
             self.repaired += 1
             log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.node.name, rep.log.end_offset)
 
@@ -121,11 +137,11 @@ class Repair:
     # --- anti-entropy rounds -------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        interval = self.node.config.repair_interval_s
+        interval = self.interval_s
         while True:
             await asyncio.sleep(interval)
             for rep in list(self.node.replicas()):
-                if rep.deleted or rep.damaged_at is not None or self.node._closing:
+                if rep.deleted or rep.damaged_at is not None or self.node.closing:
                     continue
                 try:
                     await self.check(rep)
@@ -141,7 +157,7 @@ class Repair:
 
     def _digests(self, rep: Replica) -> entropy.Digests:
         if not isinstance(rep.sums, entropy.Digests):
-            rep.sums = entropy.Digests(limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s)
+            rep.sums = entropy.Digests(limits.REPAIR_REREAD_ROUNDS * self.interval_s)
         return rep.sums
 
     async def _sums(self, rep: Replica, spans: list[tuple[int, int]]) -> list[entropy.RangeSum]:
@@ -169,7 +185,7 @@ class Repair:
             mine = await self.sums(rep, rep.hw)
             bad = next((r.base for r in mine if r.digest is None), None)
             if bad is not None:
-                self.damaged(rep, bad)
+                self.node.damaged(rep, bad)
             return None
         if rep.leader is None or not rep.aligned:
             return None
@@ -187,22 +203,14 @@ class Repair:
         if plan.truncate_at is not None:
             log.error("%s/%d: range from %d differs from leader %s's copy", rep.topic, rep.index,
                       plan.truncate_at, rep.leader)
-            self.damaged(rep, plan.truncate_at)
+            self.node.damaged(rep, plan.truncate_at)
         return plan
 
     async def _peer(self, method: str, name: str | None, path: str, params: dict[str, str]) -> bytes | None:
-        ms, session = self.node.membership, self.node.session
-        url = ms.peer_url(name) if ms is not None and name is not None else None
-        if url is None or session is None:
+        client = self.node.peers
+        if client is None or name is None:
             return None
-        headers = {H_SECRET: self.node.config.cluster_secret or "", H_BROKER: self.node.name}
-        try:
-            async with session.request(method, url + path, params=params, headers=headers) as resp:
-                body = await resp.read()
-                return body if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.debug("%s %s: %r", name, path, exc)
-            return None
+        return await client.call(name, path, params=params, method=method, timeout_s=limits.PEER_REQUEST_TIMEOUT_S)
 
     def to_wire(self, sums: list[entropy.RangeSum]) -> list[Any]:
         return [r.to_wire() for r in sums]

@@ -8,7 +8,9 @@ each write, and the sync only its snapshot and bookkeeping); truncates and
 closes wait for it with ``idle``. With ``interval:<ms>`` a background loop syncs the replicas with
 unsynced bytes; with ``never`` only a clean close syncs. Either way the
 replica's durable end (``Replica.set_durable``) is what replication counts:
-after the fsync under ``always``, at once otherwise.
+after the fsync under ``always``, at once otherwise. It moves through
+``on_durable`` (the clustered broker steps its node core there, so the high
+watermark and the produces waiting for acknowledgements follow).
 
 Under ``interval`` a second loop has the kernel start writing each log's new
 bytes early (``WRITEBACK_START_BYTES``, checked every
@@ -34,6 +36,7 @@ log = logging.getLogger("ring.broker")
 class GroupCommit:
     def __init__(self, policy: FsyncPolicy) -> None:
         self.policy = policy
+        self.on_durable: Callable[[Replica, int], None] = Replica.set_durable
         self.fsyncs = 0  # completed replica fsyncs, for status and for telling group commit works
         self.writebacks = 0  # writebacks the kernel started early on request (interval policy)
 
@@ -52,7 +55,7 @@ class GroupCommit:
         """Mark offsets below ``end`` durable if the policy needs no fsync for it; whether it did."""
         if self.policy.mode == "always":
             return False
-        part.set_durable(end)
+        self.on_durable(part, end)
         return True
 
     async def make_durable(self, part: Replica, end: int) -> None:
@@ -62,11 +65,10 @@ class GroupCommit:
         await asyncio.shield(self.sync_soon(part))
 
     def sync_soon(self, part: Replica) -> asyncio.Future[None]:
-        """A future done once an fsync of ``part`` that starts after now has finished (and made
-        what was appended before it durable); failed with the error of a failed one."""
+        """A future resolved once an fsync of ``part`` that starts after now has finished (failed with
+        StorageError if it failed): one per loop turn, every append of the turn riding along."""
         if part.next_sync is None:
             part.next_sync = asyncio.get_running_loop().create_future()
-            # Started on the next loop turn, so every append of this turn rides along.
             asyncio.get_running_loop().call_soon(self._start_sync, part)
         return part.next_sync
 
@@ -94,7 +96,7 @@ class GroupCommit:
             fut.set_exception(StorageError(part.failed))
         else:
             if self.policy.mode == "always":
-                part.set_durable(end)
+                self.on_durable(part, end)
             fut.set_result(None)
         if part.next_sync is not None:
             self._start_sync(part)

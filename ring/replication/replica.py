@@ -20,10 +20,9 @@ down, so its reads go to the leader. ``caught_up`` is False after an unclean shu
 replica has reached a leader's log end: such a replica is not elected before.
 
 The broker's event loop is the only caller. Long-polls wait on ``waiter``
-(resolved when hw moves); produces wait on ``wait_replicas`` until enough
-replicas hold their batches: one heap per acknowledgement count, ordered by
-end offset, so a moved end releases the waiters it satisfies without walking
-the others (hundreds of produces may be in flight on one partition). The
+(resolved when hw moves). Produces waiting until enough replicas hold their
+batches are kept in ``ack_waiters`` and released by the node core's
+``AckWaiters`` (``acks``), told whenever the durable ends move. The
 group-commit fields (``next_sync``, ``running_sync``) belong to
 ``commit.GroupCommit``, which serialises appends with fsyncs.
 """
@@ -31,9 +30,7 @@ group-commit fields (``next_sync``, ``running_sync``) belong to
 from __future__ import annotations
 
 import asyncio
-import heapq
-from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from ring.log.partition import PartitionLog
 from ring.replication import protocol
@@ -43,8 +40,7 @@ from ring.replication.election import Ballot, LogKey
 class Replica:
     __slots__ = ("topic", "index", "log", "self_name", "replicas", "voters", "leader", "epoch", "voted_for",
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
-                 "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "_ack_waiters", "_ack_seq",
-                 "_ack_deadlines", "_ack_timer",
+                 "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "catalogue", "appends")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
@@ -75,13 +71,9 @@ class Replica:
         self.waiter: asyncio.Future[None] | None = None  # long-polls; resolved when hw moves
         self.deleted = False
         self.failed: str | None = None  # an fsync failed: what was acknowledged may be gone
-        # needed acknowledgements -> heap of (end, arrival, future); ``arrival`` breaks ties
-        self._ack_waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
-        self._ack_seq = 0
-        # (deadline on the loop's clock, future) in arrival order, for waits with a timeout: one
-        # timer per replica instead of one per produce
-        self._ack_deadlines: deque[tuple[float, asyncio.Future[None]]] = deque()
-        self._ack_timer: asyncio.TimerHandle | None = None
+        # needed acknowledgements -> heap of (end, arrival, waiter); kept by ``acks`` (ring.node.waiters)
+        self.ack_waiters: dict[int, list[tuple[int, int, Any]]] = {}
+        self.acks: Any = None  # the node core's AckWaiters, told when the durable ends move
         self.sums: object | None = None  # anti-entropy's digests of this log (ring.repair), dropped when cut
         self.on_hw: Callable[[Replica], None] | None = None  # told when hw moves (leaders tell followers)
         self.frozen = False  # a leader handing its partition over takes no new appends
@@ -175,21 +167,22 @@ class Replica:
             self.leader_hw = hw
             self.refresh()
 
-    def _ends(self) -> list[int]:
+    def voter_ends(self) -> list[int]:
+        """The durable end of each voter as known here (this replica's own first)."""
         return [self.durable] + [self.follower_ends.get(r, 0) for r in self.voters if r != self.self_name]
 
     def ack_ends(self) -> list[int]:
         """The durable end of every voter as known here (this one's first): what acknowledgements count."""
-        return self._ends()
+        return self.voter_ends()
 
     def refresh(self) -> None:
         if self.is_leader:
-            hw = protocol.leader_high_watermark(self._ends(), max(1, len(self.voters)), self.epoch_start, self.hw)
+            hw = protocol.leader_high_watermark(self.voter_ends(), max(1, len(self.voters)), self.epoch_start, self.hw)
         else:
             hw = self.leader_hw
         self.advance(min(hw, self.log.end_offset))
-        if self._ack_waiters:
-            self._check_waiters()
+        if self.ack_waiters and self.acks is not None:
+            self.acks.check(self)
 
     def advance(self, hw: int) -> None:
         if hw > self.hw:
@@ -206,61 +199,6 @@ class Replica:
 
     # --- waiting for acknowledgements ------------------------------------------------
 
-    def wait_replicas(self, end: int, needed: int, timeout_s: float | None = None,
-                      fut: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
-        """A future (``fut``, or a new one) resolved once ``needed`` voters (this one included) durably
-        hold offsets below ``end``; with ``timeout_s``, failed with TimeoutError if they do not within
-        that many seconds."""
-        loop = asyncio.get_running_loop()
-        if fut is None:
-            fut = loop.create_future()
-        if protocol.replicas_reaching(self._ends(), end) >= needed:
-            fut.set_result(None)
-            return fut
-        self._ack_seq += 1
-        heapq.heappush(self._ack_waiters.setdefault(needed, []), (end, self._ack_seq, fut))
-        if timeout_s is not None:
-            # Every produce waits the same time, so arrival order is deadline order.
-            self._ack_deadlines.append((loop.time() + timeout_s, fut))
-            if self._ack_timer is None:
-                self._ack_timer = loop.call_at(self._ack_deadlines[0][0], self._expire_waiters)
-        return fut
-
-    def _check_waiters(self) -> None:
-        ends = sorted(self._ends(), reverse=True)
-        for needed in list(self._ack_waiters):
-            if needed > len(ends):
-                continue  # more than the voters: only a new voter set (or failing them) ends the wait
-            reached = ends[needed - 1]  # ``needed`` replicas hold everything below this
-            heap = self._ack_waiters[needed]
-            while heap and heap[0][0] <= reached:
-                fut = heapq.heappop(heap)[2]
-                if not fut.done():
-                    fut.set_result(None)
-            if not heap:
-                del self._ack_waiters[needed]
-        deadlines = self._ack_deadlines
-        while deadlines and deadlines[0][1].done():  # released ones leave at once, not at their deadline
-            deadlines.popleft()
-
-    def _expire_waiters(self) -> None:
-        self._ack_timer = None
-        deadlines = self._ack_deadlines
-        now = asyncio.get_running_loop().time()
-        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
-            fut = deadlines.popleft()[1]
-            if not fut.done():
-                fut.set_exception(TimeoutError())
-        if deadlines:
-            self._ack_timer = asyncio.get_running_loop().call_at(deadlines[0][0], self._expire_waiters)
-
     def fail_waiters(self, exc: BaseException) -> None:
-        waiters, self._ack_waiters = self._ack_waiters, {}
-        self._ack_deadlines.clear()
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
-        for heap in waiters.values():
-            for _, _, fut in heap:
-                if not fut.done():
-                    fut.set_exception(exc)
+        if self.ack_waiters and self.acks is not None:
+            self.acks.fail(self, exc)

@@ -5,10 +5,9 @@ The decisions are the pure functions of ``protocol``, ``election`` and
 (truncating, appending, persisting the ballot) in the order safety needs:
 the ballot is saved before any answer that depends on it, and a follower
 cuts its log back to where it agrees with its leader before it acknowledges
-anything in the leader's epoch. They never await: the async drivers
-(``follower.py``, ``leader.py``, ``ring.cluster.leadership``) call them
-between their I/O, and the simulation (tests/sim) calls the very same steps
-on a simulated network and clock. A caller must not run a step beside an
+anything in the leader's epoch. They never await: the node core
+(``ring.node``) calls them, in the broker and in the simulation (tests/sim)
+alike. A caller must not run a step beside an
 fsync of the same log (``GroupCommit.idle`` first).
 
 The ballot and the voter set live in ``replica-state`` in the partition
@@ -53,6 +52,25 @@ def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
     return election.Ballot(0, None), None
+
+
+def restore(rep: Replica, clean: bool) -> None:
+    """A clustered replica as it opens: its saved ballot and voters, no leader (elected, never assumed:
+    it may have lost a tail or missed an election), not caught up after an unclean shutdown."""
+    ballot, voters = load_state(rep.log.directory)
+    rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
+    rep.voters = voters if voters else list(rep.replicas)
+    rep.leader = None
+    rep.aligned = False
+    rep.caught_up = clean
+
+
+def close(rep: Replica, exc: BaseException) -> None:
+    """The replica leaves this broker (deleted, or placed elsewhere): nothing more is served or
+    acknowledged from it; produces waiting on it get ``exc``."""
+    rep.deleted = True
+    rep.wake()
+    rep.fail_waiters(exc)
 
 
 def save_state(rep: Replica) -> None:
@@ -218,6 +236,15 @@ def reject_storage(rep: Replica, epoch: int) -> protocol.Reject:
 
 
 # --- the leader ------------------------------------------------------------------------------
+
+
+def append_as_leader(rep: Replica, batches: list[bytearray]) -> tuple[int, int]:
+    """Stamp and append a produce's batches (decoded and CRC-checked, or built by this broker) in
+    this leader's epoch: (base offset, end offset)."""
+    base = rep.log.end_offset
+    for b in batches:
+        rep.log.append(b, rep.epoch, checked=True)
+    return base, rep.log.end_offset
 
 
 def frame_upto(rep: Replica, prev: int) -> int | None:

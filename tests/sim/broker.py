@@ -1,163 +1,109 @@
-"""One simulated broker: the real replica cores on real partition logs, driven by simulated time and messages.
+"""One simulated broker: ring's node core on real partition logs, carried out on the simulated world.
 
-What runs is ring's own code: ``Replica`` and ``PartitionLog`` (files under a
-temporary directory; a crash keeps the page cache, as a SIGKILL does, and a
-power loss may cut what was not synced), durability as fsync ``always``
-gives it (a group commit a few milliseconds after an append; followers ack
-and leaders count only what is synced), the replication steps (``steps.on_sync``, ``on_append``,
-``on_answer``, ``sync_frame``), the leader's ``SendCursor``, the election
-steps and ``election.Tally``, and ``Watch``, which makes every leadership
-decision the real driver makes. What stands in for the async drivers is
-this module's glue: heartbeats instead of gossip (each carries what the
-broker leads and which replicas are catching up, as the real gossip entry
-does), a failure detector that convicts after ``DOWN_AFTER_S`` of silence
-(and forgives everyone after its own stall, as phi accrual's guard does),
-votes and transfers as requests, one ordered link per (leader, follower)
-that breaks and reconnects (``replication.py``), and the produce path: append while leading,
-answer once a majority of the voters holds the batch, 504 (outcome unknown)
-on a timeout or a step-down.
+Everything a broker decides is ring's own code: ``NodeCore`` (ring/node:
+membership and phi accrual over real gossip exchanges, elections and
+hand-offs, the leader's link scheduling, the follower's answers, the
+produces waiting for acknowledgements), placement (``placement.held_here``,
+``replacement``, ``catalog_change``), the replica steps and the
+``PartitionLog`` on files under a temporary directory. This module is only
+the driver: it steps the core with the world's clock, and carries out each
+Ready as ``ring.cluster.pump`` does in a broker: files are written, fsyncs
+are the simulated disk's (``disk.py``: a group commit a few milliseconds
+later), messages go over the simulated network (gossip, votes and transfers
+as calls; frames on ordered links that break and reconnect), released
+produces answer the client. A produce is routed and admitted by the core
+(``route``, ``admit``) and appended by ``steps.append_as_leader``; a broker
+that does not lead the partition answers with the leader it knows, as a
+forwarded produce's ``not_leader`` does.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ring import limits
-from ring.cluster import leaders
-from ring.cluster.watch import Watch
+from ring.catalog import TopicConfig
+from ring.cluster import placement
+from ring.cluster.membership import load_files
+from ring.errors import NotEnoughReplicas, NotLeader, RingError, Unavailable
+from ring.gossip.core import Ack2, Syn
+from ring.gossip.state import EndpointState
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as batchfmt
+from ring.log.fsync import write_atomically
+from ring.node import ready as m
+from ring.node.core import NodeCore
+from ring.node.elections import Transfer
+from ring.node.members import Members
 from ring.replication import election, protocol, steps
 from ring.replication.replica import Replica
-from tests.sim.network import Network, World
-from tests.sim.replication import Link, Replication
+from tests.sim.disk import Disk
+from tests.sim.network import LINK_TIMEOUT_S, Network, World
 
 Key = tuple[str, int]
-TICK_S = limits.ELECTION_TICK_MS / 1000
-HEARTBEAT_S = 1.0
-DOWN_AFTER_S = 5.0  # silence before a peer is convicted (the real detector: about 4-13 s)
-SUSPECT_AFTER_S = 2.0
-STALL_S = 2.0  # a tick this late means we were stopped: forgive every peer's silence
-VOTE_TIMEOUT_S = limits.VOTE_REQUEST_TIMEOUT_S
 ACK_TIMEOUT_S = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
+LEADER_FRAMES = (protocol.Sync, protocol.Append, protocol.Hw)
+LINK_CHECK_S = 0.25  # how often a leader looks at its links (a crashed follower's link breaks at once)
 
 
-@dataclass
-class Heard:
-    at: float
-    generation: int
-    leads: dict[Key, int]
-    behind: set[Key]
+class Link:
+    """The leader's end of one replication link."""
+
+    def __init__(self) -> None:
+        self.conn: int | None = None  # connected on this connection number
+        self.broken_at: float | None = None
+        self.retry_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
+        self.next_try = 0.0
 
 
-@dataclass
-class Candidacy:
-    req: election.VoteRequest
-    tally: election.Tally
-    deadline: float
-    transfer: bool
-
-
-@dataclass
-class Handoff:
-    target: str
-    epoch: int
-    deadline: float
-    sent: bool = False
-
-
-@dataclass
-class Pending:
-    rid: int
-    base: int
-    end: int
-    epoch: int
-    deadline: float
-
-
-class SimBroker(Replication):
-    def __init__(self, world: World, net: Network, name: str, names: list[str], keys: list[Key], root: Path,
-                 placed: list[str]) -> None:
-        self.world, self.net, self.name, self.names, self.keys = world, net, name, names, keys
+class SimBroker:
+    def __init__(self, world: World, net: Network, name: str, token: int, seeds: list[str], root: Path,
+                 observer: Any) -> None:
+        self.world, self.net, self.name, self.token, self.seeds = world, net, name, token, seeds
         self.dir = root / name
-        self.generation = 0
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.observer = observer  # the run: told of leaders won, for the one-leader-per-epoch check
+        self.disk = Disk(world, self)
         self.running = False
         self.paused = False
-        self.inbox: list[tuple[str, str, int, Any]] = []
-        self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
-        self.reps: dict[Key, Replica] = {}
-        # Where each partition is placed, as this broker last learned it (kept across restarts, as the
-        # real broker keeps its gossiped state on disk).
-        self.placement: dict[Key, list[str]] = {k: list(placed) for k in keys}
+        self.generation = 0
         net.nodes[name] = self
-        self.start()
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         self.generation += 1
-        self.running, self.paused, self.inbox, self.accepted = True, False, [], {}
-        self.reps = {}
-        for key in self.keys:
-            if self.name in self.placement[key]:
-                self._open(key)
-        self.watch = Watch(self.name, random.Random(self.world.rng.random()))
-        self.heard: dict[str, Heard] = {}
+        self.running, self.paused = True, False
+        self.inbox: list[tuple[str, Any]] = []
+        self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
+        self.answers: dict[tuple[str, int], list[tuple[tuple[Replica, int] | None, Any]]] = {}
         self.links: dict[str, Link] = {}
-        self.candidacies: dict[Key, Candidacy] = {}
-        self.handoffs: dict[Key, Handoff] = {}
-        self.pending: dict[Key, list[Pending]] = {k: [] for k in self.keys}  # produces awaiting acks
-        self.answers: dict[tuple[str, int], list[tuple[Key, int | None, Any]]] = {}  # per link, in order
-        self.syncing: set[Key] = set()
-        self.last_tick = self.world.now
+        self.exchanges: set[str] = set()  # gossip exchanges running, by address
+        self.parked: list[tuple[int, Key, str, str, float]] = []  # produces waiting out a hand-off
+        self.flushing: set[str] = set()
+        self.pending_base: dict[int, int] = {}  # produce -> the offset its batch got
+        self.tick_at: float | None = None
+        self.catalog: dict[str, TopicConfig] = {}
+        self.parts: dict[str, dict[int, Replica]] = {}
+        rng = random.Random(self.world.rng.random())
+        me = EndpointState(self.name, self.token, self.name, self.name, generation=self.world.clock.wall_ms(),
+                           status="joining")
+        members = Members(me, self.seeds, random.Random(rng.random()))
+        self.core = NodeCore(self.name, self.replica, self.replicas, False, random.Random(rng.random()), members)
+        members.restore(*load_files(self.dir), self.world.now)
+        self.reconcile()
         gen = self.generation
-        self.world.after(self.world.rng.uniform(0, TICK_S), lambda: self._tick(gen))
-        self.world.after(self.world.rng.uniform(0, HEARTBEAT_S), lambda: self._heartbeat(gen))
+        self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
+        self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
         self.world.log(f"{self.name} starts (generation {gen})")
-
-    def _open(self, key: Key) -> Replica:
-        t, p = key
-        plog = PartitionLog(self.dir / t / str(p), LogConfig(segment_bytes=2048, index_interval_bytes=256,
-                                                             fsync=FsyncPolicy("never")), self.world.clock)
-        rep = Replica(t, p, plog, self.name, list(self.placement[key]), hw=0)
-        ballot, voters = steps.load_state(plog.directory)
-        rep.epoch, rep.voted_for, rep.voters = ballot.epoch, ballot.voted_for, voters or list(self.placement[key])
-        rep.leader, rep.aligned, rep.caught_up = None, False, plog.clean_shutdown
-        self.reps[key] = rep
-        return rep
-
-    def set_placement(self, key: Key, replicas: list[str]) -> None:
-        """The ring changed (a broker joined or left): this broker learns the partition's new preference list."""
-        self.placement[key] = list(replicas)
-        self.world.log(f"{self.name} learns {key} is placed on {','.join(replicas)}")
-        if self.running:
-            self._reconcile(key)
-
-    def _reconcile(self, key: Key) -> None:
-        """Open a partition placed here, close one placed elsewhere once we no longer lead it (data stays)."""
-        rep, placed = self.reps.get(key), self.name in self.placement[key]
-        if rep is None:
-            if placed:
-                self._open(key)
-            return
-        if rep.replicas != self.placement[key]:
-            rep.set_placement(list(self.placement[key]))
-        if not placed and not rep.is_leader:
-            self.world.log(f"{self.name} closes {key}, placed elsewhere")
-            rep.log.close()
-            del self.reps[key]
-            self.candidacies.pop(key, None)
-            self.handoffs.pop(key, None)
-            self._check_pending(rep)
 
     def crash(self) -> None:
         if not self.running:
             return
         self.running = False
-        for rep in self.reps.values():
+        for rep in self.replicas():
             rep.log.abandon()
         self.world.log(f"{self.name} crashes")
 
@@ -172,269 +118,347 @@ class SimBroker(Replication):
         self.paused = False
         self.world.log(f"{self.name} resumed with {len(self.inbox)} queued messages")
         queued, self.inbox = self.inbox, []
-        for kind, src, conn, msg in queued:
-            if kind == "frame":
-                self.receive_frame(src, conn, msg)
-            else:
-                self.receive(src, msg)
+        for src, msg in queued:
+            self.receive(src, msg)
+        self.flushing.clear()
+        self._step(m.Flush())  # what the links were told to send while stopped
+        self._tick(self.generation)
 
     def close(self) -> None:
         if self.running:
-            for rep in self.reps.values():
+            for rep in self.replicas():
                 rep.log.close()
             self.running = False
-
-    # --- the View the watch decides on ------------------------------------------------------------
-
-    def alive(self, name: str) -> bool:
-        h = self.heard.get(name)
-        return name == self.name or (h is not None and self.world.now - h.at < DOWN_AFTER_S)
-
-    def up(self, name: str) -> bool:
-        h = self.heard.get(name)
-        return name == self.name or (h is not None and self.world.now - h.at < SUSPECT_AFTER_S)
-
-    def generation_of(self, name: str | None) -> int | None:
-        if name == self.name:
-            return self.generation
-        h = self.heard.get(name) if name is not None else None
-        return h.generation if h is not None else None
-
-    def claims(self) -> dict[str, dict[Key, int]]:
-        return {n: self.heard[n].leads for n in sorted(self.heard)}
-
-    def behind(self, name: str) -> set[Key]:
-        h = self.heard.get(name)
-        return h.behind if h is not None else set()
-
-    def leader_of(self, key: Key) -> str | None:
-        rep = self.reps.get(key)
-        best = leaders.leader_from_claims(self.claims(), key, self.alive)
-        if rep is not None and rep.leader is not None and (best is None or best[1] <= rep.epoch):
-            return rep.leader
-        return best[0] if best is not None else None
-
-    # --- timers --------------------------------------------------------------------------------
 
     def _live(self, gen: int) -> bool:
         return self.running and gen == self.generation
 
-    def _heartbeat(self, gen: int) -> None:
-        if not self._live(gen):
-            return
-        self.world.after(HEARTBEAT_S, lambda: self._heartbeat(gen))
-        if self.paused:
-            return
-        leads = {k: r.epoch for k, r in self.reps.items() if r.is_leader}
-        behind = {k for k, r in self.reps.items() if not r.caught_up}
-        for n in self.names:
-            if n != self.name:
-                self.net.request(self.name, n, ("heartbeat", self.generation, dict(leads), set(behind)))
+    # --- replicas and placement ------------------------------------------------------------------
 
-    def _tick(self, gen: int) -> None:
-        if not self._live(gen):
+    def replica(self, topic: str, partition: int) -> Replica | None:
+        return self.parts.get(topic, {}).get(partition)
+
+    def replicas(self) -> list[Replica]:
+        return [r for ps in self.parts.values() for r in ps.values()]
+
+    def reconcile(self) -> None:
+        """Open what placement gives this broker, close what it took away (its data stays), as the broker's
+        ``_reconcile`` does."""
+        members = self.core.members
+        change = placement.catalog_change(self.catalog, members.gossip.topics())
+        for cfg in change.add + change.update:
+            self.catalog[cfg.name] = cfg
+        for cfg in self.catalog.values():
+            open_ = self.parts.setdefault(cfg.name, {})
+            leading = [p for p, r in open_.items() if r.is_leader]
+            plan = placement.replacement(placement.held_here(members.ring, cfg, self.name, leading),
+                                         {p: r.replicas for p, r in open_.items()})
+            for p in plan.close:
+                rep = open_.pop(p)
+                steps.close(rep, Unavailable(f"{cfg.name}/{p} moved to other brokers"))
+                rep.log.close()
+                self.world.log(f"{self.name} closes {cfg.name}/{p}, placed elsewhere")
+            for p, replicas in plan.moved.items():
+                open_[p].set_placement(replicas)
+            for p, replicas in plan.open.items():
+                self._open(cfg, p, replicas)
+        self.carry_out(self._core(m.PlacementChanged()))
+
+    def _open(self, cfg: TopicConfig, p: int, replicas: list[str]) -> None:
+        plog = PartitionLog(self.dir / "topics" / cfg.name / str(p),
+                            LogConfig(segment_bytes=2048, index_interval_bytes=256, fsync=FsyncPolicy("never")),
+                            self.world.clock)
+        rep = Replica(cfg.name, p, plog, self.name, replicas, hw=0)
+        steps.restore(rep, plog.clean_shutdown)
+        self.core.adopt(rep)
+        self.parts[cfg.name][p] = rep
+
+    # --- the tick --------------------------------------------------------------------------------
+
+    def _tick(self, gen: int, at: float | None = None) -> None:
+        if not self._live(gen) or (at is not None and at != self.tick_at):
+            return  # an old incarnation's, or superseded by an earlier one
+        self.tick_at = None
+        if not self.paused:
+            self.world.current = self.name
+            self.carry_out(self.core.tick(self.world.now, self.world.clock.wall_ms()))
+            if self.parked:
+                self._retry_parked()
+
+    def _schedule_tick(self, at: float) -> None:
+        if self.tick_at is not None and self.tick_at <= at:
             return
-        self.world.after(TICK_S, lambda: self._tick(gen))
-        if self.paused:
-            return
-        now = self.world.now
-        if now - self.last_tick > STALL_S:  # we were stopped: nobody's silence counts against them
-            for h in self.heard.values():
-                h.at = now
-        self.last_tick = now
-        for action in self.watch.tick(now, list(self.reps.values()), _View(self)):
-            if action.kind == "stand":
-                self._stand(action.rep, pre=True)
-            elif action.kind == "hand_off":
-                assert action.target is not None
-                self.handoffs[(action.rep.topic, action.rep.index)] = Handoff(
-                    action.target, action.rep.epoch, now + limits.HANDOFF_CATCHUP_MS / 1000)
-                action.rep.frozen = True
+        self.tick_at = at
+        gen = self.generation
+        self.world.at(at, lambda: self._tick(gen, at))
+
+    # --- carrying out a Ready ------------------------------------------------------------------
+
+    def carry_out(self, ready: m.Ready, answer_to: tuple[str, int] | None = None) -> None:
+        gen = self.generation
+        for name, data in ready.write:
+            write_atomically(self.dir / name, data)
+        for rep, end in ready.persist:
+            self.disk.sync_soon(rep)
+        persisted = ready.persist[0] if ready.persist else None
+        for dst, msg in ready.sends:
+            if isinstance(msg, LEADER_FRAMES):
+                self._send_frame(dst, msg)
+            elif isinstance(msg, (protocol.Ack, protocol.Reject)):
+                assert answer_to is not None
+                self.answers.setdefault(answer_to, []).append((persisted, msg))
+            elif isinstance(msg, election.VoteRequest):
+                self.net.call(self.name, dst, ("vote", msg), limits.VOTE_REQUEST_TIMEOUT_S,
+                              lambda reply, dst=dst, req=msg: self._step(m.VoteAnswered(dst, req, reply), gen))
+            elif isinstance(msg, Transfer):
+                self.net.call(self.name, dst, ("transfer", msg), limits.VOTE_REQUEST_TIMEOUT_S,
+                              lambda ok, dst=dst, t=msg: self._step(m.TransferAnswered(dst, t, bool(ok)), gen))
+            elif isinstance(msg, Syn):
+                self._exchange(dst, msg)
             else:
-                self._changed(action.rep, resync=action.target == "voters")
-        for key in list(self.candidacies):
-            if now >= self.candidacies[key].deadline:
-                self._end_candidacy(key, won=False)
-        for key in list(self.handoffs):
-            self._handoff_progress(key)
-        for key in list(self.reps):
-            self._reconcile(key)
-        self._maintain_links()
-        for rep in self.reps.values():
-            self._check_pending(rep)
-            self._pump(rep)
+                assert isinstance(msg, Ack2), msg
+                self.net.request(self.name, dst, ("gossip", msg))
+        if answer_to is not None:
+            self._flush_answers(answer_to)
+        for token, exc in ready.releases:
+            self.answer_produce(token, exc)
+        for rep in ready.changed:
+            if rep.is_leader:
+                self.observer.led(rep.topic, rep.index, rep.epoch, self.name)
+            self.world.log(f"{self.name}: {rep.topic}/{rep.index} epoch {rep.epoch} leader {rep.leader} "
+                           f"voters {','.join(rep.voters)}")
+        if ready.changed and self.parked:
+            self._retry_parked()
+        if ready.links is not None:
+            self._relink(ready.links)
+        for name in sorted(ready.flush):
+            if name not in self.flushing:
+                self.flushing.add(name)
+                self.world.after(0, lambda name=name: self._flush(gen, name))
+        if ready.reconcile:
+            self.reconcile()
+        if ready.announce:
+            self.world.after(0.02, lambda: self._step(m.Announce(), gen))
+        if ready.next_tick_at is not None:
+            self._schedule_tick(ready.next_tick_at)
 
-    # --- messages --------------------------------------------------------------------------------
+    def _core(self, message: Any) -> m.Ready:
+        self.world.current = self.name  # whose log lines these are, in a trace
+        return self.core.step(self.world.now, message)
+
+    def _step(self, message: Any, gen: int | None = None) -> None:
+        if self.running and not self.paused and (gen is None or gen == self.generation):
+            self.carry_out(self._core(message))
+
+    def durable(self, rep: Replica) -> None:
+        """An fsync of ``rep`` finished (``disk.py``)."""
+        if self.replica(rep.topic, rep.index) is rep:
+            self._step(m.Durable(rep, rep.log.end_offset))
+        for key in list(self.answers):
+            self._flush_answers(key)
+
+    # --- messages in -----------------------------------------------------------------------------
 
     def receive(self, src: str, msg: Any) -> None:
         if not self.running:
             return
         if self.paused:
-            self.inbox.append(("request", src, 0, msg))
+            self.inbox.append((src, msg))
             return
         kind = msg[0]
-        if kind == "heartbeat":
-            _, gen, leads, behind = msg
-            old = self.heard.get(src)
-            if old is None or gen >= old.generation:
-                self.heard[src] = Heard(self.world.now, gen, leads, behind)
-        elif kind == "vote":
-            self._on_vote(src, msg[1])
-        elif kind == "voted":
-            self._on_voted(msg[1])
-        elif kind == "transfer":
-            rep = self.reps.get(msg[1])
-            if rep is not None and self.watch.may_take_over(rep, src, msg[2], self.world.now):
-                self._stand(rep, pre=False, transfer=True)
+        if kind == "call":
+            self._serve(src, msg[1], msg[2])
+        elif kind == "answer":
+            msg[1](msg[2])
+        elif kind == "gossip":
+            self._step(m.GossipIn(src, msg[1]))
         elif kind == "produce":
-            self._on_produce(src, *msg[1:])
-        elif kind == "connect":
-            self.accepted[src] = msg[1]
+            self.produce(src, *msg[1:])
+        elif kind == "frame":
+            self.receive_frame(*msg[1:])
 
-    def _reply(self, dst: str, msg: Any) -> None:
-        self.net.request(self.name, dst, msg)
-
-    def _changed(self, rep: Replica, resync: bool = False) -> None:
-        """Leadership of ``rep`` changed here: produces waiting on a deposed leader learn the outcome is unknown."""
-        self._check_pending(rep)
-        if resync and rep.is_leader:
-            for link in self.links.values():
-                cur = link.cursors.get((rep.topic, rep.index))
-                if cur is not None:
-                    cur.reset(self.world.now)
-
-    # --- elections -------------------------------------------------------------------------------
-
-    def _stand(self, rep: Replica, pre: bool, transfer: bool = False) -> None:
-        key = (rep.topic, rep.index)
-        voters = frozenset(rep.voters)
-        if self.name not in voters or key in self.candidacies:
-            self.watch.stood(rep, False, self.world.now)
+    def _serve(self, src: str, msg: Any, reply: Any) -> None:
+        kind, body = msg
+        if kind == "gossip":
+            ready = self._core(m.GossipIn(src, body))
+            self.carry_out(ready)
+            reply((ready.reply, self.world.clock.wall_ms()))  # our wall clock answers too: the sender measures it
             return
-        req = steps.vote_request(rep, pre=pre, transfer=transfer)
-        if not req.pre:
-            self._changed(rep)
-        self.world.log(f"{self.name} stands for {key} epoch {req.epoch} ({'pre' if req.pre else 'real'})")
-        self.candidacies[key] = Candidacy(req, election.Tally(self.name, voters, req.epoch, req.pre),
-                                          self.world.now + VOTE_TIMEOUT_S, transfer)
-        for v in sorted(voters - {self.name}):
-            self._reply(v, ("vote", req))
-        self._count(key)
+        elif kind == "vote":
+            ready = self._core(m.VoteRequested(body))
+        else:
+            ready = self._core(m.TransferRequested(src, body))
+        self.carry_out(ready)
+        reply(ready.reply)
 
-    def _on_voted(self, reply: election.VoteReply) -> None:
-        key = (reply.topic, reply.partition)
-        c = self.candidacies.get(key)
-        if c is None:
+    def _exchange(self, addr: str, syn: Syn) -> None:
+        if addr in self.exchanges:
+            return  # at most one exchange per peer at a time
+        self.exchanges.add(addr)
+        gen, sent_s, sent_wall_ms = self.generation, self.world.now, self.world.clock.wall_ms()
+
+        def answered(got: Any) -> None:
+            if not self._live(gen):
+                return
+            self.exchanges.discard(addr)
+            if got is not None and got[0] is not None:
+                ack, peer_wall_ms = got
+                self._step(m.GossipIn(addr, ack, (sent_s, sent_wall_ms, peer_wall_ms)), gen)
+
+        self.net.call(self.name, addr, ("gossip", syn), limits.GOSSIP_REQUEST_TIMEOUT_S, answered)
+
+    # --- replication links: the leader's end ---------------------------------------------------
+
+    def _relink(self, wanted: set[str]) -> None:
+        for name in list(self.links):
+            if name not in wanted:
+                del self.links[name]
+        for name in sorted(wanted):
+            if name not in self.links:
+                self.links[name] = Link()
+                self._connect(name)
+
+    def _connect(self, name: str) -> None:
+        link = self.links.get(name)
+        if link is None or link.conn is not None or self.world.now < link.next_try:
             return
-        c.tally.add(reply)
-        self._count(key)
+        if not self.net.connectable(self.name, name):
+            link.next_try = self.world.now + link.retry_s
+            link.retry_s = min(link.retry_s * 2, limits.REPLICATION_RECONNECT_MS_MAX / 1000)
+            return
+        link.conn, link.broken_at = self.world.rng.randrange(1 << 40), None
+        link.retry_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
+        self.net.nodes[name].accepted[self.name] = link.conn  # the handshake: only while it runs and is reachable
+        self.world.log(f"{self.name} connects to {name} ({link.conn})")
+        self._step(m.LinkUp(name))
 
-    def _count(self, key: Key) -> None:
-        c, rep = self.candidacies[key], self.reps[key]
-        if c.tally.newest_epoch > rep.epoch:
-            steps.adopt_epoch(rep, c.tally.newest_epoch)
-            self._changed(rep)
-            self._end_candidacy(key, won=False)
-        elif c.tally.won and c.req.pre:
-            del self.candidacies[key]
-            self._stand(rep, pre=False)  # the real round (the pre-vote passed)
-        elif c.tally.won:
-            won = steps.win(rep, c.req.epoch)
-            if won:
-                self.world.log(f"{self.name} leads {key} epoch {rep.epoch} from {rep.epoch_start}")
-                self._changed(rep, resync=True)
-            self._end_candidacy(key, won=won)
-        elif c.tally.lost:
-            self._end_candidacy(key, won=False)
-
-    def _end_candidacy(self, key: Key, won: bool) -> None:
-        self.candidacies.pop(key, None)
-        self.watch.stood(self.reps[key], won, self.world.now)
-
-    def _on_vote(self, src: str, req: election.VoteRequest) -> None:
-        rep = self.reps.get((req.topic, req.partition))
-        if rep is None:
-            self._reply(src, ("voted", election.VoteReply(req.topic, req.partition, 0, self.name, False,
-                                                          election.NOT_A_VOTER, req.pre)))
+    def _check_links(self, gen: int) -> None:
+        """Notice broken links (at once for a crashed follower, after the heartbeat's time otherwise),
+        and connect again."""
+        if not self._live(gen):
+            return
+        self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
+        if self.paused:
             return
         now = self.world.now
-        was = (rep.leader, rep.epoch)
-        reply = steps.on_vote_request(rep, req, self.watch.voter_view(rep, _View(self), now))
-        self.watch.voted(rep, reply.granted and not req.pre, now)
-        if (rep.leader, rep.epoch) != was:
-            self._changed(rep)
-        self._reply(src, ("voted", reply))
+        for name, link in list(self.links.items()):
+            if link.conn is not None:
+                peer = self.net.nodes[name]
+                dead = not peer.running or peer.accepted.get(self.name) != link.conn
+                if link.broken_at is None and (dead or self.net.broken(self.name, name, link.conn)
+                                               or not self.net.connectable(self.name, name)):
+                    link.broken_at = now
+                if link.broken_at is not None and (dead or now - link.broken_at >= LINK_TIMEOUT_S):
+                    self.net.break_link(self.name, name, link.conn)
+                    link.conn = None
+                    link.next_try = now + link.retry_s
+                    self._step(m.LinkDown(name))
+            if link.conn is None:
+                self._connect(name)
 
-    def _handoff_progress(self, key: Key) -> None:
-        h, rep, now = self.handoffs[key], self.reps[key], self.world.now
-        done = not rep.is_leader or rep.epoch != h.epoch or now >= h.deadline
-        if not done and not h.sent and rep.follower_ends.get(h.target, -1) >= rep.log.end_offset:
-            self._reply(h.target, ("transfer", key, h.epoch))
-            h.sent, h.deadline = True, now + 2 * VOTE_TIMEOUT_S
-        if done:
-            del self.handoffs[key]
-            if rep.is_leader:
-                rep.frozen = False
-            self.watch.handed(rep, now)
+    def _send_frame(self, name: str, frame: Any) -> None:
+        link = self.links.get(name)
+        if link is not None and link.conn is not None:
+            if not self.net.send_frame(self.name, name, link.conn, frame) and link.broken_at is None:
+                link.broken_at = self.world.now
 
-    # --- produce -----------------------------------------------------------------------------------
+    def _flush(self, gen: int, name: str) -> None:
+        if self._live(gen):
+            self.flushing.discard(name)
+            self._step(m.Flush(name), gen)
 
-    def _on_produce(self, src: str, rid: int, key: Key, value: str) -> None:
-        rep = self.reps.get(key)
-        if rep is None or not rep.is_leader or rep.frozen:
-            self._reply(src, ("answer", rid, "fail", None, self.name, 503, self.leader_of(key)))
+    # --- replication links: the follower's end --------------------------------------------------
+
+    def receive_frame(self, src: str, conn: int, frame: Any) -> None:
+        if not self.running:
+            self.net.break_link(src, self.name, conn)
             return
-        if sum(1 for v in rep.voters if self.alive(v)) < election.majority(len(rep.voters)):
-            self._reply(src, ("answer", rid, "fail", None, self.name, 503, None))
+        if self.paused:
+            self.inbox.append((src, ("frame", src, conn, frame)))
             return
+        if isinstance(frame, (protocol.Ack, protocol.Reject)):
+            link = self.links.get(src)
+            if link is not None and link.conn == conn:
+                self._step(m.FromFollower(src, frame))
+            return
+        if self.accepted.get(src) != conn:  # a connection of another incarnation, or superseded
+            self.net.break_link(src, self.name, conn)
+            return
+        self.carry_out(self._core(m.FromLeader(src, frame)), answer_to=(src, conn))
+
+    def _flush_answers(self, key: tuple[str, int]) -> None:
+        """Send the answers whose fsync is done, in order (as the follower's writer does)."""
+        queue = self.answers.get(key, [])
+        src, conn = key
+        while queue:
+            persisted, frame = queue[0]
+            if persisted is not None:
+                rep, end = persisted
+                if rep.deleted or self.replica(rep.topic, rep.index) is not rep:
+                    self.net.break_link(src, self.name, conn)  # the fsync it waited for will never come
+                    queue.clear()
+                    break
+                if rep.durable < end:
+                    return
+            queue.pop(0)
+            self.net.send_frame(self.name, src, conn, frame)
+        self.answers.pop(key, None)
+
+    # --- produce ----------------------------------------------------------------------------------
+
+    def produce(self, src: str, rid: int, key: Key, value: str, level: str, deadline: float | None = None) -> None:
+        """As ``Routing._produce_partition`` and ``produce_as_leader``, minus forwarding: a broker that does
+        not lead answers with the leader it knows."""
+        now, (topic, p) = self.world.now, key
+        if not self.core.members.joined:
+            return self._answer(rid, "fail", None, 503, None)
+        if topic not in self.catalog:
+            return self._answer(rid, "fail", None, 404, None)
+        rep = self.replica(topic, p)
+        try:
+            leader = self.core.leader_of(topic, p)
+            if leader is None or leader != self.name and not self.core.view().alive(leader):
+                voters = rep.voters if rep is not None else self._preference(key)
+                leader = self.core.route(now, topic, p, voters, level)
+            if leader != self.name:
+                return self._answer(rid, "fail", None, 503, leader)
+            needed = self.core.admit(now, rep, topic, p, level)
+        except (NotLeader, NotEnoughReplicas) as exc:
+            return self._answer(rid, "fail", None, 503, exc.extra.get("leader"))
+        if needed is None:  # handing over: wait for the new leader, or for the hand-off to fail
+            until = deadline if deadline is not None else now + limits.HANDOFF_CATCHUP_MS / 1000 + 1
+            self.parked.append((rid, key, value, level, until))
+            self._schedule_tick(until)
+            return
+        assert rep is not None
         now_ms = self.world.clock.wall_ms()
-        base = rep.log.end_offset
-        rep.log.append(batchfmt.encode([(now_ms, f"{key[1]}".encode(), value.encode(), None)], now_ms=now_ms),
-                       rep.epoch)
-        end = rep.log.end_offset
-        self._sync_soon(rep)
-        self.pending[key].append(Pending(rid, base, end, rep.epoch, self.world.now + ACK_TIMEOUT_S))
-        self._pump(rep)
-        self._check_pending(rep)
+        base, end = steps.append_as_leader(rep, [batchfmt.encode([(now_ms, None, value.encode(), None)],
+                                                                 now_ms=now_ms)])
+        self.pending_base[rid] = base
+        self.carry_out(self._core(m.Appended(rep)))
+        self.disk.sync_soon(rep)
+        self.carry_out(self._core(m.AwaitAcks(rid, rep, end, needed, ACK_TIMEOUT_S)))
 
-    def _check_pending(self, rep: Replica) -> None:
-        key = (rep.topic, rep.index)
-        if self.reps.get(key) is not rep:  # closed: nothing more will be acknowledged here
-            for p in self.pending[key]:
-                self._reply("client", ("answer", p.rid, "unknown", None, self.name, 504, None))
-            self.pending[key] = []
-            return
-        keep = []
-        ends = [rep.durable] + [rep.follower_ends.get(r, 0) for r in rep.voters if r != self.name]
-        for p in self.pending[key]:
-            if not rep.is_leader or rep.epoch != p.epoch or self.world.now >= p.deadline:
-                self._reply("client", ("answer", p.rid, "unknown", None, self.name, 504, None))
-            elif protocol.replicas_reaching(ends, p.end) >= election.majority(len(rep.voters)):
-                self._reply("client", ("answer", p.rid, "ok", p.base, self.name, 200, None))
+    def _preference(self, key: Key) -> list[str]:
+        cfg = self.catalog.get(key[0])
+        return placement.preference_lists(self.core.members.ring, cfg)[key[1]] if cfg is not None else []
+
+    def _retry_parked(self) -> None:
+        parked, self.parked = self.parked, []
+        for rid, key, value, level, until in parked:
+            if self.world.now >= until:
+                self._answer(rid, "fail", None, 503, self.core.leader_of(*key))
             else:
-                keep.append(p)
-        self.pending[key] = keep
+                self.produce("client", rid, key, value, level, until)
 
-class _View:
-    """``Watch``'s View over a SimBroker."""
+    def answer_produce(self, rid: int, exc: BaseException | None) -> None:
+        base = self.pending_base.pop(rid, None)
+        if exc is None:
+            self._answer(rid, "ok", base, 200, None)
+        elif isinstance(exc, RingError) and getattr(exc, "status", 500) in (503, 404):
+            self._answer(rid, "fail", None, exc.status, None)
+        else:  # a timeout, or a step-down: the batch may still commit
+            self._answer(rid, "unknown", None, 504, None)
 
-    def __init__(self, b: SimBroker) -> None:
-        self.b = b
-
-    def alive(self, name: str) -> bool:
-        return self.b.alive(name)
-
-    def up(self, name: str) -> bool:
-        return self.b.up(name)
-
-    def generation(self, name: str | None) -> int | None:
-        return self.b.generation_of(name)
-
-    def claims(self) -> dict[str, dict[Key, int]]:
-        return self.b.claims()
-
-    def behind(self, name: str) -> set[Key]:
-        return self.b.behind(name)
-
-    def clock_usable(self, name: str) -> bool:
-        return True  # the simulation's clocks agree
+    def _answer(self, rid: int, outcome: str, offset: int | None, status: int, hint: str | None) -> None:
+        self.net.request(self.name, "client", ("answer", rid, outcome, offset, self.name, status, hint))

@@ -4,23 +4,29 @@ Everything happens at a simulated time, in the order of a heap of events,
 with one seeded random source: the same seed gives the same run. Two kinds
 of traffic, as on the real peer port:
 
-* requests (votes, transfers, heartbeats, client requests and answers) go
-  alone: each may be dropped (``loss``), delayed by a random amount (so they
-  overtake each other) or blocked by a cut between two brokers;
+* requests (gossip exchanges, votes, transfers, client requests and their
+  answers) go alone: each may be dropped (``loss``), delayed by a random
+  amount (so they overtake each other) or blocked by a cut between two
+  brokers (``cut`` is one way: a cut a->b drops what a sends to b, and the
+  answers b would send back on a's connection). ``call`` is a request with
+  an answer: the callee's answer travels back the same way, and a caller
+  that hears nothing within its timeout gets None, as the peer client does;
 * a replication link (a leader's websocket to one follower) is ordered: its
-  frames arrive in the order sent, or, once one is lost or the link is cut,
-  the link is broken and nothing more of it arrives. The sender finds out
-  ``LINK_TIMEOUT_S`` later (the websocket heartbeat) and connects again;
-  every frame carries its connection's number, so a frame of an old
+  frames arrive in the order sent, or, once one is lost or the link is cut
+  either way, the link is broken and nothing more of it arrives. The sender
+  finds out ``LINK_TIMEOUT_S`` later (the websocket heartbeat) and connects
+  again; every frame carries its connection's number, so a frame of an old
   connection is never taken for a new one.
 
 A paused broker (SIGSTOP) receives nothing until it resumes, then everything
-that was sent to it, in order; a crashed one refuses connections.
+that was sent to it, in order; a crashed one refuses connections (a call to
+it fails at once).
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import random
 from typing import Any, Callable
 
@@ -38,10 +44,11 @@ class World:
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = 0
         self.trace: list[str] | None = None  # lines of what happened, when replaying a seed
+        self.current = ""  # the broker whose code runs (names ring's own log lines in a trace)
 
     @property
     def now(self) -> float:
-        return self.clock.monotonic()
+        return self.clock._monotonic
 
     def at(self, when: float, fn: Callable[[], None]) -> None:
         self._seq += 1
@@ -51,27 +58,40 @@ class World:
         self.at(self.now + delay_s, fn)
 
     def run_until(self, until: float) -> None:
-        while self._events and self._events[0][0] <= until:
-            at, _, fn = heapq.heappop(self._events)
-            if at > self.now:
-                self.clock.advance(at - self.now)
+        events, clock = self._events, self.clock
+        while events and events[0][0] <= until:
+            at, _, fn = heapq.heappop(events)
+            if at > clock._monotonic:
+                clock.advance(at - clock._monotonic)
             fn()
-        if until > self.now:
-            self.clock.advance(until - self.now)
+        if until > clock._monotonic:
+            clock.advance(until - clock._monotonic)
 
     def log(self, text: str) -> None:
         if self.trace is not None:
             self.trace.append(f"{self.now:9.3f} {text}")
 
 
+class TraceHandler(logging.Handler):
+    """ring's own log lines, in a replayed seed's trace, with the time and the broker they came from."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(logging.DEBUG)
+        self.world = world
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.world.log(f"[{self.world.current}] {record.getMessage()}")
+
+
 class Network:
     def __init__(self, world: World) -> None:
         self.world = world
-        self.nodes: dict[str, Any] = {}  # name -> SimBroker (or the client, "client")
+        self.nodes: dict[str, Any] = {}  # name -> SimBroker (or the client)
         self.loss = 0.0  # probability a request or a frame is lost
         self.blocked: set[tuple[str, str]] = set()  # (from, to): nothing goes that way
         self._link_busy_until: dict[tuple[str, str], float] = {}
         self._broken: set[tuple[str, str, int]] = set()
+        self._calls = 0
 
     # --- faults ----------------------------------------------------------------------------
 
@@ -98,19 +118,37 @@ class Network:
         if node is not None:
             node.receive(src, msg)
 
+    def call(self, src: str, dst: str, msg: Any, timeout_s: float, on_answer: Callable[[Any], None]) -> None:
+        """A request whose answer (the callee's ``serve`` return value) comes back to ``on_answer``;
+        None after ``timeout_s`` without one, or at once if the callee is not running."""
+        self._calls += 1
+        done = [False]
+
+        def answer(value: Any) -> None:
+            if not done[0]:
+                done[0] = True
+                on_answer(value)
+
+        node = self.nodes.get(dst)
+        if node is None or not node.running:
+            self.world.after(self.world.rng.uniform(*REQUEST_DELAY_S), lambda: answer(None))  # refused
+            return
+        self.world.after(timeout_s, lambda: answer(None))
+        self.request(src, dst, ("call", msg, lambda value: self.request(dst, src, ("answer", answer, value))))
+
     # --- ordered links --------------------------------------------------------------------------
 
     def connectable(self, src: str, dst: str) -> bool:
         node = self.nodes.get(dst)
-        return self.reachable(src, dst) and self.reachable(dst, src) and node is not None and node.running
+        return (self.reachable(src, dst) and self.reachable(dst, src) and node is not None and node.running
+                and not node.paused)
 
     def send_frame(self, src: str, dst: str, conn: int, frame: Any) -> bool:
         """A frame on connection ``conn`` of the link src->dst (answers use (dst, src, conn)). False: broken."""
         if (src, dst, conn) in self._broken:
             return False
         if not self.reachable(src, dst) or self.world.rng.random() < self.loss:
-            self._broken.add((src, dst, conn))
-            self._broken.add((dst, src, conn))
+            self.break_link(src, dst, conn)
             return False
         key = (src, dst)
         at = max(self._link_busy_until.get(key, 0.0), self.world.now + self.world.rng.uniform(*FRAME_DELAY_S))

@@ -1,45 +1,52 @@
-"""One seeded simulation run: four brokers, producers, faults, healing, the final drain, the chaos checker.
+"""One seeded simulation run: four brokers, producers, faults, healing, the final drain, the checks.
 
-``run(seed)`` builds the world from the seed alone: four ``SimBroker``s, two
-partitions placed on the first three (replication factor 3), in most seeds a
-membership change (one partition's replica on a broker is moved to the
-fourth, which becomes its natural leader; each broker learns the new
-preference list at its own moment, as gossip would tell it), a client with three
-producers writing unique values at consistency quorum (each to its own
-partition, retrying through the leader a refusal names), and a schedule of
-faults drawn from the seed over the first ``FAULTS_S`` seconds: crashes
-(restarted later on the same files), power losses (a crash that also cuts
-each of the broker's logs at a random batch past what it had synced), pauses (SIGSTOP, then
-SIGCONT with the queued messages), cuts between brokers both ways or one
-way, and spells of message loss (which also break replication links). Then everything heals,
-the producers go on for a while (the cluster must be writable again), stop,
-and once every partition has one leader that every replica has caught up
-with, each broker's log is read to its high watermark (the final drain) and
-every replica's batches are listed. The history goes through the same
-checker as the chaos harness (tests/chaos/checker.py).
+``run(seed)`` builds the world from the seed alone: brokers ``s-0``..``s-2``
+start (each knowing the others as seeds) and one of them creates topic
+``events`` (3 partitions, replication factor 3) through gossip, as the admin
+API does; in most seeds a fourth broker ``s-3`` joins later, which moves
+partitions onto it (one of which it becomes the natural leader of: a
+hand-off). Three producers write unique values, one per partition, at
+consistency quorum or all (the seed picks), each to a random live broker,
+retrying where a refusal names the leader. Faults are drawn from the seed
+over the first ``FAULTS_S`` seconds: crashes (restarted later on the same
+files), power losses (a crash that also cuts each log at a random byte past
+what it had synced), pauses (SIGSTOP, then SIGCONT with the queued
+messages), cuts between brokers both ways or one way, and spells of message
+loss (which also break replication links). Then everything heals, the
+producers go on for a while (the cluster must be writable again), stop, and
+once every partition has one leader that every replica has caught up with,
+each broker's log is read to its high watermark (the final drain) and every
+replica's batches are listed. The history goes through the chaos checker
+(tests/chaos/checker.py), and the run checks that no epoch of a partition
+ever had two leaders.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ring.catalog import TopicConfig
+from ring.hashing import broker_token
 from ring.log import batch as batchfmt
+from ring.node.ready import PutTopic
 from tests.chaos.checker import Report, check
 from tests.chaos.history import FAIL, FINAL, OK, UNKNOWN, History, Read, ReplicaCopy, Write
 from tests.sim.broker import SimBroker
-from tests.sim.network import Network, World
+from tests.sim.disk import power_loss
+from tests.sim.network import Network, TraceHandler, World
 
-NAMES = ["n0", "n1", "n2", "n3"]
-PLACED = ["n0", "n1", "n2"]  # where both partitions start
-KEYS = [("t", 0), ("t", 1)]
-PRODUCERS = 3
-WARMUP_S = 1.5
-FAULTS_S = 12.0
-AFTER_HEAL_S = 9.0  # producers go on this long after healing (longer than a produce's own timeout)
+NAMES = ["s-0", "s-1", "s-2", "s-3"]
+FIRST = NAMES[:3]
+TOPIC = "events"  # with 3 partitions, s-3 joining becomes the natural leader of partition 1
+PARTITIONS = 3
+WARMUP_S = 2.5
+FAULTS_S = 9.0
+AFTER_HEAL_S = 7.0  # producers go on this long after healing (longer than a produce's own timeout)
 SETTLE_S_MAX = 40.0
 CLIENT_TIMEOUT_S = 6.0
 
@@ -47,7 +54,8 @@ CLIENT_TIMEOUT_S = 6.0
 @dataclass
 class Producer:
     index: int
-    key: tuple[str, int]
+    partition: int
+    level: str
     seq: int = 0
     target: str | None = None
     busy: bool = False
@@ -60,6 +68,7 @@ class Client:
     world: World
     net: Network
     history: History
+    levels: list[str]
     producers: list[Producer] = field(default_factory=list)
     running: bool = True
     _rid: int = 0
@@ -68,8 +77,8 @@ class Client:
 
     def start(self) -> None:
         self.net.nodes[self.name] = self
-        for i in range(PRODUCERS):
-            p = Producer(i, KEYS[i % len(KEYS)])
+        for i in range(PARTITIONS):
+            p = Producer(i, i, self.levels[i])
             self.producers.append(p)
             self.world.after(self.world.rng.uniform(0, 0.05), lambda p=p: self._next(p))
 
@@ -88,7 +97,7 @@ class Client:
             self._record(p, value, start, FAIL, None, target, None)
             return
         self._waiting[rid] = (p, value, start, target)
-        self.net.request(self.name, target, ("produce", rid, p.key, value))
+        self.net.request(self.name, target, ("produce", rid, (TOPIC, p.partition), value, p.level))
         self.world.after(CLIENT_TIMEOUT_S, lambda: self._timeout(rid))
 
     def _timeout(self, rid: int) -> None:
@@ -109,10 +118,10 @@ class Client:
     def _record(self, p: Producer, value: str, start: float, outcome: str, offset: int | None, broker: str,
                 status: int | None) -> None:
         self.history.writes.append(Write(value, f"k{p.index}", p.index, p.seq, start, self.world.now, outcome,
-                                         p.key[1] if outcome == OK else None, offset, broker, status))
+                                         p.partition if outcome == OK else None, offset, broker, status))
         self.world.log(f"client: {value} -> {outcome} {offset} from {broker}")
         p.busy = False
-        delay = self.world.rng.uniform(0.1, 0.4) if outcome == OK else self.world.rng.uniform(0.1, 0.5)
+        delay = self.world.rng.uniform(0.15, 0.6)
         self.world.after(delay, lambda: self._next(p))
 
     @property
@@ -120,37 +129,40 @@ class Client:
         return not self._waiting
 
 
-def power_loss(world: World, b: SimBroker) -> None:
-    """Crash, then cut the tail of each of its logs at a random batch boundary past what it had synced."""
-    unsynced = {key: rep.log.unsynced_bytes for key, rep in b.reps.items()}
-    b.crash()
-    for t, p in KEYS:
-        segs = sorted((b.dir / t / str(p)).glob("*.log"))
-        if not segs or (t, p) not in unsynced:  # not held now: closed cleanly, synced
-            continue
-        raw = segs[-1].read_bytes()
-        synced_at = max(0, len(raw) - unsynced[(t, p)])
-        cuts = [pos for _, pos in batchfmt.scan(raw, verify=False) if pos >= synced_at] + [len(raw)]
-        cut = world.rng.choice(cuts)
-        with open(segs[-1], "r+b") as f:
-            f.truncate(cut)
-        world.log(f"{b.name} loses {len(raw) - cut} bytes of {t}/{p}")
+class Leaders:
+    """Who led each (partition, epoch), as the brokers' Readies tell it: never two in one epoch."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, int, int], str] = {}
+        self.twice: list[str] = []
+
+    def led(self, topic: str, partition: int, epoch: int, broker: str) -> None:
+        other = self.seen.setdefault((topic, partition, epoch), broker)
+        if other != broker:
+            self.twice.append(f"{topic}/{partition} epoch {epoch}: {other} and {broker}")
 
 
-def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker]) -> list[str]:
+def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
     """Draw the faults of this seed; returns what was scheduled, for the report."""
     rng, plan = world.rng, []
     kinds = ["crash", "pause", "cut", "one-way", "loss", "power"]
+    names = NAMES if joins else FIRST
     for _ in range(rng.randint(2, 6)):
         at = WARMUP_S + rng.uniform(0, FAULTS_S - 2)
-        victim = rng.choice(NAMES)
+        victim = rng.choice(names)
         kind = rng.choice(kinds)
         length = rng.uniform(0.5, 9.0)
         plan.append(f"{at:.2f} {kind} {victim} {length:.2f}s")
         b = brokers[victim]
         if kind in ("crash", "power"):
-            world.at(at, b.crash if kind == "crash" else lambda b=b: power_loss(world, b))
-            world.at(at + length, lambda b=b: b.start() if not b.running else None)
+            def down(b: SimBroker = b, kind: str = kind) -> None:
+                if kind == "crash":
+                    b.crash()
+                elif b.running:
+                    for line in power_loss(world, b):
+                        world.log(line)
+            world.at(at, down)
+            world.at(at + length, lambda b=b: b.start() if not b.running and b.generation else None)
         elif kind == "pause":
             world.at(at, b.pause)
             world.at(at + length, b.resume)
@@ -169,40 +181,31 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker]) -
             p = rng.uniform(0.02, 0.25)
             world.at(at, lambda p=p: setattr(net, "loss", p))
             world.at(at + length, lambda: setattr(net, "loss", 0.0))
-    return sorted(plan, key=lambda line: float(line.split()[0]))
+    return plan
 
 
-def schedule_move(world: World, brokers: dict[str, SimBroker]) -> list[str]:
-    """Most seeds: move one partition's replica from a broker to the fourth, which goes first in its list."""
-    rng = world.rng
-    if rng.random() < 0.25:
-        return []
-    key, gone = rng.choice(KEYS), rng.choice(PLACED)
-    new = ["n3"] + [n for n in PLACED if n != gone]
-    at = WARMUP_S + rng.uniform(0, FAULTS_S - 3)
-    for b in brokers.values():  # each learns it at its own moment
-        world.at(at + rng.uniform(0, 2.0), lambda b=b: b.set_placement(key, new))
-    return [f"{at:.2f} move {key[0]}/{key[1]} from {gone} to n3: {','.join(new)}"]
-
-
-def heal(net: Network, brokers: dict[str, SimBroker]) -> None:
+def heal(net: Network, brokers: dict[str, SimBroker], joined: set[str]) -> None:
     net.heal()
     net.loss = 0.0
-    for b in brokers.values():
+    for name in sorted(joined):
+        b = brokers[name]
         if not b.running:
             b.start()
         elif b.paused:
             b.resume()
 
 
-def settled(brokers: dict[str, SimBroker]) -> bool:
+def settled(brokers: dict[str, SimBroker], members: set[str]) -> bool:
     """Every partition has one leader, in agreement, its voters are its preference list, and every replica
     holds the whole log; only the placed brokers hold it."""
-    for key in KEYS:
-        placed = brokers[NAMES[0]].placement[key]
-        if any(b.placement[key] != placed for b in brokers.values()):
-            return False
-        reps = [b.reps[key] for b in brokers.values() if key in b.reps]
+    ref = brokers[sorted(members)[0]]
+    cfg = ref.catalog.get(TOPIC)
+    if cfg is None or any(b.core.members.ring != ref.core.members.ring for b in map(brokers.get, members)):
+        return False
+    from ring.cluster import placement
+    lists = placement.preference_lists(ref.core.members.ring, cfg)
+    for p, placed in enumerate(lists):
+        reps = [r for b in map(brokers.get, members) if (r := b.replica(TOPIC, p)) is not None]
         if sorted(r.self_name for r in reps) != sorted(placed):
             return False
         heads = [r for r in reps if r.is_leader]
@@ -217,9 +220,11 @@ def settled(brokers: dict[str, SimBroker]) -> bool:
     return True
 
 
-def drain(history: History, brokers: dict[str, SimBroker]) -> None:
-    for name, b in sorted(brokers.items()):
-        for (t, p), rep in sorted(b.reps.items()):
+def drain(history: History, brokers: dict[str, SimBroker], members: set[str]) -> None:
+    for name in sorted(members):
+        b = brokers[name]
+        for rep in sorted(b.replicas(), key=lambda r: (r.topic, r.index)):
+            p = rep.index
             data = rep.log.read(rep.log.start_offset, 1 << 30) if rep.log.end_offset > rep.log.start_offset else b""
             batches = []
             for h, pos in batchfmt.scan(data):
@@ -237,43 +242,67 @@ class Outcome:
     faults: list[str]
     settled: bool
     acked_after_heal: int
+    two_leaders: list[str]
     trace: list[str] | None
 
     def why(self) -> str:
         r = self.report
         counts = {k: v for k, v in r.to_json().items() if k != "examples"}
         return (f"seed {self.seed}: settled={self.settled} acked_after_heal={self.acked_after_heal}\n"
-                f"faults: {self.faults}\ncounts: {counts}\nexamples: {r.examples}")
+                f"faults: {self.faults}\ntwo leaders: {self.two_leaders}\ncounts: {counts}\n"
+                f"examples: {r.examples}")
 
 
 def run(seed: int, trace: bool = False) -> Outcome:
     root = Path(tempfile.mkdtemp(prefix=f"ring-sim-{seed}-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     world = World(seed)
     world.trace = [] if trace else None
+    handler = TraceHandler(world)
+    if trace:
+        logging.getLogger("ring").addHandler(handler)
+        logging.getLogger("ring").setLevel(logging.INFO)
     net = Network(world)
     history = History()
+    leaders = Leaders()
+    brokers: dict[str, SimBroker] = {}
     try:
-        brokers = {n: SimBroker(world, net, n, NAMES, KEYS, root, PLACED) for n in NAMES}
-        client = Client(world, net, history)
+        for i, name in enumerate(NAMES):
+            brokers[name] = SimBroker(world, net, name, broker_token(i), [n for n in FIRST if n != name], root, leaders)
+        for name in FIRST:
+            brokers[name].start()
+        creator = brokers[world.rng.choice(FIRST)]
+        cfg = TopicConfig.from_request({"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3},
+                                       now_ms=world.clock.wall_ms())
+        world.at(0.5, lambda: creator._step(PutTopic(TOPIC, cfg.to_json(), world.clock.wall_ms())))
+        levels = [world.rng.choice(("quorum", "quorum", "all")) for _ in range(PARTITIONS)]
+        client = Client(world, net, history, levels)
         world.run_until(WARMUP_S / 2)
         client.start()
-        faults = sorted(schedule_faults(world, net, brokers) + schedule_move(world, brokers),
-                        key=lambda line: float(line.split()[0]))
+        joins = world.rng.random() < 0.75
+        faults = [f"levels {','.join(levels)}"]
+        joined = set(FIRST)
+        if joins:
+            at = WARMUP_S + world.rng.uniform(0, FAULTS_S - 3)
+            world.at(at, brokers["s-3"].start)
+            joined.add("s-3")
+            faults.append(f"{at:.2f} s-3 joins")
+        faults += schedule_faults(world, net, brokers, joins)
+        faults.sort(key=lambda line: float(line.split()[0]) if line[0].isdigit() else -1.0)
         heal_at = WARMUP_S + FAULTS_S
         world.run_until(heal_at)
-        heal(net, brokers)
+        heal(net, brokers, joined)
         world.log("healed")
         world.run_until(heal_at + AFTER_HEAL_S)
         client.running = False
         deadline = world.now + SETTLE_S_MAX
-        while world.now < deadline and not (client.idle and settled(brokers)):
+        while world.now < deadline and not (client.idle and settled(brokers, joined)):
             world.run_until(world.now + 0.5)
-        ok_settled = client.idle and settled(brokers)
-        drain(history, brokers)
+        ok_settled = client.idle and settled(brokers, joined)
+        drain(history, brokers, joined)
         acked_after = sum(1 for w in history.writes if w.outcome == OK and w.start_s >= heal_at + 2.0)
-        return Outcome(seed, check(history), faults, ok_settled, acked_after, world.trace)
+        return Outcome(seed, check(history), faults, ok_settled, acked_after, leaders.twice, world.trace)
     finally:
-        for b in net.nodes.values():
-            if isinstance(b, SimBroker):
-                b.close()
+        logging.getLogger("ring").removeHandler(handler)
+        for b in brokers.values():
+            b.close()
         shutil.rmtree(root, ignore_errors=True)

@@ -20,10 +20,9 @@ A broker whose clock is out of bounds (``View.clock_usable``) never stands
 and is never a target of a hand-over.
 
 It changes replicas only through ``steps`` (adopting an epoch, saving voters)
-and returns what the driver must do: stand, hand over, or carry out a change
-(``Action("changed")``: relink, wake waiters). The async driver
-(``ring.cluster.leadership``) and the simulation (tests/sim) run the very
-same decisions; only the I/O differs.
+and returns what to do: stand, hand over, or carry out a change
+(``Action("changed")``: relink, wake waiters); ``ring.node.elections``
+carries the actions out.
 """
 
 from __future__ import annotations
@@ -68,6 +67,7 @@ class Timers:
     generation: int | None = None  # that leader's generation then
     unclaimed_since: float | None = None
     leaderless_since: float | None = None
+    stand_at: float | None = None  # when this replica's turn to stand comes, as the view was last seen
     next_try: float = 0.0
     retry_s: float = limits.ELECTION_RETRY_MS / 1000
     led_since: float = 0.0
@@ -110,7 +110,8 @@ class Watch:
 
     # --- the tick ----------------------------------------------------------------------------
 
-    def tick(self, now: float, reps: Iterable[Replica], view: View) -> list[Action]:
+    def tick(self, now: float, reps: Iterable[Replica], view: View, every: bool = True) -> list[Action]:
+        """What to do about ``reps``; ``every``: they are all the broker holds (forget the others' timers)."""
         claims = view.claims()
         out: list[Action] = []
         held: set[Key] = set()
@@ -121,9 +122,24 @@ class Watch:
                 self._as_leader(rep, t, claims, view, now, out)
             else:
                 self._as_follower(rep, t, claims, view, now, out)
-        for key in [k for k in self.timers if k not in held]:
-            del self.timers[key]
+        if every:
+            for key in [k for k in self.timers if k not in held]:
+                del self.timers[key]
         return out
+
+    def steady(self, rep: Replica, now: float, view: View) -> bool:
+        """Whether nothing about ``rep`` can change until the view or the replica does: a follower of a
+        live, claiming leader that did not just vote, or the natural leader with its placed voters,
+        its copy undamaged and its clock in bounds. A replica that is not steady waits on a timer (or
+        on its followers' answers) and is looked at again then."""
+        t = self.timers.get((rep.topic, rep.index))
+        if t is None or t.standing or t.handing:
+            return False
+        if rep.is_leader:
+            return (rep.voters == rep.replicas and rep.replicas[0] == self.name and rep.damaged_at is None
+                    and view.clock_usable(self.name))
+        voted = t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s
+        return t.leaderless_since is None and t.unclaimed_since is None and not voted
 
     def eligible(self, rep: Replica, name: str, view: View) -> bool:
         if not view.clock_usable(name):
@@ -160,14 +176,15 @@ class Watch:
             t.leaderless_since = now
             if rep.leader is not None:
                 log.info("%s/%d: leader %s of epoch %d is lost", rep.topic, rep.index, rep.leader, rep.epoch)
+        s = self.settings
+        delay = election.stand_delay_s(self.name, rep.replicas, rep.voters, view.alive,
+                                       lambda n: self.eligible(rep, n, view), s.rank_step_s, s.unclean_fallback_s)
+        t.stand_at = None if delay is None else t.leaderless_since + delay
         if t.standing or now < t.next_try or self.name not in rep.voters or not view.clock_usable(self.name):
             return  # (a broker whose clock is out of bounds never stands, not even as the last resort)
         if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
             return  # we just voted: give that candidate time to win and sync us
-        s = self.settings
-        delay = election.stand_delay_s(self.name, rep.replicas, rep.voters, view.alive,
-                                       lambda n: self.eligible(rep, n, view), s.rank_step_s, s.unclean_fallback_s)
-        if delay is None or now - t.leaderless_since < delay:
+        if t.stand_at is None or now < t.stand_at:
             return
         if sum(1 for v in rep.voters if view.alive(v)) < election.majority(len(rep.voters)):
             return  # no majority can answer: no election (committed reads still work)
@@ -211,6 +228,23 @@ class Watch:
         return election.transfer_target(self.name, rep.replicas, rep.voters, view.up,
                                         lambda n: self.eligible(rep, n, view), acked, max(rep.hw, rep.epoch_start),
                                         now - t.led_since, self.settings.min_lead_s)
+
+    def wake_at(self, rep: Replica, now: float) -> float | None:
+        """The next moment a decision about ``rep`` could change while the view and the replica stay as
+        they are: when one of its timers runs out (None: none runs)."""
+        t = self.timers.get((rep.topic, rep.index))
+        if t is None:
+            return now
+        s = self.settings
+        times = [t.voted_at + s.claim_grace_s if t.voted_at is not None else None]
+        if rep.is_leader:
+            times += [t.handoff_next, t.led_since + s.min_lead_s]
+        else:
+            times.append(t.unclaimed_since + s.claim_grace_s if t.unclaimed_since is not None else None)
+            if t.leaderless_since is not None:
+                times += [t.next_try, t.stand_at]
+        future = [x for x in times if x is not None and x > now]
+        return min(future) if future else None
 
     # --- what the driver reports back --------------------------------------------------------
 

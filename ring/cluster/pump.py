@@ -1,0 +1,249 @@
+"""The node core's async driver: it steps the core and carries out each Ready, nothing else.
+
+``NodePump.step`` hands the core one message (with the clock's ``now``) and
+carries out the Ready it returns, in the order ``ring.node.ready`` writes
+down. Where each thing goes:
+
+* files to write go to the broker's data directory first;
+* gossip messages go to membership's exchanges (``ring.cluster.membership``);
+* vote requests and transfers go out through the peer client, and their
+  answers (or the lack of one) are stepped back in;
+* frames for a follower go to that follower's replication link
+  (``ring.replication.leader.LinkDriver``), which steps ``Flush`` for its
+  link when a Ready names it and sends what comes back;
+* a follower's answers to its leader go back on the websocket the frame came
+  in on (``ring.replication.follower``), after the fsync the Ready lists;
+* releases resolve the produces' futures (their tokens);
+* changed replicas wake what waits for leadership to move (``changed``);
+  damaged batches, a new placement and a new verdict on the clock go to the
+  broker's callbacks;
+* ``announce`` asks every live peer for an exchange a moment later, so the
+  partitions won in one burst ride along in one announcement;
+* ``next_tick_at`` arms the one timer that ticks the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Coroutine
+
+import msgpack
+
+from ring.clock import Clock
+from ring.cluster.peers import PeerClient
+from ring import limits
+from ring.errors import BadRequest
+from ring.gossip.core import Ack, Ack2, Syn
+from ring.node.core import NodeCore
+from ring.node.elections import Transfer
+from ring.node.ready import Announce, Ready, TransferAnswered, VoteAnswered
+from ring.replication import election, protocol
+from ring.replication.leader import LinkDriver
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.cluster")
+
+_LEADER_FRAMES = (protocol.Sync, protocol.Append, protocol.Hw)
+_GOSSIP = (Syn, Ack, Ack2)
+# After an election is won, the claims are announced this much later, so the other
+# partitions won in the same burst ride along.
+ANNOUNCE_DELAY_S = 0.02
+VOTE_PATH = "/peer/v1/vote"
+TRANSFER_PATH = "/peer/v1/transfer"
+
+
+async def _no_wait(rep: Replica) -> None:
+    pass
+
+
+class NodePump:
+    def __init__(self, core: NodeCore, clock: Clock, peers: PeerClient,
+                 on_damaged: Callable[[Replica, int], None] = lambda rep, offset: None,
+                 on_sent: Callable[[str, int], None] = lambda follower, nbytes: None,
+                 on_write: Callable[[list[tuple[str, bytes]]], None] = lambda files: None,
+                 on_gossip: Callable[[str, Any], None] = lambda addr, message: None,
+                 on_cluster: Callable[[], None] = lambda: None,
+                 on_clock: Callable[[Any], None] = lambda verdict: None,
+                 wait_idle: Callable[[Replica], Awaitable[None]] | None = None) -> None:
+        self.core = core
+        self.on_write = on_write  # files for the data directory
+        self.on_gossip = on_gossip  # a gossip message for a peer address
+        self.on_cluster = on_cluster  # place partitions anew
+        self.on_clock = on_clock  # a new verdict on this broker's wall clock
+        self.wait_idle = wait_idle or _no_wait  # until no fsync runs on a replica's log
+        self.clock = clock
+        self.peers = peers
+        self.on_damaged = on_damaged
+        self.on_sent = on_sent  # stored batch bytes handed to a follower's link (metrics)
+        self.links: dict[str, LinkDriver] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle_waits: set[tuple[str, int]] = set()
+        self._changed = asyncio.Event()
+        self._announcing: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def step(self, message: Any) -> Ready:
+        """Step the core on ``message`` and carry out what it says (a follower's answers excepted: the
+        caller that stepped a frame from a leader sends those, see ``ring.replication.follower``)."""
+        ready = self.core.step(self.clock.monotonic(), message)
+        self.carry_out(ready)
+        return ready
+
+    def tick(self) -> None:
+        self._timer = self._timer_at = None
+        if not self.closed:
+            try:
+                self.carry_out(self.core.tick(self.clock.monotonic(), self.clock.wall_ms()))
+            except Exception:  # a bug: say so, and keep ticking
+                log.exception("node core tick failed")
+                self._arm(self.clock.monotonic() + 0.1)
+
+    def carry_out(self, ready: Ready) -> None:
+        if ready.write:
+            self.on_write(ready.write)
+        for dst, frame in ready.sends:
+            if isinstance(frame, _LEADER_FRAMES):
+                link = self.links.get(dst)
+                if link is not None:
+                    link.put(frame)
+            elif isinstance(frame, election.VoteRequest):
+                self._spawn(self._ask(dst, frame))
+            elif isinstance(frame, Transfer):
+                self._spawn(self._transfer(dst, frame))
+            elif isinstance(frame, _GOSSIP):
+                self.on_gossip(dst, frame)
+        for token, exc in ready.releases:
+            if not token.done():
+                if exc is None:
+                    token.set_result(None)
+                else:
+                    token.set_exception(exc)
+        if ready.changed:
+            self.notify()
+        for rep, offset in ready.damaged:
+            self.on_damaged(rep, offset)
+        if ready.links is not None:
+            self._relink(ready.links)
+        for rep, message in ready.after_idle:
+            self._after_idle(rep, message)
+        for name in ready.flush:
+            link = self.links.get(name)
+            if link is not None:
+                link.kick()
+        if ready.reconcile:
+            self.on_cluster()
+        if ready.clock is not None:
+            self.on_clock(ready.clock)
+        if ready.announce and (self._announcing is None or self._announcing.done()):
+            self._announcing = asyncio.create_task(self._announce(), name="announce leaders")
+            self._tasks.add(self._announcing)
+            self._announcing.add_done_callback(self._tasks.discard)
+        if ready.next_tick_at is not None:
+            self._arm(ready.next_tick_at)
+
+    def _after_idle(self, rep: Replica, message: Any) -> None:
+        """Step ``message`` once no fsync runs on ``rep``'s log (one wait per replica at a time)."""
+        key = (rep.topic, rep.index)
+        if key in self._idle_waits or self.closed:
+            return
+
+        async def wait() -> None:
+            try:
+                await self.wait_idle(rep)
+                if not self.closed:
+                    self.step(message)
+            finally:
+                self._idle_waits.discard(key)
+
+        self._idle_waits.add(key)
+        self._spawn(wait())
+
+    # --- leadership moving ------------------------------------------------------------------------
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when leadership of any partition changed here, or after ``timeout_s``."""
+        event = self._changed
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_leaders(self, topic: str, partitions: int, timeout_s: float) -> None:
+        """Return once every partition of ``topic`` has a known leader, or after ``timeout_s``."""
+        deadline = self.clock.monotonic() + timeout_s
+        while any(self.core.leader_of(topic, p) is None for p in range(partitions)):
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                return
+            await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    async def _announce(self) -> None:
+        await asyncio.sleep(ANNOUNCE_DELAY_S)
+        self.step(Announce())
+
+    # --- elections' messages -----------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, peer: str, req: election.VoteRequest) -> None:
+        raw = await self.peers.call(peer, VOTE_PATH, msgpack.packb(req.to_wire(), use_bin_type=True))
+        reply = None
+        if raw is not None:
+            try:
+                reply = election.reply_from_wire(msgpack.unpackb(raw, raw=False))
+            except (BadRequest, ValueError, TypeError, msgpack.UnpackException) as exc:
+                log.warning("a malformed vote reply from %s: %s", peer, exc)
+        if not self.closed:
+            self.step(VoteAnswered(peer, req, reply))
+
+    async def _transfer(self, peer: str, t: Transfer) -> None:
+        params = {"topic": t.topic, "partition": str(t.partition), "epoch": str(t.epoch)}
+        raw = await self.peers.call(peer, TRANSFER_PATH, b"", params)
+        if not self.closed:
+            self.step(TransferAnswered(peer, t, raw is not None))
+
+    def _arm(self, at: float) -> None:
+        if self.closed or (self._timer_at is not None and self._timer_at <= at):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = at
+        self._timer = loop.call_at(loop.time() + max(0.0, at - self.clock.monotonic()), self.tick)
+
+    def _relink(self, wanted: set[str]) -> None:
+        for name in list(self.links):
+            if name not in wanted:
+                self.links.pop(name).stop()
+        for name in sorted(wanted):
+            if name not in self.links:
+                self.links[name] = LinkDriver(self, name)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        links = list(self.links.values())
+        self.links.clear()
+        for link in links:
+            link.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*(link.task for link in links if link.task is not None), *self._tasks,
+                             return_exceptions=True)
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        doc = self.core.describe_links()
+        for name, link in self.links.items():
+            doc.setdefault(name, {})["connected"] = link.connected
+        return doc

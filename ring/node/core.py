@@ -1,0 +1,449 @@
+"""The node core: everything one broker decides between the pure protocol cores, as one state machine.
+
+Theory of operation. The pure cores decide single questions: ``protocol``
+(a follower's verdict on a frame, the high watermark, the leader's send
+cursor), ``steps`` (what a replica does with one frame or vote),
+``election`` (votes, tallies, who stands when), ``watch`` (what a broker
+decides about each replica on a tick). ``NodeCore`` holds what sits between
+them on one broker and used to live in async drivers: the leader's
+replication links and their scheduling (``links.py``), the follower's
+answers and the durability each one waits for, the produces waiting for
+acknowledgements with their deadlines (``waiters.py``), candidacies and
+hand-offs (``elections.py``), where a produce goes and whether this broker
+may take it (``route``, ``admit``), and the membership rules over gossip
+(``members.py``, stepped by ``gossip_steps.py``). Elections look at every
+replica only when the view they decide on changed (``Members.signature``);
+otherwise only at the replicas whose state changed and those waiting on a
+timer, at the moment it runs out, so an idle broker with thousands of
+partitions ticks about once a gossip round.
+
+A driver feeds it messages (``ready.py``) with ``step(now, message)``, ticks
+it with ``tick(now, wall_ms)`` no later than the ``next_tick_at`` of the
+last Ready,
+and carries out each Ready in the order ``ready.py`` writes down: persist,
+then send and release. The core reads and writes the logs and replica
+state files itself (the real, synchronous log code), and never awaits,
+opens a socket, reads a clock or draws a random number: the same inputs
+give the same outputs, which is what lets the simulation (tests/sim) run it
+under a seeded network, disk and clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, Iterable
+
+from ring import limits
+from ring.cluster import leaders
+from ring.errors import (Conflict, CorruptBatch, NotEnoughReplicas, NotLeader, OffsetOutOfRange, RingError,
+                         StorageError)
+from ring.node import ready as msg
+from ring.node.elections import Elections
+from ring.node.gossip_steps import GossipSteps
+from ring.gossip.core import GOSSIP_INTERVAL_S
+from ring.node.links import Key, Links
+from ring.node.members import Members, View
+from ring.node.ready import Ready
+from ring.node.waiters import AckWaiters
+from ring.replication import election, protocol, steps
+from ring.replication.replica import Replica
+
+log = logging.getLogger("ring.node")
+
+ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
+
+
+class NodeCore(GossipSteps):
+    def __init__(self, name: str, replica: Callable[[str, int], Replica | None],
+                 replicas: Callable[[], Iterable[Replica]], durable_at_once: bool, rng: random.Random,
+                 members: Members) -> None:
+        """``replica`` and ``replicas`` look up the broker's open replicas; ``durable_at_once``: the fsync
+        policy makes an append durable without an fsync of its own (``interval`` or ``never``); ``rng``
+        is the seeded random source; ``members`` the membership rules over gossip (``members.py``)."""
+        self.name = name
+        self.replica = replica
+        self.replicas = replicas
+        self.durable_at_once = durable_at_once
+        self.members = members
+        self.links = Links(name, replica)
+        self.acks = AckWaiters()
+        self.elections = Elections(name, rng, replica, self._send, self._changed, self._resync_rep, self._announce)
+        self._next_election_tick = 0.0
+        self._next_gossip = 0.0
+        # Elections look at every replica only when the view changed (``Members.signature``); else at
+        # the ones whose state changed since (``_dirty``) and the ones waiting on a timer (``_active``).
+        self._signature: tuple | None = None
+        self._dirty: set[Key] = set()
+        self._active: set[Key] = set()
+        self._publish_due = True  # our claims or behind-set may have changed
+        self._view: View | None = None
+        self.closing = False
+        self._now = 0.0  # of the step or tick running
+        self._ready = Ready()
+        self._handlers: dict[type, Callable[[float, Any], None]] = {
+            msg.Appended: self._appended, msg.AwaitAcks: self._await_acks, msg.Durable: self._durable,
+            msg.SyncFailed: self._sync_failed, msg.LinkUp: self._link_up, msg.LinkDown: self._link_down,
+            msg.FromFollower: self._from_follower, msg.Flush: self._flush,
+            msg.PlacementChanged: self._placement_changed, msg.Resync: self._resync, msg.Reprobe: self._reprobe,
+            msg.FromLeader: self._from_leader,
+            msg.VoteRequested: self._vote_requested, msg.VoteAnswered: self._vote_answered,
+            msg.TransferRequested: self._transfer_requested, msg.TransferAnswered: self._transfer_answered,
+            msg.GossipIn: self._gossip_in, msg.Announce: self._announce_msg, msg.PutTopic: self._put_topic,
+            msg.DeleteTopic: self._delete_topic, msg.RemoveBroker: self._remove_broker,
+            msg.Damaged: self._damaged, msg.Repaired: self._repaired, msg.StartMoved: self._start_moved,
+            msg.LeadStart: self._lead_start, msg.ClockRead: self._clock_read,
+        }
+
+    # --- the two entry points ---------------------------------------------------------------
+
+    def step(self, now: float, message: Any) -> Ready:
+        self._now, self._view = now, None
+        self._handlers[type(message)](now, message)
+        return self._take()
+
+    def tick(self, now: float, wall_ms: int | None = None) -> Ready:
+        """``wall_ms``: the wall clock read together with ``now`` (a clock set meanwhile stops this
+        broker's leading in this very tick)."""
+        self._now, self._view = now, None
+        if wall_ms is not None:
+            self._observe_clock(now, wall_ms)
+        self.links.due(now)
+        self.acks.expire(now)
+        if now >= self._next_gossip:
+            self._next_gossip = now + GOSSIP_INTERVAL_S
+            self._gossip_round(now)
+        if now >= self._next_election_tick:
+            self._election_tick(now)
+        return self._take()
+
+    def _election_tick(self, now: float) -> None:
+        view = self.view()
+        signature = self.members.signature(now)
+        every = signature != self._signature
+        if every:
+            self._signature = signature
+            reps = list(self.replicas())
+        else:
+            reps = [r for k in sorted(self._active | self._dirty) if (r := self.replica(*k)) is not None]
+        self._dirty = set()
+        self.elections.tick(now, reps, view, every)
+        watch = self.elections.watch
+        active = [r for r in reps if not watch.steady(r, now, view)]
+        self._active = {(r.topic, r.index) for r in active}
+        if self._publish_due:
+            self._publish_due = False
+            self.members.publish(self.replicas())
+        if self._dirty or self.elections.busy:
+            self._next_election_tick = now + ELECTION_TICK_S
+            return
+        # Look again when a timer runs out, or a silent peer's status could change; an active replica
+        # waiting on neither (a leader moving its voters, as answers come) is looked at when they come.
+        at = self.members.next_change(now) or now + GOSSIP_INTERVAL_S
+        for rep in active:
+            wake = watch.wake_at(rep, now)
+            if wake is not None and wake < at:
+                at = wake
+        self._next_election_tick = max(at, now + ELECTION_TICK_S / 10)
+
+    def _look_soon(self, key: Key | None = None) -> None:
+        """Have the next election tick come within ELECTION_TICK_MS (and look at ``key`` then)."""
+        if key is not None:
+            self._dirty.add(key)
+        self._next_election_tick = min(self._next_election_tick, self._now + ELECTION_TICK_S)
+
+    def _view_moved(self, now: float) -> None:
+        """Gossip brought news or the detector ticked: if what elections decide on changed, look now."""
+        if self.members.signature(now) != self._signature:
+            self._election_tick(now)
+
+    def view(self) -> View:
+        """The cluster as gossip shows it now (one per step: nothing changes within one)."""
+        if self._view is None:
+            self._view = self.members.view(self._now)
+        return self._view
+
+    def _take(self) -> Ready:
+        self._view = None
+        ready, self._ready = self._ready, Ready()
+        if self.acks.released:
+            ready.releases, self.acks.released = self.acks.released, []
+        if self.links.damaged:
+            damaged, self.links.damaged = self.links.damaged, []
+            for rep, offset in damaged:
+                self._damage(rep, offset, ready)
+        if self.links.dirty:
+            ready.flush = self.links.pending()
+        at = self._next_gossip
+        if self._next_election_tick < at:
+            at = self._next_election_tick
+        deadline = self.acks.next_deadline()
+        if deadline is not None and deadline < at:
+            at = deadline
+        probe = self.links.next_probe() if self.links.links else None
+        ready.next_tick_at = probe if probe is not None and probe < at else at
+        return ready
+
+    # --- registering replicas ---------------------------------------------------------------
+
+    def adopt(self, rep: Replica) -> None:
+        """A replica opened on this broker: its acknowledgements and high watermark run through the core."""
+        rep.acks = self.acks
+        rep.on_hw = self._hw_moved
+
+    def _hw_moved(self, rep: Replica) -> None:
+        if rep.is_leader:
+            self.links.notify(rep)
+
+    def _send(self, dst: str, message: object) -> None:
+        self._ready.add("sends", (dst, message))
+
+    def _announce(self) -> None:
+        self._ready.announce = True
+
+    def _resync_rep(self, rep: Replica) -> None:
+        self.links.resync(rep, self._now)
+
+    def _changed(self, rep: Replica) -> None:
+        """Who leads ``rep`` (or its epoch, or its voters) changed here: links follow, drivers hear of it."""
+        if rep not in self._ready.changed:
+            self._ready.add("changed", rep)
+        self._publish_due = True
+        self._look_soon((rep.topic, rep.index))
+        if not rep.is_leader and self.name not in rep.replicas:
+            self._ready.reconcile = True  # placed elsewhere and no longer led here: close it
+        self._assign_links()
+
+    def _assign_links(self) -> None:
+        wanted: dict[str, set[Key]] = {}
+        for rep in self.replicas():
+            if rep.is_leader:
+                for f in rep.members():
+                    if f != self.name:
+                        wanted.setdefault(f, set()).add((rep.topic, rep.index))
+        if self.links.assign(wanted, self._now):
+            self._ready.links = set(wanted)
+
+    # --- the leader's side ------------------------------------------------------------------
+
+    def _appended(self, now: float, m: msg.Appended) -> None:
+        self.links.notify(m.rep)
+
+    def _await_acks(self, now: float, m: msg.AwaitAcks) -> None:
+        rep = m.rep
+        if not rep.is_leader or rep.deleted:
+            self.acks.released.append((m.token, steps.stepped_down(rep, rep.epoch)))
+            return
+        self.acks.add(rep, m.token, m.end, m.needed, now + m.timeout_s)
+
+    def _durable(self, now: float, m: msg.Durable) -> None:
+        m.rep.set_durable(m.end)
+
+    def _sync_failed(self, now: float, m: msg.SyncFailed) -> None:
+        log.error("%s/%d: an fsync failed; the replica takes no more appends", m.rep.topic, m.rep.index)
+
+    def _link_up(self, now: float, m: msg.LinkUp) -> None:
+        link = self.links.link(m.follower)
+        if link is not None:
+            link.up(now)
+
+    def _link_down(self, now: float, m: msg.LinkDown) -> None:
+        link = self.links.link(m.follower)
+        if link is not None:
+            link.down()
+
+    def _from_follower(self, now: float, m: msg.FromFollower) -> None:
+        link = self.links.link(m.follower)
+        got = link.answer(now, m.frame) if link is not None else None
+        if got is None:
+            return
+        rep, newer = got
+        if newer is not None and steps.adopt_epoch(rep, newer):
+            self._changed(rep)
+        elif min(rep.peer_start, rep.hw) > rep.log.start_offset:
+            # The follower's log starts past ours (we missed a move while following): move up to it.
+            self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
+        key = (rep.topic, rep.index)
+        if key in self._active:
+            self._look_soon(key)  # a leader moving its voters, or handing over, waits on these
+        if key in self.elections.handoffs:
+            self.elections.progress(key, now)
+
+    def _start_moved(self, now: float, m: msg.StartMoved) -> None:
+        self.links.notify(m.rep)  # an hw frame carries the new start to each follower
+
+    def _lead_start(self, now: float, m: msg.LeadStart) -> None:
+        rep = m.rep
+        if rep.deleted or self.replica(rep.topic, rep.index) is not rep:
+            return
+        try:
+            if steps.lead_start(rep):
+                self.links.notify(rep)
+        except (OSError, RingError) as exc:
+            log.error("%s/%d: moving the log start up to a follower's failed: %s", rep.topic, rep.index, exc)
+
+    def _flush(self, now: float, m: msg.Flush) -> None:
+        sends: list[tuple[str, Any]] = []
+        self.links.flush(now, sends, m.follower)
+        if sends:
+            self._ready.sends = sends
+
+    def _placement_changed(self, now: float, m: msg.PlacementChanged) -> None:
+        self._assign_links()
+        self._publish_due = True
+        self._signature = None  # replicas came or went: look at them all
+        self._look_soon()
+
+    def _resync(self, now: float, m: msg.Resync) -> None:
+        self.links.resync(m.rep, now)
+
+    def _reprobe(self, now: float, m: msg.Reprobe) -> None:
+        self.links.reprobe(now)
+
+    # --- the follower's side ----------------------------------------------------------------
+
+    def _from_leader(self, now: float, m: msg.FromLeader) -> None:
+        frame, leader = m.frame, m.leader
+        rep = self.replica(frame.topic, frame.partition)
+        caught_up = rep is not None and rep.caught_up
+        if rep is None:
+            answer: Any = steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
+        elif isinstance(frame, protocol.Append):
+            answer = self._follow_append(rep, leader, frame)
+        elif isinstance(frame, protocol.Sync):
+            answer = self._follow_sync(rep, leader, frame)
+        else:
+            try:
+                answer = steps.on_hw(rep, leader, frame)
+            except (StorageError, OffsetOutOfRange) as exc:
+                log.error("%s/%d: following %s's log start %d failed: %s", rep.topic, rep.index, leader,
+                          frame.log_start, exc.message)
+                answer = steps.reject_storage(rep, frame.epoch)
+            if isinstance(answer, protocol.Ack):
+                return  # it would repeat the durable end the last append's ack named
+        if rep is not None and rep.caught_up != caught_up:
+            self._publish_due = True  # no longer behind: others may elect it
+            self._look_soon((rep.topic, rep.index))
+        self._ready.add("sends", (leader, answer))
+
+    def _follow_sync(self, rep: Replica, leader: str, frame: protocol.Sync) -> Any:
+        """Follow ``leader``: the driver made sure no fsync runs on the log (it may be cut)."""
+        if rep.deleted or rep.failed or self.closing:
+            return steps.reject_storage(rep, frame.epoch)
+        before = (rep.leader, rep.epoch)
+        try:
+            answer = steps.on_sync(rep, leader, frame)
+        except (StorageError, OffsetOutOfRange, Conflict) as exc:
+            log.error("%s/%d: following %s failed: %s", rep.topic, rep.index, leader, exc.message)
+            answer = steps.reject_storage(rep, frame.epoch)
+        if (rep.leader, rep.epoch) != before:
+            self._changed(rep)
+        return answer
+
+    def _follow_append(self, rep: Replica, leader: str, frame: protocol.Append) -> Any:
+        """Append the leader's batches (beside a running fsync); the ack names the end they reach once the
+        Ready's persist made them durable."""
+        if rep.deleted or rep.failed or self.closing:
+            return steps.reject_storage(rep, frame.epoch)
+        try:
+            end = steps.on_append(rep, leader, frame)
+        except (CorruptBatch, Conflict, StorageError) as exc:
+            log.error("%s/%d from %s: refused replicated batches: %s", rep.topic, rep.index, leader, exc.message)
+            return steps.reject_storage(rep, frame.epoch)
+        if isinstance(end, protocol.Reject):
+            return end
+        if self.durable_at_once:
+            rep.set_durable(end)
+        else:
+            self._ready.add("persist", (rep, end))
+        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset)
+
+    # --- elections -----------------------------------------------------------------------------
+
+    def _vote_requested(self, now: float, m: msg.VoteRequested) -> None:
+        self._ready.reply = self.elections.vote_asked(now, m.req, self.view())
+        self._look_soon((m.req.topic, m.req.partition))  # a granted vote holds our own candidacy back a while
+
+    def _vote_answered(self, now: float, m: msg.VoteAnswered) -> None:
+        self.elections.answered(now, m.peer, m.req, m.reply, self.view())
+
+    def _transfer_requested(self, now: float, m: msg.TransferRequested) -> None:
+        self._ready.reply = self.elections.transfer_asked(now, m.sender, m.transfer, self.view())
+
+    def _transfer_answered(self, now: float, m: msg.TransferAnswered) -> None:
+        t = m.transfer
+        self.elections.transfer_answered(now, (t.topic, t.partition), t.epoch, m.started)
+
+    def leader_of(self, topic: str, partition: int) -> str | None:
+        """The leader as this broker knows it: its own replica's, or the newest live claim in gossip."""
+        rep = self.replica(topic, partition)
+        if rep is not None and rep.leader is not None:
+            return rep.leader  # (if a newer one exists, it answers not_leader with the hint)
+        view = self.view()
+        best = leaders.leader_from_claims(view.claims(), (topic, partition), view.alive)
+        return best[0] if best is not None else None
+
+    # --- where a produce goes ---------------------------------------------------------------------
+
+    def route(self, now: float, topic: str, partition: int, voters: list[str], level: str) -> str | None:
+        """Where a produce for the partition goes now: this broker or a live leader; None while an
+        election may be running. NotEnoughReplicas when fewer than a majority of ``voters`` is alive:
+        no election can win, so waiting is pointless."""
+        self._now, self._view = now, None
+        leader = self.leader_of(topic, partition)
+        view = self.view()
+        if leader is not None and view.alive(leader):
+            return leader
+        alive, needed = sum(1 for v in voters if view.alive(v)), election.majority(max(1, len(voters)))
+        if alive < needed:
+            raise NotEnoughReplicas(
+                f"{topic}/{partition} has no live leader and {alive} of {len(voters)} replicas are alive; "
+                f"electing one needs {needed}", topic=topic, partition=partition, alive=alive, needed=needed,
+                replication_factor=len(voters), consistency=level)
+        return None
+
+    def admit(self, now: float, rep: Replica | None, topic: str, partition: int, level: str) -> int | None:
+        """The acknowledgements a produce at ``level`` needs from this leader; None while it hands the
+        partition over (wait for the hand-off to end, then ask again). NotLeader, naming the leader,
+        when it does not lead; NotEnoughReplicas when too few voters are alive for the level."""
+        self._now, self._view = now, None
+        if rep is not None and rep.is_leader and rep.frozen and not rep.deleted:
+            return None
+        self.check_leading(rep, topic, partition)
+        assert rep is not None
+        view = self.view()
+        return protocol.check_alive(topic, partition, sum(1 for v in rep.voters if view.alive(v)), rep.rf, level)
+
+    def check_leading(self, rep: Replica | None, topic: str, partition: int) -> None:
+        """NotLeader unless ``rep`` leads and may be appended to now (not handing over, not closed)."""
+        if rep is None or not rep.is_leader or rep.frozen or rep.deleted:
+            hint = self.leader_of(topic, partition)
+            raise NotLeader(f"{self.name} does not lead {topic}/{partition} now (leader: {hint}); retry",
+                            topic=topic, partition=partition, leader=hint if hint != self.name else None)
+
+    def stand_now(self, now: float) -> Ready:
+        """Tick the elections at once (a topic was just created: its first leaders)."""
+        self._next_election_tick = now
+        return self.tick(now)
+
+    # --- damage -------------------------------------------------------------------------------
+
+    def _damaged(self, now: float, m: msg.Damaged) -> None:
+        self._damage(m.rep, m.offset, self._ready)
+
+    def _damage(self, rep: Replica, offset: int, ready: Ready) -> None:
+        if rep.damaged_at is None or offset < rep.damaged_at:
+            rep.damaged_at = offset
+        ready.add("damaged", (rep, offset))
+        self._publish_due = True
+        self._look_soon((rep.topic, rep.index))  # a damaged leader hands over; a damaged copy is not elected
+
+    def _repaired(self, now: float, m: msg.Repaired) -> None:
+        m.rep.damaged_at = None
+        self._publish_due = True
+        self._look_soon((m.rep.topic, m.rep.index))
+
+    # --- status -------------------------------------------------------------------------------
+
+    def describe_links(self) -> dict[str, dict[str, object]]:
+        return self.links.describe()

@@ -1,0 +1,83 @@
+"""Produces waiting for acknowledgements, and their deadlines, on every partition a broker leads.
+
+A leader answers a produce once the consistency level's number of voters
+(itself included) durably hold its batches. Hundreds of produces may wait on
+one partition, so each replica keeps one heap per acknowledgement count,
+ordered by end offset (``Replica.ack_waiters``): a moved end releases the
+waiters it satisfies without walking the others. Every produce waits the
+same time, so arrival order is deadline order and one queue of deadlines
+serves every partition; ``expire`` fails the ones whose time is up.
+Released waiters go to ``released`` as (token, None) or (token, error); the
+core hands them to the driver in its Ready.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Any
+
+from ring.replication import protocol
+from ring.replication.replica import Replica
+
+
+class _Waiter:
+    __slots__ = ("token", "done")
+
+    def __init__(self, token: Any) -> None:
+        self.token = token
+        self.done = False
+
+
+class AckWaiters:
+    def __init__(self) -> None:
+        self.released: list[tuple[Any, BaseException | None]] = []
+        self._deadlines: deque[tuple[float, _Waiter]] = deque()
+        self._seq = 0
+
+    def add(self, rep: Replica, token: Any, end: int, needed: int, deadline: float) -> None:
+        if protocol.replicas_reaching(rep.voter_ends(), end) >= needed:
+            self.released.append((token, None))
+            return
+        waiter = _Waiter(token)
+        self._seq += 1
+        heapq.heappush(rep.ack_waiters.setdefault(needed, []), (end, self._seq, waiter))
+        self._deadlines.append((deadline, waiter))
+
+    def check(self, rep: Replica) -> None:
+        """``rep``'s durable ends moved: release the waiters they satisfy."""
+        ends = sorted(rep.voter_ends(), reverse=True)
+        waiting = rep.ack_waiters
+        for needed in list(waiting):
+            if needed > len(ends):
+                continue  # more than the voters: only a new voter set (or failing them) ends the wait
+            reached = ends[needed - 1]  # ``needed`` replicas hold everything below this
+            heap = waiting[needed]
+            while heap and heap[0][0] <= reached:
+                self._release(heapq.heappop(heap)[2], None)
+            if not heap:
+                del waiting[needed]
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done:  # released ones leave at once, not at their deadline
+            deadlines.popleft()
+
+    def fail(self, rep: Replica, exc: BaseException) -> None:
+        waiting, rep.ack_waiters = rep.ack_waiters, {}
+        for heap in waiting.values():
+            for _, _, waiter in heap:
+                self._release(waiter, exc)
+
+    def expire(self, now: float) -> float | None:
+        """Fail the waiters whose deadline passed; the next deadline (None: none waits)."""
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done):
+            self._release(deadlines.popleft()[1], TimeoutError())
+        return deadlines[0][0] if deadlines else None
+
+    def next_deadline(self) -> float | None:
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def _release(self, waiter: _Waiter, exc: BaseException | None) -> None:
+        if not waiter.done:
+            waiter.done = True
+            self.released.append((waiter.token, exc))
