@@ -2,7 +2,8 @@
 ways and one way, message loss and a fourth broker joining, against brokers made of ring's own node core
 (ring/node) and partition logs. Each run is checked: nothing acknowledged at quorum or all lost, no offset
 with two values, per-key order kept, nothing read that was never written or was refused, replicas identical
-once healed, at most one leader per epoch of a partition, and the cluster writable again.
+once healed, nothing a consumer read taken back, at most one leader per epoch of a partition, and the
+cluster writable again.
 
 ``RING_SIM_SEEDS`` sets how many seeds run (default 500), spread over up to two worker processes (the
 seeds are independent); a failing seed is printed and replays exactly with ``RING_SIM_SEED=N`` (in this
@@ -34,7 +35,7 @@ def problems(o: Outcome) -> list[str]:
     r = o.report
     out = []
     for name in ("lost", "inconsistent_offsets", "order_violations", "duplicated", "unexpected",
-                 "failed_but_read", "divergent_partitions", "drain_errors"):
+                 "failed_but_read", "vanished", "divergent_partitions", "drain_errors"):
         if getattr(r, name):
             out.append(f"{name}={getattr(r, name)}")
     if not o.settled:

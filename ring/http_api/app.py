@@ -18,10 +18,10 @@ from ring.http_api import access, admin, answer, cluster_api, codec, groups_api,
 from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.web import Request, Response
+from ring.http_api.keys import BROKER_KEY
 from ring.replication import protocol
 from ring.replication.appends import Appending
 
-BROKER_KEY = "broker"
 BUDGET_KEY = "answer budget"  # the broker's answer.budget_of, looked up once
 
 _INT64_MAX = 2**63 - 1

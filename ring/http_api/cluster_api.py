@@ -16,13 +16,12 @@ from typing import Any
 from ring import limits
 from ring.errors import BadRequest, Unavailable
 from ring.http_api.web import App, Request, Response, json
+from ring.http_api.keys import BROKER_KEY
 
 _NAME_MAX = limits.BROKER_NAME_BYTES_MAX
 
 
 async def decommission(request: Request) -> Response:
-    from ring.http_api.app import BROKER_KEY
-
     broker = request.app[BROKER_KEY]
     name = request.match_info["name"]
     if not name or len(name.encode()) > _NAME_MAX:

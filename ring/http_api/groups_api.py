@@ -41,6 +41,7 @@ from ring.http_api import access, codec, link, web
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
 from ring.http_api.web import Request, Response
+from ring.http_api.keys import BROKER_KEY
 
 log = logging.getLogger("ring.groups")
 
@@ -432,8 +433,6 @@ BODIES: dict[Any, dict[str, Any]] = {join: _ADMIN_BODY, commit: _ADMIN_BODY, res
 
 def register(app: web.App) -> None:
     """Add the group routes and the coordinator's lifecycle to the client app (``app.make_app``)."""
-    from ring.http_api.app import BROKER_KEY
-
     groups = Groups(app[BROKER_KEY])
     app[GROUPS_KEY] = groups
     metrics = getattr(groups.broker, "metrics", None)

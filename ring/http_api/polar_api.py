@@ -41,7 +41,7 @@ from ring.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, R
 from ring.hashing import ordinal_from_name
 from ring.http_api import access, codec, polar_codec, polar_consumer, web
 from ring.http_api import budget as body_budget
-from ring.http_api.app import BROKER_KEY
+from ring.http_api.keys import BROKER_KEY
 from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
 from ring.http_api.web import Request, Response

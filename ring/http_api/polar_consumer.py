@@ -46,7 +46,7 @@ from ring.groups.service import validate_name
 from ring.hashing import partition_token
 from ring.http_api import access, groups_api, polar_codec, web
 from ring.http_api import answer as answers
-from ring.http_api.app import BROKER_KEY
+from ring.http_api.keys import BROKER_KEY
 from ring.http_api.peer import secret_matches
 from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
 from ring.http_api.web import Request, Response

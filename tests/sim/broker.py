@@ -284,6 +284,8 @@ class SimBroker:
             self.carry_out(ready)
             reply((ready.reply, self.world.clock.wall_ms()))  # our wall clock answers too: the sender measures it
             return
+        elif kind == "fetch":
+            return reply(self.fetch(*body))
         elif kind == "vote":
             ready = self._core(m.VoteRequested(body))
         else:
@@ -459,6 +461,16 @@ class SimBroker:
             self._answer(rid, "fail", None, exc.status, None)
         else:  # a timeout, or a step-down: the batch may still commit
             self._answer(rid, "unknown", None, 504, None)
+
+    def fetch(self, topic: str, p: int, offset: int) -> list[tuple[int, str]] | None:
+        """A consumer's read, as ``Broker.fetch`` serves it: this replica's records from ``offset`` below
+        its high watermark (None: this broker holds no replica, or nothing there yet)."""
+        rep = self.replica(topic, p)
+        if rep is None or not self.core.members.joined or not rep.log.start_offset <= offset < rep.hw:
+            return None
+        data = rep.log.read(offset, 16 * 1024, upto=rep.hw)
+        return [(rec.offset, rec.value.decode()) for _, pos in batchfmt.scan(data)
+                for rec in batchfmt.decode(data, pos)[1] if offset <= rec.offset < rep.hw]
 
     def _answer(self, rid: int, outcome: str, offset: int | None, status: int, hint: str | None) -> None:
         self.net.request(self.name, "client", ("answer", rid, outcome, offset, self.name, status, hint))

@@ -7,7 +7,9 @@ API does; in most seeds a fourth broker ``s-3`` joins later, which moves
 partitions onto it (one of which it becomes the natural leader of: a
 hand-off). Three producers write unique values, one per partition, at
 consistency quorum or all (the seed picks), each to a random live broker,
-retrying where a refusal names the leader. Faults are drawn from the seed
+retrying where a refusal names the leader, and a consumer reads every
+partition from random brokers (what a replica serves below its high
+watermark). Faults are drawn from the seed
 over the first ``FAULTS_S`` seconds: crashes (restarted later on the same
 files), power losses (a crash that also cuts each log at a random byte past
 what it had synced), pauses (SIGSTOP, then SIGCONT with the queued
@@ -35,7 +37,7 @@ from ring.hashing import broker_token
 from ring.log import batch as batchfmt
 from ring.node.ready import PutTopic
 from tests.chaos.checker import Report, check
-from tests.chaos.history import FAIL, FINAL, OK, UNKNOWN, History, Read, ReplicaCopy, Write
+from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, UNKNOWN, History, Read, ReplicaCopy, Write
 from tests.sim.broker import SimBroker
 from tests.sim.disk import power_loss
 from tests.sim.network import Network, TraceHandler, World
@@ -127,6 +129,45 @@ class Client:
     @property
     def idle(self) -> bool:
         return not self._waiting
+
+
+@dataclass
+class Consumer:
+    """Reads every partition from a random live broker now and then, from where it got to: what a
+    replica serves (below its high watermark) must never be taken back."""
+
+    world: World
+    net: Network
+    history: History
+    next: dict[int, int] = field(default_factory=dict)
+    running: bool = True
+    name: str = "consumer"
+
+    def start(self) -> None:
+        self.net.nodes[self.name] = self
+        self.world.after(self.world.rng.uniform(0.2, 0.5), self._read)
+
+    def _read(self) -> None:
+        if not self.running:
+            return
+        self.world.after(self.world.rng.uniform(0.2, 0.5), self._read)
+        p, broker = self.world.rng.randrange(PARTITIONS), self.world.rng.choice(NAMES)
+        offset = self.next.get(p, 0)
+        self.net.call(self.name, broker, ("fetch", (TOPIC, p, offset)), CLIENT_TIMEOUT_S,
+                      lambda got: self._got(broker, p, offset, got))
+
+    def _got(self, broker: str, p: int, offset: int, got: Any) -> None:
+        if not got:
+            self.history.fetches_failed += 1
+            return
+        self.history.fetches_ok += 1
+        for at, value in got:
+            self.history.reads.append(Read(CONSUMER, broker, p, at, value, self.world.now))
+        self.next[p] = max(self.next.get(p, 0), got[-1][0] + 1)
+
+    def receive(self, src: str, msg: Any) -> None:
+        if msg[0] == "answer":
+            msg[1](msg[2])
 
 
 class Leaders:
@@ -276,8 +317,10 @@ def run(seed: int, trace: bool = False) -> Outcome:
         world.at(0.5, lambda: creator._step(PutTopic(TOPIC, cfg.to_json(), world.clock.wall_ms())))
         levels = [world.rng.choice(("quorum", "quorum", "all")) for _ in range(PARTITIONS)]
         client = Client(world, net, history, levels)
+        consumer = Consumer(world, net, history)
         world.run_until(WARMUP_S / 2)
         client.start()
+        consumer.start()
         joins = world.rng.random() < 0.75
         faults = [f"levels {','.join(levels)}"]
         joined = set(FIRST)
@@ -293,7 +336,7 @@ def run(seed: int, trace: bool = False) -> Outcome:
         heal(net, brokers, joined)
         world.log("healed")
         world.run_until(heal_at + AFTER_HEAL_S)
-        client.running = False
+        client.running = consumer.running = False
         deadline = world.now + SETTLE_S_MAX
         while world.now < deadline and not (client.idle and settled(brokers, joined)):
             world.run_until(world.now + 0.5)
