@@ -206,9 +206,17 @@ REPLICATION_PROBE_RETRY_MS = 300
 REPLICATION_RECONNECT_MS_MIN = 100
 # Longest reconnect delay: a restarted follower is caught up within a couple of seconds.
 REPLICATION_RECONNECT_MS_MAX = 2_000
-# Websocket ping interval on replication links: a paused (SIGSTOP) follower's
-# link is closed after about this long without a pong, freeing its in-flight bytes.
-REPLICATION_HEARTBEAT_S = 5.0
+# Websocket ping interval on replication links (both ends): a link whose other end
+# stopped (SIGSTOP) or went dark (a cut) is closed after this and half of it again
+# without a pong, which frees a follower's in-flight bytes and tells a follower its
+# leader may be gone (LINK_LOSS_GRACE_MS).
+REPLICATION_HEARTBEAT_S = 2.0
+# A follower whose leader's replication link has been closed this long counts the
+# leader as lost (its elections start), without waiting for gossip to convict it; a
+# leader whose links to a majority of a partition's voters have been closed this long
+# refuses produces that need them (503 at once, not a 504 after the ack timeout). A
+# link that broke by accident is open again within REPLICATION_RECONNECT_MS_MIN.
+LINK_LOSS_GRACE_MS = 1_000
 # One gossip exchange (syn, ack, ack2) with a peer: under two gossip rounds, so
 # a stuck peer never holds more than one exchange of ours.
 GOSSIP_REQUEST_TIMEOUT_S = 1.5

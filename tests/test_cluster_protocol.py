@@ -134,9 +134,11 @@ def test_follower_rule_accepts_iff_epoch_fresh_and_offsets_contiguous(my_epoch, 
 @pytest.mark.parametrize("frame", [
     p.Sync("t", 3, 4, 8, 10, 0, 12, ((1, 0), (3, 7), (4, 10)), ("ring-0", "ring-1", "ring-2")),
     p.Sync("t", 0, 1, 0, 0, 0, 0, (), ("ring-0",)),
+    p.Sync("t", 0, 1, 0, 0, 0, 0, (), ("ring-0", "ring-1"), 3),
     p.Append("t", 3, 1, 10, 8, b"\x00batches"),
     p.Hw("topic.a", 0, 2, 77),
     p.Ack("t", 1, 1, 12),
+    p.Ack("t", 1, 1, 12, 4, 2),
     p.Reject("t", 1, 1, 5, p.GAP),
     p.Reject("t", 1, 1, -1, p.UNKNOWN_PARTITION),
 ])
@@ -147,16 +149,19 @@ def test_frames_round_trip(frame) -> None:
 @pytest.mark.parametrize("raw", [
     b"", b"\xc1", b"\x90", b"\x93\xa3ack\x01\x02",
     p.encode(p.Ack("t", 1, 1, 12))[:-1],
-    __import__("msgpack").packb(["ack", "t", -1, 1, 12]),
-    __import__("msgpack").packb(["ack", "", 1, 1, 12]),
+    __import__("msgpack").packb(["ack", "t", -1, 1, 12, 0, 0]),
+    __import__("msgpack").packb(["ack", "", 1, 1, 12, 0, 0]),
+    __import__("msgpack").packb(["ack", "t", 1, 1, 12, 0, -1]),  # a negative voter-set number
+    __import__("msgpack").packb(["ack", "t", 1, 1, 12, 0]),  # an ack of ring-replication.2
     __import__("msgpack").packb(["append", "t", 1, 1, 0, 0, "not bytes"]),
     __import__("msgpack").packb(["reject", "t", 1, 1, 0, "because"]),
     __import__("msgpack").packb(["nope", "t", 1, 1, 0]),
     __import__("msgpack").packb({"ack": 1}),
-    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"\x00" * 5, "a"]),  # history not whole pairs
-    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", ""]),  # no voters
-    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", "a\na"]),  # a voter twice
-    __import__("msgpack").packb(["sync", "t", 1, 1, 5, 0, 0, 3, b"", "a"]),  # hw past the log end
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"\x00" * 5, "a", 0]),  # history not whole pairs
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", "", 0]),  # no voters
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", "a\na", 0]),  # a voter twice
+    __import__("msgpack").packb(["sync", "t", 1, 1, 5, 0, 0, 3, b"", "a", 0]),  # hw past the log end
+    __import__("msgpack").packb(["sync", "t", 1, 1, 0, 0, 0, 0, b"", "a", "0"]),  # voters_seq not an integer
     p.encode(p.Sync("t", 1, 2, 0, 0, 0, 9, ((2, 0), (1, 5)), ("a",))),  # history going back
 ])
 def test_malformed_frames_are_bad_requests(raw: bytes) -> None:

@@ -241,6 +241,9 @@ class Seen:
     def clock_usable(self, name):
         return name not in self._clock_out
 
+    def reachable(self, name):
+        return True
+
 
 def _replica(tmp_path, me: str, leader: str | None, epoch: int = 1):
     import random
@@ -329,3 +332,34 @@ def test_leadership_is_not_handed_back_to_a_natural_leader_whose_clock_is_out_of
     assert wb.tick(0.0, [b], Seen(clock_out=("a",))) == []
     assert wb.tick(10.0, [b], Seen(clock_out=("a",))) == []
     assert [(x.kind, x.target) for x in wb.tick(20.0, [b], Seen())] == [("hand_off", "a")]
+
+
+def test_a_leader_moves_its_voters_only_once_a_majority_holds_the_current_set(tmp_path) -> None:
+    """Two steps from {a, b, c} to {d, a, b} pass through {d, a, b, c}: the second waits until a majority of
+    the four acknowledged a sync naming it, else {b, c}, which never heard of it, could still elect a leader
+    of the old set while {d, a} lead the new one (found by the simulation, seed 1360)."""
+    from ring.replication import protocol, steps
+
+    a, wa = _replica(tmp_path, "a", "a")
+    a.lead()
+    a.set_placement(["d", "a", "b"])
+    a.set_follower_end("d", 0)  # the new replica holds everything committed
+    view = Seen(alive=("a", "b", "c", "d"))
+
+    def acked(*followers: str, seq: int) -> None:
+        for f in followers:
+            steps.on_answer(a, protocol.SendCursor(0.3), f, protocol.Ack("t", 0, a.epoch, 0, 0, seq), 10.0)
+
+    wa.tick(10.0, [a], view)
+    assert a.voters == ["a", "b", "c"], "a step before a majority held the set it was elected with"
+    acked("b", seq=0)
+    wa.tick(10.1, [a], view)
+    assert a.voters == ["d", "a", "b", "c"]  # d joins
+    wa.tick(10.2, [a], view)
+    assert a.voters == ["d", "a", "b", "c"], "c left before a majority of the four held that set"
+    acked("d", "b", seq=a.voters_seq - 1)  # acks naming the set before: not counted
+    wa.tick(10.3, [a], view)
+    assert a.voters == ["d", "a", "b", "c"]
+    acked("d", "b", seq=a.voters_seq)
+    wa.tick(10.4, [a], view)
+    assert a.voters == ["d", "a", "b"]

@@ -1,25 +1,29 @@
 """Where a clustered broker's produces and reads go: to the leader, to a replica, or here.
 
 ``Routing`` is the part of ``ClusterBroker`` that overrides the single
-broker's produce and read paths. A produce for a partition goes to its
-leader as this broker knows it (``Leadership.leader_of``): appended here when
-this broker leads, else forwarded to the leader's peer port. While no leader
-is known (an election is running) or a forward comes back ``not_leader``
-(leadership just moved; nothing was written), it waits for leadership to
-change and tries again, for up to ``LEADER_WAIT_MS`` in all; a partition
-that cannot elect (fewer than a majority of its voters alive) is refused at
-once. The leader appends only while it leads and is not handing the
-partition over, and answers once the consistency level's number of voters
-hold the batches; if it loses the lead meanwhile the answer is 504 (outcome
-unknown). Reads are served from this broker's replica up to its high
-watermark; a partition held elsewhere, or whose copy here failed a check
-(it is being repaired), is read from a live replica, with room for its answer
-held in the broker's budget of fetch answers (``ring.http_api.answer``) while
-it arrives. A follower lags its leader: offsets it has not received but its
-leader told it are committed are waited for (or answered empty), and an offset
-past all it knows of is asked of the leader, never called out of range here.
-A follower that has not taken its leader's sync since this broker started asks
-the leader too (or answers 503): the partition's start may have moved meanwhile.
+broker's produce and read paths. Where a produce for a partition goes is the
+node core's decision (``NodeCore.route``): appended here when this broker
+leads, else forwarded to the leader's peer port, as long as that leader is
+alive and reachable (its replication links with us not closed for
+``LINK_LOSS_GRACE_MS``). While no such leader is known (an election is
+running) or a forward comes back ``not_leader`` (leadership just moved;
+nothing was written), it waits for leadership to change and tries again, for
+up to ``LEADER_WAIT_MS`` in all; a partition that cannot elect (fewer than a
+majority of its voters alive and reachable) is refused at once, and a
+forward whose leader turns unreachable is given up (504, outcome unknown).
+The leader appends only while it leads, is not handing the partition over
+and reaches enough voters for the level (``NodeCore.admit``), and answers
+once the consistency level's number of voters hold the batches; if it loses
+the lead meanwhile the answer is 504 (outcome unknown). Reads are served from
+this broker's replica up to its high watermark; a partition held elsewhere,
+or whose copy here failed a check (it is being repaired), is read from a live
+replica, with room for its answer held in the broker's budget of fetch
+answers (``ring.http_api.answer``) while it arrives. A follower lags its
+leader: offsets it has not received but its leader told it are committed
+are waited for (or answered empty), and an offset past all it knows of is
+asked of the leader, never called out of range here. A follower that has not
+taken its leader's sync since this broker started asks the leader too (or
+answers 503): the partition's start may have moved meanwhile.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from ring.replication.appends import Appending, ack_timeout
 from ring.replication.replica import Replica
 
 T = TypeVar("T")
+
+
+# A forwarded produce checks this often whether its leader became unreachable.
+FORWARD_CHECK_S = 0.25
 
 
 class Routing(Broker):
@@ -124,16 +132,11 @@ class Routing(Broker):
             leader = hint or self.leader_of(cfg.name, p)
             hint = None
             try:
-                to = leader
-                if to is None or to != self.name and not self.membership.alive(to):
-                    to = self.core.route(self.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level)
+                to = self.core.route(self.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level, leader)
                 if to == self.name:
                     return await self.produce_as_leader(cfg.name, p, batches, level)
                 if to is not None:
-                    url = self.membership.peer_url(to)
-                    assert url is not None
-                    doc = await self.peers.forward_produce(to, url, cfg.name, p, level, batches)
-                    return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
+                    return await self._forward(to, cfg.name, p, level, batches)
                 why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
@@ -147,6 +150,24 @@ class Routing(Broker):
                                   leader=leader)
             if hint is None:
                 await self.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    async def _forward(self, leader: str, topic: str, p: int, level: str, batches: list[bytearray]) -> ProduceResult:
+        """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the
+        leader turns unreachable, so a client is not held for a stopped or cut-off leader's full
+        request timeout."""
+        url = self.membership.peer_url(leader)
+        assert url is not None
+        sent = asyncio.ensure_future(self.peers.forward_produce(leader, url, topic, p, level, batches))
+        try:
+            while not sent.done():
+                await asyncio.wait({sent}, timeout=FORWARD_CHECK_S)
+                if not sent.done() and not self.core.reachable(self.clock.monotonic(), leader):
+                    raise RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
+                                         "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
+        finally:
+            sent.cancel()
+        doc = sent.result()
+        return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
 
     async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
         """Append as the leader once enough voters are alive; answer once enough hold the batches."""

@@ -52,6 +52,7 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.node")
 
 ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
+LINK_LOSS_GRACE_S = limits.LINK_LOSS_GRACE_MS / 1000
 
 
 class NodeCore(GossipSteps):
@@ -77,6 +78,9 @@ class NodeCore(GossipSteps):
         self._dirty: set[Key] = set()
         self._active: set[Key] = set()
         self._publish_due = True  # our claims or behind-set may have changed
+        # Replication links from leaders into this broker: how many are open, and since when none is.
+        self._inbound: dict[str, int] = {}
+        self._inbound_down: dict[str, float] = {}
         self._view: View | None = None
         self.closing = False
         self._now = 0.0  # of the step or tick running
@@ -92,7 +96,7 @@ class NodeCore(GossipSteps):
             msg.GossipIn: self._gossip_in, msg.Announce: self._announce_msg, msg.PutTopic: self._put_topic,
             msg.DeleteTopic: self._delete_topic, msg.RemoveBroker: self._remove_broker,
             msg.Damaged: self._damaged, msg.Repaired: self._repaired, msg.StartMoved: self._start_moved,
-            msg.LeadStart: self._lead_start, msg.ClockRead: self._clock_read,
+            msg.LeadStart: self._lead_start, msg.ClockRead: self._clock_read, msg.LeaderLink: self._leader_link,
         }
 
     # --- the two entry points ---------------------------------------------------------------
@@ -119,7 +123,7 @@ class NodeCore(GossipSteps):
 
     def _election_tick(self, now: float) -> None:
         view = self.view()
-        signature = self.members.signature(now)
+        signature = (self.members.signature(now), self._unreachable(now))
         every = signature != self._signature
         if every:
             self._signature = signature
@@ -140,6 +144,11 @@ class NodeCore(GossipSteps):
         # Look again when a timer runs out, or a silent peer's status could change; an active replica
         # waiting on neither (a leader moving its voters, as answers come) is looked at when they come.
         at = self.members.next_change(now) or now + GOSSIP_INTERVAL_S
+        downs = [*self._inbound_down.values(),
+                 *(link.down_since for link in self.links.links.values() if link.down_since is not None)]
+        for since in downs:
+            if now < since + LINK_LOSS_GRACE_S < at:
+                at = since + LINK_LOSS_GRACE_S
         for rep in active:
             wake = watch.wake_at(rep, now)
             if wake is not None and wake < at:
@@ -153,15 +162,37 @@ class NodeCore(GossipSteps):
         self._next_election_tick = min(self._next_election_tick, self._now + ELECTION_TICK_S)
 
     def _view_moved(self, now: float) -> None:
-        """Gossip brought news or the detector ticked: if what elections decide on changed, look now."""
-        if self.members.signature(now) != self._signature:
+        """Gossip brought news, the detector ticked or a leader's link came or went: if what elections
+        decide on changed, look now."""
+        if (self.members.signature(now), self._unreachable(now)) != self._signature:
             self._election_tick(now)
 
     def view(self) -> View:
-        """The cluster as gossip shows it now (one per step: nothing changes within one)."""
+        """The cluster as gossip (and the leaders' links to us) show it now (one per step: nothing changes
+        within one)."""
         if self._view is None:
-            self._view = self.members.view(self._now)
+            self._view = self.members.view(self._now, self._unreachable(self._now))
         return self._view
+
+    def _unreachable(self, now: float) -> frozenset[str]:
+        """Brokers whose replication link to us (as our leader) has been closed for LINK_LOSS_GRACE_MS,
+        or, when they have none open to us, ours to them (as their leader)."""
+        closed = {n for n, since in self._inbound_down.items() if now - since >= LINK_LOSS_GRACE_S}
+        for name, link in self.links.links.items():
+            if not link.reaches(now, LINK_LOSS_GRACE_S) and self._inbound.get(name, 0) == 0:
+                closed.add(name)
+        return frozenset(closed)
+
+    def _leader_link(self, now: float, m: msg.LeaderLink) -> None:
+        n = self._inbound.get(m.leader, 0) + (1 if m.up else -1)
+        self._inbound[m.leader] = max(0, n)
+        if n > 0:
+            self._inbound_down.pop(m.leader, None)
+        else:
+            self._inbound_down.setdefault(m.leader, now)
+        self._view_moved(now)
+        if n <= 0:  # look again once the grace has passed
+            self._next_election_tick = min(self._next_election_tick, now + LINK_LOSS_GRACE_S)
 
     def _take(self) -> Ready:
         self._view = None
@@ -246,11 +277,13 @@ class NodeCore(GossipSteps):
         link = self.links.link(m.follower)
         if link is not None:
             link.up(now)
+            self._view_moved(now)
 
     def _link_down(self, now: float, m: msg.LinkDown) -> None:
         link = self.links.link(m.follower)
         if link is not None:
-            link.down()
+            link.down(now)
+            self._next_election_tick = min(self._next_election_tick, now + LINK_LOSS_GRACE_S)
 
     def _from_follower(self, now: float, m: msg.FromFollower) -> None:
         link = self.links.link(m.follower)
@@ -356,7 +389,7 @@ class NodeCore(GossipSteps):
             rep.set_durable(end)
         else:
             self._ready.add("persist", (rep, end))
-        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset)
+        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq)
 
     # --- elections -----------------------------------------------------------------------------
 
@@ -385,22 +418,33 @@ class NodeCore(GossipSteps):
 
     # --- where a produce goes ---------------------------------------------------------------------
 
-    def route(self, now: float, topic: str, partition: int, voters: list[str], level: str) -> str | None:
-        """Where a produce for the partition goes now: this broker or a live leader; None while an
-        election may be running. NotEnoughReplicas when fewer than a majority of ``voters`` is alive:
-        no election can win, so waiting is pointless."""
+    def route(self, now: float, topic: str, partition: int, voters: list[str], level: str,
+              hint: str | None = None) -> str | None:
+        """Where a produce for the partition goes now: this broker, or a live leader it can reach
+        (``hint``, else the leader it knows); None while an election may be running. NotEnoughReplicas
+        when fewer than a majority of ``voters`` is alive and reachable: no election can win, so
+        waiting is pointless."""
         self._now, self._view = now, None
-        leader = self.leader_of(topic, partition)
-        view = self.view()
-        if leader is not None and view.alive(leader):
+        leader = hint or self.leader_of(topic, partition)
+        if leader == self.name:
             return leader
-        alive, needed = sum(1 for v in voters if view.alive(v)), election.majority(max(1, len(voters)))
+        view = self.view()
+        if leader is not None and view.alive(leader) and view.reachable(leader):
+            return leader
+        alive = sum(1 for v in voters if view.alive(v) and view.reachable(v))
+        needed = election.majority(max(1, len(voters)))
         if alive < needed:
             raise NotEnoughReplicas(
                 f"{topic}/{partition} has no live leader and {alive} of {len(voters)} replicas are alive; "
                 f"electing one needs {needed}", topic=topic, partition=partition, alive=alive, needed=needed,
                 replication_factor=len(voters), consistency=level)
         return None
+
+    def reachable(self, now: float, name: str) -> bool:
+        """Whether ``name`` is alive and its replication links to and from us are not closed past the grace."""
+        self._now, self._view = now, None
+        view = self.view()
+        return view.alive(name) and view.reachable(name)
 
     def admit(self, now: float, rep: Replica | None, topic: str, partition: int, level: str) -> int | None:
         """The acknowledgements a produce at ``level`` needs from this leader; None while it hands the
@@ -412,7 +456,15 @@ class NodeCore(GossipSteps):
         self.check_leading(rep, topic, partition)
         assert rep is not None
         view = self.view()
-        return protocol.check_alive(topic, partition, sum(1 for v in rep.voters if view.alive(v)), rep.rf, level)
+        alive = sum(1 for v in rep.voters if view.alive(v) and self._reaches(v, now))
+        return protocol.check_alive(topic, partition, alive, rep.rf, level)
+
+    def _reaches(self, name: str, now: float) -> bool:
+        """Whether this leader's replication link to ``name`` is up (or not closed for long)."""
+        if name == self.name:
+            return True
+        link = self.links.link(name)
+        return link is None or link.reaches(now, LINK_LOSS_GRACE_S)
 
     def check_leading(self, rep: Replica | None, topic: str, partition: int) -> None:
         """NotLeader unless ``rep`` leads and may be appended to now (not handing over, not closed)."""

@@ -82,7 +82,7 @@ class Links:
         for name, keys in wanted.items():
             link = self.links.get(name)
             if link is None:
-                link = self.links[name] = Link(self, name)
+                link = self.links[name] = Link(self, name, now)
             link.set_partitions(keys, now)
         self._followers_of = {}
         for name, keys in wanted.items():
@@ -174,9 +174,10 @@ class Links:
 
 
 class Link:
-    def __init__(self, links: Links, follower: str) -> None:
+    def __init__(self, links: Links, follower: str, now: float) -> None:
         self.links = links
         self.follower = follower
+        self.down_since: float | None = now  # not connected since (None: connected)
         self.cursors: dict[Key, protocol.SendCursor] = {}
         # What the next flush looks at: partitions marked (new records, hw, an answer), the ones
         # waiting for a probe time, and the ones that stopped at the link's in-flight budget
@@ -220,13 +221,19 @@ class Link:
     def up(self, now: float) -> None:
         """Connected (again): where the follower stands must be asked anew on every partition."""
         self.connected = True
+        self.down_since = None
         for cur in self.cursors.values():
             cur.reset(now)
         self._inflight_bound = 0
         self.mark_all()
 
-    def down(self) -> None:
+    def down(self, now: float) -> None:
         self.connected = False
+        self.down_since = now
+
+    def reaches(self, now: float, grace_s: float) -> bool:
+        """Connected, or not closed for ``grace_s`` yet (a link just made, or that broke by accident)."""
+        return self.down_since is None or now - self.down_since < grace_s
 
     def inflight_bytes(self) -> int:
         return sum(c.inflight_bytes for c in self.cursors.values())

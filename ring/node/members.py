@@ -305,8 +305,8 @@ class Members:
         g = self.gossip
         return g.detector.next_crossing_s(now, (g.suspect_phi, g.convict_phi))
 
-    def view(self, now: float) -> View:
-        return View(self, now)
+    def view(self, now: float, unreachable: frozenset[str] = frozenset()) -> View:
+        return View(self, now, unreachable)
 
 
 class View:
@@ -314,9 +314,10 @@ class View:
     replica (nothing changes within a step). With hundreds of partitions the per-replica phi and
     decode work was most of an idle broker's CPU."""
 
-    def __init__(self, members: Members, now: float) -> None:
+    def __init__(self, members: Members, now: float, unreachable: frozenset[str]) -> None:
         self._m = members
         self._now = now
+        self._unreachable = unreachable  # brokers whose replication links to us closed a while ago
         self._alive: dict[str, bool] = {}
         self._up: dict[str, bool] = {}
         self._generation: dict[str | None, int | None] = {}
@@ -353,3 +354,6 @@ class View:
 
     def clock_usable(self, name: str) -> bool:
         return self._once(self._clock_usable, name, self._m.clock_usable)
+
+    def reachable(self, name: str) -> bool:
+        return name not in self._unreachable

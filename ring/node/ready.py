@@ -159,6 +159,12 @@ class Reprobe(NamedTuple):
 # --- the follower's side ------------------------------------------------------------------
 
 
+class LeaderLink(NamedTuple):
+    """A replication link from ``leader`` opened (``up``) or closed on this broker's peer port."""
+    leader: str
+    up: bool
+
+
 class FromLeader(NamedTuple):
     """A frame from ``leader`` on its link (a sync, append or hw frame); answers go back on the same link."""
     leader: str

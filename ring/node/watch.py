@@ -4,9 +4,11 @@
 cluster (``View``: who is alive, who claims to lead what, who is still
 catching up), decides on each ``tick``:
 
-* for a follower: whether its leader is lost (``election.leader_lost``;
-  not while a live broker claims the partition at our epoch or later, since
-  that leader's link will sync us), and when this replica's turn to stand
+* for a follower: whether its leader is lost (``election.leader_lost``: down
+  by gossip, or its replication link to us closed for ``LINK_LOSS_GRACE_MS``,
+  which a killed or stopped leader's is within seconds; not while a live
+  broker claims the partition at our epoch or later, since that leader's
+  link will sync us), and when this replica's turn to stand
   has come (``election.stand_delay_s``, and only if a majority of its
   voters is alive): an ``Action("stand")``;
 * for a leader: stepping down when a live broker claims the partition at a
@@ -56,6 +58,8 @@ class View(Protocol):
     def behind(self, name: str) -> set[Key]: ...  # a broker's replicas still catching up
 
     def clock_usable(self, name: str) -> bool: ...  # its wall clock is within bounds (ourselves too)
+
+    def reachable(self, name: str) -> bool: ...  # its replication link to us is not closed past the grace
 
 
 @dataclass
@@ -159,7 +163,8 @@ class Watch:
         elif t.unclaimed_since is None:
             t.unclaimed_since = now
         restarted = t.generation is not None and view.generation(rep.leader) != t.generation
-        lost = election.leader_lost(rep.leader, self.name, rep.leader is not None and view.alive(rep.leader),
+        alive = rep.leader is not None and view.alive(rep.leader) and view.reachable(rep.leader)
+        lost = election.leader_lost(rep.leader, self.name, alive,
                                     restarted, claimed, now - (t.unclaimed_since or now), self.settings.claim_grace_s)
         if lost:
             best = leaders.leader_from_claims(claims, key, view.alive)
@@ -202,15 +207,16 @@ class Watch:
             return
         settled = rep.voters == rep.replicas  # the voter set is the preference list: no step
         filled_to = max(rep.hw, rep.epoch_start)
-        voters = rep.voters if settled else placement.next_voters(
+        # One step at a time, and only once a majority holds the current set (the step before is committed).
+        voters = rep.voters if settled or not rep.voters_committed() else placement.next_voters(
             rep.voters, rep.replicas, self.name, lambda r: view.alive(r) and rep.follower_ends.get(r, -1) >= filled_to)
         if voters != rep.voters:
             log.info("%s/%d: voters %s -> %s", rep.topic, rep.index, ",".join(rep.voters), ",".join(voters))
             rep.set_voters(voters)
             steps.save_state(rep)
             out.append(Action("changed", rep, target="voters"))
-        if t.handing or now < t.handoff_next:
-            return
+        if t.handing or now < t.handoff_next or not rep.voters_committed():
+            return  # (a successor needs a majority of the voters to know them: hand over once it does)
         must_go = rep.damaged_at is not None or not view.clock_usable(self.name)
         if settled and rep.replicas[0] == self.name and not must_go:
             return  # the natural leader, placed, undamaged, its clock in bounds: nobody to hand over to

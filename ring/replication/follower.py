@@ -25,7 +25,7 @@ from aiohttp import WSMsgType, web
 
 from ring import limits
 from ring.errors import BadRequest
-from ring.node.ready import FromLeader, Ready
+from ring.node.ready import FromLeader, LeaderLink, Ready
 from ring.replication import protocol, steps
 from ring.replication.replica import Replica
 
@@ -82,6 +82,7 @@ class _Writer:
 
 async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
     writer = _Writer(ws)
+    host.step(LeaderLink(leader, True))
     try:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY:
@@ -116,6 +117,7 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
     finally:
         writer.task.cancel()
         await asyncio.gather(writer.task, return_exceptions=True)
+        host.step(LeaderLink(leader, False))  # (a leader whose link stays closed is lost: ring.node.watch)
 
 
 def _persisted(ready: Ready, host: Host) -> asyncio.Future[None] | None:

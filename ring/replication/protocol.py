@@ -14,10 +14,11 @@ opened with the websocket subprotocol ``SUBPROTOCOL``: each side refuses a
 link that does not name it, so brokers that speak different frames never
 exchange one (a frame of another shape would be refused as malformed)::
 
-    leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters]
+    leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters,
+                         voters_seq]
                         ["append", topic, partition, epoch, prev_end, hw, data]
                         ["hw", topic, partition, epoch, hw, log_start]
-    follower -> leader  ["ack", topic, partition, epoch, end_offset, log_start]
+    follower -> leader  ["ack", topic, partition, epoch, end_offset, log_start, voters_seq]
                         ["reject", topic, partition, epoch, end_offset, reason]
 
 A follower answers every sync and append frame exactly once, in the order
@@ -33,6 +34,13 @@ accepted only from the leader the follower synced with, in that epoch,
 continuing its log exactly (``prev_end``); an ack names the follower's
 durable end once the batches are durable by its fsync policy. A stale epoch
 is refused before anything else, so a deposed leader learns it at once.
+
+The voter set in a sync comes with its sequence number in the leader's
+epoch (``voters_seq``), and every ack names the one the follower holds, so a
+leader knows which voters hold its current voter set: it moves the set one
+step further only once a majority of it does (Raft's rule: a configuration
+is committed before the next change), else a majority of the set before could
+still elect a leader the set after never heard of.
 
 The partition's log start offset is the leader's to move (retention,
 truncation) and travels like the high watermark: in the sync and hw frames
@@ -56,7 +64,7 @@ from ring.catalog import CONSISTENCY_DEFAULT, CONSISTENCY_LEVELS as LEVELS
 from ring.errors import BadRequest, NotEnoughReplicas
 
 # The websocket subprotocol of replication links: the version of the frames below.
-SUBPROTOCOL = "ring-replication.2"
+SUBPROTOCOL = "ring-replication.3"
 
 # Statuses (from gossip) that count a replica as alive for a consistency level.
 ALIVE_STATUSES = ("up", "suspect")
@@ -160,11 +168,12 @@ class Sync:
     log_end: int
     history: tuple[tuple[int, int], ...]  # the leader's (epoch, first offset), oldest first
     voters: tuple[str, ...]
+    voters_seq: int = 0  # which of the leader's voter sets in its epoch ``voters`` is (it counts changes)
 
     def to_wire(self) -> list[Any]:
         packed = b"".join(_HISTORY_ENTRY.pack(e, o) for e, o in self.history)
         return ["sync", self.topic, self.partition, self.epoch, self.hw, self.epoch_start, self.log_start,
-                self.log_end, packed, "\n".join(self.voters)]
+                self.log_end, packed, "\n".join(self.voters), self.voters_seq]
 
 
 @dataclass(frozen=True)
@@ -199,9 +208,10 @@ class Ack:
     epoch: int
     end_offset: int
     log_start: int = 0  # the follower's log start offset
+    voters_seq: int = 0  # the voter set of the leader's sync it follows (``Sync.voters_seq``)
 
     def to_wire(self) -> list[Any]:
-        return ["ack", self.topic, self.partition, self.epoch, self.end_offset, self.log_start]
+        return ["ack", self.topic, self.partition, self.epoch, self.end_offset, self.log_start, self.voters_seq]
 
 
 @dataclass(frozen=True)
@@ -217,7 +227,7 @@ class Reject:
 
 
 Frame = Union[Sync, Append, Hw, Ack, Reject]
-_ARITY = {"sync": 10, "append": 7, "hw": 6, "ack": 6, "reject": 6}
+_ARITY = {"sync": 11, "append": 7, "hw": 6, "ack": 7, "reject": 6}
 _HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
 _VOTERS_BYTES_MAX = 64 * 1024
 # An append frame's fields before its data: the tag, a topic name (at most 249 bytes,
@@ -295,7 +305,7 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
         return fast
     try:
         w = msgpack.unpackb(raw, raw=False, max_bin_len=max_bytes, max_str_len=_VOTERS_BYTES_MAX,
-                            max_array_len=10, max_map_len=0, max_ext_len=0)
+                            max_array_len=11, max_map_len=0, max_ext_len=0)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadRequest(f"malformed replication frame: {exc}") from None
     if type(w) is not list or not w or type(w[0]) is not str or _ARITY.get(w[0]) != len(w):
@@ -313,7 +323,8 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
     if kind == "hw":
         return Hw(topic, partition, epoch, _int(w[4], "hw"), _int(w[5], "log_start"))
     if kind == "ack":
-        return Ack(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"))
+        return Ack(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"),
+                   _int(w[6], "voters_seq"))
     if w[5] not in REASONS:
         raise BadRequest("malformed replication frame: unknown reject reason")
     return Reject(topic, partition, epoch, _int(w[4], "end_offset", -1), w[5])
@@ -335,7 +346,8 @@ def _sync(topic: str, partition: int, epoch: int, w: list[Any]) -> Sync:
         raise BadRequest("malformed replication frame: voters must name distinct brokers")
     if not log_start <= log_end or hw > log_end or epoch_start > log_end:
         raise BadRequest("malformed replication frame: sync offsets out of order")
-    return Sync(topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters)
+    return Sync(topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters,
+                _int(w[10], "voters_seq"))
 
 
 # -- the follower's rule ---------------------------------------------------

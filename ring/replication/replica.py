@@ -41,7 +41,8 @@ class Replica:
     __slots__ = ("topic", "index", "log", "self_name", "replicas", "voters", "leader", "epoch", "voted_for",
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
-                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "catalogue", "appends")
+                 "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
+                 "catalogue", "appends")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -80,6 +81,10 @@ class Replica:
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
         self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
         self.synced = False  # took a leader's sync since it was opened (so its log start is the leader's)
+        # The voter set's sequence number in the leader's epoch (a follower: as its leader's sync
+        # said), and on a leader the voters known to hold the current set (their acks say so).
+        self.voters_seq = 0
+        self.voters_known: set[str] = {self_name}
         self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
         self.appends: list | None = None  # produces waiting for this loop turn's write (appends.TurnAppends)
 
@@ -89,11 +94,19 @@ class Replica:
         self.replicas = list(replicas)
         self.refresh()
 
-    def set_voters(self, voters: list[str]) -> None:
+    def set_voters(self, voters: list[str], seq: int | None = None) -> None:
+        """A new voter set: on a leader the next in its epoch (``seq`` None), on a follower the one its
+        leader's sync named."""
         assert voters, "a partition needs voters"
         self.voters = list(voters)
+        self.voters_seq = self.voters_seq + 1 if seq is None else seq
+        self.voters_known = {self.self_name}
         self.follower_ends = {r: e for r, e in self.follower_ends.items() if r in self.members()}
         self.refresh()
+
+    def voters_committed(self) -> bool:
+        """Leader: whether a majority of the voters holds the current voter set (it may change again)."""
+        return len(self.voters_known.intersection(self.voters)) >= len(self.voters) // 2 + 1
 
     def members(self) -> list[str]:
         """Every broker that holds this partition or should: placed replicas, then voters not placed."""
@@ -122,6 +135,7 @@ class Replica:
         self.epoch_start = self.log.end_offset
         self.follower_ends = {}
         self.peer_start = 0
+        self.voters_seq, self.voters_known = 0, {self.self_name}
         self.aligned = True
         self.frozen = False
         self.refresh()

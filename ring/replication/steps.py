@@ -118,8 +118,9 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
     adopt_epoch(rep, frame.epoch)
     rep.leader = sender
     if list(frame.voters) != rep.voters:
-        rep.set_voters(list(frame.voters))
+        rep.set_voters(list(frame.voters), frame.voters_seq)
         save_state(rep)
+    rep.voters_seq = frame.voters_seq
     cut = divergence_point(rep.log.epochs(), rep.log.end_offset, frame.history, frame.log_end)
     if cut < rep.log.end_offset:
         log.warning("%s/%d: dropping offsets %d-%d, which diverge from leader %s (epoch %d)", rep.topic,
@@ -139,7 +140,7 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
 
 def ack(rep: Replica) -> protocol.Ack:
     """A follower's answer: its durable end and its log start offset."""
-    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset)
+    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset, rep.voters_seq)
 
 
 def follow_start(rep: Replica, log_start: int) -> bool:
@@ -275,7 +276,7 @@ def sync_frame(rep: Replica) -> protocol.Sync:
     assert rep.is_leader
     history = tuple(rep.log.epochs()[-limits.LEADER_EPOCHS_SENT_MAX:])
     return protocol.Sync(rep.topic, rep.index, rep.epoch, rep.hw, rep.epoch_start, rep.log.start_offset,
-                         rep.log.end_offset, history, tuple(rep.voters))
+                         rep.log.end_offset, history, tuple(rep.voters), rep.voters_seq)
 
 
 def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: protocol.Frame,
@@ -286,6 +287,8 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
         if frame.epoch == rep.epoch:
             cursor.on_ack(frame.end_offset, rep.log.end_offset)
             rep.set_follower_end(follower, frame.end_offset)
+            if frame.voters_seq == rep.voters_seq and follower in rep.voters:
+                rep.voters_known.add(follower)  # it holds our current voter set
             rep.peer_start = max(rep.peer_start, frame.log_start)  # ``lead_start`` catches up with it
         return None
     if isinstance(frame, protocol.Reject):

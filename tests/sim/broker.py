@@ -78,6 +78,7 @@ class SimBroker:
         self.running, self.paused = True, False
         self.inbox: list[tuple[str, Any]] = []
         self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
+        self.inbound_dark: dict[str, float] = {}  # leader -> since when its link has carried nothing
         self.answers: dict[tuple[str, int], list[tuple[tuple[Replica, int] | None, Any]]] = {}
         self.links: dict[str, Link] = {}
         self.exchanges: set[str] = set()  # gossip exchanges running, by address
@@ -330,7 +331,7 @@ class SimBroker:
             return
         link.conn, link.broken_at = self.world.rng.randrange(1 << 40), None
         link.retry_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
-        self.net.nodes[name].accepted[self.name] = link.conn  # the handshake: only while it runs and is reachable
+        self.net.nodes[name].accept(self.name, link.conn)  # the handshake: only while it runs and is reachable
         self.world.log(f"{self.name} connects to {name} ({link.conn})")
         self._step(m.LinkUp(name))
 
@@ -343,6 +344,7 @@ class SimBroker:
         if self.paused:
             return
         now = self.world.now
+        self._check_inbound(now)
         for name, link in list(self.links.items()):
             if link.conn is not None:
                 peer = self.net.nodes[name]
@@ -357,6 +359,34 @@ class SimBroker:
                     self._step(m.LinkDown(name))
             if link.conn is None:
                 self._connect(name)
+
+    def accept(self, leader: str, conn: int) -> None:
+        """A leader's replication link opens (on our peer port); one it had closes."""
+        if leader in self.accepted:
+            self._close_inbound(leader)
+        self.accepted[leader] = conn
+        self.inbound_dark.pop(leader, None)
+        self._step(m.LeaderLink(leader, True))
+
+    def _close_inbound(self, leader: str) -> None:
+        self.accepted.pop(leader, None)
+        self.inbound_dark.pop(leader, None)
+        self._step(m.LeaderLink(leader, False))
+
+    def _check_inbound(self, now: float) -> None:
+        """The leaders' links into this broker: closed at once when the leader closed it or died (a reset),
+        after the heartbeat's time when it went dark (the leader stopped, or a cut)."""
+        for leader, conn in list(self.accepted.items()):
+            peer = self.net.nodes[leader]
+            link = peer.links.get(self.name) if peer.running else None
+            if link is None or link.conn != conn:
+                self._close_inbound(leader)
+            elif (peer.paused or self.net.broken(leader, self.name, conn)
+                  or not self.net.connectable(leader, self.name)):
+                if now - self.inbound_dark.setdefault(leader, now) >= LINK_TIMEOUT_S:
+                    self._close_inbound(leader)
+            else:
+                self.inbound_dark.pop(leader, None)
 
     def _send_frame(self, name: str, frame: Any) -> None:
         link = self.links.get(name)

@@ -48,7 +48,7 @@ TOPIC = "events"  # with 3 partitions, s-3 joining becomes the natural leader of
 PARTITIONS = 3
 WARMUP_S = 2.5
 FAULTS_S = 9.0
-AFTER_HEAL_S = 7.0  # producers go on this long after healing (longer than a produce's own timeout)
+AFTER_HEAL_S = 9.0  # producers go on this long after healing (longer than a produce's own timeout, and a whole cluster's unclean-restart fallback)
 SETTLE_S_MAX = 40.0
 CLIENT_TIMEOUT_S = 6.0
 
