@@ -302,7 +302,9 @@ def test_a_leader_steps_down_for_a_newer_claim_and_hands_back_to_the_natural_lea
     assert wb2.tick(0.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # a has acknowledged nothing yet
     b2.set_follower_end("a", 0)
     assert wb2.tick(1.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # led too briefly
-    acts = wb2.tick(4.0, [b2], Seen(alive=("a", "b2", "c")))
+    assert wb2.tick(4.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # no majority is known to hold its voter set
+    b2.voters_known.add("a")  # a acknowledged the set (an ack's voters_seq)
+    acts = wb2.tick(4.1, [b2], Seen(alive=("a", "b2", "c")))
     assert [(a.kind, a.target) for a in acts] == [("hand_off", "a")]
     assert wb2.tick(5.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # one handover at a time
     wb2.handed(b2, 5.0)
@@ -321,6 +323,7 @@ def test_a_broker_whose_clock_is_out_of_bounds_never_stands_and_hands_its_partit
     assert wa.tick(0.0, [a], Seen()) == []  # the natural leader keeps its partition
     assert wa.tick(0.1, [a], Seen(clock_out=("a",))) == []  # no follower holds everything yet
     a.set_follower_end("b", a.log.end_offset)
+    a.voters_known.add("b")
     acts = wa.tick(0.2, [a], Seen(clock_out=("a",)))
     assert [(x.kind, x.target) for x in acts] == [("hand_off", "b")]  # at once, whatever the lead time
 
@@ -329,6 +332,7 @@ def test_leadership_is_not_handed_back_to_a_natural_leader_whose_clock_is_out_of
     b, wb = _replica(tmp_path, "b", "b", epoch=3)
     b.lead()
     b.set_follower_end("a", 0)
+    b.voters_known.add("a")
     assert wb.tick(0.0, [b], Seen(clock_out=("a",))) == []
     assert wb.tick(10.0, [b], Seen(clock_out=("a",))) == []
     assert [(x.kind, x.target) for x in wb.tick(20.0, [b], Seen())] == [("hand_off", "a")]

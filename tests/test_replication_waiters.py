@@ -2,8 +2,9 @@
 
 Hundreds of produces wait on one partition at once; each durable end that
 moves must release exactly the waiters it satisfies, for each consistency
-level, in any order of arrival, a leader that steps down fails the rest, and
-a wait past its deadline fails when the core is ticked then.
+level, in any order of arrival, counted against the voter set as it is when
+they do; a leader that steps down fails the rest, and a wait past its
+deadline fails when the core is ticked then.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ def outcomes(acks: AckWaiters) -> dict[object, BaseException | None]:
 def test_each_end_releases_exactly_the_waiters_it_satisfies(tmp_path: Path) -> None:
     rng = random.Random(7)
     rep, acks = leader(tmp_path, 200)
-    waiting = [(rng.randrange(1, 201), rng.choice((1, 2, 3))) for _ in range(300)]
-    for i, (end, needed) in enumerate(waiting):
-        acks.add(rep, i, end, needed, deadline=60.0)
+    levels = {"one": 1, "quorum": 2, "all": 3}
+    waiting = [(rng.randrange(1, 201), rng.choice(list(levels))) for _ in range(300)]
+    for i, (end, level) in enumerate(waiting):
+        acks.add(rep, i, end, level, deadline=60.0)
     released: dict[object, BaseException | None] = {}
     moves = [("a", rep.set_durable)] + [(f, lambda e, f=f: rep.set_follower_end(f, e)) for f in ("b", "c")]
     ends = {"a": 0, "b": 0, "c": 0}
@@ -51,8 +53,8 @@ def test_each_end_releases_exactly_the_waiters_it_satisfies(tmp_path: Path) -> N
         ends[name] = min(200, ends[name] + rng.randrange(0, 15))
         move(ends[name])
         released.update(outcomes(acks))
-        for i, (end, needed) in enumerate(waiting):
-            assert (i in released) == (protocol.replicas_reaching(ends.values(), end) >= needed), (end, needed, ends)
+        for i, (end, level) in enumerate(waiting):
+            assert (i in released) == (protocol.replicas_reaching(ends.values(), end) >= levels[level]), (end, ends)
     assert all(exc is None for exc in released.values())
     rep.unlead(None, Unavailable("stepped down"))
     released.update(outcomes(acks))
@@ -60,29 +62,32 @@ def test_each_end_releases_exactly_the_waiters_it_satisfies(tmp_path: Path) -> N
     assert all(isinstance(released[i], Unavailable) for i in range(len(waiting)) if released[i] is not None)
 
 
-def test_an_end_already_reached_releases_at_once_and_a_level_above_the_voters_waits(tmp_path: Path) -> None:
+def test_an_end_already_reached_releases_at_once_and_a_grown_voter_set_raises_the_bar(tmp_path: Path) -> None:
     rep, acks = leader(tmp_path, 5)
     rep.set_durable(5)
-    acks.add(rep, "now", 5, 1, deadline=60.0)
+    acks.add(rep, "now", 5, "one", deadline=60.0)
     assert outcomes(acks) == {"now": None}
-    acks.add(rep, "more", 5, 4, deadline=60.0)  # more than the three voters: only failing it ends the wait
+    acks.add(rep, "quorum", 5, "quorum", deadline=60.0)
+    rep.set_voters(["a", "b", "c", "d"])  # a replica joins while it waits: a majority of four is three
     rep.set_follower_end("b", 5)
+    assert outcomes(acks) == {}, "released by two of four voters"
     rep.set_follower_end("c", 5)
-    assert outcomes(acks) == {}
+    assert outcomes(acks) == {"quorum": None}
+    acks.add(rep, "all", 5, "all", deadline=60.0)
     rep.fail_waiters(Unavailable("moved"))
-    assert isinstance(outcomes(acks)["more"], Unavailable)
+    assert isinstance(outcomes(acks)["all"], Unavailable)
 
 
 def test_a_wait_fails_at_its_deadline_and_released_ones_do_not_linger(tmp_path: Path) -> None:
     rep, acks = leader(tmp_path, 10)
     rep.set_durable(10)
     for end in range(1, 6):
-        acks.add(rep, end, end, 2, deadline=1.0)
+        acks.add(rep, end, end, "quorum", deadline=1.0)
     rep.set_follower_end("b", 5)
     assert outcomes(acks) == {end: None for end in range(1, 6)}
     assert acks.next_deadline() is None  # nothing left to expire: no memory held for a whole timeout per produce
-    acks.add(rep, "late", 10, 2, deadline=2.0)
-    acks.add(rep, "later", 10, 3, deadline=3.0)
+    acks.add(rep, "late", 10, "quorum", deadline=2.0)
+    acks.add(rep, "later", 10, "all", deadline=3.0)
     assert acks.expire(1.9) == 2.0 and outcomes(acks) == {}
     assert acks.expire(2.0) == 3.0
     assert isinstance(outcomes(acks)["late"], TimeoutError)

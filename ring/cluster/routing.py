@@ -39,6 +39,7 @@ from ring.cluster.peers import Relayed
 from ring.errors import NotLeader, RingError, StorageError, Unavailable, UnknownPartition
 from ring.http_api import answer
 from ring.node.ready import AwaitAcks
+from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.replica import Replica
 
@@ -183,11 +184,11 @@ class Routing(Broker):
         result = await self._append(rep, batches)
         end = result.base_offset + result.count
         acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.step(AwaitAcks(acked, rep, end, needed, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        self.step(AwaitAcks(acked, rep, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
         try:
             await acked
         except TimeoutError:
-            raise ack_timeout(rep, result.base_offset, end, needed, level) from None
+            raise ack_timeout(rep, result.base_offset, end, protocol.needed_acks(level, rep.rf), level) from None
         return result
 
     def check_writable(self, part: Replica) -> None:

@@ -265,7 +265,7 @@ class NodeCore(GossipSteps):
         if not rep.is_leader or rep.deleted:
             self.acks.released.append((m.token, steps.stepped_down(rep, rep.epoch)))
             return
-        self.acks.add(rep, m.token, m.end, m.needed, now + m.timeout_s)
+        self.acks.add(rep, m.token, m.end, m.level, now + m.timeout_s)
 
     def _durable(self, now: float, m: msg.Durable) -> None:
         m.rep.set_durable(m.end)

@@ -92,12 +92,12 @@ class Appended(NamedTuple):
 
 
 class AwaitAcks(NamedTuple):
-    """Release ``token`` once ``needed`` voters durably hold offsets below ``end`` (or fail it after
-    ``timeout_s``, or when this broker stops leading)."""
+    """Release ``token`` once the consistency ``level``'s number of the voters (as the set is then) durably
+    hold offsets below ``end`` (or fail it after ``timeout_s``, or when this broker stops leading)."""
     token: Token
     rep: Replica
     end: int
-    needed: int
+    level: str
     timeout_s: float
 
 

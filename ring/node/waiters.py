@@ -1,10 +1,13 @@
 """Produces waiting for acknowledgements, and their deadlines, on every partition a broker leads.
 
 A leader answers a produce once the consistency level's number of voters
-(itself included) durably hold its batches. Hundreds of produces may wait on
-one partition, so each replica keeps one heap per acknowledgement count,
-ordered by end offset (``Replica.ack_waiters``): a moved end releases the
-waiters it satisfies without walking the others. Every produce waits the
+(itself included) durably hold its batches, counted against the voter set
+as it is when they do: a set that grew meanwhile (a replica joining) needs
+a majority of the larger set, else the set before could still elect a leader
+without the batches. Hundreds of produces may wait on one partition, so each
+replica keeps one heap per consistency level, ordered by end offset
+(``Replica.ack_waiters``): a moved end releases the waiters it satisfies
+without walking the others. Every produce waits the
 same time, so arrival order is deadline order and one queue of deadlines
 serves every partition; ``expire`` fails the ones whose time is up.
 Released waiters go to ``released`` as (token, None) or (token, error); the
@@ -35,28 +38,27 @@ class AckWaiters:
         self._deadlines: deque[tuple[float, _Waiter]] = deque()
         self._seq = 0
 
-    def add(self, rep: Replica, token: Any, end: int, needed: int, deadline: float) -> None:
-        if protocol.replicas_reaching(rep.voter_ends(), end) >= needed:
+    def add(self, rep: Replica, token: Any, end: int, level: str, deadline: float) -> None:
+        if protocol.replicas_reaching(rep.voter_ends(), end) >= protocol.needed_acks(level, max(1, len(rep.voters))):
             self.released.append((token, None))
             return
         waiter = _Waiter(token)
         self._seq += 1
-        heapq.heappush(rep.ack_waiters.setdefault(needed, []), (end, self._seq, waiter))
+        heapq.heappush(rep.ack_waiters.setdefault(level, []), (end, self._seq, waiter))
         self._deadlines.append((deadline, waiter))
 
     def check(self, rep: Replica) -> None:
         """``rep``'s durable ends moved: release the waiters they satisfy."""
         ends = sorted(rep.voter_ends(), reverse=True)
         waiting = rep.ack_waiters
-        for needed in list(waiting):
-            if needed > len(ends):
-                continue  # more than the voters: only a new voter set (or failing them) ends the wait
-            reached = ends[needed - 1]  # ``needed`` replicas hold everything below this
-            heap = waiting[needed]
+        for level in list(waiting):
+            needed = protocol.needed_acks(level, max(1, len(rep.voters)))
+            reached = ends[needed - 1]  # ``needed`` voters hold everything below this
+            heap = waiting[level]
             while heap and heap[0][0] <= reached:
                 self._release(heapq.heappop(heap)[2], None)
             if not heap:
-                del waiting[needed]
+                del waiting[level]
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done:  # released ones leave at once, not at their deadline
             deadlines.popleft()

@@ -469,7 +469,7 @@ class SimBroker:
         self.pending_base[rid] = base
         self.carry_out(self._core(m.Appended(rep)))
         self.disk.sync_soon(rep)
-        self.carry_out(self._core(m.AwaitAcks(rid, rep, end, needed, ACK_TIMEOUT_S)))
+        self.carry_out(self._core(m.AwaitAcks(rid, rep, end, level, ACK_TIMEOUT_S)))
 
     def _preference(self, key: Key) -> list[str]:
         cfg = self.catalog.get(key[0])
