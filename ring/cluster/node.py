@@ -174,10 +174,12 @@ class ClusterBroker(Routing, Broker):
     # --- placement and reconciling ---------------------------------------------------------
 
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
-        """Placed here, plus partitions this broker still leads elsewhere (it hands them over first)."""
+        """Placed here, plus partitions placed elsewhere that this broker still leads (it hands them over
+        first) or votes for (``NodeCore.keep``)."""
         assert self.membership is not None
-        leading = [p for p, rep in self._parts.get(cfg.name, {}).items() if rep.is_leader]
-        return placement.held_here(self.membership.ring, cfg, self.name, leading)
+        now = self.clock.monotonic()
+        kept = [p for p, rep in self._parts.get(cfg.name, {}).items() if self.core.keep(rep, now)]
+        return placement.held_here(self.membership.ring, cfg, self.name, kept)
 
     def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:
         assert self.membership is not None

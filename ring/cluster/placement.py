@@ -65,12 +65,12 @@ def held(ring: Ring, cfg: TopicConfig, name: str) -> dict[int, list[str]]:
     return {p: replicas for p, replicas in enumerate(preference_lists(ring, cfg)) if name in replicas}
 
 
-def held_here(ring: Ring, cfg: TopicConfig, name: str, leading: Iterable[int]) -> dict[int, list[str]]:
-    """What broker ``name`` holds of ``cfg``: the partitions placed on it, plus those it still leads
-    though placed elsewhere (it hands them over before it lets them go)."""
+def held_here(ring: Ring, cfg: TopicConfig, name: str, kept: Iterable[int]) -> dict[int, list[str]]:
+    """What broker ``name`` holds of ``cfg``: the partitions placed on it, plus those placed elsewhere
+    it keeps open (it leads them and hands them over first, or still votes for them)."""
     lists = preference_lists(ring, cfg)
     out = {p: replicas for p, replicas in enumerate(lists) if name in replicas}
-    for p in leading:
+    for p in kept:
         if p not in out and p < len(lists):
             out[p] = lists[p]
     return out

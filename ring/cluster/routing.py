@@ -36,7 +36,7 @@ from ring import limits
 from ring.broker import Broker, FetchResult, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
-from ring.errors import NotLeader, RingError, StorageError, Unavailable, UnknownPartition
+from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
 from ring.http_api import answer
 from ring.node.ready import AwaitAcks
 from ring.replication import protocol

@@ -53,6 +53,7 @@ log = logging.getLogger("ring.node")
 
 ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
 LINK_LOSS_GRACE_S = limits.LINK_LOSS_GRACE_MS / 1000
+CLAIM_GRACE_S = limits.LEADER_CLAIM_GRACE_MS / 1000
 
 
 class NodeCore(GossipSteps):
@@ -82,6 +83,9 @@ class NodeCore(GossipSteps):
         self._inbound: dict[str, int] = {}
         self._inbound_down: dict[str, float] = {}
         self._view: View | None = None
+        # Replicas placed elsewhere that still vote here, and since when a newer leader that does not
+        # replicate to us claims them (after CLAIM_GRACE_S they close: that leader's voters leave us out).
+        self._superseded: dict[Key, float] = {}
         self.closing = False
         self._now = 0.0  # of the step or tick running
         self._ready = Ready()
@@ -135,6 +139,7 @@ class NodeCore(GossipSteps):
         watch = self.elections.watch
         active = [r for r in reps if not watch.steady(r, now, view)]
         self._active = {(r.topic, r.index) for r in active}
+        wakes = self._check_unplaced(now, reps, view)
         if self._publish_due:
             self._publish_due = False
             self.members.publish(self.replicas())
@@ -153,7 +158,41 @@ class NodeCore(GossipSteps):
             wake = watch.wake_at(rep, now)
             if wake is not None and wake < at:
                 at = wake
+        at = min(at, *wakes) if wakes else at
         self._next_election_tick = max(at, now + ELECTION_TICK_S / 10)
+
+    def keep(self, rep: Replica, now: float) -> bool:
+        """Whether ``rep``, placed elsewhere, stays open here: while it leads (it hands over first), and
+        while it counts itself a voter (closing would take a vote from its leader's elections) until a
+        leader we do not follow, in our epoch or a newer one, has claimed it for CLAIM_GRACE_S (one
+        whose voters count us replicates to us)."""
+        if rep.is_leader:
+            return True
+        since = self._superseded.get((rep.topic, rep.index))
+        return self.name in rep.voters and (since is None or now < since + CLAIM_GRACE_S)
+
+    def _check_unplaced(self, now: float, reps: list[Replica], view: View) -> list[float]:
+        """Track the replicas placed elsewhere that still vote here (they stay looked at); returns
+        when a newer claim's grace runs out."""
+        wakes = []
+        for key in [k for k in self._superseded if self.replica(*k) is None]:
+            del self._superseded[key]  # closed
+        for rep in reps:
+            key = (rep.topic, rep.index)
+            if self.name in rep.replicas or rep.is_leader or self.name not in rep.voters:
+                self._superseded.pop(key, None)
+                continue
+            best = leaders.leader_from_claims(view.claims(), key, view.alive)
+            if best is None or best[1] < rep.epoch or (best[1] == rep.epoch and rep.leader == best[0]):
+                self._superseded.pop(key, None)  # nobody leads, or our leader does (and syncs our voters)
+            else:
+                since = self._superseded.setdefault(key, now)
+                if now >= since + CLAIM_GRACE_S:
+                    self._ready.reconcile = True
+                else:
+                    wakes.append(since + CLAIM_GRACE_S)
+            self._active.add(key)
+        return wakes
 
     def _look_soon(self, key: Key | None = None) -> None:
         """Have the next election tick come within ELECTION_TICK_MS (and look at ``key`` then)."""
@@ -241,15 +280,15 @@ class NodeCore(GossipSteps):
             self._ready.add("changed", rep)
         self._publish_due = True
         self._look_soon((rep.topic, rep.index))
-        if not rep.is_leader and self.name not in rep.replicas:
-            self._ready.reconcile = True  # placed elsewhere and no longer led here: close it
+        if self.name not in rep.replicas and not self.keep(rep, self._now):
+            self._ready.reconcile = True  # placed elsewhere, neither led nor voting here: close it
         self._assign_links()
 
     def _assign_links(self) -> None:
         wanted: dict[str, set[Key]] = {}
         for rep in self.replicas():
             if rep.is_leader:
-                for f in rep.members():
+                for f in rep.linked():
                     if f != self.name:
                         wanted.setdefault(f, set()).add((rep.topic, rep.index))
         if self.links.assign(wanted, self._now):
@@ -287,10 +326,14 @@ class NodeCore(GossipSteps):
 
     def _from_follower(self, now: float, m: msg.FromFollower) -> None:
         link = self.links.link(m.follower)
+        rep = self.replica(m.frame.topic, m.frame.partition)
+        leaving = len(rep.leaving) if rep is not None else 0
         got = link.answer(now, m.frame) if link is not None else None
         if got is None:
             return
         rep, newer = got
+        if len(rep.leaving) != leaving:
+            self._assign_links()  # a voter removed knows it now: its link may go
         if newer is not None and steps.adopt_epoch(rep, newer):
             self._changed(rep)
         elif min(rep.peer_start, rep.hw) > rep.log.start_offset:
@@ -371,6 +414,8 @@ class NodeCore(GossipSteps):
             answer = steps.reject_storage(rep, frame.epoch)
         if (rep.leader, rep.epoch) != before:
             self._changed(rep)
+        elif self.name not in rep.replicas and not self.keep(rep, self._now):
+            self._ready.reconcile = True  # the leader's voters no longer count us: close (after the ack)
         return answer
 
     def _follow_append(self, rep: Replica, leader: str, frame: protocol.Append) -> Any:

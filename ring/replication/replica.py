@@ -42,7 +42,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
-                 "catalogue", "appends")
+                 "leaving", "catalogue", "appends")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -85,6 +85,9 @@ class Replica:
         # said), and on a leader the voters known to hold the current set (their acks say so).
         self.voters_seq = 0
         self.voters_known: set[str] = {self_name}
+        # Leader: voters it removed that are placed elsewhere, linked until they acknowledge the set
+        # without them (else they would stay open, counting themselves voters, for nothing).
+        self.leaving: set[str] = set()
         self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
         self.appends: list | None = None  # produces waiting for this loop turn's write (appends.TurnAppends)
 
@@ -98,6 +101,9 @@ class Replica:
         """A new voter set: on a leader the next in its epoch (``seq`` None), on a follower the one its
         leader's sync named."""
         assert voters, "a partition needs voters"
+        if seq is None:
+            self.leaving |= set(self.voters) - set(voters) - set(self.replicas) - {self.self_name}
+        self.leaving -= set(voters)
         self.voters = list(voters)
         self.voters_seq = self.voters_seq + 1 if seq is None else seq
         self.voters_known = {self.self_name}
@@ -111,6 +117,11 @@ class Replica:
     def members(self) -> list[str]:
         """Every broker that holds this partition or should: placed replicas, then voters not placed."""
         return self.replicas + [v for v in self.voters if v not in self.replicas]
+
+    def linked(self) -> list[str]:
+        """Leader: the brokers it replicates to, its members and the voters leaving."""
+        members = self.members()
+        return members + sorted(self.leaving.difference(members))
 
     @property
     def is_leader(self) -> bool:
@@ -136,6 +147,7 @@ class Replica:
         self.follower_ends = {}
         self.peer_start = 0
         self.voters_seq, self.voters_known = 0, {self.self_name}
+        self.leaving = set()
         self.aligned = True
         self.frozen = False
         self.refresh()

@@ -287,11 +287,15 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
         if frame.epoch == rep.epoch:
             cursor.on_ack(frame.end_offset, rep.log.end_offset)
             rep.set_follower_end(follower, frame.end_offset)
-            if frame.voters_seq == rep.voters_seq and follower in rep.voters:
-                rep.voters_known.add(follower)  # it holds our current voter set
+            if frame.voters_seq == rep.voters_seq:
+                if follower in rep.voters:
+                    rep.voters_known.add(follower)  # it holds our current voter set
+                rep.leaving.discard(follower)  # it knows it left (and closes its replica)
             rep.peer_start = max(rep.peer_start, frame.log_start)  # ``lead_start`` catches up with it
         return None
     if isinstance(frame, protocol.Reject):
+        if frame.reason == protocol.UNKNOWN_PARTITION:
+            rep.leaving.discard(follower)  # it closed its replica already
         if frame.epoch > rep.epoch and frame.reason in (protocol.STALE_EPOCH, protocol.NOT_FOLLOWER):
             return frame.epoch
         cursor.on_reject(frame.end_offset, frame.reason, rep.log.end_offset, now_s)

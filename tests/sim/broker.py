@@ -151,8 +151,8 @@ class SimBroker:
             self.catalog[cfg.name] = cfg
         for cfg in self.catalog.values():
             open_ = self.parts.setdefault(cfg.name, {})
-            leading = [p for p, r in open_.items() if r.is_leader]
-            plan = placement.replacement(placement.held_here(members.ring, cfg, self.name, leading),
+            kept = [p for p, r in open_.items() if self.core.keep(r, self.world.now)]
+            plan = placement.replacement(placement.held_here(members.ring, cfg, self.name, kept),
                                          {p: r.replicas for p, r in open_.items()})
             for p in plan.close:
                 rep = open_.pop(p)

@@ -1,0 +1,67 @@
+"""A replica placed elsewhere that still counts itself a voter stays open until it learns the set
+without it: a leader links to the voters it removed until they acknowledge the new set, and the
+follower closes once it has (``NodeCore.keep``). Closing earlier took a vote from elections that
+needed it (the simulation, seed 1221: four voters, one closed, one never told it was one: no
+candidate could reach three)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+from ring.clock import ManualClock
+from ring.gossip.state import EndpointState
+from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.node.core import NodeCore
+from ring.node.members import Members
+from ring.node.ready import FromFollower, FromLeader, PlacementChanged
+from ring.replication import protocol
+from ring.replication.replica import Replica
+
+T0 = 1_700_000_000_000
+
+
+def replica(tmp_path: Path, name: str, replicas: list[str], voters: list[str]) -> Replica:
+    log = PartitionLog(tmp_path / name, LogConfig(fsync=FsyncPolicy("never")), ManualClock(T0))
+    rep = Replica("t", 0, log, name, replicas)
+    rep.voters = list(voters)
+    return rep
+
+
+def node(name: str, rep: Replica) -> NodeCore:
+    members = Members(EndpointState(name, 0, f"{name}:1", f"{name}:2", generation=1), [], random.Random(1))
+    return NodeCore(name, lambda t, p: rep if p == 0 else None, lambda: [rep], True, random.Random(2), members)
+
+
+def test_a_leader_links_to_a_voter_it_removed_until_the_voter_acknowledges_the_set_without_it(
+        tmp_path: Path) -> None:
+    rep = replica(tmp_path, "a", ["a", "b"], ["a", "b", "c"])
+    rep.lead()
+    core = node("a", rep)
+    assert core.step(0.0, PlacementChanged()).links == {"b", "c"}
+    rep.set_voters(["a", "b"])
+    assert rep.leaving == {"c"} and rep.linked() == ["a", "b", "c"]
+    core.step(0.1, PlacementChanged())
+    assert set(core.links.links) == {"b", "c"}  # c is still told what the voters are
+    core.step(0.2, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 0, 0, rep.voters_seq - 1)))
+    assert rep.leaving == {"c"}  # it acknowledged an older set
+    core.step(0.3, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 0, 0, rep.voters_seq)))
+    assert rep.leaving == set() and set(core.links.links) == {"b"}
+
+
+def test_a_replica_placed_elsewhere_stays_open_while_it_votes_and_closes_once_its_leader_leaves_it_out(
+        tmp_path: Path) -> None:
+    rep = replica(tmp_path, "c", ["a", "b"], ["a", "b", "c"])
+    rep.leader = None
+    core = node("c", rep)
+    assert core.keep(rep, 0.0)  # a voter: closing it would take a vote away
+    sync = protocol.Sync("t", 0, 2, 0, 0, 0, 0, ((2, 0),), ("a", "b", "c"), 1)
+    ready = core.step(0.1, FromLeader("a", sync))
+    assert not ready.reconcile and core.keep(rep, 0.1)
+    ready = core.step(0.2, FromLeader("a", dataclasses.replace(sync, voters=("a", "b"), voters_seq=2)))
+    assert ready.reconcile and not core.keep(rep, 0.2)  # out of the set: close, after the ack
+    assert [(dst, a.voters_seq) for dst, a in ready.sends] == [("a", 2)]
+    learner = replica(tmp_path, "d", ["a", "b"], ["a", "b"])
+    learner.leader = None
+    assert not node("d", learner).keep(learner, 0.0)
