@@ -244,10 +244,10 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
 
 def _led_by(broker: Any, name: str) -> Callable[[tuple[str, int]], bool]:
     """Whether a partition's leader, as this broker knows it, is the broker ``name``."""
-    leadership = getattr(broker, "leadership", None)
-    if leadership is None:  # a broker alone leads everything
+    leader_of = getattr(broker, "leader_of", None)
+    if leader_of is None:  # a broker alone leads everything
         return lambda tp: name == broker.config.name
-    return lambda tp: leadership.leader_of(tp[0], tp[1]) == name
+    return lambda tp: leader_of(tp[0], tp[1]) == name
 
 
 async def _require_member_topics(request: Request, group: str, consumer: str) -> None:
