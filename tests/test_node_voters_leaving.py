@@ -1,8 +1,8 @@
 """A replica placed elsewhere that still counts itself a voter stays open until it learns the set
 without it: a leader links to the voters it removed until they acknowledge the new set, and the
-follower closes once it has (``NodeCore.keep``). Closing earlier took a vote from elections that
-needed it (the simulation, seed 1221: four voters, one closed, one never told it was one: no
-candidate could reach three)."""
+follower closes once it has (``NodeCore.keep``). Closing earlier would take a vote from elections
+that need it (as in the simulation's seed 1221: four voters, one closed and one never told it was
+one, and no candidate could reach three)."""
 
 from __future__ import annotations
 

@@ -233,9 +233,36 @@ def test_a_vote_is_saved_and_survives_a_reopen(tmp_path: Path) -> None:
 
     r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "a", -1, 0), leader_alive=False)
     assert r.granted and rep.ballot == election.Ballot(4, "a")
-    assert steps.load_state(tmp_path / "a") == (election.Ballot(4, "a"), ["a", "b", "c"])
+    assert steps.load_state(tmp_path / "a") == (election.Ballot(4, "a"), ["a", "b", "c"], None)
     r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "c", -1, 0), leader_alive=False)
     assert not r.granted and r.reason == election.ALREADY_VOTED
+
+
+def test_a_replica_cut_back_for_repair_votes_as_if_it_still_held_what_it_acknowledged(tmp_path: Path) -> None:
+    """Else a follower cut for repair could grant its vote to a candidate missing batches its own ack
+    committed, and they would be lost (the simulation's bit flips find that)."""
+    from ring.replication import election
+
+    log = mk(tmp_path / "b")
+    put(log, 1, 40)
+    rep = replica(log, "b", 1)
+    rep.damaged_at = 38
+    assert steps.cut_damaged(rep) and rep.log.end_offset < 38 and rep.vouched == (1, 40)
+    short = election.VoteRequest("t", 0, 2, "c", 1, rep.log.end_offset)
+    r = steps.on_vote_request(rep, short, leader_alive=False)
+    assert not r.granted and r.reason == election.BEHIND
+    _, _, vouched = steps.load_state(tmp_path / "b")
+    assert vouched == (1, 40)
+    log.close()
+    again = replica(mk(tmp_path / "b"), "b", 1)
+    steps.restore(again, clean=True)
+    assert again.vouched == (1, 40) and not again.caught_up  # a crash in between forgets nothing
+    r = steps.on_vote_request(again, election.VoteRequest("t", 0, 3, "a", 1, 40), leader_alive=False)
+    assert r.granted  # a candidate holding it all
+    put(again.log, 1, 40 - again.log.end_offset)
+    steps._progress(again)
+    assert again.vouched is None and steps.load_state(tmp_path / "b")[2] is None
+    again.log.close()
 
 
 # -- anti-entropy --------------------------------------------------------------------------

@@ -308,7 +308,8 @@ class Link:
                 cur.reset(now + PROBE_RETRY_S)
                 return
             except StorageError as exc:
-                log.error("%s/%d to %s: reading the log failed: %s", rep.topic, rep.index, self.follower, exc)
+                if rep.damaged_at is None:  # (once: it hands over, and the probes read it again meanwhile)
+                    log.error("%s/%d to %s: reading the log failed: %s", rep.topic, rep.index, self.follower, exc)
                 self.links.damaged.append((rep, prev))
                 cur.reset(now + PROBE_RETRY_S)
                 return

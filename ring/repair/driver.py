@@ -33,8 +33,8 @@ import orjson
 from ring import limits
 from ring.clock import Clock
 from ring.cluster.peers import PeerClient
-from ring.errors import StorageError
 from ring.repair import entropy
+from ring.replication import steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.repair")
@@ -99,25 +99,16 @@ class Repair:
 
     async def _fix(self, rep: Replica) -> None:
         target = rep.log.end_offset
-        while not rep.deleted and rep.is_leader:  # a leader hands over first (Leadership does)
-            await asyncio.sleep(REPAIR_POLL_S)
-        if rep.deleted or rep.damaged_at is None:
-            return
-        await self.node.wait_idle(rep)
-        bases = [b for b in rep.log.segment_bases() if b <= rep.damaged_at]
-        for base in reversed(bases or [rep.log.start_offset]):
-            try:
-                rep.log.truncate_after(base)
+        while True:
+            while not rep.deleted and rep.is_leader:  # a damaged leader hands over first (the node core)
+                await asyncio.sleep(REPAIR_POLL_S)
+            if rep.deleted or rep.damaged_at is None:
+                return
+            await self.node.wait_idle(rep)
+            if not rep.is_leader:
                 break
-            except StorageError as exc:
-                log.warning("%s/%d: cutting at %d failed (%s); trying an earlier segment", rep.topic, rep.index,
-                            base, exc.message)
-        else:
-            log.error("%s/%d: no segment could be cut; reads stay with other replicas", rep.topic, rep.index)
+        if rep.deleted or not steps.cut_damaged(rep):
             return
-        rep.truncated()
-        log.warning("%s/%d: cut at %d to refetch from the leader (had up to %d)", rep.topic, rep.index,
-                    rep.log.end_offset, target)
         while not rep.deleted and rep.log.end_offset < target:
             if rep.leader is not None and not rep.is_leader:
                 await self._ask_resync(rep)

@@ -42,7 +42,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
-                 "leaving", "catalogue", "appends")
+                 "leaving", "vouched", "catalogue", "appends")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -88,6 +88,10 @@ class Replica:
         # Leader: voters it removed that are placed elsewhere, linked until they acknowledge the set
         # without them (else they would stay open, counting themselves voters, for nothing).
         self.leaving: set[str] = set()
+        # (last epoch, end) of the log before a repair cut it back (saved with the ballot): what it
+        # acknowledged, so its votes compare candidates with this, not with what is left, until it
+        # has it again.
+        self.vouched: LogKey | None = None
         self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
         self.appends: list | None = None  # produces waiting for this loop turn's write (appends.TurnAppends)
 
@@ -139,6 +143,12 @@ class Replica:
     def key(self) -> LogKey:
         """(last epoch, log end): what elections compare."""
         return (self.log.latest_epoch, self.log.end_offset)
+
+    @property
+    def vote_key(self) -> LogKey:
+        """What this replica's votes compare a candidate's log with: its own, or what it vouched for."""
+        key = self.key
+        return key if self.vouched is None or key >= self.vouched else self.vouched
 
     def lead(self) -> None:
         """This replica won the election for ``epoch`` (its log has begun that epoch)."""

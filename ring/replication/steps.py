@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from ring import limits
-from ring.errors import BadRequest, RequestTimeout
+from ring.errors import BadRequest, RequestTimeout, StorageError
 from ring.log import batch as batchfmt
 from ring.log.fsync import write_atomically
 from ring.repair.divergence import divergence_point
@@ -38,31 +38,36 @@ STATE_FILE = "replica-state"
 # --- the persisted ballot and voters ---------------------------------------------------
 
 
-def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None]:
-    """The saved ballot and voter set (None: never saved); a damaged file counts as none."""
+def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None]:
+    """The saved ballot, voter set (None: never saved) and vouched log key; a damaged file counts as none."""
     try:
         doc = orjson.loads((directory / STATE_FILE).read_bytes())
         epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
+        vouched = doc.get("vouched")
         if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
-                and type(voters) is list and voters and all(type(v) is str for v in voters):
-            return election.Ballot(epoch, voted_for), voters
+                and type(voters) is list and voters and all(type(v) is str for v in voters) \
+                and (vouched is None or type(vouched) is list and len(vouched) == 2
+                     and all(type(x) is int for x in vouched)):
+            return election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None
         log.error("ignoring malformed %s", directory / STATE_FILE)
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
-    return election.Ballot(0, None), None
+    return election.Ballot(0, None), None, None
 
 
 def restore(rep: Replica, clean: bool) -> None:
     """A clustered replica as it opens: its saved ballot and voters, no leader (elected, never assumed:
-    it may have lost a tail or missed an election), not caught up after an unclean shutdown."""
-    ballot, voters = load_state(rep.log.directory)
+    it may have lost a tail or missed an election), not caught up after an unclean shutdown, nor while
+    a repair has not brought back what it vouched for."""
+    ballot, voters, vouched = load_state(rep.log.directory)
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
     rep.voters = voters if voters else list(rep.replicas)
+    rep.vouched = vouched if vouched is not None and rep.key < vouched else None
     rep.leader = None
     rep.aligned = False
-    rep.caught_up = clean
+    rep.caught_up = clean and rep.vouched is None
 
 
 def close(rep: Replica, exc: BaseException) -> None:
@@ -75,6 +80,8 @@ def close(rep: Replica, exc: BaseException) -> None:
 
 def save_state(rep: Replica) -> None:
     doc = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
+    if rep.vouched is not None:
+        doc["vouched"] = list(rep.vouched)
     write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
 
 
@@ -199,6 +206,9 @@ def _progress(rep: Replica) -> None:
     if not rep.caught_up and rep.catch_up_to is not None and end >= rep.catch_up_to:
         rep.caught_up = True
         log.info("%s/%d caught up with leader %s at offset %d", rep.topic, rep.index, rep.leader, end)
+    if rep.vouched is not None and rep.key >= rep.vouched:
+        rep.vouched = None  # it holds what it vouched for again (or a newer leader's log past it)
+        save_state(rep)
 
 
 def on_append(rep: Replica, sender: str, frame: protocol.Append) -> protocol.Reject | int:
@@ -324,7 +334,8 @@ def vote_request(rep: Replica, pre: bool, transfer: bool = False) -> election.Vo
 
 def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool) -> election.VoteReply:
     """Judge a vote; the ballot is saved (and a leader steps down) before the reply is returned."""
-    me = election.Voter(rep.self_name, rep.ballot, rep.key, frozenset(rep.voters), leader_alive, rep.is_leader)
+    me = election.Voter(rep.self_name, rep.ballot, rep.vote_key, frozenset(rep.voters), leader_alive,
+                        rep.is_leader)
     verdict = election.judge_vote(me, req)
     if verdict.ballot is not None:
         newer, was_leader = verdict.ballot.epoch > rep.epoch, rep.is_leader
@@ -348,4 +359,30 @@ def win(rep: Replica, epoch: int) -> bool:
     rep.caught_up = True  # the leader's log is what the others catch up with
     log.info("%s/%d: %s leads epoch %d from offset %d", rep.topic, rep.index, rep.self_name, epoch,
              rep.epoch_start)
+    return True
+
+
+def cut_damaged(rep: Replica) -> bool:
+    """Cut a damaged replica's log back to the start of the segment holding its damage (an earlier one
+    if that cut fails), for its leader to send the rest again; whether a cut was made. The caller
+    made sure no fsync runs on the log, and that this replica does not lead."""
+    assert rep.damaged_at is not None and not rep.is_leader
+    had = rep.log.end_offset
+    # What it acknowledged may be committed by its ack alone: its votes go on counting it (saved first).
+    rep.vouched = rep.vote_key
+    save_state(rep)
+    bases = [b for b in rep.log.segment_bases() if b <= rep.damaged_at]
+    for base in reversed(bases or [rep.log.start_offset]):
+        try:
+            rep.log.truncate_after(base)
+            break
+        except StorageError as exc:
+            log.warning("%s/%d: cutting at %d failed (%s); trying an earlier segment", rep.topic, rep.index,
+                        base, exc.message)
+    else:
+        log.error("%s/%d: no segment could be cut; reads stay with other replicas", rep.topic, rep.index)
+        return False
+    rep.truncated()
+    log.warning("%s/%d: cut at %d to refetch from the leader (had up to %d)", rep.topic, rep.index,
+                rep.log.end_offset, had)
     return True

@@ -27,7 +27,7 @@ from ring import limits
 from ring.catalog import TopicConfig
 from ring.cluster import placement
 from ring.cluster.membership import load_files
-from ring.errors import NotEnoughReplicas, NotLeader, RingError, Unavailable
+from ring.errors import NotEnoughReplicas, NotLeader, RingError, StorageError, Unavailable
 from ring.gossip.core import Ack2, Syn
 from ring.gossip.state import EndpointState
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
@@ -39,7 +39,7 @@ from ring.node.elections import Transfer
 from ring.node.members import Members
 from ring.replication import election, protocol, steps
 from ring.replication.replica import Replica
-from tests.sim.disk import Disk
+from tests.sim.disk import Disk, Repair
 from tests.sim.network import LINK_TIMEOUT_S, Network, World
 
 Key = tuple[str, int]
@@ -66,6 +66,7 @@ class SimBroker:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.observer = observer  # the run: told of leaders won, for the one-leader-per-epoch check
         self.disk = Disk(world, self)
+        self.repair = Repair(world, self)
         self.running = False
         self.paused = False
         self.generation = 0
@@ -98,6 +99,7 @@ class SimBroker:
         gen = self.generation
         self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
         self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
+        self.world.after(self.world.rng.uniform(0, 1), lambda: self.repair.scrub(gen))
         self.world.log(f"{self.name} starts (generation {gen})")
 
     def crash(self) -> None:
@@ -228,6 +230,8 @@ class SimBroker:
                 self.observer.led(rep.topic, rep.index, rep.epoch, self.name)
             self.world.log(f"{self.name}: {rep.topic}/{rep.index} epoch {rep.epoch} leader {rep.leader} "
                            f"voters {','.join(rep.voters)}")
+        for rep, _ in ready.damaged:
+            self.repair.fix(rep)
         if ready.changed and self.parked:
             self._retry_parked()
         if ready.links is not None:
@@ -289,6 +293,9 @@ class SimBroker:
             return reply(self.fetch(*body))
         elif kind == "vote":
             ready = self._core(m.VoteRequested(body))
+        elif kind == "resync":
+            rep = self.replica(*body)
+            ready = self._core(m.Resync(rep)) if rep is not None and rep.is_leader else m.Ready()
         else:
             ready = self._core(m.TransferRequested(src, body))
         self.carry_out(ready)
@@ -496,9 +503,14 @@ class SimBroker:
         """A consumer's read, as ``Broker.fetch`` serves it: this replica's records from ``offset`` below
         its high watermark (None: this broker holds no replica, or nothing there yet)."""
         rep = self.replica(topic, p)
-        if rep is None or not self.core.members.joined or not rep.log.start_offset <= offset < rep.hw:
+        if (rep is None or not self.core.members.joined or rep.damaged_at is not None
+                or not rep.log.start_offset <= offset < rep.hw):
             return None
-        data = rep.log.read(offset, 16 * 1024, upto=rep.hw)
+        try:
+            data = rep.log.read(offset, 16 * 1024, upto=rep.hw)
+        except StorageError as exc:  # a damaged batch: never served, repaired
+            self._step(m.Damaged(rep, exc.extra.get("offset", offset)))
+            return None
         return [(rec.offset, rec.value.decode()) for _, pos in batchfmt.scan(data)
                 for rec in batchfmt.decode(data, pos)[1] if offset <= rec.offset < rep.hw]
 

@@ -8,13 +8,23 @@ a crash keeps what was written (the page cache survives a SIGKILL); a power
 loss also cuts the newest segment of each log at a random byte past what was
 synced: whole batches gone, or one torn in the middle, which recovery must
 cut off. Files replaced atomically (ballots, membership's state) were synced
-when written and survive.
+when written and survive. A bit flip changes one bit of one committed batch
+of one replica on disk; ``Repair`` does what ring/repair/driver.py does on a
+broker, on the world's time: scrub rounds read every committed batch with
+its checks (anti-entropy's reads), and a damaged replica is cut back
+(``steps.cut_damaged``) once it no longer leads, for its leader to send the
+rest again.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from ring.errors import StorageError
+from ring.log import batch as batchfmt
+from ring.node import ready as m
+from ring.replication import steps
 from ring.replication.replica import Replica
 
 if TYPE_CHECKING:
@@ -22,6 +32,8 @@ if TYPE_CHECKING:
     from tests.sim.network import World
 
 FSYNC_S = (0.001, 0.01)
+SCRUB_S = 2.0  # between scrub rounds (anti-entropy's, scaled down to the run)
+REPAIR_POLL_S = 0.1
 
 
 class Disk:
@@ -69,3 +81,77 @@ def power_loss(world: World, b: SimBroker) -> list[str]:
             f.truncate(cut)
         cuts.append(f"{b.name} loses {len(raw) - cut} bytes of {directory.parent.name}/{directory.name}")
     return cuts
+
+
+def bit_flip(world: World, b: SimBroker) -> str | None:
+    """Flip one bit in the payload of a committed batch of a random replica of ``b``; what, for the trace."""
+    reps = sorted((r for r in b.replicas() if r.hw > r.log.start_offset), key=lambda r: (r.topic, r.index))
+    if not reps:
+        return None
+    rep = world.rng.choice(reps)
+    segs = sorted(rep.log.directory.glob("*.log"))
+    path = segs[0] if segs else None
+    raw = path.read_bytes() if path is not None else b""
+    batches = [(h, pos) for h, pos in batchfmt.scan(raw, verify=False)
+               if h.next_offset <= rep.hw and h.size > batchfmt.HEADER_SIZE]
+    if path is None or not batches:
+        return None
+    h, pos = world.rng.choice(batches)
+    at = pos + batchfmt.HEADER_SIZE + world.rng.randrange(h.size - batchfmt.HEADER_SIZE)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes([raw[at] ^ (1 << world.rng.randrange(8))]), at)
+    finally:
+        os.close(fd)
+    return f"{b.name} flips a bit of {rep.topic}/{rep.index} at offset {h.base_offset}"
+
+
+class Repair:
+    def __init__(self, world: World, broker: SimBroker) -> None:
+        self.world = world
+        self.broker = broker
+        self.fixing: set[Replica] = set()
+
+    def scrub(self, gen: int) -> None:
+        """One round: every committed batch of every replica read with its checks; damage is stepped in."""
+        b = self.broker
+        if not b._live(gen):
+            return
+        self.world.after(SCRUB_S, lambda: self.scrub(gen))
+        if b.paused:
+            return
+        for rep in b.replicas():
+            offset = rep.log.start_offset
+            try:
+                while rep.damaged_at is None and offset < min(rep.hw, rep.log.end_offset):
+                    data = rep.log.read(offset, 1 << 16, upto=rep.hw)
+                    for h, _ in batchfmt.scan(data, verify=False):
+                        offset = h.next_offset
+            except StorageError as exc:
+                b._step(m.Damaged(rep, exc.extra.get("offset", offset)))
+
+    def fix(self, rep: Replica) -> None:
+        """``rep`` is damaged (the node core marked it): cut it back once it does not lead, then wait for its
+        leader to send the rest again."""
+        if rep not in self.fixing:
+            self.fixing.add(rep)
+            self._fix(rep, rep.log.end_offset, self.broker.generation, 0)
+
+    def _fix(self, rep: Replica, target: int, gen: int, tries: int) -> None:
+        b = self.broker
+        if not b._live(gen) or rep.deleted or b.replica(rep.topic, rep.index) is not rep or rep.damaged_at is None:
+            self.fixing.discard(rep)
+            return
+        if rep.is_leader or b.paused:  # a damaged leader hands over first
+            self.world.after(REPAIR_POLL_S, lambda: self._fix(rep, target, gen, tries))
+            return
+        if tries == 0 and not steps.cut_damaged(rep):
+            self.fixing.discard(rep)
+            return
+        if rep.log.end_offset >= target:
+            self.fixing.discard(rep)
+            b._step(m.Repaired(rep))
+            return
+        if tries % 10 == 0 and rep.leader is not None:
+            b.net.call(b.name, rep.leader, ("resync", (rep.topic, rep.index)), REPAIR_POLL_S * 5, lambda _: None)
+        self.world.after(REPAIR_POLL_S, lambda: self._fix(rep, target, gen, tries + 1))

@@ -13,8 +13,10 @@ watermark). Faults are drawn from the seed
 over the first ``FAULTS_S`` seconds: crashes (restarted later on the same
 files), power losses (a crash that also cuts each log at a random byte past
 what it had synced), pauses (SIGSTOP, then SIGCONT with the queued
-messages), cuts between brokers both ways or one way, and spells of message
-loss (which also break replication links). Then everything heals, the
+messages), cuts between brokers both ways or one way, spells of message
+loss (which also break replication links), and bit flips in a committed
+batch of one replica (found by a read or a scrub round, never served,
+repaired from the leader). Then everything heals, the
 producers go on for a while (the cluster must be writable again), stop, and
 once every partition has one leader that every replica has caught up with,
 each broker's log is read to its high watermark (the final drain) and every
@@ -33,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from ring.catalog import TopicConfig
+from ring.errors import StorageError
 from ring.hashing import broker_token
 from ring.log import batch as batchfmt
 from ring.node.ready import PutTopic
 from tests.chaos.checker import Report, check
 from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, UNKNOWN, History, Read, ReplicaCopy, Write
 from tests.sim.broker import SimBroker
-from tests.sim.disk import power_loss
+from tests.sim.disk import bit_flip, power_loss
 from tests.sim.network import Network, TraceHandler, World
 
 NAMES = ["s-0", "s-1", "s-2", "s-3"]
@@ -186,7 +189,7 @@ class Leaders:
 def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
     """Draw the faults of this seed; returns what was scheduled, for the report."""
     rng, plan = world.rng, []
-    kinds = ["crash", "pause", "cut", "one-way", "loss", "power"]
+    kinds = ["crash", "pause", "cut", "one-way", "loss", "power", "flip"]
     names = NAMES if joins else FIRST
     for _ in range(rng.randint(2, 6)):
         at = WARMUP_S + rng.uniform(0, FAULTS_S - 2)
@@ -204,6 +207,8 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], j
                         world.log(line)
             world.at(at, down)
             world.at(at + length, lambda b=b: b.start() if not b.running and b.generation else None)
+        elif kind == "flip":
+            world.at(at, lambda b=b: world.log(bit_flip(world, b) or "no bit flipped") if b.running else None)
         elif kind == "pause":
             world.at(at, b.pause)
             world.at(at + length, b.resume)
@@ -256,7 +261,7 @@ def settled(brokers: dict[str, SimBroker], members: set[str]) -> bool:
         if any(r.leader != lead.self_name or r.epoch != lead.epoch or r.log.end_offset != lead.log.end_offset
                or r.hw != lead.hw for r in reps):
             return False
-        if lead.hw != lead.log.end_offset:
+        if lead.hw != lead.log.end_offset or any(r.damaged_at is not None for r in reps):
             return False
     return True
 
@@ -266,7 +271,11 @@ def drain(history: History, brokers: dict[str, SimBroker], members: set[str]) ->
         b = brokers[name]
         for rep in sorted(b.replicas(), key=lambda r: (r.topic, r.index)):
             p = rep.index
-            data = rep.log.read(rep.log.start_offset, 1 << 30) if rep.log.end_offset > rep.log.start_offset else b""
+            try:
+                data = rep.log.read(rep.log.start_offset, 1 << 30) if rep.log.end_offset > rep.log.start_offset else b""
+            except StorageError as exc:
+                history.drain_errors.append(f"{name} partition {p}: {exc.message}")
+                continue
             batches = []
             for h, pos in batchfmt.scan(data):
                 batches.append((h.base_offset, h.leader_epoch, h.crc, h.record_count))
