@@ -290,6 +290,11 @@ class ClusterBroker(Routing, Broker):
     def _start_moved(self, part: Replica) -> None:
         self.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower
 
+    def gossip_load(self, load: dict[str, Any]) -> None:
+        """What ``ranges`` adds to this broker's load in gossip (bytes held, free disk, full)."""
+        if self.core is not None:
+            self.core.load_extra = load
+
     def _retained_elsewhere(self, part: Replica) -> bool:
         return self.ranges.retains(part)
 

@@ -203,6 +203,21 @@ class PeerClient:
             raise Unavailable(f"replica at {url} of {topic}/{partition} did not answer: {exc!r}",
                               topic=topic, partition=partition) from None
 
+    async def request(self, method: str, peer: str, path: str, *, params: dict[str, str] | None = None,
+                      body: bytes | None = None, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S) -> bytes:
+        """A request to broker ``peer``'s peer port: the answer's body, its error answer raised as it
+        was (``Relayed``), no answer as ``Unavailable``."""
+        url = self.peer_url(peer)
+        if url is None:
+            raise Unavailable(f"{peer} is not known")
+        try:
+            async with self.session.request(method, url + path, params=params, data=body,
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                await _raise_for(resp, peer)
+                return await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"{peer} did not answer {method} {path}: {exc!r}") from None
+
     async def json(self, method: str, url: str, path: str, params: dict[str, str] | None = None,
                    body: Any = None) -> Any:
         """A client-API request to another broker, its JSON answer or its error raised."""

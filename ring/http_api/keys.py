@@ -1,6 +1,10 @@
-"""What the client app keeps for its route modules: the broker behind it (``BROKER_KEY``), set by
-``app.make_app``, so the route modules never import ``app``."""
+"""What the apps keep for their route modules, so route modules never import the app that registers
+them: the client app's broker (``BROKER_KEY``, set by ``app.make_app``) and the peer app's node
+(``NODE_KEY``, set by ``peer.make_peer_app``)."""
 
 from __future__ import annotations
 
+from aiohttp import web
+
 BROKER_KEY = "broker"
+NODE_KEY: web.AppKey = web.AppKey("node", object)

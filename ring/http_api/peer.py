@@ -44,6 +44,7 @@ from ring import limits
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
+from ring.http_api.keys import NODE_KEY
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
@@ -56,7 +57,6 @@ log = logging.getLogger("ring.peer")
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
-NODE_KEY: web.AppKey = web.AppKey("node", object)
 SECRET_KEY: web.AppKey = web.AppKey("secret", object)
 SOCKETS_KEY: web.AppKey = web.AppKey("websockets", object)
 

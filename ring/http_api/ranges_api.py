@@ -39,6 +39,7 @@ from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unavailable
 from ring.http_api import codec
 from ring.http_api import web as front
+from ring.http_api.keys import BROKER_KEY, NODE_KEY
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -74,8 +75,6 @@ def _int(request: web.Request, name: str, hi: int = _INT64_MAX) -> int:
 
 
 async def get_ranges(request: front.Request) -> front.Response:
-    from ring.http_api.app import BROKER_KEY
-
     broker = request.app[BROKER_KEY]
     topic, partition = _key(request)
     describe = getattr(broker, "describe_ranges", None)
@@ -138,8 +137,6 @@ OPENAPI_PATHS: dict[str, Any] = {
 
 
 def _node(request: web.Request) -> Any:
-    from ring.http_api.peer import NODE_KEY
-
     return request.app[NODE_KEY]
 
 

@@ -89,6 +89,7 @@ class NodeCore(GossipSteps):
         self.closing = False
         self._now = 0.0  # of the step or tick running
         self._ready = Ready()
+        self.load_extra: dict[str, Any] = {}  # the host's part of this broker's gossiped load (its ranges)
         self._handlers: dict[type, Callable[[float, Any], None]] = {
             msg.Appended: self._appended, msg.AwaitAcks: self._await_acks, msg.Durable: self._durable,
             msg.SyncFailed: self._sync_failed, msg.LinkUp: self._link_up, msg.LinkDown: self._link_down,

@@ -29,11 +29,12 @@ class GossipSteps:
     _ready: Ready
     replicas: Callable[[], Iterable[Replica]]
     _view_moved: Callable[[float], None]
+    load_extra: dict[str, Any]
 
     def _gossip_round(self, now: float) -> None:
         reps = list(self.replicas())
         load = {"disk_bytes": sum(r.log.size_bytes for r in reps),
-                "partitions_led": sum(1 for r in reps if r.is_leader), "replicas": len(reps)}
+                "partitions_led": sum(1 for r in reps if r.is_leader), "replicas": len(reps), **self.load_extra}
         m = self.members
         joined_before = m.joined
         self._gossip_out(m.tick(now, load))

@@ -32,11 +32,8 @@ import logging
 import shutil
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from ring import limits
 from ring.catalog import TopicConfig
-from ring.cluster.peers import _raise_for as raise_for
 from ring.errors import BadRequest, RingError, StorageError, Unavailable, UnknownTopic
 from ring.log.fsync import write_atomically
 from ring.ranges import placement, plan
@@ -201,22 +198,17 @@ class Ranges(Reads, Audit):
 
     async def peer(self, method: str, name: str, path: str, *, params: dict[str, str] | None = None,
                    body: bytes | None = None, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S) -> bytes:
-        ms, session = self.node.membership, self.node.session
-        url = ms.peer_url(name) if ms is not None else None
-        if url is None or session is None:
+        """A request to ``name``'s peer port through the broker's one peer client."""
+        peers = self.node.peers
+        if peers is None:
             raise Unavailable(f"{name} is not known")
-        try:
-            async with session.request(method, url + path, params=params, data=body,
-                                       timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                await raise_for(resp, name)  # its error, passed on as it was
-                return await resp.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise Unavailable(f"{name} did not answer {method} {path}: {exc!r}") from None
+        return await peers.request(method, name, path, params=params, body=body, timeout_s=timeout_s)
 
     # --- the leader's rounds ----------------------------------------------------------------------
 
     async def _loop(self) -> None:
         while True:
+            self.node.gossip_load(self.load())  # gossiped with the node's next round
             await asyncio.sleep(self.node.config.range_interval_s)
             for rep in list(self.node.replicas()):
                 if self.node._closing:
