@@ -5,12 +5,12 @@ Theory of operation. The pure cores decide single questions: ``protocol``
 cursor), ``steps`` (what a replica does with one frame or vote),
 ``election`` (votes, tallies, who stands when), ``watch`` (what a broker
 decides about each replica on a tick). ``NodeCore`` holds what sits between
-them on one broker and used to live in async drivers: the leader's
-replication links and their scheduling (``links.py``), the follower's
-answers and the durability each one waits for, the produces waiting for
-acknowledgements with their deadlines (``waiters.py``), candidacies and
-hand-offs (``elections.py``), where a produce goes and whether this broker
-may take it (``route``, ``admit``), and the membership rules over gossip
+them on one broker: the leader's replication links and their scheduling
+(``links.py``), the follower's answers and the durability each one waits
+for (``follower_steps.py``), the produces waiting for acknowledgements with
+their deadlines (``waiters.py``), candidacies and hand-offs
+(``elections.py``), where a produce goes and whether this broker may take
+it (``route``, ``admit``), and the membership rules over gossip
 (``members.py``, stepped by ``gossip_steps.py``). Elections look at every
 replica only when the view they decide on changed (``Members.signature``);
 otherwise only at the replicas whose state changed and those waiting on a
@@ -19,12 +19,11 @@ partitions ticks about once a gossip round.
 
 A driver feeds it messages (``ready.py``) with ``step(now, message)``, ticks
 it with ``tick(now, wall_ms)`` no later than the ``next_tick_at`` of the
-last Ready,
-and carries out each Ready in the order ``ready.py`` writes down: persist,
-then send and release. The core reads and writes the logs and replica
-state files itself (the real, synchronous log code), and never awaits,
-opens a socket, reads a clock or draws a random number: the same inputs
-give the same outputs, which is what lets the simulation (tests/sim) run it
+last Ready, and carries out each Ready in the order ``ready.py`` writes
+down: persist, then send and release. The core reads and writes the logs
+and replica state files itself (the real, synchronous log code), and never
+awaits, opens a socket or reads a clock; it draws random numbers only from
+the seeded source it is given: the same inputs give the same outputs, which is what lets the simulation (tests/sim) run it
 under a seeded network, disk and clock.
 """
 
@@ -36,10 +35,10 @@ from typing import Any, Callable, Iterable
 
 from ring import limits
 from ring.cluster import leaders
-from ring.errors import (Conflict, CorruptBatch, NotEnoughReplicas, NotLeader, OffsetOutOfRange, RingError,
-                         StorageError)
+from ring.errors import NotEnoughReplicas, NotLeader, RingError
 from ring.node import ready as msg
 from ring.node.elections import Elections
+from ring.node.follower_steps import FollowerSteps
 from ring.node.gossip_steps import GossipSteps
 from ring.gossip.core import GOSSIP_INTERVAL_S
 from ring.node.links import Key, Links
@@ -56,7 +55,7 @@ LINK_LOSS_GRACE_S = limits.LINK_LOSS_GRACE_MS / 1000
 CLAIM_GRACE_S = limits.LEADER_CLAIM_GRACE_MS / 1000
 
 
-class NodeCore(GossipSteps):
+class NodeCore(GossipSteps, FollowerSteps):
     def __init__(self, name: str, replica: Callable[[str, int], Replica | None],
                  replicas: Callable[[], Iterable[Replica]], durable_at_once: bool, rng: random.Random,
                  members: Members) -> None:
@@ -376,66 +375,6 @@ class NodeCore(GossipSteps):
 
     def _reprobe(self, now: float, m: msg.Reprobe) -> None:
         self.links.reprobe(now)
-
-    # --- the follower's side ----------------------------------------------------------------
-
-    def _from_leader(self, now: float, m: msg.FromLeader) -> None:
-        frame, leader = m.frame, m.leader
-        rep = self.replica(frame.topic, frame.partition)
-        caught_up = rep is not None and rep.caught_up
-        if rep is None:
-            answer: Any = steps.reject_unknown(frame.topic, frame.partition, frame.epoch)
-        elif isinstance(frame, protocol.Append):
-            answer = self._follow_append(rep, leader, frame)
-        elif isinstance(frame, protocol.Sync):
-            answer = self._follow_sync(rep, leader, frame)
-        else:
-            try:
-                answer = steps.on_hw(rep, leader, frame)
-            except (StorageError, OffsetOutOfRange) as exc:
-                log.error("%s/%d: following %s's log start %d failed: %s", rep.topic, rep.index, leader,
-                          frame.log_start, exc.message)
-                answer = steps.reject_storage(rep, frame.epoch)
-            if isinstance(answer, protocol.Ack):
-                return  # it would repeat the durable end the last append's ack named
-        if rep is not None and rep.caught_up != caught_up:
-            self._publish_due = True  # no longer behind: others may elect it
-            self._look_soon((rep.topic, rep.index))
-        self._ready.add("sends", (leader, answer))
-
-    def _follow_sync(self, rep: Replica, leader: str, frame: protocol.Sync) -> Any:
-        """Follow ``leader``: the driver made sure no fsync runs on the log (it may be cut)."""
-        if rep.deleted or rep.failed or self.closing:
-            return steps.reject_storage(rep, frame.epoch)
-        before = (rep.leader, rep.epoch)
-        try:
-            answer = steps.on_sync(rep, leader, frame)
-        except (StorageError, OffsetOutOfRange, Conflict) as exc:
-            log.error("%s/%d: following %s failed: %s", rep.topic, rep.index, leader, exc.message)
-            answer = steps.reject_storage(rep, frame.epoch)
-        if (rep.leader, rep.epoch) != before:
-            self._changed(rep)
-        elif self.name not in rep.replicas and not self.keep(rep, self._now):
-            self._ready.reconcile = True  # the leader's voters no longer count us: close (after the ack)
-        return answer
-
-    def _follow_append(self, rep: Replica, leader: str, frame: protocol.Append) -> Any:
-        """Append the leader's batches (beside a running fsync); the ack names the end they reach once the
-        Ready's persist made them durable."""
-        if rep.deleted or rep.failed or self.closing:
-            return steps.reject_storage(rep, frame.epoch)
-        try:
-            end = steps.on_append(rep, leader, frame)
-        except (CorruptBatch, Conflict, StorageError) as exc:
-            log.error("%s/%d from %s: refused replicated batches: %s", rep.topic, rep.index, leader, exc.message)
-            return steps.reject_storage(rep, frame.epoch)
-        if isinstance(end, protocol.Reject):
-            return end
-        if self.durable_at_once:
-            rep.set_durable(end)
-        else:
-            self._ready.add("persist", (rep, end))
-        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq)
 
     # --- elections -----------------------------------------------------------------------------
 
