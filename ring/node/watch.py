@@ -287,9 +287,11 @@ class Watch:
             t.leaderless_since, t.voted_at = now, now
 
     def may_take_over(self, rep: Replica, sender: str, epoch: int, now: float) -> bool:
-        """``sender``, leading ``epoch``, asks us to take the partition over: stand at once if we can."""
+        """``sender``, leading ``epoch``, asks us to take the partition over: stand at once if we can (not
+        while our own copy is damaged or cut back for repair: the sender's count of our log is older)."""
         t = self.timer(rep, now)
-        if rep.leader != sender or rep.epoch != epoch or not rep.aligned or not rep.caught_up or t.standing:
+        if rep.leader != sender or rep.epoch != epoch or not rep.aligned or not rep.caught_up or t.standing \
+                or rep.damaged_at is not None:
             return False
         t.standing = True
         return True
