@@ -532,6 +532,11 @@ class Broker:
         """A produce whose partition would not take its turn's write: the error the awaited path gives."""
         pending.set_exception(exc)
 
+    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
+        """``pending`` waits until ``level``'s voters durably hold offsets below ``end`` (a broker alone
+        never waits: its own durable end suffices)."""
+        raise NotImplementedError  # Routing: the node core's ack waiters
+
     def _check_open(self) -> None:
         if self._closing:
             raise Unavailable("the broker is shutting down")

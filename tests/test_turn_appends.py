@@ -6,7 +6,7 @@ produces with the log's error."""
 
 from __future__ import annotations
 
-import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,16 @@ from ring.http_api.server import Front
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
 from ring.log import segment as segmentmod
-from ring.replication import leader as leadermod
+from ring.gossip.state import EndpointState
+from ring.node.core import NodeCore
+from ring.node.members import Members
+from ring.node.ready import Appended, AwaitAcks, Flush, FromFollower, LinkUp, PlacementChanged
 from ring.replication import protocol
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
 from tests.support import lone_broker, until
-from tests.test_replication_sender import T0, FakeSocket
+from tests.test_replication_sender import T0
 
 
 class Transport:
@@ -124,21 +127,30 @@ async def test_a_failed_write_fails_the_produces_of_its_turn(broker: ClusterBrok
 
 
 class _Host:
-    """What TurnAppends needs of a leader, for one replica whose followers are a fake socket away."""
+    """What TurnAppends needs of a leader: a node core (ring.node) whose Ready is carried out here."""
 
-    def __init__(self, streams: leadermod.Streams) -> None:
-        self.streams = streams
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
         self.producers = ProducerStates(ManualClock(T0))
+        self.sends: list[tuple[str, Any]] = []
+
+    def carry_out(self, ready: Any) -> None:
+        self.sends += ready.sends
+        for token, exc in ready.releases:
+            token.set_result(None) if exc is None else token.set_exception(exc)
 
     def check_writable(self, part: Replica) -> None:
         pass
 
     def appended(self, part: Replica) -> None:
-        self.streams.notify(part)
+        self.carry_out(self.core.step(0.0, Appended(part)))
 
     def durable_now(self, part: Replica, end: int) -> bool:
         part.set_durable(end)
         return True
+
+    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
+        self.carry_out(self.core.step(0.0, AwaitAcks(pending, part, end, level, 5.0)))
 
     def refused(self, pending: Appending, exc: Exception) -> None:
         pending.set_exception(exc)
@@ -148,34 +160,30 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
     log = PartitionLog(tmp_path / "p", LogConfig(fsync=FsyncPolicy("never")), ManualClock(T0))
     rep = Replica("t", 0, log, "a", ["a", "b", "c"])
     rep.lead()
-    streams = leadermod.Streams("a", None, ManualClock(T0), None, lambda name: None,  # type: ignore[arg-type]
-                                lambda topic, p: rep)
-    sockets = {"b": FakeSocket(), "c": FakeSocket()}
-    tasks: list[asyncio.Task[None]] = []
+    members = Members(EndpointState("a", 0, "a:1", "a:2", generation=1), [], random.Random(1))
+    core = NodeCore("a", lambda topic, p: rep, lambda: [rep], True, random.Random(2), members)
+    core.adopt(rep)
     try:
-        streams.assign({"b": {("t", 0)}, "c": {("t", 0)}})
-        for name, ws in sockets.items():
-            link = streams.links[name]
-            link.cursors[("t", 0)].next, link.cursors[("t", 0)].hw_sent = 0, 0  # in sync, at 0
-            link.ready.clear()
-            tasks += [asyncio.create_task(link._send_loop(ws)), asyncio.create_task(link._receive_loop(ws))]
-        turn = TurnAppends(_Host(streams))
+        core.step(0.0, PlacementChanged())
+        for name in ("b", "c"):
+            core.step(0.0, LinkUp(name))
+            cur = core.links.links[name].cursors[("t", 0)]
+            cur.next, cur.hw_sent = 0, 0  # in sync, at 0
+        core.step(0.0, Flush())
+        host = _Host(core)
+        turn = TurnAppends(host)
         pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, "quorum")
                    for i in range(30)]
         assert all(p is not None for p in pending)
-        await until("an append frame to each follower",
-                    lambda: all(any(isinstance(f, protocol.Append) for f in ws.sent) for ws in sockets.values()))
-        for ws in sockets.values():
-            frames = [f for f in ws.sent if isinstance(f, protocol.Append)]
-            assert len(frames) == 1 and frames[0].prev_end == 0  # the first frame carries the whole turn
-            assert [h.base_offset for h, _ in B.scan(frames[0].data)] == list(range(30))
+        await until("the turn's write", lambda: rep.log.end_offset == 30)
+        host.carry_out(core.step(0.0, Flush()))
+        for name in ("b", "c"):
+            frames = [f for dst, f in host.sends if dst == name and isinstance(f, protocol.Append)]
+            assert len(frames) == 1 and frames[0].prev_end == 0  # the one frame carries the whole turn
+            assert [h.base_offset for h, _ in B.scan(bytes(frames[0].data))] == list(range(30))
         assert not any(p.done() for p in pending)  # the leader alone is not a quorum of three
-        sockets["c"].inbox.put_nowait(protocol.encode(protocol.Ack("t", 0, rep.epoch, 30)))
-        await until("a quorum's acknowledgement", lambda: all(p.done() for p in pending))
+        host.carry_out(core.step(0.1, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 30))))
+        assert all(p.done() for p in pending)
         assert [p.result() for p in pending] == [(i, 1) for i in range(30)]
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await streams.close()
         log.close()

@@ -91,6 +91,9 @@ class Routing(Broker):
         needed = self.core.admit(self.clock.monotonic(), rep, cfg.name, p, level)
         return None if needed is None else self.turn.add(rep, batches, needed, level)
 
+    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
+        self.step(AwaitAcks(pending, part, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+
     def refused(self, pending: Appending, exc: RingError) -> None:
         """Leadership moved before the turn's write: nothing was written, so the produce goes the
         awaited way, which follows the new leader (as a produce that found it so at once would)."""

@@ -51,6 +51,7 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.node")
 
 ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
+ADMIT_VIEW_S = 0.001  # (see admit): nothing gossip hears within it changes who is alive
 LINK_LOSS_GRACE_S = limits.LINK_LOSS_GRACE_MS / 1000
 CLAIM_GRACE_S = limits.LEADER_CLAIM_GRACE_MS / 1000
 
@@ -434,8 +435,12 @@ class NodeCore(GossipSteps, FollowerSteps):
     def admit(self, now: float, rep: Replica | None, topic: str, partition: int, level: str) -> int | None:
         """The acknowledgements a produce at ``level`` needs from this leader; None while it hands the
         partition over (wait for the hand-off to end, then ask again). NotLeader, naming the leader,
-        when it does not lead; NotEnoughReplicas when too few voters are alive for the level."""
-        self._now, self._view = now, None
+        when it does not lead; NotEnoughReplicas when too few voters are alive for the level.
+
+        Produces come many to a loop turn: the view of the last admit serves the next within
+        ADMIT_VIEW_S when no step came between (a step starts a new one), not a phi per voter each."""
+        if self._view is None or not 0 <= now - self._now <= ADMIT_VIEW_S:
+            self._now, self._view = now, None
         if rep is not None and rep.is_leader and rep.frozen and not rep.deleted:
             return None
         self.check_leading(rep, topic, partition)

@@ -313,16 +313,13 @@ class Link:
                 self.links.damaged.append((rep, prev))
                 cur.reset(now + PROBE_RETRY_S)
                 return
-            end, batches = prev, 0
-            for h, _ in batchfmt.scan(data, verify=False):
-                batches += 1
-                # A follower started again at our log start, inside a batch, takes that batch whole.
-                if end == prev and h.base_offset != prev and prev != rep.log.start_offset:
-                    log.warning("%s/%d to %s: the follower's end %d is not a batch boundary here; syncing again",
-                                rep.topic, rep.index, self.follower, prev)
-                    cur.reset(now + PROBE_RETRY_S)
-                    return
-                end = h.next_offset
+            first, end, batches = batchfmt.span(data) if data else (prev, prev, 0)
+            # A follower started again at our log start, inside a batch, takes that batch whole.
+            if first != prev and prev != rep.log.start_offset:
+                log.warning("%s/%d to %s: the follower's end %d is not a batch boundary here; syncing again",
+                            rep.topic, rep.index, self.follower, prev)
+                cur.reset(now + PROBE_RETRY_S)
+                return
             hw = rep.hw
             cur.sent(prev, end, len(data))
             self._inflight_bound += len(data)

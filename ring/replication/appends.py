@@ -12,9 +12,10 @@ offsets, writes them all with one ``os.write``
 frame per follower carries the whole turn's records), makes them durable by
 the fsync policy (at once, or by one group-commit fsync for the turn under
 ``always``), and then releases each produce as its acknowledgements arrive
-(``Replica.wait_replicas`` resolves the ``Appending`` itself, whose callback
-writes the answer at once: no second future, no task, no timer, no extra
-loop turn).
+(the node core's ack waiters, ``ring/node/waiters.py``, resolve the
+``Appending`` itself in the Ready of the step that moved the ends, and its
+callback writes the answer at once: no second future, no task, no timer, no
+extra loop turn).
 
 Order and guarantees are the awaited path's: produces are written in the
 order they joined the turn; an idempotent batch is checked against its
@@ -117,8 +118,8 @@ class TurnAppends:
     """The produces of this loop turn, per partition, and the write that takes them on the next turn.
 
     ``host`` is the broker: ``check_writable``, ``producers``, ``appended`` (replication is told),
-    ``durable_now`` and ``sync_soon`` (the fsync policy), and ``refused`` (what to do with a
-    produce its partition no longer takes).
+    ``durable_now`` and ``sync_soon`` (the fsync policy), ``await_acks`` (a produce waits for its
+    level's voters) and ``refused`` (what to do with a produce its partition no longer takes).
     """
 
     def __init__(self, host: Any) -> None:
@@ -181,17 +182,19 @@ class TurnAppends:
 
     def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
         """Each produce, durable here, waits for the voters its level needs (released at once when
-        they hold it already: this broker alone, or consistency one)."""
-        timeout_s = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
-        ends = sorted(part.ack_ends(), reverse=True)
+        they hold it already: this broker alone, or consistency one); the wait is the node core's
+        (``host.await_acks``), counted against the voter set as it is when they do."""
+        ends = sorted(part.voter_ends(), reverse=True)
+        voters = max(1, len(part.voters))
         for a in pending:
             if a.done():
                 continue
             end = a.base + a.count
-            if a.needed <= len(ends) and ends[a.needed - 1] >= end:
+            needed = protocol.needed_acks(a.level, voters)
+            if needed <= len(ends) and ends[needed - 1] >= end:
                 a.set_result(None)  # held by enough voters already (this broker alone, or one)
             else:
-                part.wait_replicas(end, a.needed, timeout_s, a)  # type: ignore[arg-type]
+                self.host.await_acks(part, a, end, a.level)
 
     def _write_group(self, part: Replica, group: list[Appending]) -> None:
         if not group:

@@ -207,10 +207,6 @@ class Replica:
         """The durable end of each voter as known here (this replica's own first)."""
         return [self.durable] + [self.follower_ends.get(r, 0) for r in self.voters if r != self.self_name]
 
-    def ack_ends(self) -> list[int]:
-        """The durable end of every voter as known here (this one's first): what acknowledgements count."""
-        return self.voter_ends()
-
     def refresh(self) -> None:
         if self.is_leader:
             hw = protocol.leader_high_watermark(self.voter_ends(), max(1, len(self.voters)), self.epoch_start, self.hw)
