@@ -61,6 +61,14 @@ def topic_matches(pattern: str, topic: str) -> bool:
     return topic == pattern
 
 
+
+def secret_matches(configured: str | None, given: str | None) -> bool:
+    """The cluster secret a peer request (or a PolarStreams consumer port's) carries, checked in
+    constant time; with no secret configured nothing matches."""
+    if not configured or given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), configured.encode("utf-8"))
+
 @dataclass(frozen=True)
 class Grant:
     permissions: frozenset[str]  # expanded: admin brings produce and consume

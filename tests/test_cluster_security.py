@@ -11,7 +11,7 @@ import msgpack
 import orjson
 import pytest
 
-from ring.http_api.peer import secret_matches
+from ring.auth import secret_matches
 from ring.log import batch as batchfmt
 from tests.brokers import TestCluster
 

@@ -40,7 +40,6 @@ from typing import Any, Iterable
 
 from ring import auth, tls
 from ring.errors import Forbidden, Unauthorized
-from ring.http_api.peer import secret_matches
 from ring.cluster.peers import H_PRINCIPAL, H_SECRET
 
 log = logging.getLogger("ring.http")
@@ -183,7 +182,7 @@ class Guard:
         self.mutual_tls = mutual_tls
 
     def _from_broker(self, request: Any) -> auth.Principal:
-        if not secret_matches(self.secret, request.headers.get(H_SECRET)):
+        if not auth.secret_matches(self.secret, request.headers.get(H_SECRET)):
             log.warning("refused a request from %s with a wrong cluster secret: %s %s",
                         request.remote, request.method, request.path)
             raise Unauthorized("wrong cluster secret")

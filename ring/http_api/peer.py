@@ -31,7 +31,6 @@ broker alone). Routes:
 
 from __future__ import annotations
 
-import hmac
 import logging
 import weakref
 from typing import Awaitable, Callable
@@ -41,6 +40,7 @@ import orjson
 from aiohttp import web
 
 from ring import limits
+from ring.auth import secret_matches
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
@@ -59,13 +59,6 @@ _INT64_MAX = 2**63 - 1
 
 SECRET_KEY: web.AppKey = web.AppKey("secret", object)
 SOCKETS_KEY: web.AppKey = web.AppKey("websockets", object)
-
-
-def secret_matches(configured: str | None, given: str | None) -> bool:
-    """Constant-time check; with no secret configured nothing matches."""
-    if not configured or given is None:
-        return False
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), configured.encode("utf-8"))
 
 
 @web.middleware

@@ -47,7 +47,6 @@ from ring.hashing import partition_token
 from ring.http_api import access, groups_api, polar_codec, web
 from ring.http_api import answer as answers
 from ring.http_api.keys import BROKER_KEY
-from ring.http_api.peer import secret_matches
 from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
 from ring.http_api.web import Request, Response
 
@@ -128,7 +127,7 @@ async def register(request: Request) -> Response:
 
 
 def _check_broker(request: Request) -> None:
-    if not secret_matches(request.app[BROKER_KEY].config.cluster_secret, request.headers.get(H_SECRET)):
+    if not auth.secret_matches(request.app[BROKER_KEY].config.cluster_secret, request.headers.get(H_SECRET)):
         raise Unauthorized("wrong cluster secret")
 
 
