@@ -54,12 +54,28 @@ def _ephemeral_low() -> int:
         return 32_768  # Linux's default
 
 
+# Processes that pick ports side by side (parallel test workers) each take their own
+# slice of the range: "K/N" picks only from the K-th of N equal slices (K from 0), so
+# one cannot pick a port another picked and has not bound yet.
+PORT_SLICE_ENV = "RING_PORT_SLICE"
+
+
+def _port_range() -> tuple[int, int]:
+    """[low, high) of the ports ``free_port`` picks from."""
+    low, high = LISTEN_PORT_MIN, _ephemeral_low()
+    k, _, n = os.environ.get(PORT_SLICE_ENV, "").partition("/")
+    if k.isdigit() and n.isdigit() and int(k) < int(n):
+        width = (high - low) // int(n)
+        low, high = low + int(k) * width, low + (int(k) + 1) * width
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, below the ephemeral range, and not handed out lately
-    by this process."""
-    low = _ephemeral_low()
-    for _ in range(200 if low > LISTEN_PORT_MIN + _RECENT_PORTS_MAX else 0):
-        port = random.randrange(LISTEN_PORT_MIN, low)
+    """A port nothing listens on now, below the ephemeral range (in this process's slice of it,
+    see ``PORT_SLICE_ENV``), and not handed out lately by this process."""
+    low, high = _port_range()
+    for _ in range(200 if high > low + _RECENT_PORTS_MAX else 0):
+        port = random.randrange(low, high)
         if port in _recent_ports:
             continue
         with socket.socket() as s:

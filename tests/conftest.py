@@ -5,17 +5,38 @@ their own topics; ``make_broker`` starts private ones (killed, restarted or
 configured differently), stopped at the end of the test whatever happens.
 ``shared_cluster`` and ``make_cluster`` do the same for 3-broker clusters
 (started once every broker sees every other one up).
+
+Under pytest-xdist (``make test`` runs two workers) each worker picks listening
+ports from its own slice of the range (``ring.localcluster.PORT_SLICE_ENV``,
+inherited by every broker and harness it starts), and the Spark tests run on
+one worker, so one SparkSession is started, not one per worker.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
+from ring.localcluster import PORT_SLICE_ENV
 from tests.brokers import Http, TestBroker, TestCluster
+
+SPARK_DIR = Path(__file__).parent / "spark"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker and count:  # gw0, gw1 ...
+        os.environ[PORT_SLICE_ENV] = f"{int(worker.removeprefix('gw'))}/{count}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPARK_DIR in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")

@@ -30,3 +30,14 @@ def test_a_port_something_listens_on_is_not_handed_out(monkeypatch) -> None:
         monkeypatch.setattr(localcluster.random, "randrange", lambda lo, hi: next(picks))
         monkeypatch.setattr(localcluster, "_recent_ports", type(localcluster._recent_ports)(maxlen=16))
         assert localcluster.free_port() == free
+
+
+def test_workers_given_slices_pick_ports_from_disjoint_parts_of_the_range(monkeypatch) -> None:
+    low, high = localcluster.LISTEN_PORT_MIN, localcluster._ephemeral_low()
+    picked = []
+    for k in range(2):
+        monkeypatch.setenv(localcluster.PORT_SLICE_ENV, f"{k}/2")
+        picked.append({localcluster.free_port() for _ in range(100)})
+    middle = low + (high - low) // 2
+    assert all(low <= p < middle for p in picked[0]), picked[0]
+    assert all(middle <= p < high for p in picked[1]), picked[1]
