@@ -38,8 +38,13 @@ system-deps:
 	  else echo "note: missing$$missing; the tests that need them will skip"; fi; \
 	fi
 
+# Two pytest-xdist workers: most of the suite waits on brokers, Spark and timers, not
+# on a core. Each worker picks ports from its own slice and the Spark tests share one
+# worker (tests/conftest.py); TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 test: venv system-deps
-	$(BIN)/python -m pytest
+	PYTEST_ADDOPTS="$(XDIST_ARGS) $$PYTEST_ADDOPTS" $(BIN)/python -m pytest
 
 # The peers' clients and the plot need the `bench` extra; NATS and RabbitMQ
 # themselves are installed with apt-get by `ring bench` when missing.
