@@ -423,6 +423,13 @@ def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: Tes
     with _running(broker.url, "consume", topic, "--group", group, "--follow", "-n", "25", "--consumer", "cli") as proc:
         lines = [proc.stdout.readline() for _ in range(20)]  # both partitions, in its first poll
         assert sorted(lines) == sorted(b"p%d-%02d\n" % (p, i) for p in (0, 1) for i in range(10))
+        # The next poll commits what the first handed out: once that shows, the poll is waiting and
+        # the other member's join is what moves a partition away from it.
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while {o["partition"]: o["committed"] for o in json_of(cli(
+                broker.url, "groups", "describe", group, "--json"))["offsets"]} != {0: 10, 1: 10}:
+            assert time.monotonic() < deadline, "the second poll never reached the broker"
+            time.sleep(0.05)
         joined = broker.http.post(f"/v1/groups/{group}/members", json_body={"consumer": "other", "topics": [topic]})
         assert joined.status == 200, joined.body
         [moved] = [a["partition"] for a in joined.json()["assignment"]]
