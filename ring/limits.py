@@ -98,6 +98,9 @@ SHUTDOWN_GRACE_S = 5.0
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # Kafka's limit: leaves room for ".../NNNN" directories under a 255-byte name limit.
 TOPIC_NAME_BYTES_MAX = 249
+# Topic names the client port remembers as valid, so a produce or fetch does not match the pattern
+# again; past it the set starts over (a name is 249 bytes at most: about 1 MiB in all).
+TOPIC_NAMES_REMEMBERED_MAX = 4096
 # Partitions of a topic created without saying (DESIGN.md).
 TOPIC_PARTITIONS_DEFAULT = 8
 # Partitions of one topic: each is a directory with open files on every replica.

@@ -33,8 +33,18 @@ def _broker(request: Request) -> Broker:
     return request.app[BROKER_KEY]
 
 
+_VALID_TOPICS: set[str] = set()  # names that passed validate_topic_name: the check is a pure function of the name
+
+
 def _topic(request: Request) -> str:
-    return validate_topic_name(request.match_info["topic"])
+    name = request.match_info["topic"]
+    if name in _VALID_TOPICS:
+        return name
+    validate_topic_name(name)
+    if len(_VALID_TOPICS) >= limits.TOPIC_NAMES_REMEMBERED_MAX:
+        _VALID_TOPICS.clear()
+    _VALID_TOPICS.add(name)
+    return name
 
 
 def _partition(request: Request) -> int:

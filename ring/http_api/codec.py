@@ -144,6 +144,11 @@ def int_param(query: Any, name: str, default: int | None, lo: int, hi: int) -> i
     raw = query.get(name)
     if raw is None or raw == "":
         return default
+    if raw.isascii() and raw.isdigit() and len(raw) < 19:  # the common case: no regular expression
+        value = int(raw)
+        if not lo <= value <= hi:
+            raise BadRequest(f"{name} must be in [{lo}, {hi}]", parameter=name)
+        return value
     if not is_integer(raw):
         raise BadRequest(f"{name} must be an integer in ASCII digits", parameter=name)
     try:
@@ -196,8 +201,12 @@ def _json_records(values: list[bytes], key: bytes | None) -> Records:
 
 def stored_as_given(values: list[bytes], key: bytes | None, values_are_json: bool) -> Records:
     """Records of these values (all with ``key``), each stored as it is."""
-    _check_counts(len(values))
     extra = _RECORD_OVERHEAD_BYTES + (len(key) if key else 0)
+    if len(values) == 1:  # the common one-record produce, without the lists' comprehensions
+        size = len(values[0]) + extra
+        _check_sizes([size])
+        return Records([(None, key, values[0], None)], [size], values_are_json, False)
+    _check_counts(len(values))
     sizes = [len(v) + extra for v in values]
     _check_sizes(sizes)
     return Records([(None, key, v, None) for v in values], sizes, values_are_json, False)

@@ -57,8 +57,16 @@ def answer_head(resp: Response, size: int, close: bool, date: bytes) -> bytes:
     """The status line and headers of an answer of ``size`` body bytes (``date``: the Date line)."""
     status = resp.status
     line = _STATUS_LINES.get(status) or _status_line(status)
-    if resp.headers is None and not close and resp.content_type == web.CT_JSON:
-        return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (line, size, date)
+    headers = resp.headers
+    if not close and resp.content_type == web.CT_JSON:
+        if headers is None:
+            return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (line, size, date)
+        if len(headers) == 2 and status not in NO_BODY_STATUSES:  # a fetch's (X-Next-Offset, X-High-Watermark): one format, checked as one
+            (n1, v1), (n2, v2) = headers.items()
+            extra = f"{n1}: {v1}\r\n{n2}: {v2}\r\n"
+            if extra.count("\n") == 2 and extra.count("\r") == 2:
+                return b"%sContent-Type: application/json\r\nContent-Length: %d\r\n%s%s\r\n" % (
+                    line, size, extra.encode("latin-1"), date)
     text = ""
     if status not in NO_BODY_STATUSES:
         if resp.content_type:

@@ -51,6 +51,13 @@ from ring.http_api.web import Later, Request, Response
 log = logging.getLogger("ring.http")
 access_log = logging.getLogger("ring.access")
 
+# The lower-cased names of the fields most requests carry, as clients spell them: no decode and
+# lower per field for these.
+_HEADER_KEYS = {spelt.encode(): spelt.lower() for name in (
+    "Host", "Content-Length", "Content-Type", "Accept", "User-Agent", "Connection", "Authorization",
+    "Accept-Encoding", "Content-Encoding", "Transfer-Encoding", "Expect") for spelt in (name, name.lower())}
+
+
 class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
                  "reading_paused", "parse_stopped", "close_when_sent", "seq", "written", "unconfirmed",
@@ -262,13 +269,14 @@ class Connection(asyncio.Protocol):
             raise HeadError(414, f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(name) + len(value) > limits.HEADER_LINE_BYTES_MAX:
+        size = len(name) + len(value)
+        if size > limits.HEADER_LINE_BYTES_MAX:
             raise HeadError(431, f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes")
-        self._head_bytes += len(name) + len(value)
+        self._head_bytes += size
         if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
             raise HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
         headers = self._headers
-        key = name.decode("latin-1").lower()
+        key = _HEADER_KEYS.get(name) or name.decode("latin-1").lower()
         old = dict.get(headers, key)
         text = value.decode("latin-1")
         headers[key] = text if old is None else old + ", " + text  # repeated fields join (RFC 9110 5.3)

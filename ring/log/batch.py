@@ -369,6 +369,11 @@ def span(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = True) -> tuple[BatchHeader, list[Record]]:
     """Records of the batch at ``pos`` with their absolute offsets and timestamps."""
     h = check(buf, pos) if verify else read_header(buf, pos)
+    return h, _records(buf, pos, h)
+
+
+def _records(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader) -> list[Record]:
+    """The records of the batch at ``pos``, whose header ``h`` was read (and checked) already."""
     raw = decompress(h.codec, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     try:
         items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
@@ -381,7 +386,7 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, verify: bool = Tru
         raise CorruptBatch(f"batch payload is not a record list: {exc}") from None
     if len(records) != h.record_count:
         raise CorruptBatch("record count does not match the header")
-    return h, records
+    return records
 
 
 def records_between(data: bytes | bytearray | memoryview, start: int, stop: int, limit: int,
@@ -400,8 +405,7 @@ def records_between(data: bytes | bytearray | memoryview, start: int, stop: int,
             continue
         if h.base_offset >= stop or count >= limit:
             return
-        _, recs = decode(data, pos, verify=False)
-        for rec in recs:
+        for rec in _records(data, pos, h):  # the header scan read is the one decode would read again
             if rec.offset < start:
                 continue
             if rec.offset >= stop or count >= limit:
