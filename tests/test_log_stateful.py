@@ -6,7 +6,9 @@ paths), reads, time lookups and truncations, it crashes the log: the file
 handles are dropped without ``close``, then the active segment is cut at a
 random byte or has one random byte garbled, always after the last ``sync``.
 Reopening must keep everything synced, cut exactly at the damaged batch (and
-everything after it), and hand back only records equal to the model's.
+everything after it), and hand back only records equal to the model's. A
+garbled payload that whole batches follow is damage, not a torn tail: the key
+the log had is kept for its owner, and the newest epoch stays above the cut.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ring.clock import ManualClock
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
+from ring.log import recovery
 
 T0 = 1_700_000_000_000
 
@@ -211,8 +214,18 @@ class LogMachine(RuleBasedStateMachine):
             assert self.log.end_offset == self.end and self.log.recovered_bytes_cut == 0
         else:
             assert self.log.recovered_bytes_cut == cut_bytes
+            # A torn tail vouches for nothing; a payload bit of a batch that whole ones follow is damage,
+            # and recovery keeps the key the log had (the replica takes it, as steps.restore does).
+            lost = recovery.damaged_key(self.dir)
+            recovery.forget_damaged_key(self.dir)
+            if damage == "truncate":
+                assert lost is None
+            elif p - pos >= B.HEADER_SIZE and h.next_offset < self.end:
+                epoch = max(e for e, s in self.model_epochs if s <= self.end)
+                assert lost == (epoch, self.end)
             # Cut at the damaged batch; if that is below the start offset, the log restarts empty there.
-            self._model_cut(max(cut_base, self.start), keep_latest_epoch=True)
+            # The newest epoch moves down to the cut after a torn tail, not over damage.
+            self._model_cut(max(cut_base, self.start), keep_latest_epoch=lost is None)
             if cut_base < self.start:
                 self.records, self.batches = {}, []
             self._model_epochs_from(self.start)

@@ -97,3 +97,53 @@ def test_a_flipped_bit_is_never_served_and_is_repaired(make_cluster) -> None:
             status, got = values(reader, p, 0, 10_000)
             assert status == 200 and got == written[p], (reader.name, p)
     assert "damaged" in damaged[0][0].log_text() and "repaired" in damaged[0][0].log_text()
+
+
+def leader_seen_by(m: Member, partition: int) -> str | None:
+    r = m.http.get(f"/v1/topics/{TOPIC}")
+    return r.json()["partitions"][partition]["leader"] if r.status == 200 else None
+
+
+def test_damage_a_crashed_follower_finds_on_restart_keeps_its_votes_for_what_it_acknowledged(make_cluster) -> None:
+    """A write acknowledged at quorum by the leader and one follower while the third was stopped; the
+    follower crashes and a bit flips in its last segment, below that write; the leader crashes too. On
+    restart recovery cuts the follower's log at the damage, but its vote still counts what it had: the
+    third broker, missing the write, is not elected with it. Once the leader returns, every acknowledged
+    record is there on every broker."""
+    c: TestCluster = make_cluster(3, "--fsync", "always")
+    assert c[0].http.create_topic(TOPIC, partitions=1, replication_factor=3).status == 201
+    written: list = []
+
+    def produce(n: int, consistency: str) -> None:
+        for i in range(n):
+            value = {"n": len(written), "pad": "x" * 100}
+            r = leader.http.produce(TOPIC, orjson.dumps([value]), partition=0, consistency=consistency)
+            assert r.status == 200, r.body
+            written.append(value)
+
+    leader = c.member(leader_of(c, 0))
+    follower, third = [m for m in c if m is not leader]
+    produce(10, "all")
+    third.pause()  # the third misses what follows
+    produce(5, "quorum")
+    follower.kill()
+    seg = sorted((follower.local.data_dir / "topics" / TOPIC / "0").glob("*.log"))[-1]
+    raw = seg.read_bytes()
+    h, pos = [(h, p) for h, p in batchfmt.scan(raw)][3]  # one the third holds: the cut log is behind its
+    with open(seg, "r+b") as f:
+        f.seek(pos + batchfmt.HEADER_SIZE + 3)
+        f.write(bytes([raw[pos + batchfmt.HEADER_SIZE + 3] ^ 0x20]))
+    leader.kill()
+    third.resume()
+    follower.restart()
+    # The follower and the third answer each other's votes, but no majority may elect the third.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert third.name not in (leader_seen_by(third, 0), leader_seen_by(follower, 0))
+        time.sleep(0.2)
+    leader.restart()
+    wait_identical(c, 0)
+    for reader in c:
+        status, got = values(reader, 0, 0, 10_000)
+        assert status == 200 and got == written, reader.name
+    assert "damaged batch at offset 3 inside the log" in follower.log_text()

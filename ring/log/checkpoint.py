@@ -1,4 +1,4 @@
-"""Small state files of a partition log: offset checkpoints and the leader-epoch history.
+"""Small state files of a partition log: offset checkpoints, a log key and the leader-epoch history.
 
 Each is a short text file replaced atomically (``fsync.write_atomically``), so
 after a crash it holds either the old or the new content. A file that is
@@ -34,6 +34,20 @@ def read_offset(path: Path) -> int | None:
 def write_offset(path: Path, offset: int) -> None:
     assert offset >= 0
     write_atomically(path, f"{offset}\n".encode())
+
+
+def read_key(path: Path) -> tuple[int, int] | None:
+    """A saved log key ``(last epoch, end offset)``; None if missing or damaged."""
+    try:
+        parts = path.read_text(encoding="ascii").split()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    return (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
+def write_key(path: Path, key: tuple[int, int]) -> None:
+    assert key[0] >= 0 and key[1] >= 0
+    write_atomically(path, f"{key[0]} {key[1]}\n".encode())
 
 
 class LeaderEpochCache:

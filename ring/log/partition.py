@@ -37,7 +37,7 @@ from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
 from ring.log.config import LogConfig
 from ring.log.fsync import fsync_dir, start_writeback, write_atomically
 from ring.log.index import REL_OFFSET_MAX
-from ring.log.recovery import open_segments, rebuild_epochs, remove_strays
+from ring.log.recovery import damaged_key, open_segments, rebuild_epochs, remove_strays
 from ring.log.segment import Segment
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
@@ -94,7 +94,9 @@ class PartitionLog:
         if self._start_offset > self.end_offset:
             # The start checkpoint is past what survived a crash: nothing below it may come back.
             self._replace_all_with_empty(self._start_offset)
-        self._epochs.truncate_from_end(self.end_offset, keep_latest=True)
+        # A cut for damage took durable data: the newest epoch does not move down over it (the key would
+        # claim that epoch over a log missing what it had; the owner vouches for that key instead).
+        self._epochs.truncate_from_end(self.end_offset, keep_latest=damaged_key(d) is None)
         self._epochs.truncate_from_start(self._start_offset)
         # What recovery walked came from the page cache, maybe not from disk: sync it now.
         self._pending = [s for s in got.walked if s in self._segments[:-1]]

@@ -10,6 +10,16 @@ What is trusted and what is checked:
   the last one, is walked with CRC, base-offset and epoch checks. The first bad
   batch and everything after it is cut (the file is truncated there and later
   segments are deleted), and the indexes of the walked segments are rebuilt.
+* A bad batch is a torn tail when its bytes run to the end: it was being
+  written when the broker stopped and was never durable. It is *damage* when
+  it is whole (its extent lies inside the file) with a CRC that fails, and
+  whole, CRC-valid batches continue the log after it, or the leader-epoch
+  history begins a newer epoch at its end (an epoch is begun with no batch
+  only over a synced log): a bit flipped in data that was written and may
+  have been acknowledged. The log is cut there just
+  the same (it cannot keep a hole), but first the key ``(last epoch, end)`` of
+  what followed is saved (``DAMAGED_KEY_FILE``): a replica's votes go on
+  counting that data until its log holds it again, as after a repair's cut.
 * After a clean stop (``close`` left a marker) even the last segment is
   trusted; it is still walked from its last index entry to find the log end,
   and a tail that does not parse falls back to the full check.
@@ -17,21 +27,27 @@ What is trusted and what is checked:
 Stray files are removed first: temporary files of interrupted atomic writes,
 index files without their segment, and empty segment files that are not the
 last. A crash can only leave a torn or corrupt suffix of what was not yet
-synced, so cutting at the first bad batch never loses synced data.
+synced, so cutting a torn tail never loses synced data; damage may have, and
+says so.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ring.errors import CorruptBatch
-from ring.log.checkpoint import LeaderEpochCache
-from ring.log.fsync import TMP_SUFFIX
-from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, walk
+from ring.log import batch
+from ring.log.checkpoint import LeaderEpochCache, read_key, write_key
+from ring.log.fsync import TMP_SUFFIX, fsync_dir
+from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, check_identity, walk
 
+log = logging.getLogger("ring.log")
+
+DAMAGED_KEY_FILE = "damaged-log-key"  # (last epoch, end) a cut for damage took away, until the owner takes it
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
 
@@ -109,6 +125,9 @@ def open_segments(
             if not last:
                 seg.close_for_appends()
             continue
+        lost = _intact_after(directory, fd, size, bad, seg.end_offset, bases[i + 1 :], epoch_of)
+        if lost is not None:
+            _save_damaged_key(directory, lost, seg.end_offset)
         out.bytes_cut += size - bad
         seg.truncate_at(bad, seg.end_offset)
         for later in reversed(bases[i + 1 :]):
@@ -119,6 +138,80 @@ def open_segments(
         out.files_removed = True
         break
     return out
+
+
+def _intact_after(directory: Path, fd: int, size: int, bad: int, offset: int, later: list[int],
+                  epoch_of: EpochOf | None) -> tuple[int, int] | None:
+    """The key (last epoch, end) of the whole, CRC-valid batches that continue the log after the bad batch
+    at file position ``bad`` (offset ``offset``) of this segment and on into the ``later`` ones, when that
+    batch is whole and fails its CRC (damage; with none after it, damage only below a newer epoch begun
+    at its end); None for a torn tail (or a batch the checks refuse for its offset or epoch)."""
+    try:
+        h = batch.read_header(os.pread(fd, batch.HEADER_SIZE, bad))
+    except CorruptBatch:
+        return None
+    if h.base_offset != offset or bad + h.size > size:
+        return None  # its bytes run past the end: torn
+    try:
+        batch.check_crc(memoryview(os.pread(fd, h.size, bad)), 0, h)
+        return None  # whole and valid: refused for its offset or epoch, not damaged
+    except CorruptBatch:
+        pass
+    files = [(fd, bad + h.size, size)]
+    try:
+        for base in later:  # (each batch's offset is checked: a later segment must continue the log)
+            f, n = Segment.open_file(directory, base)
+            files.append((f, 0, n))
+        key = _last_key(files, h.next_offset, epoch_of)
+    finally:
+        for f, _, _ in files[1:]:
+            os.close(f)
+    if epoch_of is None:
+        return key
+    if key is None:
+        # Nothing whole follows it, but the history begins a newer epoch at its end: an epoch
+        # is begun with no batch only once the log below it is synced (steps.win, steps._progress).
+        if (epoch_of(h.next_offset) or 0) <= h.leader_epoch:
+            return None
+        key = (h.leader_epoch, h.next_offset)
+    # An epoch begun at the end with no batch yet counts, as it does in the log's key.
+    return max(key[0], epoch_of(key[1]) or 0), key[1]
+
+
+def _last_key(files: list[tuple[int, int, int]], expected: int, epoch_of: EpochOf | None) -> tuple[int, int] | None:
+    """The key of the last of the whole, valid batches that run on from offset ``expected`` through the
+    (fd, from, to) byte ranges ``files``; None if the first is not one."""
+    key = None
+    try:
+        for f, pos, end in files:
+            for h, _ in walk(f, pos, end, True):
+                check_identity(h, expected, epoch_of)
+                key, expected = (h.leader_epoch, h.next_offset), h.next_offset
+    except CorruptBatch:
+        pass
+    return key
+
+
+def _save_damaged_key(directory: Path, key: tuple[int, int], offset: int) -> None:
+    """Keep what a cut for damage takes away (the largest such key, should it happen again first)."""
+    had = read_key(directory / DAMAGED_KEY_FILE)
+    log.error("%s: a damaged batch at offset %d inside the log (whole batches follow it up to %d, epoch %d); "
+              "cutting there to fetch the rest from a peer", directory, offset, key[1], key[0])
+    if had is None or had < key:
+        write_key(directory / DAMAGED_KEY_FILE, key)
+
+
+def damaged_key(directory: Path) -> tuple[int, int] | None:
+    """The key a cut for damage took away from the log in ``directory`` (None: none, or taken)."""
+    return read_key(directory / DAMAGED_KEY_FILE)
+
+
+def forget_damaged_key(directory: Path) -> None:
+    """The log's owner keeps the damaged key with its own state from here on."""
+    path = directory / DAMAGED_KEY_FILE
+    if path.exists():
+        path.unlink()
+        fsync_dir(directory)
 
 
 def rebuild_epochs(path: Path, segments: list[Segment]) -> LeaderEpochCache:

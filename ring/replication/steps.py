@@ -25,6 +25,7 @@ import orjson
 from ring import limits
 from ring.errors import BadRequest, RequestTimeout, StorageError
 from ring.log import batch as batchfmt
+from ring.log import recovery
 from ring.log.fsync import write_atomically
 from ring.repair.divergence import divergence_point
 from ring.replication import election, protocol
@@ -64,7 +65,15 @@ def restore(rep: Replica, clean: bool) -> None:
     ballot, voters, vouched = load_state(rep.log.directory)
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
     rep.voters = voters if voters else list(rep.replicas)
+    # Recovery cut damage inside the log (not a torn tail): what it took may have been acknowledged,
+    # so it is vouched for as after a repair's cut (saved with the ballot before the log forgets it).
+    lost = recovery.damaged_key(rep.log.directory)
+    if lost is not None and (vouched is None or vouched < lost):
+        vouched = lost
     rep.vouched = vouched if vouched is not None and rep.key < vouched else None
+    if lost is not None:
+        save_state(rep)
+        recovery.forget_damaged_key(rep.log.directory)
     rep.leader = None
     rep.aligned = False
     rep.caught_up = clean and rep.vouched is None
