@@ -496,6 +496,12 @@ CLIENT_IN_FLIGHT_REQUESTS_DEFAULT = 64
 # One request's answer, replication included: above REPLICATION's ack wait so
 # a broker's own 504 arrives before the client gives up.
 CLIENT_REQUEST_TIMEOUT_S_DEFAULT = 30.0
+# An idempotent producer's request that has had no answer this long after it was
+# sent is given up and sent again, exactly as it was, through another broker: a
+# stopped leader (SIGSTOP) keeps its connections open and would hold it for the
+# whole request timeout. Above REPLICATION's ack wait, so a live broker's own
+# 504 comes first.
+CLIENT_PRODUCE_ANSWER_TIMEOUT_S = REPLICATION_ACK_TIMEOUT_MS / 1000 + 1.0
 # Opening a TCP connection to a broker: loopback or LAN; longer means it is down.
 CLIENT_CONNECT_TIMEOUT_S = 3.0
 # How long a fetch, an administrative call or a group consumer's request is

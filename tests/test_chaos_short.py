@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 
@@ -39,6 +41,7 @@ from tests.chaos.harness import RunSpec, run_isolated
 from tests.chaos.history import OK, REPLICA, UNKNOWN, History, Write
 from tests.chaos.network import Loopback
 from tests.chaos.scenarios import SCENARIOS
+from tests.chaos.workload import Load, Session, Workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -278,3 +281,46 @@ def test_namespace_rules_cut_one_direction_and_heal() -> None:
                 s.kill()
                 s.wait()
     assert ns.hub not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+# --- the harness's producer against a stopped leader ---------------------------------------------------
+
+
+class _FirstToTheLeader(Workload):
+    """The chaos producer, its first attempt of a write sent to ``first``."""
+
+    first = 0
+
+    def _target(self, tried: frozenset[int] = frozenset()) -> int:
+        return self.first if not tried else super()._target(tried)
+
+
+async def _write_while_the_leader_is_stopped(root: Path) -> tuple[Write, Write]:
+    c = ChaosCluster(root, Loopback(3), "always")
+    try:
+        await c.start()
+        await c.create_topic(name="t", partitions=1, replication_factor=3, consistency="quorum")
+        leader = (await c.leaders("t"))[0]
+        w = _FirstToTheLeader(c, Load("t", 1, "quorum", 30.0, producers=1), History(), random.Random(1),
+                              time.monotonic, idempotent=True)
+        w.first, session = leader, Session(1)
+        async with aiohttp.ClientSession() as w.session:
+            before = await w._write(0, w.keys[0], "before", session)
+            session.after(before.outcome, iter([2]))
+            c.pause(leader)
+            try:
+                during = await w._write(0, w.keys[0], "during", session)
+            finally:
+                c.resume(leader)
+        return before, during
+    finally:
+        await c.close()
+
+
+def test_a_write_sent_to_a_stopped_leader_is_acknowledged_through_another_broker_within_8_s(tmp_path: Path) -> None:
+    """A SIGSTOPped broker neither answers nor refuses: the producer gives its attempt up and retries the same
+    value and sequence through another broker, which forwards it to the leader its followers elect."""
+    before, during = asyncio.run(_write_while_the_leader_is_stopped(tmp_path))
+    assert before.outcome == OK, before
+    assert during.outcome == OK, during
+    assert during.end_s - during.start_s <= 8.0, during

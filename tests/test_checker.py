@@ -5,6 +5,7 @@ harness's other pure parts: where a power loss may cut, producer keys, outcomes,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -205,6 +206,20 @@ def test_a_record_stamped_off_the_clock_of_its_produce_is_counted() -> None:
     h.meta["wall_ms_at_start"] = 1_000_000 + 4_000  # within the tolerance still
     h.reads = [x for x in h.reads if x.value != "c"]
     assert check(h).stamped_off == 0
+
+
+def test_a_write_given_up_and_stored_later_is_not_stamped_off_but_an_early_stamp_is() -> None:
+    """A producer gives up an attempt a stopped broker holds; resumed, the broker may store it long after
+    (an unknown outcome, recovered): no bound on when, only that it is not stamped before it was sent."""
+    h = clean_history()
+    h.meta["wall_ms_at_start"] = 1_000_000
+    h.writes.append(w("d", 1.0, 2.0, UNKNOWN, status=None))
+    h.reads += final((3, "d"))
+    h.reads = [Read(x.source, x.broker, x.partition, x.offset, x.value, x.at_s,
+                    1_000_000 + (60_000 if x.value == "d" else 100)) for x in h.reads]
+    assert check(h).stamped_off == 0
+    h.reads = [dataclasses.replace(x, timestamp=1_000_000 - 10_000) if x.value == "d" else x for x in h.reads]
+    assert check(h).stamped_off == 1
 
 
 def test_an_offset_by_timestamp_answer_that_changed_is_counted() -> None:

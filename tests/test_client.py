@@ -350,6 +350,28 @@ async def test_cluster_outcome_unknown_is_raised_not_retried(cluster) -> None:
         assert [r.value for r in got.records] == [b"first", b"one", b"maybe"]
 
 
+async def test_cluster_produce_to_a_stopped_leader_is_acknowledged_through_another_broker_within_8_s(cluster) -> None:
+    """A SIGSTOPped leader keeps its connections open and answers nothing: the idempotent producer gives
+    its request up (no answer within CLIENT_PRODUCE_ANSWER_TIMEOUT_S) and sends it again, exactly as it
+    was, through another broker, which forwards it to the leader the followers elect."""
+    async with AsyncClient(_urls(cluster)) as c:  # idempotent by default, request timeout 30 s
+        await c.create_topic("stopped", partitions=1, replication_factor=3, consistency="quorum")
+        leader = (await c.describe("stopped"))["partitions"][0]["leader"]
+        assert (await c.produce("stopped", b"first", partition=0)).offset == 0
+        zombie = next(m for m in cluster if m.name == leader)
+        zombie.pause()
+        try:
+            began = time.monotonic()
+            md = await asyncio.wait_for(c.produce("stopped", b"during", partition=0), 40)
+            took = time.monotonic() - began
+        finally:
+            zombie.resume()
+        assert md.offset == 1
+        assert took <= 8.0, took
+        got = await c.fetch("stopped", 0, 0, wait_ms=2000)
+        assert [r.value for r in got.records] == [b"first", b"during"]
+
+
 async def test_cluster_outcome_unknown_is_retried_idempotently(cluster) -> None:
     async with AsyncClient(_urls(cluster)) as c:  # idempotent by default
         await c.create_topic("unknown", partitions=3, replication_factor=3, consistency="all")

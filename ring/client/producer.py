@@ -21,7 +21,8 @@ partition=P[&consistency=C]``.
 Retries. Connection refused or broken, 429, 503, 504 and "not leader"
 answers refresh the topology and try again after a pause that doubles with
 each failure (to another broker, which forwards, while the leader refuses
-connections), until the records' delivery timeout (Kafka's
+connections or, for an idempotent producer, has sent no answer
+``CLIENT_PRODUCE_ANSWER_TIMEOUT_S`` after a request), until the records' delivery timeout (Kafka's
 ``delivery.timeout.ms``) and, when ``retries`` is set, at most that many
 times. Batches of sticky unkeyed records move at once to a partition whose
 leader looks reachable; a move is not a retry, and a batch failing
@@ -369,7 +370,8 @@ class Producer:
                 reply = await self.transport.request(
                     "POST", url, f"/v1/topics/{quote(topic)}/messages",
                     params={"partition": partition, **self._params_extra},
-                    body=body, headers={"Content-Type": CT_BATCH, "Accept": "application/json"})
+                    body=body, headers={"Content-Type": CT_BATCH, "Accept": "application/json"},
+                    answer_timeout_s=None if self.producer_id is None else limits.CLIENT_PRODUCE_ANSWER_TIMEOUT_S)
             except BrokerUnreachable as exc:
                 self.meta.mark_unreachable(url)
                 self._failed(tp, batches, exc, maybe_written=exc.maybe_sent)

@@ -152,9 +152,11 @@ class Transport:
 
     async def request(self, method: str, url: str, path: str, *, params: Mapping[str, Any] | None = None,
                       body: bytes | None = None, headers: Mapping[str, str] | None = None,
-                      timeout_s: float | None = None) -> Reply:
+                      timeout_s: float | None = None, answer_timeout_s: float | None = None) -> Reply:
+        """``answer_timeout_s``: give up when no byte of the answer came this long after the request was
+        sent (a broker that stopped keeps its connection open)."""
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s,
-                                        sock_connect=limits.CLIENT_CONNECT_TIMEOUT_S)
+                                        sock_connect=limits.CLIENT_CONNECT_TIMEOUT_S, sock_read=answer_timeout_s)
         self.requests += 1
         try:
             async with self.session.request(method, url + path, params=params, data=body,

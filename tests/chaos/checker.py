@@ -32,7 +32,9 @@ Pure and deterministic (no I/O, no clock), so hand-made histories test it
   for days, so a moved start is records deleted by a wrong clock (or worse).
 * ``stamped_off``: records whose stored timestamp lies more than
   ``STAMP_TOLERANCE_MS`` outside the time their produce was in flight, by
-  the harness's clock: stamped by a broker whose clock was off.
+  the harness's clock (for a write not acknowledged, only before it was
+  sent: a stopped broker stores what it holds when it resumes, after the
+  producer gave the attempt up): stamped by a broker whose clock was off.
 * ``timestamp_answers_changed``: a broker's first offset at or after a
   timestamp, asked before the faults and after the drain, differs.
 * Runs with consumer-group members: ``group_delivered``, the (partition,
@@ -163,7 +165,9 @@ def _stamps(r: Report, history: History, by_value: dict[str, Write]) -> int:
         w = by_value.get(x.value)
         if x.source != FINAL or x.timestamp is None or w is None or x.value in off:
             continue
-        early, late = wall0 + w.start_s * 1000 - STAMP_TOLERANCE_MS, wall0 + w.end_s * 1000 + STAMP_TOLERANCE_MS
+        # An unacknowledged write may be stored any time later: a stopped broker holds what it was sent.
+        late = wall0 + w.end_s * 1000 + STAMP_TOLERANCE_MS if w.outcome == OK else float("inf")
+        early = wall0 + w.start_s * 1000 - STAMP_TOLERANCE_MS
         if not early <= x.timestamp <= late:
             off.add(x.value)
             r.note("stamped_off", f"{x.value} at {x.partition}/{x.offset} stamped {x.timestamp - wall0:.0f} ms after "

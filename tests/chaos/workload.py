@@ -13,7 +13,10 @@ producers a retry of an unknown outcome could write twice, so nothing is
 retried. When the broker's OpenAPI document lists ``producer_id`` and
 ``sequence`` on produce, they are sent, and a write that was not
 acknowledged is retried with the same value and sequence (at most
-``RETRIES_MAX`` more times, not after a 4xx); a write whose outcome stays
+``RETRIES_MAX`` more times, not after a 4xx), each retry through a broker
+this write has not tried yet while there is one, and an attempt not
+answered within ``ATTEMPT_ANSWER_TIMEOUT_S`` is given up (a stopped broker answers
+nothing, nor refuses); a write whose outcome stays
 unknown retires its producer id (``Session``).
 
 Consumers split the partitions between them and read each from a random
@@ -41,6 +44,13 @@ from tests.chaos.history import CONSUMER, FAIL, OK, UNKNOWN, History, Read, Writ
 
 # A produce can wait for replication acks, then for a forward's timeout: past that the outcome is unknown.
 PRODUCE_TIMEOUT_S = limits.PEER_REQUEST_TIMEOUT_S + 2.0
+# An idempotent producer gives up an attempt on a broker that has sent no answer this long after the
+# request and retries the same value and sequence through another broker: a stopped broker (SIGSTOP)
+# keeps its connections open, so it neither answers nor refuses. Short enough that a write whose
+# forward came back 504 when the followers lost its leader (2-4 s after the stop), then met the stopped
+# broker, is acknowledged through the third broker within 8 s; a live broker cut off this early only
+# costs a retry, which the leader recognises.
+ATTEMPT_ANSWER_TIMEOUT_S = 3.0
 FETCH_WAIT_MS = 300
 FETCH_TIMEOUT_S = 3.0
 END_GRACE_S = 2.0  # at the end of the run, requests still waiting get this long, then are abandoned
@@ -143,8 +153,10 @@ class Workload:
                     await asyncio.sleep(BACKOFF_S)
         return None if pending else round(time.monotonic() - began, 1)
 
-    def _target(self) -> int:
-        return self.rng.choice(self.cluster.members)
+    def _target(self, tried: frozenset[int] = frozenset()) -> int:
+        """A random member, one not in ``tried`` while there is one."""
+        untried = [i for i in self.cluster.members if i not in tried]
+        return self.rng.choice(untried or self.cluster.members)
 
     async def _producer(self, i: int, deadline: float) -> None:
         key, gap = self.keys[i], 1.0 / self.load.rate_per_producer_hz
@@ -184,11 +196,13 @@ class Workload:
         if self.idempotent:
             params |= {"producer_id": str(session.producer_id), "sequence": str(session.seq)}
         body, start = orjson.dumps([value]), self.now()
-        unknown, status, error, name = False, None, "", ""
+        unknown, status, error, name, tried = False, None, "", "", frozenset[int]()
+        answer_s = ATTEMPT_ANSWER_TIMEOUT_S if self.idempotent else None
         for _ in range(1 + (RETRIES_MAX if self.idempotent else 0)):
-            target = self._target()
+            target = self._target(tried)
+            tried |= {target}
             name = self.cluster.brokers[target].name
-            status, doc, error = await self._attempt(target, body, params)
+            status, doc, error = await self._attempt(target, body, params, answer_s)
             outcome = FAIL if error == NOT_SENT else classify(status)
             if outcome == OK:
                 assert isinstance(doc, dict) and doc.get("count") == 1, doc
@@ -201,13 +215,15 @@ class Workload:
         return Write(value, key, producer, session.seq, start, self.now(), UNKNOWN if unknown else FAIL,
                      broker=name, status=status, error=error)
 
-    async def _attempt(self, target: int, body: bytes, params: dict[str, str]) -> tuple[int | None, object, str]:
+    async def _attempt(self, target: int, body: bytes, params: dict[str, str],
+                       answer_s: float | None) -> tuple[int | None, object, str]:
         """(status, answer, error) of one produce request; error NOT_SENT when the request never left."""
         assert self.session is not None
         url = f"{self.cluster.url(target)}/v1/topics/{self.load.topic}/messages"
         try:
             async with self.session.post(url, data=body, params=params, headers={"Content-Type": "application/json"},
-                                         timeout=aiohttp.ClientTimeout(total=PRODUCE_TIMEOUT_S, connect=3)) as r:
+                                         timeout=aiohttp.ClientTimeout(total=PRODUCE_TIMEOUT_S, connect=3,
+                                                                       sock_read=answer_s)) as r:
                 status, raw = r.status, await r.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
             return None, None, NOT_SENT
