@@ -311,6 +311,22 @@ def test_a_leader_steps_down_for_a_newer_claim_and_hands_back_to_the_natural_lea
     assert wb2.tick(6.0, [b2], Seen(alive=("a", "b2", "c"))) == []  # and a pause before the next
 
 
+def test_a_replica_cut_below_what_it_acknowledged_never_stands_until_it_holds_it_again(tmp_path) -> None:
+    """Its own vote would refuse its log: standing as the last resort, it could win with voters as short
+    as its cut log and drop batches its ack committed (the simulation's bit flips find that)."""
+    from ring.log import batch as batchfmt
+
+    b, wb = _replica(tmp_path, "b", "a")
+    for _ in range(3):
+        b.log.append(batchfmt.encode([(None, None, b"v", None)], now_ms=1), 1)
+    b.vouched = (1, 5)  # a repair cut it back from offset 5
+    down = Seen(alive=("b", "c"))
+    assert wb.tick(10.0, [b], down) == [] and wb.tick(30.0, [b], down) == []  # not even as the last resort
+    for _ in range(2):
+        b.log.append(batchfmt.encode([(None, None, b"v", None)], now_ms=1), 1)
+    assert [a.kind for a in wb.tick(30.1, [b], down)] == ["stand"]  # it holds what it vouched for again
+
+
 def test_a_broker_whose_clock_is_out_of_bounds_never_stands_and_hands_its_partitions_over(tmp_path) -> None:
     b, wb = _replica(tmp_path, "b", "a")
     down = Seen(alive=("b", "c"), clock_out=("b",))

@@ -248,7 +248,7 @@ def test_a_replica_cut_back_for_repair_votes_as_if_it_still_held_what_it_acknowl
     put(log, 1, 40)
     rep = replica(log, "b", 1)
     rep.damaged_at = 38
-    assert steps.cut_damaged(rep) and rep.log.end_offset < 38 and rep.vouched == (1, 40)
+    assert steps.cut_damaged(rep) and rep.log.end_offset == 38 and rep.vouched == (1, 40)
     short = election.VoteRequest("t", 0, 2, "c", 1, rep.log.end_offset)
     r = steps.on_vote_request(rep, short, leader_alive=False)
     assert not r.granted and r.reason == election.BEHIND

@@ -19,7 +19,8 @@ catching up), decides on each ``tick``:
   bounds): an ``Action("hand_off")``.
 
 A broker whose clock is out of bounds (``View.clock_usable``) never stands
-and is never a target of a hand-over.
+and is never a target of a hand-over; nor does a replica a repair cut back
+below what it acknowledged (``Replica.vote_key``), until it holds that again.
 
 It changes replicas only through ``steps`` (adopting an epoch, saving voters)
 and returns what to do: stand, hand over, or carry out a change
@@ -189,6 +190,8 @@ class Watch:
             return  # (a broker whose clock is out of bounds never stands, not even as the last resort)
         if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
             return  # we just voted: give that candidate time to win and sync us
+        if rep.key < rep.vote_key:
+            return  # cut below what we acknowledged (repair): our own vote would refuse us, even as last resort
         if t.stand_at is None or now < t.stand_at:
             return
         if sum(1 for v in rep.voters if view.alive(v)) < election.majority(len(rep.voters)):

@@ -16,10 +16,11 @@ Damage found there, or by a read that hit a batch failing its check (a
 client fetch, or the leader's own replication sender), marks the replica
 ``damaged_at``: from then on its reads are served by another replica, never
 from here. A damaged leader hands its partition to a caught-up voter first
-(``Leadership``). A follower cuts its log at the start of the damaged
-segment and asks its leader to sync it again (``POST /peer/v1/resync``), so
-replication refetches everything from there; once its log is back at the
-end it had, the mark is cleared.
+(``Leadership``). A follower cuts its log at the damaged batch (at the start
+of its segment if that cut fails), keeping the whole batches below it, and
+asks its leader to sync it again (``POST /peer/v1/resync``), so replication
+refetches everything from there; once its log is back at the end it had, the
+mark is cleared.
 """
 
 from __future__ import annotations

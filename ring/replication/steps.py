@@ -372,16 +372,18 @@ def win(rep: Replica, epoch: int) -> bool:
 
 
 def cut_damaged(rep: Replica) -> bool:
-    """Cut a damaged replica's log back to the start of the segment holding its damage (an earlier one
-    if that cut fails), for its leader to send the rest again; whether a cut was made. The caller
-    made sure no fsync runs on the log, and that this replica does not lead."""
+    """Cut a damaged replica's log back to its damaged batch (to the start of the segment holding it, or
+    an earlier one, if that cut fails), for its leader to send the rest again; whether a cut was made.
+    The undamaged batches below the damage stay: they may be the only whole copy of some batch when the
+    leader's own log is damaged lower down. The caller made sure no fsync runs on the log, and that this
+    replica does not lead."""
     assert rep.damaged_at is not None and not rep.is_leader
     had = rep.log.end_offset
     # What it acknowledged may be committed by its ack alone: its votes go on counting it (saved first).
     rep.vouched = rep.vote_key
     save_state(rep)
-    bases = [b for b in rep.log.segment_bases() if b <= rep.damaged_at]
-    for base in reversed(bases or [rep.log.start_offset]):
+    bases = [b for b in rep.log.segment_bases() if b < rep.damaged_at]
+    for base in [rep.damaged_at, *reversed(bases or [rep.log.start_offset])]:
         try:
             rep.log.truncate_after(base)
             break
