@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,6 +299,28 @@ def test_damage_inside_the_log_found_by_recovery_is_vouched_for_as_a_repair_cut_
     put(rep.log, 1, 10)  # the leader sends the rest again
     steps._progress(rep)
     assert rep.vouched is None
+    rep.log.close()
+
+
+@pytest.mark.parametrize("byte", [5, 7, 11], ids=["base-offset", "base-offset-low", "leader-epoch"])
+def test_a_flip_in_a_header_field_the_crc_skips_is_damage_too(tmp_path: Path, byte: int) -> None:
+    """The CRC leaves out the base offset and the epoch (a leader stamps them in place): a bit flipped
+    there, with whole batches after it, is damage inside the log, vouched for as a payload flip is,
+    not a torn tail that takes every acknowledged batch after it without a word."""
+    log = mk(tmp_path / "b", segment_bytes=1 << 20)
+    put(log, 1, 40)
+    log.sync()
+    seg = sorted((tmp_path / "b").glob("*.log"))[-1]
+    raw = seg.read_bytes()
+    pos = next(p for h, p in B.scan(raw) if h.base_offset == 30)
+    with open(seg, "r+b") as f:
+        f.seek(pos + byte)
+        f.write(bytes([raw[pos + byte] ^ 0x01]))
+    log.abandon()
+    rep = replica(mk(tmp_path / "b", segment_bytes=1 << 20), "b", 1)
+    assert rep.log.end_offset == 30 and recovery.damaged_key(tmp_path / "b") == (1, 40)
+    steps.restore(rep, clean=False)
+    assert rep.vouched == (1, 40)
     rep.log.close()
 
 

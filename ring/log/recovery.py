@@ -144,29 +144,32 @@ def _intact_after(directory: Path, fd: int, size: int, bad: int, offset: int, la
                   epoch_of: EpochOf | None) -> tuple[int, int] | None:
     """The key (last epoch, end) of the whole, CRC-valid batches that continue the log after the bad batch
     at file position ``bad`` (offset ``offset``) of this segment and on into the ``later`` ones, when that
-    batch is whole and fails its CRC (damage; with none after it, damage only below a newer epoch begun
-    at its end); None for a torn tail (or a batch the checks refuse for its offset or epoch)."""
+    batch is whole and either fails its CRC or passes it with a base offset or epoch the checks refuse
+    (both are stamped in place, outside the CRC: a flip there is damage too); with nothing whole after
+    it, damage only when its CRC fails below a newer epoch begun at its end. None for a torn tail."""
     try:
         h = batch.read_header(os.pread(fd, batch.HEADER_SIZE, bad))
     except CorruptBatch:
         return None
-    if h.base_offset != offset or bad + h.size > size:
+    if bad + h.size > size:
         return None  # its bytes run past the end: torn
     try:
         batch.check_crc(memoryview(os.pread(fd, h.size, bad)), 0, h)
-        return None  # whole and valid: refused for its offset or epoch, not damaged
+        stamp_only = True  # the bytes the CRC covers are whole: its offset or epoch was refused
     except CorruptBatch:
-        pass
+        stamp_only = False
+        if h.base_offset != offset:
+            return None  # neither its stamp nor its bytes hold: torn
     files = [(fd, bad + h.size, size)]
     try:
         for base in later:  # (each batch's offset is checked: a later segment must continue the log)
             f, n = Segment.open_file(directory, base)
             files.append((f, 0, n))
-        key = _last_key(files, h.next_offset, epoch_of)
+        key = _last_key(files, offset + h.record_count, epoch_of)
     finally:
         for f, _, _ in files[1:]:
             os.close(f)
-    if epoch_of is None:
+    if epoch_of is None or (key is None and stamp_only):
         return key
     if key is None:
         # Nothing whole follows it, but the history begins a newer epoch at its end: an epoch
