@@ -251,7 +251,8 @@ ELECTION_RETRY_MS = 400
 ELECTION_RETRY_MS_MAX = 3_000
 # A replica back from an unclean shutdown that has not caught up stands only
 # this long after the caught-up ones had their turn: when none of them can win
-# (all behind it, or a whole cluster that crashed), someone still must.
+# (all behind it, or a whole cluster that crashed), someone still must; never a
+# replica cut below what it acknowledged (repair, damage found by recovery).
 ELECTION_UNCLEAN_FALLBACK_MS = 5_000
 # One vote request to one peer: well under a gossip round, so a stalled voter
 # does not hold a candidacy that already has its majority elsewhere.
