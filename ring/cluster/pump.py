@@ -115,6 +115,13 @@ class NodePump:
                 self._spawn(self._transfer(dst, frame))
             elif isinstance(frame, _GOSSIP):
                 self.on_gossip(dst, frame)
+        # Links first: a kicked link's sender was scheduled before the answers' callbacks, so the
+        # hw frames of this Ready reach the kernel before the produces they commit are answered
+        # (a read from a follower right after an acknowledgement sees it).
+        for name in ready.flush:
+            link = self.links.get(name)
+            if link is not None:
+                link.kick()
         for token, exc in ready.releases:
             if not token.done():
                 if exc is None:
@@ -129,10 +136,6 @@ class NodePump:
             self._relink(ready.links)
         for rep, message in ready.after_idle:
             self._after_idle(rep, message)
-        for name in ready.flush:
-            link = self.links.get(name)
-            if link is not None:
-                link.kick()
         if ready.reconcile:
             self.on_cluster()
         if ready.clock is not None:
