@@ -115,9 +115,10 @@ class NodePump:
                 self._spawn(self._transfer(dst, frame))
             elif isinstance(frame, _GOSSIP):
                 self.on_gossip(dst, frame)
-        # Links first: a kicked link's sender was scheduled before the answers' callbacks, so the
-        # hw frames of this Ready reach the kernel before the produces they commit are answered
-        # (a read from a follower right after an acknowledgement sees it).
+        # Links first: a sender waiting on its wake is scheduled before the answers' callbacks, so
+        # the hw frames of this Ready reach the kernel before the produces they commit are answered
+        # (a read from a follower right after an acknowledgement sees it); a sender still writing
+        # an earlier frame sends them once that write is done.
         for name in ready.flush:
             link = self.links.get(name)
             if link is not None:
