@@ -25,6 +25,7 @@ from ring import errors
 from sparkio.client import BrokerClient
 from tests.brokers import TestCluster
 from tests.spark.conftest import offsets, read_df
+from tests.support import wait_for
 
 T0 = 1_700_000_000_000
 WAIT_S = 60.0
@@ -75,7 +76,7 @@ def new_topic(client: BrokerClient, partitions: int = 3, prefix: str = "par") ->
 def recreate(client: BrokerClient, topic: str, partitions: int, while_gone=lambda: None) -> None:
     """Delete ``topic`` and create it again, waiting for each step to show."""
     client.request("DELETE", f"/v1/topics/{topic}")
-    wait_for(lambda: topic not in client.list_topics(), "the topic to be gone")
+    wait_for("the topic to be gone", lambda: topic not in client.list_topics(), WAIT_S)
     while_gone()
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -86,7 +87,7 @@ def recreate(client: BrokerClient, topic: str, partitions: int, while_gone=lambd
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    wait_for(lambda: all(p.get("leader") for p in client.describe_topic(topic)["partitions"]), "leaders")
+    wait_for("leaders", lambda: all(p.get("leader") for p in client.describe_topic(topic)["partitions"]), WAIT_S)
 
 
 def fill(client: BrokerClient, topic: str, per_partition: int, partitions: int = 3, *, ts_step: int = 10,
@@ -136,16 +137,6 @@ def run_stream(spark, urls, name, checkpoint, **options) -> list:
         raise q.exception()
     table = spark.sql(f"select * from {name}") if isinstance(name, str) else spark.read.parquet(str(name))
     return [tuple(r) for r in table.collect()]
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def sizes(q) -> list[int]:
@@ -237,9 +228,9 @@ def test_startingOffsets(spark, urls, client, tmp_path):
     q = stream(spark, urls, "par_start_latest", tmp_path / "ck", {"processingTime": "200 milliseconds"},
                subscribe=t)
     try:
-        wait_for(lambda: q.recentProgress, "the stream's first trigger")
+        wait_for("the stream's first trigger", lambda: q.recentProgress, WAIT_S)
         client.produce(t, [{"value": b"new"}], partition=1)
-        rows = wait_for(lambda: spark.sql("select * from par_start_latest").collect(), "the new record")
+        rows = wait_for("the new record", lambda: spark.sql("select * from par_start_latest").collect(), WAIT_S)
         assert [(r.partition, r.offset, r.v) for r in rows] == [(1, 10, "new")]
     finally:
         q.stop()
@@ -327,21 +318,22 @@ def test_failOnDataLoss_topic_deleted_under_a_running_stream(spark, urls, client
         name = f"par_del_{fail}"
         q = stream(spark, urls, name, tmp_path / fail, {"processingTime": "200 milliseconds"}, subscribe=t,
                    startingOffsets="earliest", failOnDataLoss=fail)
-        wait_for(lambda: spark.sql(f"select count(*) from {name}").first()[0] == 10, "the first records")
+        wait_for("the first records", lambda: spark.sql(f"select count(*) from {name}").first()[0] == 10, WAIT_S)
         if fail == "true":
             client.request("DELETE", f"/v1/topics/{t}")
-            wait_for(lambda: not q.isActive, "the query to fail")
+            wait_for("the query to fail", lambda: not q.isActive, WAIT_S)
             found[fail] = str(q.exception())
             continue
         try:
             def triggers_see_it_gone():
                 gone = time.time()
-                wait_for(lambda: sum(_progress_time(p) > gone for p in q.recentProgress) >= 3, "idle triggers")
+                wait_for("idle triggers", lambda: sum(_progress_time(p) > gone for p in q.recentProgress) >= 3, WAIT_S)
                 assert q.isActive and q.exception() is None, q.exception()
 
             recreate(client, t, 2, triggers_see_it_gone)
             client.produce(t, [{"value": b"again"}] * 3, partition=1)
-            wait_for(lambda: spark.sql(f"select count(*) from {name}").first()[0] == 13, "the new topic's records")
+            wait_for("the new topic's records",
+                     lambda: spark.sql(f"select count(*) from {name}").first()[0] == 13, WAIT_S)
             assert sorted(r.offset for r in spark.sql(f"select * from {name} where v = 'again'").collect()) == [0, 1, 2]
         finally:
             q.stop()
@@ -377,14 +369,14 @@ def test_minOffsetsPerTrigger(spark, urls, client, tmp_path):
     q = stream(spark, urls, "par_min", tmp_path / "ck", {"processingTime": "100 milliseconds"}, subscribe=t,
                startingOffsets="earliest", minOffsetsPerTrigger="10", maxTriggerDelay="1h")
     try:
-        wait_for(lambda: sizes(q) == [5], "the first trigger, which never waits")
+        wait_for("the first trigger, which never waits", lambda: sizes(q) == [5], WAIT_S)
         client.produce(t, [{"value": b"x"}] * 4, partition=0)
         after = time.time()
         # Triggers that found 4 new records ran and did not start a batch.
-        wait_for(lambda: sum(_progress_time(p) > after + 0.3 for p in q.recentProgress) >= 3, "idle triggers")
+        wait_for("idle triggers", lambda: sum(_progress_time(p) > after + 0.3 for p in q.recentProgress) >= 3, WAIT_S)
         assert sizes(q) == [5]
         client.produce(t, [{"value": b"y"}] * 6, partition=0)
-        wait_for(lambda: sizes(q) == [5, 10], "a batch once 10 records wait")
+        wait_for("a batch once 10 records wait", lambda: sizes(q) == [5, 10], WAIT_S)
     finally:
         q.stop()
     line = refused(lambda: read(spark, urls, subscribe=t, minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5").count())
@@ -402,10 +394,10 @@ def test_maxTriggerDelay(spark, urls, client, tmp_path):
     q = stream(spark, urls, "par_delay", tmp_path / "ck", {"processingTime": "100 milliseconds"}, subscribe=t,
                startingOffsets="earliest", minOffsetsPerTrigger="1000", maxTriggerDelay="4s")
     try:
-        wait_for(lambda: q.recentProgress, "the first trigger")
+        wait_for("the first trigger", lambda: q.recentProgress, WAIT_S)
         first = min(_progress_time(p) for p in q.recentProgress)  # the first trigger never waits
         client.produce(t, [{"value": b"x"}] * 3, partition=0)
-        wait_for(lambda: sizes(q) == [3], "the delayed batch")
+        wait_for("the delayed batch", lambda: sizes(q) == [3], WAIT_S)
         fired = max(_progress_time(p) for p in q.recentProgress if p["numInputRows"])
         assert fired - first >= 3.5, "3 records < minOffsetsPerTrigger started a batch before maxTriggerDelay"
     finally:
