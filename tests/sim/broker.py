@@ -80,6 +80,7 @@ class SimBroker:
         self.inbox: list[tuple[str, Any]] = []
         self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
         self.inbound_dark: dict[str, float] = {}  # leader -> since when its link has carried nothing
+        # Answers to a leader's link waiting for the fsync their Ready asked for: (replica, fsync number).
         self.answers: dict[tuple[str, int], list[tuple[tuple[Replica, int] | None, Any]]] = {}
         self.links: dict[str, Link] = {}
         self.exchanges: set[str] = set()  # gossip exchanges running, by address
@@ -201,9 +202,8 @@ class SimBroker:
         gen = self.generation
         for name, data in ready.write:
             write_atomically(self.dir / name, data)
-        for rep, end in ready.persist:
-            self.disk.sync_soon(rep)
-        persisted = ready.persist[0] if ready.persist else None
+        waits = [(rep, self.disk.sync_soon(rep)) for rep, end in ready.persist if rep.durable < end]
+        persisted = waits[-1] if waits else None  # (a follower's Ready persists one log)
         for dst, msg in ready.sends:
             if isinstance(msg, LEADER_FRAMES):
                 self._send_frame(dst, msg)
@@ -426,18 +426,20 @@ class SimBroker:
         self.carry_out(self._core(m.FromLeader(src, frame)), answer_to=(src, conn))
 
     def _flush_answers(self, key: tuple[str, int]) -> None:
-        """Send the answers whose fsync is done, in order (as the follower's writer does)."""
+        """Send the answers whose fsync is done, in order (as the follower's writer does: each waits for the
+        fsync its Ready asked for to finish, not for the log to be durable to some end, which a repair's cut
+        may have taken back meanwhile)."""
         queue = self.answers.get(key, [])
         src, conn = key
         while queue:
             persisted, frame = queue[0]
             if persisted is not None:
-                rep, end = persisted
+                rep, number = persisted
                 if rep.deleted or self.replica(rep.topic, rep.index) is not rep:
                     self.net.break_link(src, self.name, conn)  # the fsync it waited for will never come
                     queue.clear()
                     break
-                if rep.durable < end:
+                if not self.disk.synced(rep, number):
                     return
             queue.pop(0)
             self.net.send_frame(self.name, src, conn, frame)

@@ -40,27 +40,37 @@ class Disk:
     def __init__(self, world: World, broker: SimBroker) -> None:
         self.world = world
         self.broker = broker
-        self._pending: set[Replica] = set()
+        self._pending: dict[Replica, int] = {}  # replica -> the number of its fsync asked for, not run yet
+        self._asked: dict[Replica, int] = {}
+        self._done: dict[Replica, int] = {}  # replica -> the number of its last fsync that finished
 
-    def sync_soon(self, rep: Replica) -> None:
-        """An fsync of ``rep`` that starts a little later and covers every append until then."""
+    def sync_soon(self, rep: Replica) -> int:
+        """An fsync of ``rep`` that starts a little later and covers every append until then; its number
+        (``synced`` says when it finished), as ``Commits.sync_soon`` gives a future."""
         if rep in self._pending:
-            return
-        self._pending.add(rep)
+            return self._pending[rep]
+        number = self._pending[rep] = self._asked[rep] = self._asked.get(rep, 0) + 1
         gen = self.broker.generation
         self.world.after(self.world.rng.uniform(*FSYNC_S), lambda: self._sync(rep, gen))
+        return number
+
+    def synced(self, rep: Replica, number: int) -> bool:
+        """Whether fsync ``number`` of ``rep`` finished (whatever the log's end is by then: a cut may have
+        taken back what it covered, and the answers waiting for it go all the same)."""
+        return self._done.get(rep, 0) >= number
 
     def _sync(self, rep: Replica, gen: int) -> None:
         if not self.broker._live(gen):
-            self._pending.discard(rep)
+            self._pending.pop(rep, None)
             return  # the broker crashed first: this fsync never ran
         if self.broker.paused:  # stopped with the process; runs once it resumes
             self.world.after(0.05, lambda: self._sync(rep, gen))
             return
-        self._pending.discard(rep)
+        number = self._pending.pop(rep)
         if rep.deleted:
             return
         rep.log.sync()
+        self._done[rep] = number
         self.broker.durable(rep)
 
 
