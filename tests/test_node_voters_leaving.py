@@ -6,10 +6,20 @@ one, and no candidate could reach three)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 from pathlib import Path
 
+import msgpack
+
+from ring.broker import CATALOG_FILE
+from ring.catalog import Catalog, TopicConfig
+from ring.cluster import placement
+from ring.gossip.state import ClusterState, TopicEntry
+from ring.hashing import broker_token
+from ring.node.gossip_steps import STATE_FILE
+from ring.replication.steps import save_state
 from ring.clock import ManualClock
 from ring.gossip.state import EndpointState
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
@@ -18,6 +28,7 @@ from ring.node.members import Members
 from ring.node.ready import FromFollower, FromLeader, PlacementChanged
 from ring.replication import protocol
 from ring.replication.replica import Replica
+from tests.support import _cluster_broker
 
 T0 = 1_700_000_000_000
 
@@ -65,3 +76,34 @@ def test_a_replica_placed_elsewhere_stays_open_while_it_votes_and_closes_once_it
     learner = replica(tmp_path, "d", ["a", "b"], ["a", "b"])
     learner.leader = None
     assert not node("d", learner).keep(learner, 0.0)
+
+
+def test_a_broker_that_starts_opens_the_partitions_placed_elsewhere_it_still_votes_for(tmp_path: Path) -> None:
+    """As it opens, a broker opens the partitions whose saved voter set names it, placed on it or not:
+    after a restart its vote is still one its leader's elections count (the simulation's seed 876: four
+    voters, one restarted without opening the partition, one never told it was one, and no candidate
+    could reach three). A partition placed elsewhere whose saved voters leave it out stays closed."""
+    names = ["ring-0", "ring-1", "ring-2"]
+    cfg = TopicConfig.from_request({"name": "t", "partitions": 8, "replication_factor": 1}, now_ms=T0)
+    state = ClusterState({n: EndpointState(n, broker_token(i), f"{n}:1", f"{n}:2", generation=1, status="normal")
+                          for i, n in enumerate(names)}, {"t": TopicEntry(T0, "ring-1", cfg.to_json())})
+    (tmp_path / STATE_FILE).write_bytes(msgpack.packb(state.to_wire()))
+    catalog = Catalog()
+    catalog.add(cfg)
+    (tmp_path / CATALOG_FILE).write_bytes(catalog.dumps())
+    members = Members(EndpointState("x", 0, "x:1", "x:2", generation=1), [], random.Random(1))
+    members.restore(state, None, 0.0)
+    lists = placement.preference_lists(members.ring, cfg)
+    here = [p for p, placed in enumerate(lists) if "ring-0" in placed]
+    voting, other = [p for p, placed in enumerate(lists) if "ring-0" not in placed][:2]
+    for p, voters in ((voting, [lists[voting][0], "ring-0"]), (other, [lists[other][0]])):
+        rep = replica(tmp_path / "topics" / "t", str(p), lists[p], voters)
+        save_state(rep)
+        rep.log.close()
+    broker = _cluster_broker(tmp_path, "always")
+    broker.open()
+    try:
+        assert sorted(r.index for r in broker.replicas()) == sorted([*here, voting])
+        assert broker.replica("t", voting).voters == [lists[voting][0], "ring-0"]
+    finally:
+        asyncio.run(broker.close())

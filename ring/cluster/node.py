@@ -43,7 +43,7 @@ import aiohttp
 import msgpack
 
 from ring import limits
-from ring.broker import Broker, BrokerConfig, changed_config
+from ring.broker import TOPICS_DIR, Broker, BrokerConfig, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster import placement
@@ -107,6 +107,7 @@ class ClusterBroker(Routing, Broker):
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
+        self._starting = False  # open(): the partitions this broker votes for open too, placed here or not
 
     def bind(self, client_port: int, peer_port: int) -> None:
         """The ports actually listened on (port 0 picks one): what gossip advertises. Before open()."""
@@ -132,8 +133,12 @@ class ClusterBroker(Routing, Broker):
             for cfg in self.catalog:  # topics on disk while gossip's saved state holds none: they join it
                 self.membership.put_topic(cfg.name, cfg.to_json())
         self._hw_saved = self._load_hws()
-        for cfg in self.catalog:  # what gossip deleted or replaced meanwhile goes in the first reconcile
-            self._open_topic(cfg)
+        self._starting = True
+        try:
+            for cfg in self.catalog:  # what gossip deleted or replaced meanwhile goes in the first reconcile
+                self._open_topic(cfg)
+        finally:
+            self._starting = False
 
     async def start(self) -> None:
         await super().start()
@@ -175,10 +180,12 @@ class ClusterBroker(Routing, Broker):
 
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
         """Placed here, plus partitions placed elsewhere that this broker still leads (it hands them over
-        first) or votes for (``NodeCore.keep``)."""
+        first) or votes for (``NodeCore.keep``; as it starts, the ones whose saved voters name it)."""
         assert self.membership is not None
         now = self.clock.monotonic()
         kept = [p for p, rep in self._parts.get(cfg.name, {}).items() if self.core.keep(rep, now)]
+        if self._starting:
+            kept += steps.voting_here(self.data_dir / TOPICS_DIR / cfg.name, self.name, cfg.partitions)
         return placement.held_here(self.membership.ring, cfg, self.name, kept)
 
     def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:

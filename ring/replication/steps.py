@@ -58,6 +58,17 @@ def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None, elec
     return election.Ballot(0, None), None, None
 
 
+def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
+    """The partitions of a topic whose replica saved under ``topic_dir`` counts broker ``name`` among its
+    voters: a broker that starts opens them, placed on it or not, since its leader's elections may need
+    that vote (``NodeCore.keep`` closes them once a leader that leaves it out has claimed them)."""
+    try:
+        found = [int(d.name) for d in topic_dir.iterdir() if d.name.isdigit()]
+    except FileNotFoundError:
+        return []
+    return sorted(p for p in found if p < partitions and name in (load_state(topic_dir / str(p))[1] or ()))
+
+
 def restore(rep: Replica, clean: bool) -> None:
     """A clustered replica as it opens: its saved ballot and voters, no leader (elected, never assumed:
     it may have lost a tail or missed an election), not caught up after an unclean shutdown, nor while

@@ -96,7 +96,7 @@ class SimBroker:
         members = Members(me, self.seeds, random.Random(rng.random()))
         self.core = NodeCore(self.name, self.replica, self.replicas, False, random.Random(rng.random()), members)
         members.restore(*load_files(self.dir), self.world.now)
-        self.reconcile()
+        self.reconcile(starting=True)
         gen = self.generation
         self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
         self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
@@ -145,9 +145,9 @@ class SimBroker:
     def replicas(self) -> list[Replica]:
         return [r for ps in self.parts.values() for r in ps.values()]
 
-    def reconcile(self) -> None:
+    def reconcile(self, starting: bool = False) -> None:
         """Open what placement gives this broker, close what it took away (its data stays), as the broker's
-        ``_reconcile`` does."""
+        ``_reconcile`` does (``starting``: as its ``open``, which also opens what it votes for)."""
         members = self.core.members
         change = placement.catalog_change(self.catalog, members.gossip.topics())
         for cfg in change.add + change.update:
@@ -155,6 +155,8 @@ class SimBroker:
         for cfg in self.catalog.values():
             open_ = self.parts.setdefault(cfg.name, {})
             kept = [p for p, r in open_.items() if self.core.keep(r, self.world.now)]
+            if starting:
+                kept += steps.voting_here(self.dir / "topics" / cfg.name, self.name, cfg.partitions)
             plan = placement.replacement(placement.held_here(members.ring, cfg, self.name, kept),
                                          {p: r.replicas for p, r in open_.items()})
             for p in plan.close:
