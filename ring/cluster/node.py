@@ -1,9 +1,11 @@
 """The clustered broker: the single broker plus membership, placement, forwarding and replication.
 
 ``ClusterBroker`` keeps the ``Broker`` API the HTTP handlers call and fills
-its hooks. It holds only the partition replicas placement gives it (the
-preference lists on the ring gossip knows; ``placement.py``), reconciling its
-local catalogue and open logs whenever the gossiped catalogue or the ring
+its hooks. It holds the partition replicas placement gives it (the
+preference lists on the ring gossip knows; ``placement.py``), and those
+placed elsewhere that it still leads or votes for (``NodeCore.keep``; as it
+starts, the ones whose saved voter set names it), reconciling its local
+catalogue and open logs whenever the gossiped catalogue or the ring
 changes. Topics are created, changed and deleted through the gossiped
 catalogue (last writer wins; a partition count never shrinks, see
 ``placement.catalog_change``) and announced to every live broker before the
