@@ -162,3 +162,68 @@ def test_a_read_from_the_start_through_a_broker_without_the_partition_starts_whe
         got = m.http.fetch(topic, 0)
         assert got.status == 200 and got.json()["records"] == [], (m.name, got.body)
         assert got.json()["next_offset"] == 20 and got.headers["Ring-Next-Offset"] == "20", (m.name, got.body)
+
+
+
+def _leader_seen_by(m: Member, topic: str, among: set[str]) -> str | None:
+    leader = m.http.get(f"/v1/topics/{topic}").json()["partitions"][0]["leader"]
+    return leader if leader in among else None
+
+
+def _links_down(leader: Member, followers: list[Member]) -> bool:
+    links = leader.http.get("/v1/status").json()["replication"]
+    return all(not links.get(m.name, {}).get("connected", False) for m in followers)
+
+
+def test_a_failover_cannot_undo_an_acknowledged_truncate(make_cluster, topic: str) -> None:
+    """The leader moves its start at once, its followers only as replication tells them. Both
+    followers are stopped and their links closed, so no frame of the truncate reaches them; the
+    leader dies, and one of them leads. A truncate answered 200 meanwhile would be undone."""
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
+    produce(c[0], topic, 20)  # offsets 0-59 on every replica (consistency=all)
+    leader = c.member(c.leaders(topic)[0])
+    followers = [m for m in c if m is not leader]
+    for m in followers:
+        m.pause()
+    try:
+        wait_for("the leader's links to its stopped followers close", lambda: _links_down(leader, followers))
+        r = leader.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 30})
+        leader.kill()
+    finally:
+        for m in followers:
+            m.resume()
+    names = {m.name for m in followers}
+    new = c.member(wait_for("a follower leads", lambda: _leader_seen_by(followers[0], topic, names),
+                            errors=(OSError,)))
+    if r.status == 200:  # acknowledged: the next leader must start there too
+        assert_starts_at(new, topic, 0, r.json()["earliest_offset"])
+    # Not acknowledged: refused before anything changed once the closed links count (503), or
+    # applied on the leader alone and answered so (504).
+    assert (r.status, r.json()["error"]) in ((503, "not_enough_replicas"), (504, "timeout")), (r.status, r.body)
+    assert_starts_at(new, topic, 0, 0)
+
+
+def test_a_truncate_no_follower_took_in_time_is_answered_504_and_holds_when_sent_again(
+        make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(3, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
+    produce(c[0], topic, 20)
+    leader = c.member(c.leaders(topic)[0])
+    followers = [m for m in c if m is not leader]
+    for m in followers:  # their links stay up a while: the truncate is applied, no follower answers
+        m.pause()
+    try:
+        r = leader.http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 30})
+    finally:
+        for m in followers:
+            m.resume()
+    assert r.status == 504, (r.status, r.body)
+    doc = r.json()
+    assert doc["error"] == "timeout" and doc["applied_on_leader"] is True and doc["before_offset"] == 30, doc
+    assert doc["confirmed"] == 1 and doc["needed"] == 2, doc
+    again = followers[0].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 30})
+    assert again.status == 200 and again.json()["earliest_offset"] == 30, (again.status, again.body)
+    assert_starts_at(leader, topic, 0, 30)
+    for m in followers:
+        wait_for(f"{m.name} starts at 30", lambda m=m: earliest(m, topic, 0) == 30)

@@ -414,6 +414,8 @@ class ClusterBroker(Routing, Broker):
             doc = super()._describe_partition(cfg, p)
             doc["leader"] = leader
             doc["earliest_offset"] = self.ranges.earliest(rep)  # below the local log: in ranges
+            if rep.serves_from > rep.log.start_offset:  # a new leader moving up to its voters' start
+                doc["earliest_offset"] = rep.serves_from
             doc["local_start_offset"] = rep.log.start_offset
             return doc
         replicas = self._replicas(cfg, p)

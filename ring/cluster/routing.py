@@ -38,7 +38,7 @@ from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
 from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
 from ring.http_api import answer
-from ring.node.ready import AwaitAcks
+from ring.node.ready import AwaitAcks, AwaitStart
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.replica import Replica
@@ -302,7 +302,7 @@ class Routing(Broker):
             return None
         rep = self.replica(topic, partition)
         assert rep is not None
-        if offset is None or offset < rep.log.start_offset:
+        if offset is None or offset < rep.serves_from:
             return None  # the earliest offset, or one below the local log: ranges may hold it (fetch)
         if self._leader_if_unheard_of(rep, offset) is not None:
             return None
@@ -323,6 +323,10 @@ class Routing(Broker):
         down may have missed a move of the partition's log start (a truncation, retention):
         until its leader's sync brings the start, only the leader knows what is still there.
         """
+        if rep.is_leader and rep.serves_from > rep.log.start_offset and (offset is None or offset < rep.serves_from):
+            raise Unavailable(f"{rep.topic}/{rep.index}: its new leader {self.name} moves its log start up to "
+                              f"{rep.serves_from}, which a replica holds (offsets below are deleted); retry",
+                              topic=rep.topic, partition=rep.index, leader=self.name)
         if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
         leader = self.leader_of(rep.topic, rep.index)
@@ -375,10 +379,13 @@ class Routing(Broker):
         self.catalog.get(validate_topic_name(topic))
         leader = self.leader_of(topic, partition)
         if leader == self.name:
-            doc = await super().truncate(topic, partition, before_offset)
             rep = self.replica(topic, partition)
+            if rep is not None and rep.is_leader:  # fewer than a majority of the voters up: change nothing
+                self.core.admit(self.clock.monotonic(), rep, topic, partition, "quorum")
+            doc = await super().truncate(topic, partition, before_offset)
             if rep is not None:  # the ranges below go too, and the earliest offset may be in one
                 doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
+                await self._start_held(rep, before_offset)
             return doc
         url = self.membership.client_url(leader) if leader is not None else None
         if url is None or not self.membership.alive(leader):
@@ -386,6 +393,24 @@ class Routing(Broker):
                               topic=topic, partition=partition)
         return await self.peers.json("POST", url, f"/v1/topics/{topic}/partitions/{partition}/truncate",
                                      body={"before_offset": before_offset})
+
+    async def _start_held(self, rep: Replica, start: int) -> None:
+        """Return once a majority of ``rep``'s voters hold a log start of at least ``start``: before
+        that, a failover could elect a replica that still serves what was deleted. 504 after
+        REPLICATION_ACK_TIMEOUT_MS (the leader's log has moved; the same truncate again is harmless)."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.step(AwaitStart(held, rep, start, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        try:
+            await held
+        except TimeoutError:
+            needed = protocol.needed_acks("quorum", rep.rf)
+            raise RequestTimeout(
+                f"{rep.topic}/{rep.index} starts at {rep.log.start_offset} on its leader {self.name}, but "
+                f"{needed} of its {len(rep.voters)} replicas must hold the new start before a failover cannot "
+                f"undo it, and only {rep.voters_starting_at(start)} did within "
+                f"{limits.REPLICATION_ACK_TIMEOUT_MS} ms; truncating again is safe",
+                topic=rep.topic, partition=rep.index, before_offset=start, applied_on_leader=True,
+                confirmed=rep.voters_starting_at(start), needed=needed) from None
 
     def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
         """This broker's own stored batches of a partition up to its log end (not the high

@@ -91,7 +91,8 @@ class NodeCore(GossipSteps, FollowerSteps):
         self._ready = Ready()
         self.load_extra: dict[str, Any] = {}  # the host's part of this broker's gossiped load (its ranges)
         self._handlers: dict[type, Callable[[float, Any], None]] = {
-            msg.Appended: self._appended, msg.AwaitAcks: self._await_acks, msg.Durable: self._durable,
+            msg.Appended: self._appended, msg.AwaitAcks: self._await_acks,
+            msg.AwaitStart: self._await_start, msg.Durable: self._durable,
             msg.SyncFailed: self._sync_failed, msg.LinkUp: self._link_up, msg.LinkDown: self._link_down,
             msg.FromFollower: self._from_follower, msg.Flush: self._flush,
             msg.PlacementChanged: self._placement_changed, msg.Resync: self._resync, msg.Reprobe: self._reprobe,
@@ -284,6 +285,14 @@ class NodeCore(GossipSteps, FollowerSteps):
         if self.name not in rep.replicas and not self.keep(rep, self._now):
             self._ready.reconcile = True  # placed elsewhere, neither led nor voting here: close it
         self._assign_links()
+        self._start_behind(rep)
+
+    def _start_behind(self, rep: Replica) -> None:
+        """A leader whose voters or followers told it of a later log start (we missed a move while
+        following) moves up to it, once no fsync runs on its log; it reads nothing below it meanwhile
+        (``Replica.serves_from``)."""
+        if rep.is_leader and min(rep.peer_start, rep.hw) > rep.log.start_offset:
+            self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
 
     def _assign_links(self) -> None:
         wanted: dict[str, set[Key]] = {}
@@ -306,6 +315,13 @@ class NodeCore(GossipSteps, FollowerSteps):
             self.acks.released.append((m.token, steps.stepped_down(rep, rep.epoch)))
             return
         self.acks.add(rep, m.token, m.end, m.level, now + m.timeout_s)
+
+    def _await_start(self, now: float, m: msg.AwaitStart) -> None:
+        rep = m.rep
+        if not rep.is_leader or rep.deleted:
+            self.acks.released.append((m.token, steps.stepped_down(rep, rep.epoch)))
+            return
+        self.acks.add_start(rep, m.token, m.start, now + m.timeout_s)
 
     def _durable(self, now: float, m: msg.Durable) -> None:
         m.rep.set_durable(m.end)
@@ -337,9 +353,8 @@ class NodeCore(GossipSteps, FollowerSteps):
             self._assign_links()  # a voter removed knows it now: its link may go
         if newer is not None and steps.adopt_epoch(rep, newer):
             self._changed(rep)
-        elif min(rep.peer_start, rep.hw) > rep.log.start_offset:
-            # The follower's log starts past ours (we missed a move while following): move up to it.
-            self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
+        else:
+            self._start_behind(rep)
         key = (rep.topic, rep.index)
         if key in self._active:
             self._look_soon(key)  # a leader moving its voters, or handing over, waits on these

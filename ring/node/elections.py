@@ -160,7 +160,7 @@ class Elections:
             del self.candidacies[key]
             self._round(now, rep, view, pre=False)  # the real round (the pre-vote passed)
         elif tally.won:
-            won = steps.win(rep, c.req.epoch)
+            won = steps.win(rep, c.req.epoch, tally.log_start)
             if won:
                 self.changed(rep)
                 self.resync(rep)

@@ -5,7 +5,8 @@ the core's replicas, its Ready under construction (``_ready``), and its
 rules on what changed (``_changed``, ``keep``, ``_look_soon``). An append is
 acknowledged with the end it reaches once the Ready's persist made it
 durable (or at once, under an fsync policy that makes appends durable
-without an fsync of their own).
+without an fsync of their own); an hw frame only when it moved the log
+start (on disk by then), which a truncate on the leader waits for.
 """
 
 from __future__ import annotations
@@ -46,14 +47,15 @@ class FollowerSteps:
         elif isinstance(frame, protocol.Sync):
             answer = self._follow_sync(rep, leader, frame)
         else:
+            start = rep.log.start_offset
             try:
                 answer = steps.on_hw(rep, leader, frame)
             except (StorageError, OffsetOutOfRange) as exc:
                 log.error("%s/%d: following %s's log start %d failed: %s", rep.topic, rep.index, leader,
                           frame.log_start, exc.message)
                 answer = steps.reject_storage(rep, frame.epoch)
-            if isinstance(answer, protocol.Ack):
-                return  # it would repeat the durable end the last append's ack named
+            if isinstance(answer, protocol.Ack) and rep.log.start_offset == start:
+                return  # it would repeat what the last append's ack named; a moved start waits a truncate
         if rep is not None and rep.caught_up != caught_up:
             self._publish_due = True  # no longer behind: others may elect it
             self._look_soon((rep.topic, rep.index))

@@ -101,6 +101,15 @@ class AwaitAcks(NamedTuple):
     timeout_s: float
 
 
+class AwaitStart(NamedTuple):
+    """Release ``token`` once a majority of ``rep``'s voters (this leader counted) hold a log start of at
+    least ``start`` (or fail it after ``timeout_s``, or when this broker stops leading): a truncate."""
+    token: Token
+    rep: Replica
+    start: int
+    timeout_s: float
+
+
 class Durable(NamedTuple):
     """Offsets of ``rep`` below ``end`` are durable here (an fsync finished, or the policy needs none)."""
     rep: Replica

@@ -12,6 +12,15 @@ same time, so arrival order is deadline order and one queue of deadlines
 serves every partition; ``expire`` fails the ones whose time is up.
 Released waiters go to ``released`` as (token, None) or (token, error); the
 core hands them to the driver in its Ready.
+
+A truncate waits the same way, on the log starts its leader's followers
+acknowledge (``Replica.start_waiters``, few: a plain list): it is answered
+once a majority of the voters, the leader counted, hold a start at least
+its own. Why a majority suffices: a later leader won the votes of a
+majority, so one of its voters holds the new start, and a vote reply
+carries the voter's start; the winner takes the largest before it serves
+a read below it (``steps.win``, ``Replica.serves_from``). A truncate waits
+as long as a produce, so one queue of deadlines still serves both.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from ring.replication import protocol
+from ring.replication.election import majority
 from ring.replication.replica import Replica
 
 
@@ -47,8 +57,19 @@ class AckWaiters:
         heapq.heappush(rep.ack_waiters.setdefault(level, []), (end, self._seq, waiter))
         self._deadlines.append((deadline, waiter))
 
+    def add_start(self, rep: Replica, token: Any, start: int, deadline: float) -> None:
+        """Release ``token`` once a majority of ``rep``'s voters hold a log start of at least ``start``."""
+        if rep.voters_starting_at(start) >= majority(max(1, len(rep.voters))):
+            self.released.append((token, None))
+            return
+        waiter = _Waiter(token)
+        rep.start_waiters.append((start, waiter))
+        self._deadlines.append((deadline, waiter))
+
     def check(self, rep: Replica) -> None:
-        """``rep``'s durable ends moved: release the waiters they satisfy."""
+        """``rep``'s durable ends or log starts moved: release the waiters they satisfy."""
+        if rep.start_waiters:
+            self._check_starts(rep)
         ends = sorted(rep.voter_ends(), reverse=True)
         waiting = rep.ack_waiters
         for level in list(waiting):
@@ -63,7 +84,22 @@ class AckWaiters:
         while deadlines and deadlines[0][1].done:  # released ones leave at once, not at their deadline
             deadlines.popleft()
 
+    def _check_starts(self, rep: Replica) -> None:
+        needed = majority(max(1, len(rep.voters)))
+        waiting = []
+        for start, waiter in rep.start_waiters:
+            if waiter.done:
+                continue
+            if rep.voters_starting_at(start) >= needed:
+                self._release(waiter, None)
+            else:
+                waiting.append((start, waiter))
+        rep.start_waiters = waiting
+
     def fail(self, rep: Replica, exc: BaseException) -> None:
+        starts, rep.start_waiters = rep.start_waiters, []
+        for _, waiter in starts:
+            self._release(waiter, exc)
         waiting, rep.ack_waiters = rep.ack_waiters, {}
         for heap in waiting.values():
             for _, _, waiter in heap:

@@ -102,9 +102,13 @@ class VoteReply:
     granted: bool
     reason: str
     pre: bool = False  # the answer to a pre-vote
+    # The voter's log start offset: a winner moves up to the largest of its voters' (a truncate is
+    # answered once a majority holds its start, so one of them does).
+    log_start: int = 0
 
     def to_wire(self) -> list[Any]:
-        return ["voted", self.topic, self.partition, self.epoch, self.voter, self.granted, self.reason, self.pre]
+        return ["voted", self.topic, self.partition, self.epoch, self.voter, self.granted, self.reason, self.pre,
+                self.log_start]
 
 
 def _int(v: Any, what: str, lo: int, hi: int) -> int:
@@ -131,12 +135,13 @@ def request_from_wire(w: Any) -> VoteRequest:
 
 
 def reply_from_wire(w: Any) -> VoteReply:
-    if type(w) is not list or len(w) != 8 or w[0] != "voted":
+    if type(w) is not list or len(w) not in (8, 9) or w[0] != "voted":  # 8: from a broker that sends no start
         raise BadRequest("malformed vote: not a vote reply array")
     if type(w[1]) is not str or not w[1] or type(w[5]) is not bool or w[6] not in REASONS or type(w[7]) is not bool:
         raise BadRequest("malformed vote: topic, granted, reason or pre")
+    log_start = _int(w[8], "log_start", 0, _INT64_MAX) if len(w) == 9 else 0
     return VoteReply(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
-                     _name(w[4], "voter"), w[5], w[6], w[7])
+                     _name(w[4], "voter"), w[5], w[6], w[7], log_start)
 
 
 # -- the voter's rule ----------------------------------------------------------
@@ -204,6 +209,7 @@ class Tally:
     granted: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     newest_epoch: int = 0  # the highest epoch a voter answered with
+    log_start: int = 0  # the largest log start offset a voter that granted its vote holds
 
     def __post_init__(self) -> None:
         assert self.me in self.voters, (self.me, self.voters)
@@ -216,6 +222,7 @@ class Tally:
         if reply.granted and reply.epoch <= self.epoch:
             self.granted.add(reply.voter)
             self.refused.discard(reply.voter)
+            self.log_start = max(self.log_start, reply.log_start)
         elif reply.voter not in self.granted:
             self.refused.add(reply.voter)
 

@@ -42,7 +42,7 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
-                 "leaving", "vouched", "catalogue", "appends")
+                 "leaving", "vouched", "catalogue", "appends", "follower_starts", "start_waiters")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -80,6 +80,9 @@ class Replica:
         self.frozen = False  # a leader handing its partition over takes no new appends
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
         self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
+        self.follower_starts: dict[str, int] = {}  # leader: each follower's log start, as acknowledged in its epoch
+        # truncates waiting until a majority of the voters hold their new start: (start, waiter); kept by ``acks``
+        self.start_waiters: list[tuple[int, Any]] = []
         self.synced = False  # took a leader's sync since it was opened (so its log start is the leader's)
         # The voter set's sequence number in the leader's epoch (a follower: as its leader's sync
         # said), and on a leader the voters known to hold the current set (their acks say so).
@@ -112,6 +115,7 @@ class Replica:
         self.voters_seq = self.voters_seq + 1 if seq is None else seq
         self.voters_known = {self.self_name}
         self.follower_ends = {r: e for r, e in self.follower_ends.items() if r in self.members()}
+        self.follower_starts = {r: e for r, e in self.follower_starts.items() if r in self.members()}
         self.refresh()
 
     def voters_committed(self) -> bool:
@@ -136,6 +140,13 @@ class Replica:
         return len(self.voters)
 
     @property
+    def serves_from(self) -> int:
+        """The lowest offset this replica may serve: its log start, or on a leader the start a voter or
+        follower told it of, if higher, until ``lead_start`` moved its log there."""
+        start = self.log.start_offset
+        return max(start, self.peer_start) if self.is_leader else start
+
+    @property
     def ballot(self) -> Ballot:
         return Ballot(self.epoch, self.voted_for)
 
@@ -155,6 +166,7 @@ class Replica:
         self.leader = self.self_name
         self.epoch_start = self.log.end_offset
         self.follower_ends = {}
+        self.follower_starts = {}
         self.peer_start = 0
         self.voters_seq, self.voters_known = 0, {self.self_name}
         self.leaving = set()
@@ -168,6 +180,7 @@ class Replica:
         self.aligned = False
         self.frozen = False
         self.follower_ends = {}
+        self.follower_starts = {}
         self.fail_waiters(exc)
 
     def truncated(self) -> None:
@@ -198,6 +211,17 @@ class Replica:
             self.follower_ends[name] = end
             self.refresh()
 
+    def set_follower_start(self, name: str, start: int) -> None:
+        if name in self.members() and name != self.self_name and start > self.follower_starts.get(name, -1):
+            self.follower_starts[name] = start
+            if self.start_waiters and self.acks is not None:
+                self.acks.check(self)
+
+    def voters_starting_at(self, start: int) -> int:
+        """Leader: how many voters (itself included) are known to hold a log start of at least ``start``."""
+        held = self.log.start_offset >= start
+        return held + sum(1 for v in self.voters if v != self.self_name and self.follower_starts.get(v, -1) >= start)
+
     def set_leader_hw(self, hw: int) -> None:
         if hw > self.leader_hw:
             self.leader_hw = hw
@@ -213,7 +237,7 @@ class Replica:
         else:
             hw = self.leader_hw
         self.advance(min(hw, self.log.end_offset))
-        if self.ack_waiters and self.acks is not None:
+        if (self.ack_waiters or self.start_waiters) and self.acks is not None:
             self.acks.check(self)
 
     def advance(self, hw: int) -> None:
@@ -232,5 +256,5 @@ class Replica:
     # --- waiting for acknowledgements ------------------------------------------------
 
     def fail_waiters(self, exc: BaseException) -> None:
-        if self.ack_waiters and self.acks is not None:
+        if (self.ack_waiters or self.start_waiters) and self.acks is not None:
             self.acks.fail(self, exc)

@@ -17,6 +17,7 @@ directory (JSON, replaced atomically with an fsync).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -322,6 +323,7 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
                     rep.voters_known.add(follower)  # it holds our current voter set
                 rep.leaving.discard(follower)  # it knows it left (and closes its replica)
             rep.peer_start = max(rep.peer_start, frame.log_start)  # ``lead_start`` catches up with it
+            rep.set_follower_start(follower, frame.log_start)  # truncates wait for a majority's
         return None
     if isinstance(frame, protocol.Reject):
         if frame.reason == protocol.UNKNOWN_PARTITION:
@@ -366,16 +368,21 @@ def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool)
             if was_leader:
                 log.warning("%s/%d: %s steps down for %s's candidacy in epoch %d", rep.topic, rep.index,
                             rep.self_name, req.candidate, rep.epoch)
-    return verdict.reply
+    return dataclasses.replace(verdict.reply, log_start=rep.log.start_offset)
 
 
-def win(rep: Replica, epoch: int) -> bool:
-    """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile."""
+def win(rep: Replica, epoch: int, voters_start: int = 0) -> bool:
+    """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile.
+    ``voters_start``: the largest log start offset a voter that granted its vote holds. A truncate
+    was answered once a majority held its start, and a majority voted, so one of the voters holds it:
+    this leader reads nothing below it (``Replica.serves_from``) until ``lead_start`` moves its own
+    log there (after this step: files go, and an fsync may be running)."""
     if rep.epoch != epoch or rep.voted_for != rep.self_name or rep.leader is not None:
         return False
     rep.log.sync()  # (see _progress)
     rep.log.begin_epoch(epoch)
     rep.lead()
+    rep.peer_start = voters_start
     rep.caught_up = True  # the leader's log is what the others catch up with
     log.info("%s/%d: %s leads epoch %d from offset %d", rep.topic, rep.index, rep.self_name, epoch,
              rep.epoch_start)
