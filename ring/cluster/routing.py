@@ -23,7 +23,10 @@ leader: offsets it has not received but its leader told it are committed
 are waited for (or answered empty), and an offset past all it knows of is
 asked of the leader, never called out of range here. A follower that has not
 taken its leader's sync since this broker started asks the leader too (or
-answers 503): the partition's start may have moved meanwhile.
+answers 503): the partition's start may have moved meanwhile, and so does a
+new leader whose voters hold a later start than its own log, below that start,
+until its log moves up. A truncate is answered once a majority of the voters
+hold its start (``_start_held``): a failover cannot undo it then.
 """
 
 from __future__ import annotations

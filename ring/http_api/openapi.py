@@ -336,9 +336,15 @@ def _document() -> dict[str, Any]:
                     "properties": {"before_offset": {"type": "integer", "minimum": 0}}}}}},
                 "description": "On the partition's leader (any broker forwards it there); the followers take "
                                "the new earliest offset through replication, as they take the high watermark, "
-                               "and serve nothing below it from then on.",
+                               "and serve nothing below it from then on. Answered once a majority of the "
+                               "partition's replicas hold the new start, so no failover undoes it.",
                 "responses": {"200": _ok("the new earliest offset", {"type": "object"}), "400": _BAD,
-                              "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark")}}},
+                              "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark"),
+                              "503": _err("fewer than a majority of the partition's replicas are up, or its leader "
+                                          "is not reachable; nothing changed"),
+                              "504": _err("the leader's log starts at the new offset (applied_on_leader), but a "
+                                          "majority of the replicas did not confirm it in time (confirmed, needed); "
+                                          "the same truncate again is safe")}}},
         },
         "components": {"schemas": {"Error": {
             "type": "object", "required": ["error", "message"],

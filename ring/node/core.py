@@ -288,9 +288,8 @@ class NodeCore(GossipSteps, FollowerSteps):
         self._start_behind(rep)
 
     def _start_behind(self, rep: Replica) -> None:
-        """A leader whose voters or followers told it of a later log start (we missed a move while
-        following) moves up to it, once no fsync runs on its log; it reads nothing below it meanwhile
-        (``Replica.serves_from``)."""
+        """A leader told of a later log start by its voters or followers (a move missed while following)
+        moves up to it once no fsync runs on its log, reading nothing below it meanwhile (``serves_from``)."""
         if rep.is_leader and min(rep.peer_start, rep.hw) > rep.log.start_offset:
             self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
 
