@@ -3,9 +3,9 @@
 Frames are stepped into the node core one at a time in arrival order
 (``FromLeader``), so appends land in the order the leader sent them; the
 core answers each sync and append frame exactly once and an hw frame only
-when it refuses it or it moved the log start. Before a sync (which may cut the log) and an hw frame
-that moves the log start (files go), the driver waits until no fsync runs on
-that log; appends go on beside one. Each answer goes back on this websocket, in
+when it refuses it or it moved the log start. Before a sync (which may cut
+the log) and an hw frame that moves the log start (files go), the driver
+waits until no fsync runs on that log; appends go on beside one. Each answer goes back on this websocket, in
 order, once the fsync its Ready lists has finished: at once when nothing is
 queued and nothing needs syncing (every policy but ``always``), else through
 a queue drained by one writer; the next frames are read meanwhile, so the

@@ -79,7 +79,7 @@ class Replica:
         self.on_hw: Callable[[Replica], None] | None = None  # told when hw moves (leaders tell followers)
         self.frozen = False  # a leader handing its partition over takes no new appends
         self.damaged_at: int | None = None  # an offset whose stored batch failed its check here
-        self.peer_start = 0  # leader: the largest log start offset a follower acknowledged with
+        self.peer_start = 0  # leader: the largest log start a follower acknowledged, or a voter that elected it held
         self.follower_starts: dict[str, int] = {}  # leader: each follower's log start, as acknowledged in its epoch
         # truncates waiting until a majority of the voters hold their new start: (start, waiter); kept by ``acks``
         self.start_waiters: list[tuple[int, Any]] = []
