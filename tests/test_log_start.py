@@ -50,12 +50,17 @@ def produce(m: Member, topic: str, n: int, size: int = 100) -> None:
         assert r.status == 200, r.body
 
 
-def test_truncate_reaches_every_replica_and_a_follower_down_meanwhile_catches_up(make_cluster, topic: str) -> None:
+def three_with_60_records(make_cluster, topic: str) -> tuple[TestCluster, Member, list[Member]]:
+    """Three brokers and a partition on all three, offsets 0-59 written: the cluster, its leader, the others."""
     c: TestCluster = make_cluster(3, *ARGS)
     assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
     produce(c[0], topic, 20)
     leader = c.member(c.leaders(topic)[0])
-    up, down = [m for m in c if m is not leader]
+    return c, leader, [m for m in c if m is not leader]
+
+
+def test_truncate_reaches_every_replica_and_a_follower_down_meanwhile_catches_up(make_cluster, topic: str) -> None:
+    c, leader, (up, down) = three_with_60_records(make_cluster, topic)
     for m in c:  # every replica holds everything, and starts at 0
         wait_for(f"{m.name} holds offsets 0-59", lambda m=m: m.http.get(f"/v1/topics/{topic}").json()
                  ["partitions"][0]["high_watermark"] == 60)
@@ -97,11 +102,7 @@ def test_retention_by_the_leaders_clock_and_by_size_reaches_every_replica(make_c
 
 def test_a_follower_back_from_a_restart_serves_nothing_below_the_start_before_its_leader_syncs_it(
         make_cluster, topic: str) -> None:
-    c: TestCluster = make_cluster(3, *ARGS)
-    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
-    produce(c[0], topic, 20)
-    leader = c.member(c.leaders(topic)[0])
-    up, down = [m for m in c if m is not leader]
+    c, leader, (up, down) = three_with_60_records(make_cluster, topic)
     for m in c:
         wait_for(f"{m.name} holds offsets 0-59", lambda m=m: m.http.get(f"/v1/topics/{topic}").json()
                  ["partitions"][0]["high_watermark"] == 60)
@@ -179,11 +180,7 @@ def test_a_failover_cannot_undo_an_acknowledged_truncate(make_cluster, topic: st
     """The leader moves its start at once, its followers only as replication tells them. Both
     followers are stopped and their links closed, so no frame of the truncate reaches them; the
     leader dies, and one of them leads. A truncate answered 200 meanwhile would be undone."""
-    c: TestCluster = make_cluster(3, *ARGS)
-    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
-    produce(c[0], topic, 20)  # offsets 0-59 on every replica (consistency=all)
-    leader = c.member(c.leaders(topic)[0])
-    followers = [m for m in c if m is not leader]
+    c, leader, followers = three_with_60_records(make_cluster, topic)  # on every replica (consistency=all)
     for m in followers:
         m.pause()
     try:
@@ -206,11 +203,7 @@ def test_a_failover_cannot_undo_an_acknowledged_truncate(make_cluster, topic: st
 
 def test_a_truncate_no_follower_took_in_time_is_answered_504_and_holds_when_sent_again(
         make_cluster, topic: str) -> None:
-    c: TestCluster = make_cluster(3, *ARGS)
-    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3, segment_bytes=4096).status == 201
-    produce(c[0], topic, 20)
-    leader = c.member(c.leaders(topic)[0])
-    followers = [m for m in c if m is not leader]
+    c, leader, followers = three_with_60_records(make_cluster, topic)
     for m in followers:  # their links stay up a while: the truncate is applied, no follower answers
         m.pause()
     try:
