@@ -109,6 +109,8 @@ FOUND = [
     # voters, one not told it was one, and no candidate could reach three once its leader crashed
     2945,  # (a bug of the simulation's own driver) a follower's answer waited for its log to be durable to an
     # end a repair's cut had taken back, not for the fsync it asked for: the link stalled forever behind it
+    3271, 3660,  # bits flipped in two replicas of a partition: repair cut a follower at its damaged batch,
+    # dropping the good batches above it, the only whole copies of batches the other replica's log had damaged
 ]
 
 

@@ -552,6 +552,35 @@ class PartitionLog:
         self._epochs.truncate_from_end(0)
         self.sync()
 
+    def mend(self, data: bytes | bytearray | memoryview) -> BatchHeader:
+        """Replace the stored copy of one batch with ``data``, a whole copy of the same batch from another
+        replica (repair of a damaged batch in place: every other batch stays), synced before returning.
+
+        CorruptBatch if ``data`` is not one whole batch, Conflict if it is not
+        the batch stored here (its offsets are not this log's, its epoch not
+        the one the history gives them), StorageError if the stored batch
+        cannot be found or takes another length.
+        """
+        self._check_open()
+        h = batch.check(data)
+        if h.size != len(data):
+            raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(data)} bytes")
+        i = bisect.bisect_right(self._bases, h.base_offset) - 1
+        if i < 0 or h.next_offset > self._segments[i].end_offset or h.next_offset <= self._start_offset:
+            raise Conflict(f"offsets {h.base_offset}-{h.last_offset} are not one stored batch of this log")
+        epoch = self._epochs.epoch_at(h.last_offset)
+        if epoch is not None and epoch != h.leader_epoch:
+            raise Conflict(f"batch at offset {h.base_offset} has leader epoch {h.leader_epoch}, the history says {epoch}")
+        seg = self._segments[i]
+        with self._lock:
+            try:
+                seg.mend(h, data)
+            except CorruptBatch as exc:
+                raise self._damaged(seg, h.base_offset, exc) from None
+            except OSError as exc:
+                raise StorageError(f"writing to {self.directory}: {exc}") from exc
+        return h
+
     def truncate_after(self, offset: int) -> None:
         """Remove every record at offsets >= ``offset`` (replica repair), synced before returning.
 

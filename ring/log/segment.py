@@ -300,6 +300,37 @@ class Segment:
         for h, _ in walk(self.fd, start_pos, pos, verify=False):
             self.tracker.max_timestamp = max(self.tracker.max_timestamp, h.max_timestamp)
 
+    def mend(self, h: BatchHeader, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data``, a whole copy of the stored batch ``h`` describes, over that batch, synced.
+
+        The batches below it lead to its position (a walk of their headers
+        from the index entry below); the stored batch must take exactly
+        ``h.size`` bytes (the next batch, or the segment's end, begins there),
+        else CorruptBatch and nothing is written. The descriptor appends only,
+        so the write goes through one of its own.
+        """
+        assert self.base_offset <= h.base_offset < h.next_offset <= self.end_offset
+        rel, pos = self.offset_index.lookup(h.base_offset - self.base_offset)
+        at = self.base_offset + rel
+        while at < h.base_offset:
+            below = batch.read_header(os.pread(self.fd, HEADER_SIZE, pos))
+            check_identity(below, at, None)
+            pos, at = pos + below.size, below.next_offset
+        end = pos + h.size
+        if at != h.base_offset or end > self.size:
+            raise CorruptBatch(f"no stored batch at offset {h.base_offset} takes {h.size} bytes")
+        if end < self.size:
+            check_identity(batch.read_header(os.pread(self.fd, HEADER_SIZE, end)), h.next_offset, None)
+        elif h.next_offset != self.end_offset:
+            raise CorruptBatch(f"the stored batch at offset {h.base_offset} is not {h.size} bytes long")
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            if os.pwrite(fd, data, pos) != h.size:
+                raise OSError(f"short write over the batch at offset {h.base_offset}")
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
     def sync(self, indexes: bool) -> None:
         os.fdatasync(self.fd)
         if indexes:

@@ -34,7 +34,7 @@ import orjson
 from ring import limits
 from ring.clock import Clock
 from ring.cluster.peers import PeerClient
-from ring.repair import entropy
+from ring.repair import entropy, mend
 from ring.replication import steps
 from ring.replication.replica import Replica
 
@@ -100,16 +100,58 @@ class Repair:
 
     async def _fix(self, rep: Replica) -> None:
         target = rep.log.end_offset
+        mended = await self._mend(rep)
+        if mended is None:
+            return
+        if not mended and not await self._cut(rep, target):
+            return
+        if not rep.deleted:
+            self.node.repaired(rep)
+            self.repaired += 1
+            log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.node.name, rep.log.end_offset)
+
+    async def _mend(self, rep: Replica) -> bool | None:
+        """Mend each batch failing its check from a whole copy elsewhere (``mend``), until none is left:
+        whether any was (False: none failed its check, the damage is a range that differs from the
+        leader's); None: the replica went."""
+        mended = False
+        while not rep.deleted and rep.damaged_at is not None:
+            offset, bad = rep.damaged_at, False
+            while not bad and offset < rep.log.end_offset and not rep.deleted:
+                await self.node.wait_idle(rep)  # (reads from here on are checked; none runs beside a cut)
+                offset, bad = mend.scan(rep, offset)
+                await asyncio.sleep(0)
+            if not bad:
+                return None if rep.deleted else mended
+            data = await self._whole_copy(rep, offset)
+            await self.node.wait_idle(rep)
+            if data is not None and mend.put(rep, offset, data):
+                mended = True
+            else:
+                await asyncio.sleep(REPAIR_POLL_S)  # no whole copy reachable now: never cut, ask again
+        return None
+
+    async def _whole_copy(self, rep: Replica, offset: int) -> bytes | None:
+        for name in mend.sources(rep):
+            raw = await self._peer("GET", name, f"/peer/v1/replicas/{rep.topic}/{rep.index}",
+                                   {"offset": str(offset), "max_bytes": "1"})
+            if raw:
+                return raw
+        return None
+
+    async def _cut(self, rep: Replica, target: int) -> bool:
+        """Cut the log back to its damaged range and refetch it from the leader, up to ``target``; whether
+        it got there."""
         while True:
             while not rep.deleted and rep.is_leader:  # a damaged leader hands over first (the node core)
                 await asyncio.sleep(REPAIR_POLL_S)
             if rep.deleted or rep.damaged_at is None:
-                return
+                return False
             await self.node.wait_idle(rep)
             if not rep.is_leader:
                 break
         if rep.deleted or not steps.cut_damaged(rep):
-            return
+            return False
         while not rep.deleted and rep.log.end_offset < target:
             if rep.leader is not None and not rep.is_leader:
                 await self._ask_resync(rep)
@@ -117,10 +159,7 @@ class Repair:
                 if rep.deleted or rep.log.end_offset >= target:
                     break
                 await asyncio.sleep(REPAIR_POLL_S)
-        if not rep.deleted:
-            self.node.repaired(rep)
-            self.repaired += 1
-            log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.node.name, rep.log.end_offset)
+        return not rep.deleted
 
     async def _ask_resync(self, rep: Replica) -> None:
         await self._peer("POST", rep.leader, "/peer/v1/resync",

@@ -293,6 +293,8 @@ class SimBroker:
             return
         elif kind == "fetch":
             return reply(self.fetch(*body))
+        elif kind == "replica":
+            return reply(self.read_replica(*body))
         elif kind == "vote":
             ready = self._core(m.VoteRequested(body))
         elif kind == "resync":
@@ -517,6 +519,17 @@ class SimBroker:
             return None
         return [(rec.offset, rec.value.decode()) for _, pos in batchfmt.scan(data)
                 for rec in batchfmt.decode(data, pos)[1] if offset <= rec.offset < rep.hw]
+
+    def read_replica(self, topic: str, p: int, offset: int) -> bytes | None:
+        """A peer's read of this replica's stored batch holding ``offset`` (``GET /peer/v1/replicas``, as
+        ``Routing.read_replica`` serves it with ``max_bytes=1``): None where it is damaged or not held."""
+        rep = self.replica(topic, p)
+        if rep is None or not rep.log.start_offset <= offset < rep.log.end_offset:
+            return None
+        try:
+            return bytes(rep.log.read(offset, 1))
+        except StorageError:
+            return None
 
     def _answer(self, rid: int, outcome: str, offset: int | None, status: int, hint: str | None) -> None:
         self.net.request(self.name, "client", ("answer", rid, outcome, offset, self.name, status, hint))

@@ -11,9 +11,9 @@ cut off. Files replaced atomically (ballots, membership's state) were synced
 when written and survive. A bit flip changes one bit of one committed batch
 of one replica on disk; ``Repair`` does what ring/repair/driver.py does on a
 broker, on the world's time: scrub rounds read every committed batch with
-its checks (anti-entropy's reads), and a damaged replica is cut back
-(``steps.cut_damaged``) once it no longer leads, for its leader to send the
-rest again.
+its checks (anti-entropy's reads), and a damaged replica mends each batch
+failing its check in place from a whole copy on another replica
+(``ring.repair.mend``), keeping every other batch.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ring.errors import StorageError
 from ring.log import batch as batchfmt
 from ring.node import ready as m
+from ring.repair import mend
 from ring.replication import steps
 from ring.replication.replica import Replica
 
@@ -141,16 +142,60 @@ class Repair:
                 b._step(m.Damaged(rep, exc.extra.get("offset", offset)))
 
     def fix(self, rep: Replica) -> None:
-        """``rep`` is damaged (the node core marked it): cut it back once it does not lead, then wait for its
-        leader to send the rest again."""
+        """``rep`` is damaged (the node core marked it): mend each batch failing its check from a whole copy
+        on another replica (``ring.repair.mend``, as ring/repair/driver.py does); if none fails its check,
+        cut it back once it does not lead, then wait for its leader to send the rest again."""
         if rep not in self.fixing:
             self.fixing.add(rep)
-            self._fix(rep, rep.log.end_offset, self.broker.generation, 0)
+            self._mend(rep, rep.log.end_offset, self.broker.generation, False)
 
-    def _fix(self, rep: Replica, target: int, gen: int, tries: int) -> None:
+    def _gone(self, rep: Replica, gen: int) -> bool:
         b = self.broker
         if not b._live(gen) or rep.deleted or b.replica(rep.topic, rep.index) is not rep or rep.damaged_at is None:
             self.fixing.discard(rep)
+            return True
+        return False
+
+    def _mend(self, rep: Replica, target: int, gen: int, mended: bool) -> None:
+        if self._gone(rep, gen):
+            return
+        if self.broker.paused:
+            self.world.after(REPAIR_POLL_S, lambda: self._mend(rep, target, gen, mended))
+            return
+        offset, bad = rep.damaged_at, False
+        while not bad and offset < rep.log.end_offset:
+            offset, bad = mend.scan(rep, offset)
+        if not bad:
+            if mended:
+                self.fixing.discard(rep)
+                self.broker._step(m.Repaired(rep))
+            else:
+                self._fix(rep, target, gen, 0)
+            return
+        self._ask(rep, offset, target, gen, mended, mend.sources(rep))
+
+    def _ask(self, rep: Replica, offset: int, target: int, gen: int, mended: bool, names: list[str]) -> None:
+        """Ask ``names`` in turn for a whole copy of the batch holding ``offset``, and mend with the first."""
+        if not names:
+            self.world.after(REPAIR_POLL_S, lambda: self._mend(rep, target, gen, mended))
+            return
+
+        def got(data: bytes | None) -> None:
+            if self._gone(rep, gen):
+                return
+            if not data:
+                self._ask(rep, offset, target, gen, mended, names[1:])
+            elif self.broker.paused:
+                self.world.after(REPAIR_POLL_S, lambda: got(data))
+            else:
+                ok = mend.put(rep, offset, data)
+                self.world.after(0 if ok else REPAIR_POLL_S, lambda: self._mend(rep, target, gen, mended or ok))
+        b = self.broker
+        b.net.call(b.name, names[0], ("replica", (rep.topic, rep.index, offset)), REPAIR_POLL_S * 5, got)
+
+    def _fix(self, rep: Replica, target: int, gen: int, tries: int) -> None:
+        b = self.broker
+        if self._gone(rep, gen):
             return
         if rep.is_leader or b.paused:  # a damaged leader hands over first
             self.world.after(REPAIR_POLL_S, lambda: self._fix(rep, target, gen, tries))
