@@ -3,9 +3,10 @@
 The broker's own reads check every batch, so the damaged copy is never
 served: a fetch that hits it is answered from another replica (or 503).
 Anti-entropy (``--repair-interval-s``) finds it by comparing checksums of
-committed segments, and the replica is refetched from a healthy one; when
-the damaged replica is the leader, it first hands the partition over. In
-the end every replica holds the very same bytes again.
+committed segments, and the damaged batch is replaced in place by a whole
+copy from another replica, every other batch kept; a damaged leader also
+hands the partition over. In the end every replica holds the very same
+bytes again.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def test_a_flipped_bit_is_never_served_and_is_repaired(make_cluster) -> None:
             status, got = values(reader, p, 0, 10_000)
             assert status == 200 and got == written[p], (reader.name, p)
     assert "damaged" in damaged[0][0].log_text() and "repaired" in damaged[0][0].log_text()
+    for p, (m, _, offset) in damaged.items():  # the one batch was replaced; nothing above it was cut
+        text = m.log_text()
+        assert f"batch {offset}-" in text and "mended in place" in text, (m.name, p)
+        assert "to refetch from the leader" not in text, (m.name, p)
 
 
 def leader_seen_by(m: Member, partition: int) -> str | None:

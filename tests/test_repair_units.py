@@ -22,7 +22,7 @@ from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
 from ring.log import recovery
 from ring.repair import divergence as d
-from ring.repair import entropy
+from ring.repair import entropy, mend
 from ring.replication import protocol, steps
 from ring.replication.replica import Replica
 
@@ -489,3 +489,73 @@ def test_digests_tell_diverged_copies_apart_and_go_when_the_log_is_cut(tmp_path:
     b.truncate_after(19)
     rep.truncated()
     assert rep.sums is None  # what was remembered described bytes that are gone
+
+
+# -- mending a damaged batch in place ---------------------------------------------------------
+
+
+def flip_at(directory: Path, offset: int, byte: int) -> None:
+    """Flip one bit of byte ``byte`` of the stored batch at ``offset`` (in whichever segment holds it)."""
+    for seg in sorted(directory.glob("*.log")):
+        raw = seg.read_bytes()
+        pos = next((p for h, p in B.scan(raw, verify=False) if h.base_offset == offset), None)
+        if pos is not None:
+            with open(seg, "r+b") as f:
+                f.seek(pos + byte)
+                f.write(bytes([raw[pos + byte] ^ 0x04]))
+            return
+    raise AssertionError(f"no batch at {offset}")
+
+
+def first_damaged(rep: Replica) -> int | None:
+    offset, bad = rep.log.start_offset, False
+    while not bad and offset < rep.log.end_offset:
+        offset, bad = mend.scan(rep, offset)
+    return offset if bad else None
+
+
+@pytest.mark.parametrize("byte", [B.HEADER_SIZE + 2, 5, 11], ids=["payload", "base-offset", "leader-epoch"])
+def test_two_replicas_damaged_in_different_batches_mend_each_other_in_place(tmp_path: Path, byte: int) -> None:
+    """Bits flip in two replicas, each in a different batch: each mends its batch from the other's whole
+    copy and keeps every batch above it (a cut there would drop the only whole copy of the other's damaged
+    batch: the simulation's seeds 3271 and 3660)."""
+    a, b = mk(tmp_path / "a"), mk(tmp_path / "b")
+    put(a, 1, 20)
+    put(a, 2, 20)
+    b.append_replicated(a.read(0, 1 << 20))
+    assert len(b.segment_bases()) > 2
+    a.sync(), b.sync()
+    whole = a.read(0, 1 << 20)
+    flip_at(tmp_path / "a", 25, byte)
+    flip_at(tmp_path / "b", 10, byte)
+    ra, rb = replica(a, "a", 2), replica(b, "b", 2)
+    assert (first_damaged(ra), first_damaged(rb)) == (25, 10)
+    wrong = a.read(11, 1)  # a whole batch, but not the damaged one
+    assert not mend.put(rb, 10, wrong) and first_damaged(rb) == 10
+    assert not mend.put(rb, 10, bytearray()) and first_damaged(rb) == 10
+    for rep, other, at in ((rb, ra, 10), (ra, rb, 25)):
+        copy = bytes(other.log.read(at, 1))
+        torn = bytearray(copy)
+        torn[-1] ^= 1
+        assert not mend.put(rep, at, bytes(torn)) and first_damaged(rep) == at  # not whole: nothing written
+        assert mend.put(rep, at, copy) and first_damaged(rep) is None
+    assert a.end_offset == b.end_offset == 40
+    assert a.read(0, 1 << 20) == b.read(0, 1 << 20) == whole
+    a.close(), b.close()
+    for name in ("a", "b"):  # and so it is on disk: a reopened log recovers all of it
+        again = mk(tmp_path / name)
+        assert again.end_offset == 40 and again.read(0, 1 << 20) == whole
+        again.close()
+
+
+def test_a_copy_of_another_epoch_is_refused(tmp_path: Path) -> None:
+    """The same offsets written in another epoch are another batch: never written over this one."""
+    a, b = mk(tmp_path / "a"), mk(tmp_path / "b")
+    put(a, 1, 10)
+    put(b, 1, 5)
+    put(b, 3, 5)
+    flip_at(tmp_path / "a", 7, B.HEADER_SIZE + 2)
+    ra = replica(a, "a", 3)
+    assert first_damaged(ra) == 7
+    assert not mend.put(ra, 7, bytes(b.read(7, 1))) and first_damaged(ra) == 7
+    a.close(), b.close()
