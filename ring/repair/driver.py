@@ -1,4 +1,4 @@
-"""Repair on a broker: anti-entropy rounds, and refetching a replica's damaged range from its leader.
+"""Repair on a broker: anti-entropy rounds, and mending a replica's damaged batches from other replicas.
 
 Every ``repair_interval_s`` (``ring serve --repair-interval-s``) each follower
 replica asks its leader for the checksums of its committed ranges (``GET
@@ -15,12 +15,19 @@ requests go on between chunks.
 Damage found there, or by a read that hit a batch failing its check (a
 client fetch, or the leader's own replication sender), marks the replica
 ``damaged_at``: from then on its reads are served by another replica, never
-from here. A damaged leader hands its partition to a caught-up voter first
-(``Leadership``). A follower cuts its log at the damaged batch (at the start
-of its segment if that cut fails), keeping the whole batches below it, and
-asks its leader to sync it again (``POST /peer/v1/resync``), so replication
-refetches everything from there; once its log is back at the end it had, the
-mark is cleared.
+from here, and a damaged leader hands its partition to a caught-up voter
+(``Leadership``). Each batch from there that fails its check is replaced in
+place by a whole copy of the same batch, asked of the leader first, then of
+the other replicas (``GET /peer/v1/replicas/{topic}/{partition}?offset=``,
+``ring.repair.mend``); every other batch stays, so a copy that may be the
+last whole one anywhere is never thrown away. With no copy to be had, it
+asks again, and never cuts. Once no batch fails its check, the mark is
+cleared. A range that differs from the leader's while every batch in it
+passes its check (anti-entropy's digests) is cut instead, once the replica
+does not lead: at that batch (at the start of its segment if that cut
+fails), and the follower asks its leader to sync it again (``POST
+/peer/v1/resync``), so replication refetches everything from there; once
+its log is back at the end it had, the mark is cleared.
 """
 
 from __future__ import annotations
