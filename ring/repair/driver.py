@@ -125,17 +125,16 @@ class Repair:
         while not rep.deleted and rep.damaged_at is not None:
             offset, bad = rep.damaged_at, False
             while not bad and offset < rep.log.end_offset and not rep.deleted:
-                await self.node.wait_idle(rep)  # (reads from here on are checked; none runs beside a cut)
                 offset, bad = mend.scan(rep, offset)
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
             if not bad:
                 return None if rep.deleted else mended
             data = await self._whole_copy(rep, offset)
-            await self.node.wait_idle(rep)
+            await self.node.wait_idle(rep)  # no fsync runs beside the write
             if data is not None and mend.put(rep, offset, data):
                 mended = True
             else:
-                await asyncio.sleep(REPAIR_POLL_S)  # no whole copy reachable now: never cut, ask again
+                await asyncio.sleep(REPAIR_POLL_S * 5)  # no whole copy reachable now: never cut, ask again
         return None
 
     async def _whole_copy(self, rep: Replica, offset: int) -> bytes | None:
