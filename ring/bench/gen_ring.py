@@ -27,6 +27,7 @@ from ring.log import batch as batchfmt
 
 CT_BATCH = "application/vnd.ring.batch"
 CT_BATCHES = "application/vnd.ring.batches"
+CT_POLL_BATCHES = "application/vnd.ring.poll-batches"
 POOL_REQUESTS = 64  # pre-encoded request bodies per partition, reused in rotation
 LEADERS_WAIT_S = 30.0
 FETCH_BYTES = 4 << 20
@@ -167,9 +168,9 @@ class RingDriver:
         return got
 
     async def consume_group(self, expected: int, seconds_max: float) -> int:
-        """One member of a fresh consumer group polls (msgpack, as ring.client's
-        consumer does, each poll naming the previous answer's token, which commits it) until it has
-        ``expected`` records or ``seconds_max`` passed."""
+        """One member of a fresh consumer group polls (stored batches, as ring.client's consumer
+        does, each poll naming the previous answer's token, which commits it) until it has
+        ``expected`` records or ``seconds_max`` passed; each record decoded, as ``consume`` does."""
         import msgpack
 
         assert self.session is not None
@@ -190,7 +191,7 @@ class RingDriver:
             if token is not None:
                 params["token"] = token
             async with self.session.post(
-                f"{base}/{consumer}/poll", headers={"Accept": "application/msgpack"}, params=params,
+                f"{base}/{consumer}/poll", headers={"Accept": CT_POLL_BATCHES}, params=params,
             ) as r:
                 body = await r.read()
                 if r.status == 409:  # a rebalance: join again
@@ -199,7 +200,8 @@ class RingDriver:
                 if r.status != 200:
                     raise RuntimeError(f"poll {r.status}: {body[:200]!r}")
             doc = msgpack.unpackb(body, raw=False)
-            got += len(doc["records"])
+            for _, _, start, end, data in doc["batches"]:
+                got += sum(1 for _ in batchfmt.records_between(data, start, end, GROUP_POLL_RECORDS, verify=False))
             token = doc.get("token")
         await self._json("DELETE", f"{base}/{consumer}")
         return got

@@ -69,9 +69,10 @@ from ring.client.retry import Retry
 from ring.client.topology import parse_brokers, parse_cluster
 from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
     Transport, classify, error_from, make_session
-from ring.log.batch import header_pairs
+from ring.log.batch import records_between
 
-CT_MSGPACK = "application/msgpack"
+# A poll answer of the stored batches that hold its records (``ring.http_api.groups_api``)
+CT_POLL_BATCHES = "application/vnd.ring.poll-batches"
 log = logging.getLogger("ring.client")
 
 
@@ -297,15 +298,17 @@ class AsyncGroupConsumer:
                           "generation": self.generation, "auto_commit": "true" if self.auto_commit else "false"}
                 if self._token is not None:
                     params["token"] = self._token
-                reply = await self._call("POST", path, params=params, accept=CT_MSGPACK, wait_ms=wait)
+                reply = await self._call("POST", path, params=params, accept=CT_POLL_BATCHES, wait_ms=wait)
             except errors.Conflict as exc:
                 await self._rejoin(exc)
                 continue
             doc = msgpack.unpackb(reply.body, raw=False)
             self.generation = doc["generation"]
             self._token = doc.get("token")
-            got = [ConsumerRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], r["key"], r["value"],
-                                  header_pairs(r["headers"]), bool(r["json"])) for r in doc["records"]]
+            got = [ConsumerRecord(t, p, r.offset, r.timestamp, r.key, r.value, r.headers, is_json)
+                   for t, p, start, end, data in doc["batches"]
+                   # CRC-checked here too, as a fetch is: end-to-end integrity
+                   for r, is_json in records_between(data, start, end, end - start, verify=True)]
             out = self._pos.accept(got)
             self.stats["polls"] += 1
             self.stats["records"] += len(out)

@@ -32,6 +32,10 @@ positions, a leave) does not wait for a poll in progress: if it moves a
 position that poll read from, that poll's answer no longer applies there
 and its records past the position come again.
 
+A poll answers with decoded records, or (``batches``) with the stored batches
+that hold them and, per partition, the offsets they hand out: a fetch's own
+bytes, no record decoded or encoded on the broker.
+
 A poll may read only some of the member's partitions (``only``): PolarStreams'
 consumers poll every broker, and each answers from the partitions it leads,
 so no two brokers hand out the same records.
@@ -41,8 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Callable, Iterable, NamedTuple
 
 from ring import limits
 from ring.errors import Conflict, RingError, Unavailable
@@ -51,10 +56,20 @@ from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
 from ring.http_api import answer
-from ring.http_api.codec import select_records  # the fetch's own record selection
+from ring.http_api.codec import select_batches, select_records  # the fetch's own selection
 from ring.log.batch import Record
 
 log = logging.getLogger("ring.groups")
+
+
+class Batches(NamedTuple):
+    """Stored batches of one partition a poll hands out: the records ``start <= offset < end`` in them."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,14 @@ class Polled:
     generation: int
     token: str  # names this answer: the client's next request acknowledges it by naming it
     partitions: int = 0  # of the member's partitions, how many this poll read (``only`` may leave some out)
+    batches: list[Batches] = field(default_factory=list)  # a poll for stored batches: these, no records
+
+    def topics(self) -> Iterable[str]:
+        """The topic of each record handed out, one per record."""
+        for t, _, _, _ in self.records:
+            yield t
+        for b in self.batches:
+            yield from repeat(b.topic, b.end - b.start)
 
 
 @dataclass
@@ -74,6 +97,19 @@ class _Read:
     ends: dict[TopicPartition, int]
     pinned: dict[TopicPartition, int]  # starts chosen by the reset policy: kept whatever becomes of the answer,
     # unless a reset or a seek during the poll set a start first
+    raw: bool = False  # hand out stored batches (``batches``), not records
+    batches: list[Batches] = field(default_factory=list)
+    count: int = 0  # records handed out, in ``records`` or ``batches``
+
+    def add(self, tp: TopicPartition, start: int, got: list[tuple[Record, bool]] | bytes, end: int,
+            count: int) -> None:
+        if not count:
+            return
+        if isinstance(got, bytes):
+            self.batches.append(Batches(tp[0], tp[1], start, end, got))
+        else:
+            self.records.extend((tp[0], tp[1], r, j) for r, j in got)
+        self.count += count
 
 
 @dataclass
@@ -91,7 +127,7 @@ class Poller:
 
     async def poll(self, group: str, member_id: str, generation: int | None, max_records: int, wait_ms: int,
                    auto_commit: bool, token: str | None = None,
-                   only: Callable[[TopicPartition], bool] | None = None) -> Polled:
+                   only: Callable[[TopicPartition], bool] | None = None, batches: bool = False) -> Polled:
         key = (group, member_id)
         slot = self._slots.get(key)
         if slot is None:
@@ -100,7 +136,7 @@ class Poller:
         try:
             async with slot.lock:
                 return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit,
-                                        token, only)
+                                        token, only, batches)
         finally:
             slot.users -= 1
             if slot.users == 0:
@@ -118,7 +154,7 @@ class Poller:
 
     async def _poll(self, slot: _MemberSlot, group: str, member_id: str, generation: int | None,
                     max_records: int, wait_ms: int, auto_commit: bool, token: str | None,
-                    only: Callable[[TopicPartition], bool] | None) -> Polled:
+                    only: Callable[[TopicPartition], bool] | None, batches: bool) -> Polled:
         clock = self.coord.clock
         g, m = await self._member(group, member_id, generation)
         gen = g.generation
@@ -131,7 +167,7 @@ class Poller:
         m.polling += 1
         try:
             tps = [tp for tp in m.spec.assignment if only is None or only(tp)]
-            read = await self._read(slot, g, tps, m, max_records, wait_ms)
+            read = await self._read(slot, g, tps, m, max_records, wait_ms, batches)
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()
@@ -151,11 +187,11 @@ class Poller:
         answer = delivery.answer(gen, g.resets, ((t, p, read.starts[(t, p)], end)
                                                  for (t, p), end in read.ends.items()))
         g.hand_out(m, answer)
-        return Polled(read.records, gen, answer.token, len(tps))
+        return Polled(read.records, gen, answer.token, len(tps), read.batches)
 
     async def _read(self, slot: _MemberSlot, g: Group, tps: list[TopicPartition], m: Member, max_records: int,
-                    wait_ms: int) -> _Read:
-        read = _Read([], {}, {}, {})
+                    wait_ms: int, raw: bool) -> _Read:
+        read = _Read([], {}, {}, {}, raw)
         if not tps:
             if wait_ms > 0:  # nothing to read until a rebalance gives this member something
                 await asyncio.wait({self.coord.rebalanced(g.name)}, timeout=wait_ms / 1000)
@@ -166,21 +202,21 @@ class Poller:
         failures: list[RingError] = []
         bytes_left = limits.GROUP_POLL_BYTES_MAX
         for tp in tps:
-            if len(read.records) >= max_records or bytes_left <= 0:
+            if read.count >= max_records or bytes_left <= 0:
                 break
             try:
                 start = await self._start(g, m, tp, read)
-                got, nxt, size = await self._fetch(tp, start, max_records - len(read.records), bytes_left, 0,
-                                                   read.ends, m.spec.reset)
+                got, nxt, size, count = await self._fetch(tp, start, max_records - read.count, bytes_left, 0,
+                                                          read.ends, m.spec.reset, raw)
             except RingError as exc:
                 failures.append(exc)
                 continue
-            read.records.extend((tp[0], tp[1], r, j) for r, j in got)
+            read.add(tp, read.ends[tp], got, nxt, count)  # ends[tp]: where _fetch found a readable offset
             read.ends[tp] = nxt
             bytes_left -= size
         if failures and len(failures) == len(tps):
             raise failures[0]
-        if read.records or wait_ms <= 0:
+        if read.count or wait_ms <= 0:
             return read
         return await self._wait(g, tps[: limits.GROUP_POLL_WAIT_PARTITIONS_MAX], read, max_records, wait_ms,
                                 m.spec.reset)
@@ -189,7 +225,7 @@ class Poller:
                     wait_ms: int, reset: str) -> _Read:
         positions = read.ends
         waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, limits.GROUP_POLL_BYTES_MAX,
-                                                   wait_ms, None, reset)): tp
+                                                   wait_ms, None, reset, read.raw)): tp
                  for tp in tps if tp in positions}
         rebalance = self.coord.rebalanced(g.name)
         try:
@@ -200,13 +236,19 @@ class Poller:
             await asyncio.gather(*waits, return_exceptions=True)
         bytes_left = limits.GROUP_POLL_BYTES_MAX
         for task, tp in waits.items():
-            if task.cancelled() or task.exception() is not None or len(read.records) >= max_records or bytes_left <= 0:
+            if task.cancelled() or task.exception() is not None or read.count >= max_records or bytes_left <= 0:
                 continue
-            got, nxt, size = task.result()
-            got = got[: max_records - len(read.records)]
-            if got:
-                read.records.extend((tp[0], tp[1], r, j) for r, j in got)
-                positions[tp] = got[-1][0].offset + 1
+            got, nxt, size, count = task.result()
+            if not isinstance(got, bytes):
+                got = got[: max_records - read.count]
+                count = len(got)
+                nxt = got[-1][0].offset + 1 if got else nxt
+            elif count > max_records - read.count:  # fewer records of the same batches
+                nxt -= count - (max_records - read.count)
+                count = max_records - read.count
+            if count:
+                read.add(tp, nxt - count, got, nxt, count)
+                positions[tp] = nxt
                 bytes_left -= size
         return read
 
@@ -220,10 +262,11 @@ class Poller:
         return start
 
     async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, max_bytes: int, wait_ms: int,
-                     positions: dict[TopicPartition, int] | None,
-                     reset: str) -> tuple[list[tuple[Record, bool]], int, int]:
-        """Records of one partition from ``offset``, the next offset and the stored bytes read; an
-        offset below the earliest starts there, one past the end where the member's ``reset`` says."""
+                     positions: dict[TopicPartition, int] | None, reset: str,
+                     raw: bool = False) -> tuple[list[tuple[Record, bool]] | bytes, int, int, int]:
+        """Records of one partition from ``offset`` (``raw``: the stored batches holding them), the next
+        offset, the stored bytes read and the record count; an offset below the earliest starts there,
+        one past the end where the member's ``reset`` says."""
         max_bytes = answer.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
@@ -243,7 +286,10 @@ class Poller:
                 if positions is not None:
                     positions[tp] = offset
                 continue
+            if raw:
+                data, nxt, count = select_batches(res.data, offset, max_records, res.high_watermark)
+                return data, nxt, len(res.data), count
             got, nxt = select_records(res.data, offset, max_records, res.high_watermark)
-            return got, nxt, len(res.data)
+            return got, nxt, len(res.data), len(got)
         raise Conflict(f"{tp[0]}/{tp[1]}: no readable offset found", topic=tp[0], partition=tp[1])
 

@@ -89,11 +89,12 @@ class Groups:
 
     async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
                    auto_commit: bool, token: str | None = None,
-                   only: Callable[[tuple[str, int]], bool] | None = None) -> Polled:
-        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token, only)
+                   only: Callable[[tuple[str, int]], bool] | None = None, batches: bool = False) -> Polled:
+        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token, only,
+                                     batches)
         metrics = getattr(self.broker, "metrics", None)
-        if metrics is not None and got.records:  # records out, per topic (GET /metrics, the admin page)
-            metrics.delivered(t for t, _, _, _ in got.records)
+        if metrics is not None and (got.records or got.batches):  # records out, per topic (GET /metrics, admin)
+            metrics.delivered(got.topics())
         return got
 
     async def commit(self, group: str, consumer: str | None, generation: int | None,

@@ -405,6 +405,24 @@ def select_records(data: bytes, offset: int, max_records: int, high_watermark: i
     return out, next_offset
 
 
+def select_batches(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[bytes, int, int]:
+    """The stored batches holding records in ``[offset, high_watermark)``, at most ``max_records`` of
+    them, read from the batch headers alone: ``(batches, end, count)``. The records to hand out are
+    ``offset <= o < end`` (the first batch may start below ``offset``, the last run past ``end``);
+    what ``select_records`` would decode, without decoding it."""
+    end, count, cut = offset, 0, 0
+    for h, pos in batchfmt.scan(data, verify=False):
+        if h.next_offset <= offset:
+            continue
+        if h.base_offset >= high_watermark or count >= max_records:
+            break
+        first = max(h.base_offset, offset)
+        end = min(h.next_offset, high_watermark, first + max_records - count)
+        count += end - first
+        cut = pos + h.size
+    return data[:cut] if cut < len(data) else data, end, count
+
+
 def _text_or_base64(raw: bytes) -> tuple[str, bool]:
     try:
         return raw.decode("utf-8"), False

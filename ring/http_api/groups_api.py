@@ -47,6 +47,9 @@ log = logging.getLogger("ring.groups")
 
 H_FORWARDED = "Ring-Group-Forwarded"
 H_POLL_TOKEN = "Ring-Poll-Token"
+# A poll answer of stored batches: msgpack {"generation", "token", "batches": [[topic, partition, start, end,
+# batches], ...]}, the records ``start <= offset < end`` of each partition's stored batches being handed out.
+CT_POLL_BATCHES = "application/vnd.ring.poll-batches"
 GROUPS_KEY = "groups"
 _INT32_MAX = 2**31 - 1
 _TRUE = ("1", "true", "yes")
@@ -199,27 +202,31 @@ async def poll(request: Request) -> Response:
     leader = q.get("leader")
     if leader is not None:
         validate_name(leader, "leader")
-    as_msgpack = codec.fetch_type(request.headers.get("Accept")) == codec.CT_MSGPACK
     answer = await poll_member(request, group, consumer, max_records, wait_ms, generation, auto_commit,
-                               q.get("token"), leader, as_msgpack)
+                               q.get("token"), leader, _poll_type(request.headers.get("Accept")))
     return _carried(request, answer, group, consumer)
 
 
 async def poll_member(request: Request, group: str, consumer: str, max_records: int, wait_ms: int,
                       generation: int | None, auto_commit: bool, named: object, leader: str | None,
-                      as_msgpack: bool) -> Response:
+                      accept: str) -> Response:
     """A poll of ``consumer`` at the group's coordinator, acknowledging the answer ``named`` (else the
-    one this request's connection carried whole); the answer (msgpack or JSON), its token in
-    ``Ring-Poll-Token``. With ``leader``, only the consumer's partitions that broker leads."""
+    one this request's connection carried whole); the answer (``accept``: JSON, msgpack or stored
+    batches), its token in ``Ring-Poll-Token``. With ``leader``, only the consumer's partitions that
+    broker leads."""
     token = _acknowledged(request, group, consumer, named)
 
     async def local() -> Response:
         await _require_member_topics(request, group, consumer)
         only = None if leader is None else _led_by(_groups(request).broker, leader)
         got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token,
-                                          only)
+                                          only, accept == CT_POLL_BATCHES)
         extra = {} if leader is None else {"partitions": got.partitions}
-        if as_msgpack:  # keys and values as bytes, for clients (ring.client.consumer)
+        if accept == CT_POLL_BATCHES:  # the fetch's stored bytes, for clients (ring.client.consumer)
+            body = msgpack.packb({"generation": got.generation, "token": got.token, **extra,
+                                  "batches": [list(b) for b in got.batches]}, use_bin_type=True)
+            ctype = CT_POLL_BATCHES
+        elif accept == codec.CT_MSGPACK:  # keys and values as bytes
             body = msgpack.packb({"generation": got.generation, "token": got.token, **extra, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
                 use_bin_type=True)
@@ -237,9 +244,19 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
     for name, value in (("generation", generation), ("token", token), ("leader", leader)):
         if value is not None:
             query[name] = value
-    accept = codec.CT_MSGPACK if as_msgpack else codec.CT_JSON
     return await _at_coordinator(request, group, None, local, wait_ms, query=query,
                                  route=("POST", f"/v1/groups/{group}/members/{consumer}/poll"), accept=accept)
+
+
+def _poll_type(accept: str | None) -> str:
+    """What a poll answers with: stored batches when Accept names them first, msgpack, else JSON."""
+    for part in (accept or "").split(","):
+        mime = part.split(";", 1)[0].strip().lower()
+        if mime == CT_POLL_BATCHES:
+            return mime
+        if mime in codec.FETCH_TYPES:
+            break
+    return codec.CT_MSGPACK if codec.fetch_type(accept) == codec.CT_MSGPACK else codec.CT_JSON
 
 
 def _led_by(broker: Any, name: str) -> Callable[[tuple[str, int]], bool]:

@@ -44,7 +44,7 @@ from ring.cluster.peers import H_SECRET
 from ring.errors import BadRequest, Conflict, RingError, Unauthorized, Unavailable
 from ring.groups.service import validate_name
 from ring.hashing import partition_token
-from ring.http_api import access, groups_api, polar_codec, web
+from ring.http_api import access, codec, groups_api, polar_codec, web
 from ring.http_api import answer as answers
 from ring.http_api.keys import BROKER_KEY
 from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
@@ -238,7 +238,7 @@ async def poll(request: Request) -> Response:
     broker = request.app[BROKER_KEY]
     answer = await _answered(request, consumer, groups_api.poll_member(
         request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0, None, True, None, broker.config.name,
-        True))
+        codec.CT_MSGPACK))
     doc = msgpack.unpackb(answers.body_bytes(answer), raw=False)
     token_header = {groups_api.H_POLL_TOKEN: (answer.headers or {}).get(groups_api.H_POLL_TOKEN, "")}
     if not doc["records"]:
