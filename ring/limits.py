@@ -598,6 +598,11 @@ ANSWER_WRITE_CHUNK_BYTES = 256 * KiB
 # answer, stay about this size however many partitions a member holds, where
 # one read per partition made a member of 10 partitions hold 10 MiB a poll.
 GROUP_POLL_BYTES_MAX = 1 * MiB
+# The same for a poll answered with stored batches (application/vnd.ring.poll-
+# batches): its answer is the bytes read, as a fetch's is, with no record
+# decoded, so it may read what four partitions' default fetches would; a larger
+# answer spreads a poll's own costs (its commit, a relay) over more records.
+GROUP_POLL_BATCHES_BYTES_MAX = 4 * MiB
 # Long-poll a broker asks of the replica it reads through (a partition it does
 # not hold, or an offset its lagging copy has not heard of): half of
 # PEER_REQUEST_TIMEOUT_S, so the replica answers, empty if need be, before
@@ -639,6 +644,7 @@ def validate() -> None:
     assert MESSAGE_BYTES_MAX < BATCH_BYTES_MAX <= REQUEST_BYTES_MAX
     assert NDJSON_LINE_BYTES_MAX > MESSAGE_BYTES_MAX
     assert FETCH_BYTES_DEFAULT <= FETCH_BYTES_MAX
+    assert GROUP_POLL_BYTES_MAX <= GROUP_POLL_BATCHES_BYTES_MAX <= FETCH_BYTES_MAX
     assert FETCH_RECORDS_DEFAULT <= FETCH_RECORDS_MAX
     assert SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX
     assert TOPIC_PARTITIONS_DEFAULT <= TOPIC_PARTITIONS_MAX

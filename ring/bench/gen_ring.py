@@ -168,9 +168,10 @@ class RingDriver:
         return got
 
     async def consume_group(self, expected: int, seconds_max: float) -> int:
-        """One member of a fresh consumer group polls (stored batches, as ring.client's consumer
-        does, each poll naming the previous answer's token, which commits it) until it has
-        ``expected`` records or ``seconds_max`` passed; each record decoded, as ``consume`` does."""
+        """One member of a fresh consumer group polls its coordinator (as ``consume`` reads each
+        partition's leader) for stored batches (as ring.client's consumer does), each poll naming the
+        previous answer's token, which commits it, until it has ``expected`` records or
+        ``seconds_max`` passed; each record decoded, as ``consume`` does."""
         import msgpack
 
         assert self.session is not None
@@ -187,6 +188,7 @@ class RingDriver:
                 if status != 200:
                     raise RuntimeError(f"join: {status} {doc}")
                 generation = doc["generation"]
+                base = await self._coordinator_url(group) + f"/v1/groups/{group}/members"
             params = {"max_records": str(GROUP_POLL_RECORDS), "wait_ms": "200", "generation": str(generation)}
             if token is not None:
                 params["token"] = token
@@ -205,6 +207,16 @@ class RingDriver:
             token = doc.get("token")
         await self._json("DELETE", f"{base}/{consumer}")
         return got
+
+    async def _coordinator_url(self, group: str) -> str:
+        status, cluster = await self._json("GET", f"{self.urls[0]}/v1/cluster")
+        if status == 404:  # a standalone broker: it coordinates every group
+            return self.urls[0]
+        status, doc = await self._json("GET", f"{self.urls[0]}/v1/groups/{group}")
+        url_of = {b["name"]: b["client_url"] for b in cluster["brokers"]}
+        if status != 200 or doc.get("coordinator") not in url_of:
+            raise RuntimeError(f"group {group}: no coordinator with a client URL: {status} {doc}")
+        return url_of[doc["coordinator"]]
 
     async def e2e_start(self, delivered: Callable[[bytes], None]) -> None:
         """One long-poll loop per partition from its current end."""

@@ -16,7 +16,8 @@ The starting partition rotates from poll to poll so one busy partition cannot
 starve the others. A poll reads at most ``GROUP_POLL_BYTES_MAX`` of stored
 batches in all (and no more than the broker's budget of fetch answers leaves
 room for), so its records and its answer stay about that size however many
-partitions the member holds. When nothing is there, up to ``GROUP_POLL_WAIT_PARTITIONS_MAX``
+partitions the member holds (``GROUP_POLL_BATCHES_BYTES_MAX`` for an answer of stored batches,
+whose size is that of what it read). When nothing is there, up to ``GROUP_POLL_WAIT_PARTITIONS_MAX``
 partitions are long-polled at once and the first with records answers; a
 rebalance of the group ends the wait early (the member then hears that its
 generation is stale). Polls of one member run one at a time, and a poll is
@@ -47,7 +48,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Callable, Iterable, NamedTuple
+from typing import Awaitable, Callable, Iterable, NamedTuple
 
 from ring import limits
 from ring.errors import Conflict, RingError, Unavailable
@@ -69,7 +70,13 @@ class Batches(NamedTuple):
     partition: int
     start: int
     end: int
-    data: bytes
+    data: bytes | memoryview
+
+
+def _settled(fut: asyncio.Future) -> None:
+    """A commit's outcome is its poll's; one whose poll is gone is not an error left unread."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 @dataclass(frozen=True)
@@ -101,11 +108,15 @@ class _Read:
     batches: list[Batches] = field(default_factory=list)
     count: int = 0  # records handed out, in ``records`` or ``batches``
 
-    def add(self, tp: TopicPartition, start: int, got: list[tuple[Record, bool]] | bytes, end: int,
+    @property
+    def bytes_max(self) -> int:
+        return limits.GROUP_POLL_BATCHES_BYTES_MAX if self.raw else limits.GROUP_POLL_BYTES_MAX
+
+    def add(self, tp: TopicPartition, start: int, got: list[tuple[Record, bool]] | bytes | memoryview, end: int,
             count: int) -> None:
         if not count:
             return
-        if isinstance(got, bytes):
+        if not isinstance(got, list):
             self.batches.append(Batches(tp[0], tp[1], start, end, got))
         else:
             self.records.extend((tp[0], tp[1], r, j) for r, j in got)
@@ -159,15 +170,15 @@ class Poller:
         g, m = await self._member(group, member_id, generation)
         gen = g.generation
         g.acknowledge(m, token)
+        commit = None
         if auto_commit and m.positions:
-            # What the client acknowledged was processed (it asks for more): commit it.
-            await self.coord.change(group, lambda g: g.propose_poll_commit(
-                g.member(member_id, gen, clock.monotonic()), clock.wall_ms()))
-            g, m = await self._member(group, member_id, gen)
+            # What the client acknowledged was processed (it asks for more): commit it, while reading.
+            commit = asyncio.ensure_future(self.coord.change(group, lambda g: g.propose_poll_commit(
+                g.member(member_id, gen, clock.monotonic()), clock.wall_ms())))
         m.polling += 1
         try:
             tps = [tp for tp in m.spec.assignment if only is None or only(tp)]
-            read = await self._read(slot, g, tps, m, max_records, wait_ms, batches)
+            read = await self._committing(commit, self._read(slot, g, tps, m, max_records, wait_ms, batches))
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()
@@ -189,6 +200,30 @@ class Poller:
         g.hand_out(m, answer)
         return Polled(read.records, gen, answer.token, len(tps), read.batches)
 
+    @staticmethod
+    async def _committing(commit: asyncio.Future | None, reading: Awaitable[_Read]) -> _Read:
+        """What ``reading`` read, once ``commit`` (the poll's implicit commit) is on a quorum too.
+
+        The read does not wait for the commit: it starts from the member's positions, which the
+        commit only copies into the committed offsets, so it reads the same either way. The answer
+        goes out only after both: a commit refused (a stale generation, a coordinator that lost its
+        leadership) fails the poll as it did before anything was read, and stops a read still
+        long-polling; a read that failed fails the poll once the commit is settled."""
+        if commit is None:
+            return await reading
+        commit.add_done_callback(_settled)  # it goes on if the poll is cancelled: a change once begun completes
+        read = asyncio.ensure_future(reading)
+        try:
+            await asyncio.wait((commit, read), return_when=asyncio.FIRST_EXCEPTION)
+            if commit.done() and commit.exception() is not None:
+                read.cancel()
+                await asyncio.gather(read, return_exceptions=True)
+            await asyncio.shield(commit)  # its error first, as when the read came after it
+        except BaseException:
+            read.cancel()
+            raise
+        return read.result()
+
     async def _read(self, slot: _MemberSlot, g: Group, tps: list[TopicPartition], m: Member, max_records: int,
                     wait_ms: int, raw: bool) -> _Read:
         read = _Read([], {}, {}, {}, raw)
@@ -200,7 +235,7 @@ class Poller:
         k = slot.rotation % len(tps)
         tps = tps[k:] + tps[:k]
         failures: list[RingError] = []
-        bytes_left = limits.GROUP_POLL_BYTES_MAX
+        bytes_left = read.bytes_max
         for tp in tps:
             if read.count >= max_records or bytes_left <= 0:
                 break
@@ -224,7 +259,7 @@ class Poller:
     async def _wait(self, g: Group, tps: list[TopicPartition], read: _Read, max_records: int,
                     wait_ms: int, reset: str) -> _Read:
         positions = read.ends
-        waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, limits.GROUP_POLL_BYTES_MAX,
+        waits = {asyncio.ensure_future(self._fetch(tp, positions[tp], max_records, read.bytes_max,
                                                    wait_ms, None, reset, read.raw)): tp
                  for tp in tps if tp in positions}
         rebalance = self.coord.rebalanced(g.name)
@@ -234,12 +269,12 @@ class Poller:
             for task in waits:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
-        bytes_left = limits.GROUP_POLL_BYTES_MAX
+        bytes_left = read.bytes_max
         for task, tp in waits.items():
             if task.cancelled() or task.exception() is not None or read.count >= max_records or bytes_left <= 0:
                 continue
             got, nxt, size, count = task.result()
-            if not isinstance(got, bytes):
+            if isinstance(got, list):
                 got = got[: max_records - read.count]
                 count = len(got)
                 nxt = got[-1][0].offset + 1 if got else nxt
@@ -263,7 +298,7 @@ class Poller:
 
     async def _fetch(self, tp: TopicPartition, offset: int, max_records: int, max_bytes: int, wait_ms: int,
                      positions: dict[TopicPartition, int] | None, reset: str,
-                     raw: bool = False) -> tuple[list[tuple[Record, bool]] | bytes, int, int, int]:
+                     raw: bool = False) -> tuple[list[tuple[Record, bool]] | bytes | memoryview, int, int, int]:
         """Records of one partition from ``offset`` (``raw``: the stored batches holding them), the next
         offset, the stored bytes read and the record count; an offset below the earliest starts there,
         one past the end where the member's ``reset`` says."""

@@ -405,7 +405,8 @@ def select_records(data: bytes, offset: int, max_records: int, high_watermark: i
     return out, next_offset
 
 
-def select_batches(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[bytes, int, int]:
+def select_batches(data: bytes, offset: int, max_records: int,
+                   high_watermark: int) -> tuple[bytes | memoryview, int, int]:
     """The stored batches holding records in ``[offset, high_watermark)``, at most ``max_records`` of
     them, read from the batch headers alone: ``(batches, end, count)``. The records to hand out are
     ``offset <= o < end`` (the first batch may start below ``offset``, the last run past ``end``);
@@ -420,7 +421,7 @@ def select_batches(data: bytes, offset: int, max_records: int, high_watermark: i
         end = min(h.next_offset, high_watermark, first + max_records - count)
         count += end - first
         cut = pos + h.size
-    return data[:cut] if cut < len(data) else data, end, count
+    return memoryview(data)[:cut] if cut < len(data) else data, end, count
 
 
 def _text_or_base64(raw: bytes) -> tuple[str, bool]:

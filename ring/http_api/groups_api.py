@@ -223,9 +223,7 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
                                           only, accept == CT_POLL_BATCHES)
         extra = {} if leader is None else {"partitions": got.partitions}
         if accept == CT_POLL_BATCHES:  # the fetch's stored bytes, for clients (ring.client.consumer)
-            body = msgpack.packb({"generation": got.generation, "token": got.token, **extra,
-                                  "batches": [list(b) for b in got.batches]}, use_bin_type=True)
-            ctype = CT_POLL_BATCHES
+            body, ctype = _batches_body(got, extra), CT_POLL_BATCHES
         elif accept == codec.CT_MSGPACK:  # keys and values as bytes
             body = msgpack.packb({"generation": got.generation, "token": got.token, **extra, "records": [
                 {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
@@ -246,6 +244,22 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
             query[name] = value
     return await _at_coordinator(request, group, None, local, wait_ms, query=query,
                                  route=("POST", f"/v1/groups/{group}/members/{consumer}/poll"), accept=accept)
+
+
+def _batches_body(got: Polled, extra: dict[str, Any]) -> bytes:
+    """The msgpack map of a stored-batches poll answer, its batches copied once (``packb`` would copy
+    them into a buffer it grows as it goes)."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    head = {"generation": got.generation, "token": got.token, **extra}
+    assert len(head) < 15
+    parts: list[Any] = [bytes([0x80 | (len(head) + 1)])]  # fixmap: a few keys
+    for k, v in head.items():
+        parts += [pack(k), pack(v)]
+    parts += [pack("batches"), b"\xdd" + len(got.batches).to_bytes(4, "big")]  # array 32
+    for b in got.batches:
+        parts += [b"\x95", pack(b.topic), pack(b.partition), pack(b.start), pack(b.end),
+                  b"\xc6" + len(b.data).to_bytes(4, "big"), b.data]  # fixarray of 5; bin 32
+    return b"".join(parts)
 
 
 def _poll_type(accept: str | None) -> str:

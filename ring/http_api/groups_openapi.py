@@ -80,6 +80,20 @@ whole on this connection before this request), then, unless auto_commit=false, c
 nothing: its records are handed out again. Answered only if the group is still at the generation the poll
 started in; otherwise 409 (join again)."""
 
+_POLL_OK = _ok("records, the group's generation and this answer's token: name it in the next request to "
+               "acknowledge this answer", {"type": "object", "properties": {
+                   "records": {"type": "array", "items": _RECORD},
+                   "generation": {"type": "integer"}, "token": _TOKEN_SCHEMA,
+                   "partitions": {"type": "integer", "description": "with leader: the consumer's partitions that "
+                                                                    "broker leads"}}})
+_POLL_OK["content"].update({
+    "application/msgpack": {"schema": {"type": "object", "description": "as JSON, keys and values as bytes"}},
+    "application/vnd.ring.poll-batches": {"schema": {
+        "type": "string", "format": "binary",
+        "description": 'msgpack {"generation", "token", "batches": [[topic, partition, start, end, batches], ...]}: '
+                       "per partition, the stored batches (as a fetch answers with application/vnd.ring.batches) "
+                       "that hold the records handed out, those with start <= offset < end"}}})
+
 OPENAPI_PATHS: dict[str, Any] = {
     "/v1/groups": {"get": {
         "summary": "Consumer groups of the cluster", "operationId": "listGroups",
@@ -130,13 +144,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             _param("leader", "query", _NAME, "read only the consumer's partitions this broker leads (as the "
                                              "coordinator knows their leaders); the answer then says how many "
                                              "that is in partitions")],
-        "responses": {"200": {**_ok("records, the group's generation and this answer's token: name it in the "
-                                    "next request to acknowledge this answer", {"type": "object", "properties": {
-                                        "records": {"type": "array", "items": _RECORD},
-                                        "generation": {"type": "integer"}, "token": _TOKEN_SCHEMA,
-                                        "partitions": {"type": "integer", "description": "with leader: the "
-                                                       "consumer's partitions that broker leads"}}}),
-                              "headers": _TOKEN_HEADER},
+        "responses": {"200": {**_POLL_OK, "headers": _TOKEN_HEADER},
                       "400": _BAD, "409": _STALE, "503": _DOWN}}},
     "/v1/groups/{group}/members/{consumer}": {"delete": {
         "summary": "Leave a group (a rebalance)", "operationId": "leaveGroup",
