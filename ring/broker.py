@@ -36,75 +36,42 @@ can read. Partition state lives in ``ring.replication.replica.Replica``.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import itertools
 import logging
-import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, NamedTuple, Sequence
+from typing import Any, Awaitable
 
 from ring import __version__, limits
 from ring.catalog import (INTERNAL_TOPICS, Catalog, TopicConfig, check_not_internal, validate_topic_name,
                           with_defaults)
 from ring.clock import Clock
+from ring.config import BrokerConfig
 from ring.errors import (
-    BadRequest,
     ClockUnusable,
     RingError,
     Conflict,
     OffsetOutOfRange,
-    Overloaded,
     StorageError,
     Unavailable,
     UnknownPartition,
     UnknownTopic,
 )
-from ring.hashing import broker_token, ordinal_from_name, partition_for_key
+from ring.hashing import broker_token, ordinal_from_name
 from ring.log import batch as batchfmt
+from ring.log import framing
 from ring.log.config import LogConfig
-from ring.log.fsync import FsyncPolicy, fsync_dir, write_atomically
+from ring.log.datadir import DataDir
 from ring.log.partition import PartitionLog
-from ring.replication import protocol, steps
+from ring.replication import protocol, reads, steps
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
+from ring.replication.reads import FetchResult, LongPolls
 from ring.replication.replica import Replica
-from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.broker")
-
-CATALOG_FILE = "catalog.json"
-CLEAN_SHUTDOWN_FILE = "clean-shutdown"
-LOCK_FILE = "lock"
-TOPICS_DIR = "topics"
-TRASH_DIR = "trash"  # deleted topics wait here for rmtree; outside the topic namespace
-
-
-@dataclass(frozen=True)
-class BrokerConfig:
-    name: str = "ring-0"
-    data_dir: Path = Path("./var/ring-0")
-    host: str = "127.0.0.1"
-    port: int = 9250
-    fsync: FsyncPolicy = field(default_factory=lambda: FsyncPolicy.parse("interval:1000"))
-    auto_create: bool = True
-    # cluster settings (ring.cluster.node); a broker without seeds is a cluster of one
-    peer_host: str = "127.0.0.1"
-    peer_port: int | None = None  # None: the client port + 1
-    seeds: tuple[str, ...] = ()
-    cluster_secret: str | None = None
-    token: int | None = None  # None: from the name's ordinal suffix
-    advertise: str | None = None  # host other brokers and clients use; None: the listen host
-    tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
-    down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
-    repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds
-    auto_partitions_grace_s: float = limits.AUTO_PARTITIONS_GRACE_MS / 1000  # before an auto topic grows
-    retention_interval_s: float = limits.RETENTION_CHECK_INTERVAL_MS / 1000  # leaders apply retention this often
-    max_clock_offset_ms: float = limits.CLOCK_OFFSET_MS_MAX_DEFAULT  # beyond it the wall clock is not used
-    range_interval_s: float = limits.RANGE_INTERVAL_S_DEFAULT  # leaders cut, copy and trim ranges this often
-    disk_free_min_bytes: int = limits.DISK_FREE_BYTES_MIN_DEFAULT  # below it this broker takes no new range
 
 
 @dataclass(frozen=True)
@@ -119,15 +86,6 @@ class ProduceResult:
                 "base_offset": self.base_offset, "count": self.count}
 
 
-class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make than a frozen dataclass
-    topic: str
-    partition: int
-    offset: int  # the requested offset; ``data`` may start with a batch below it
-    data: bytes  # whole stored batches, all below high_watermark
-    high_watermark: int
-    earliest_offset: int
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
         self.config = config
@@ -136,10 +94,10 @@ class Broker:
         self.catalog = Catalog()
         self._parts: dict[str, dict[int, Replica]] = {}
         self._round_robin: dict[str, itertools.count] = {}
-        self._long_polls = 0
+        self.long_polls = LongPolls(clock)
         self._closing = False
         self._started_monotonic = clock.monotonic()
-        self._lock_fd: int | None = None
+        self.dir = DataDir(self.data_dir)
         self._tasks: list[asyncio.Task[None]] = []
         self._deleting: set[str] = set()
         self.commits = GroupCommit(config.fsync)
@@ -160,23 +118,9 @@ class Broker:
         raise NotImplementedError  # ClusterBroker: with membership, which decides what is held
 
     def _open_dir(self) -> None:
-        (self.data_dir / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise StorageError(f"data directory {self.data_dir} is in use by another broker") from None
-        shutil.rmtree(self.data_dir / TRASH_DIR, ignore_errors=True)
-        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
-        catalog_path = self.data_dir / CATALOG_FILE
-        if catalog_path.exists():
-            self.catalog = Catalog.loads(catalog_path.read_bytes())
-            self.previous_shutdown_clean = marker.exists()
-        if marker.exists():
-            marker.unlink()
-            fsync_dir(self.data_dir)
+        catalog, self.previous_shutdown_clean = self.dir.open()
+        if catalog is not None:
+            self.catalog = catalog
 
     def _log_config(self, cfg: TopicConfig) -> LogConfig:
         # A segment smaller than the index interval (a topic may ask for 1 KiB) indexes its start only.
@@ -196,7 +140,7 @@ class Broker:
             self._open_partition(cfg, p, replicas)
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
-        directory = self.data_dir / TOPICS_DIR / cfg.name / str(p)
+        directory = self.dir.partition(cfg.name, p)
         directory.mkdir(parents=True, exist_ok=True)
         part = Replica(cfg.name, p, PartitionLog(directory, self._log_config(cfg), self.clock),
                        self.config.name, replicas, hw=self._initial_hw(cfg.name, p, replicas))
@@ -241,11 +185,7 @@ class Broker:
                     clean = False
                     log.error("closing %s/%d failed: %s", part.topic, part.index, exc)
         self._parts.clear()
-        if clean:
-            write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self.dir.close(clean)
 
     @property
     def closing(self) -> bool:
@@ -329,18 +269,13 @@ class Broker:
             for part in parts:
                 await self.commits.idle(part)
                 part.log.abandon()  # its files are about to go: no final fsync
-            trash = self.data_dir / TRASH_DIR
-            trash.mkdir(exist_ok=True)
-            doomed = trash / f"{name}.{self.clock.wall_ms()}"
-            if (self.data_dir / TOPICS_DIR / name).exists():
-                os.replace(self.data_dir / TOPICS_DIR / name, doomed)
-                fsync_dir(self.data_dir / TOPICS_DIR)
+            doomed = self.dir.trash_topic(name, self.clock.wall_ms())
         finally:
             self._deleting.discard(name)
         await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, doomed, True)
 
     def _save_catalog(self) -> None:
-        write_atomically(self.data_dir / CATALOG_FILE, self.catalog.dumps())
+        self.dir.save_catalog(self.catalog)
 
     def list_topics(self) -> list[dict[str, Any]]:
         return [{**cfg.to_json(), "internal": cfg.name in INTERNAL_TOPICS} for cfg in self.catalog]
@@ -382,15 +317,8 @@ class Broker:
     # --- produce -----------------------------------------------------------------
 
     def _choose_partition(self, cfg: TopicConfig, partition: int | None, key: bytes | None) -> int:
-        if partition is not None:
-            if not 0 <= partition < cfg.partitions:
-                raise UnknownPartition(f"topic {cfg.name!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
-                                       topic=cfg.name, partition=partition)
-            return partition
-        if key is not None:
-            return partition_for_key(key, cfg.partitions)
-        # No key: round-robin, one partition per request so a request stays one batch.
-        return self._unkeyed_partition(cfg)
+        return framing.choose_partition(cfg.name, cfg.partitions, partition, key,
+                                        lambda: self._unkeyed_partition(cfg))
 
     def _unkeyed_partition(self, cfg: TopicConfig) -> int:
         raise NotImplementedError  # Routing: a partition this broker leads, round-robin
@@ -443,47 +371,13 @@ class Broker:
 
     def _framed(self, cfg: TopicConfig, partition: int | None, records: list[batchfmt.RecordIn], sizes: list[int],
                 values_are_json: bool, keyed: bool, producer: tuple[int, int] | None) -> dict[int, list[bytearray]]:
-        """Partition -> the stored batches its records are framed into."""
-        pinned = None
-        if producer is not None:
-            if producer[1] + len(records) > 2**31 - 1:
-                raise BadRequest("sequence + records must stay below 2**31")
-            pinned = partition if partition is not None else partition_for_key(b"%d" % producer[0], cfg.partitions)
-        groups: dict[int, Sequence[int]]
-        if keyed and partition is None:
-            by_key: dict[int, list[int]] = {}
-            unkeyed_target: int | None = None
-            for i, rec in enumerate(records):
-                if rec[1] is not None:
-                    p = partition_for_key(rec[1], cfg.partitions)
-                else:
-                    if unkeyed_target is None:
-                        unkeyed_target = pinned if pinned is not None else self._choose_partition(cfg, None, None)
-                    p = unkeyed_target
-                by_key.setdefault(p, []).append(i)
-            groups = dict(by_key)
-        else:
-            target = partition if partition is not None or records[0][1] is not None else pinned
-            p = self._choose_partition(cfg, target, records[0][1])
-            groups = {p: range(len(records))}
+        """Partition -> the stored batches its records are framed into (``ring.log.framing``)."""
+        groups = framing.group(cfg.name, cfg.partitions, partition, records, keyed, producer,
+                               lambda: self._unkeyed_partition(cfg))
         if self.clock_refusal is not None:
             raise ClockUnusable(self.clock_refusal, broker=self.config.name)
-        now_ms = self.clock.wall_ms()
-        codec = batchfmt.CODECS[cfg.compression]
-        if len(groups) == 1 and producer is None and sum(sizes) <= _BATCH_RECORD_BYTES_MAX:
-            ((p, _),) = groups.items()  # one batch of them all, as they are
-            return {p: [batchfmt.encode(records, now_ms=now_ms, codec=codec, values_are_json=values_are_json)]}
-        framed: dict[int, list[bytearray]] = {}
-        for p, idx in groups.items():
-            seq = -1 if producer is None else producer[1]
-            framed[p] = []
-            for chunk in _cut(idx, sizes):
-                framed[p].append(batchfmt.encode([records[i] for i in chunk], now_ms=now_ms, codec=codec,
-                                                 values_are_json=values_are_json,
-                                                 producer_id=-1 if producer is None else producer[0],
-                                                 base_sequence=seq))
-                seq += len(chunk) if producer is not None else 0
-        return framed
+        return framing.frame(groups, records, sizes, values_are_json, producer, batchfmt.CODECS[cfg.compression],
+                             self.clock.wall_ms())
 
     async def _produce_framed(self, cfg: TopicConfig, framed: dict[int, list[bytearray]],
                               level: str) -> list[ProduceResult]:
@@ -619,13 +513,7 @@ class Broker:
     # --- fetch -------------------------------------------------------------------
 
     def _check_offset(self, part: Replica, offset: int) -> None:
-        start, end = part.log.start_offset, part.log.end_offset
-        if not start <= offset <= end:
-            where = "below the earliest" if offset < start else "above the latest"
-            raise OffsetOutOfRange(
-                f"offset {offset} is {where} offset of {part.topic}/{part.index} "
-                f"(earliest {start}, latest {end})",
-                topic=part.topic, partition=part.index, earliest=start, latest=end)
+        reads.check_offset(part, offset)
 
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
@@ -651,48 +539,16 @@ class Broker:
         return self._read(part, offset, max_bytes)
 
     def _read(self, part: Replica, offset: int, max_bytes: int) -> FetchResult:
-        hw = part.hw
-        data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
-        return FetchResult(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
+        return reads.read(part, offset, max_bytes)
 
     async def _wait_for_data(self, part: Replica, offset: int, wait_ms: int) -> None:
-        if self._long_polls >= limits.LONG_POLLS_OPEN_MAX:
-            raise Overloaded(f"{limits.LONG_POLLS_OPEN_MAX} long-polls are open; retry later")
-        deadline = self.clock.monotonic() + wait_ms / 1000
-        self._long_polls += 1
-        try:
-            while part.hw <= offset and not part.deleted and not self._closing:
-                remaining = deadline - self.clock.monotonic()
-                if remaining <= 0:
-                    break
-                if part.waiter is None:
-                    part.waiter = asyncio.get_running_loop().create_future()
-                await asyncio.wait({part.waiter}, timeout=remaining)
-        finally:
-            self._long_polls -= 1
-        if part.deleted:
-            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
+        await self.long_polls.wait(part, offset, wait_ms, lambda: self._closing)
 
     # --- offsets -----------------------------------------------------------------
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        """First offset with a timestamp at or after ``timestamp`` (ms, or earliest/latest).
-
-        When every record is older, the answer is the high watermark: reading
-        from there yields exactly the records that arrive later.
-        """
-        part = self._partition(topic, partition)
-        if timestamp == "earliest":
-            offset = part.log.start_offset
-        elif timestamp == "latest":
-            offset = part.hw
-        else:
-            try:
-                ts = int(timestamp, 10)
-            except ValueError:
-                raise BadRequest("timestamp must be milliseconds since the epoch, earliest or latest") from None
-            found = part.log.offset_for_timestamp(ts, upto=part.hw)
-            offset = part.hw if found is None else found
+        """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""
+        offset = reads.offset_for_timestamp(self._partition(topic, partition), timestamp)
         return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
@@ -727,7 +583,7 @@ class Broker:
             "clean_shutdown": self.clean_shutdown,
             "fsync": str(self.config.fsync),
             "auto_create": self.config.auto_create,
-            "long_polls_open": self._long_polls,
+            "long_polls_open": self.long_polls.open,
             "fsyncs": self.commits.fsyncs,
             "writebacks": self.commits.writebacks,
             "retention_sweeps": self.retention_sweeps,
@@ -751,20 +607,3 @@ def changed_config(cfg: TopicConfig, body: object, at_least: bool) -> TopicConfi
         body = {**body, "partitions": max(body["partitions"], cfg.partitions)}
     return cfg.changed(body)
 
-
-_BATCH_RECORD_BYTES_MAX = limits.BATCH_BYTES_MAX - batchfmt.HEADER_SIZE  # records' stored bytes in one batch
-
-
-def _cut(indexes: Sequence[int], sizes: list[int]) -> list[Sequence[int]]:
-    """Split record indexes into runs whose stored size fits in one batch: slices of ``indexes``
-    (of a ``range``, ranges: no integer object per record)."""
-    budget = _BATCH_RECORD_BYTES_MAX
-    chunks: list[Sequence[int]] = []
-    start = used = 0
-    for n, i in enumerate(indexes):
-        if n > start and used + sizes[i] > budget:
-            chunks.append(indexes[start:n])
-            start, used = n, 0
-        used += sizes[i]
-    chunks.append(indexes[start:])
-    return chunks

@@ -251,7 +251,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
             return 2
     data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
     logging_setup.configure(args.log_level, args.log_format)
-    from ring.broker import BrokerConfig
+    from ring.config import BrokerConfig
 
     from ring.tls import TlsConfig
 

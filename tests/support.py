@@ -218,7 +218,7 @@ def require(missing: str | None) -> None:
 def _cluster_broker(data_dir: Path, fsync: str, **settings: Any) -> ClusterBroker:
     import random
 
-    from ring.broker import BrokerConfig
+    from ring.config import BrokerConfig
     from ring.clock import SystemClock
     from ring.cluster.node import ClusterBroker
     from ring.log.fsync import FsyncPolicy

@@ -131,7 +131,7 @@ def test_route_rules() -> None:
 
 def test_every_client_route_has_a_rule(tmp_path) -> None:
     """A route nobody decided on needs admin on every topic: list it in access.RULES instead."""
-    from ring.broker import BrokerConfig
+    from ring.config import BrokerConfig
     from ring.clock import ManualClock
     from ring.cluster.node import ClusterBroker
     from ring.http_api.app import make_app

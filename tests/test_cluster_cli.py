@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ring import cli
-from ring.broker import BrokerConfig
+from ring.config import BrokerConfig
 from ring.cluster.node import token_of
 from ring.hashing import broker_token
 

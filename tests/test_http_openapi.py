@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema_rs  # schemathesis' validator
 import msgpack
 
-from ring.broker import BrokerConfig
+from ring.config import BrokerConfig
 from ring.clock import ManualClock
 from ring.cluster.node import ClusterBroker
 from ring.http_api import openapi

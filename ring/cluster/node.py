@@ -45,9 +45,10 @@ import aiohttp
 import msgpack
 
 from ring import limits
-from ring.broker import TOPICS_DIR, Broker, BrokerConfig, changed_config
+from ring.broker import Broker, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
+from ring.config import BrokerConfig
 from ring.cluster import placement
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
@@ -56,6 +57,7 @@ from ring.errors import Conflict, Unavailable
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
+from ring.log.datadir import TOPICS_DIR
 from ring.log.fsync import write_atomically
 from ring.ranges.manager import Ranges
 from ring.cluster.pump import NodePump

@@ -36,7 +36,7 @@ import itertools
 from typing import Any, Awaitable, Callable, TypeVar
 
 from ring import limits
-from ring.broker import Broker, FetchResult, ProduceResult
+from ring.broker import Broker, ProduceResult
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
 from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
@@ -44,6 +44,7 @@ from ring.http_api import answer
 from ring.node.ready import AwaitAcks, AwaitStart
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
+from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ring import auth, limits, metrics
-from ring.broker import Broker, FetchResult
+from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest
 from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api, web
@@ -21,6 +21,7 @@ from ring.http_api.web import Request, Response
 from ring.http_api.keys import BROKER_KEY
 from ring.replication import protocol
 from ring.replication.appends import Appending
+from ring.replication.reads import FetchResult
 
 BUDGET_KEY = "answer budget"  # the broker's answer.budget_of, looked up once
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
-from ring.broker import FetchResult
 from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
 from ring.ranges.catalogue import Catalogue, Range
 from ring.ranges.store import Key, RangeStore
+from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.ranges")

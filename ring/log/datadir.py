@@ -1,0 +1,79 @@
+"""A broker's data directory: its lock, its topic catalogue file, its clean-shutdown marker and the
+trash deleted topics wait in.
+
+Layout: ``<data_dir>/lock`` (held with ``flock`` while a broker runs, so two
+brokers never share a directory), ``catalog.json``, ``clean-shutdown`` (left
+by a clean close, removed at open), ``topics/<topic>/<p>/`` (one
+``PartitionLog`` each) and ``trash/`` (a deleted topic's files, moved there
+at once and removed in the background; emptied at open).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+from ring.catalog import Catalog
+from ring.errors import StorageError
+from ring.log.fsync import fsync_dir, write_atomically
+
+CATALOG_FILE = "catalog.json"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+LOCK_FILE = "lock"
+TOPICS_DIR = "topics"
+TRASH_DIR = "trash"  # deleted topics wait here for rmtree; outside the topic namespace
+
+
+class DataDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+
+    def open(self) -> tuple[Catalog | None, bool]:
+        """Lock the directory and empty its trash; the saved catalogue (None: none yet) and whether the
+        last run ended cleanly (a directory without a catalogue counts as clean)."""
+        (self.path / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StorageError(f"data directory {self.path} is in use by another broker") from None
+        shutil.rmtree(self.path / TRASH_DIR, ignore_errors=True)
+        marker = self.path / CLEAN_SHUTDOWN_FILE
+        catalog_path = self.path / CATALOG_FILE
+        catalog, clean = None, True
+        if catalog_path.exists():
+            catalog = Catalog.loads(catalog_path.read_bytes())
+            clean = marker.exists()
+        if marker.exists():
+            marker.unlink()
+            fsync_dir(self.path)
+        return catalog, clean
+
+    def close(self, clean: bool) -> None:
+        """Leave the clean-shutdown marker if ``clean``, and unlock."""
+        if clean:
+            write_atomically(self.path / CLEAN_SHUTDOWN_FILE, b"")
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def partition(self, topic: str, p: int) -> Path:
+        return self.path / TOPICS_DIR / topic / str(p)
+
+    def save_catalog(self, catalog: Catalog) -> None:
+        write_atomically(self.path / CATALOG_FILE, catalog.dumps())
+
+    def trash_topic(self, name: str, stamp_ms: int) -> Path:
+        """Move a topic's files into the trash at once (one rename); where they went, for ``rmtree``."""
+        trash = self.path / TRASH_DIR
+        trash.mkdir(exist_ok=True)
+        doomed = trash / f"{name}.{stamp_ms}"
+        if (self.path / TOPICS_DIR / name).exists():
+            os.replace(self.path / TOPICS_DIR / name, doomed)
+            fsync_dir(self.path / TOPICS_DIR)
+        return doomed

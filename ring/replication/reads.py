@@ -1,0 +1,93 @@
+"""Reads of a partition replica: offset checks, reads below the high watermark, long-poll waits
+and timestamp lookups.
+
+A fetch never returns data at or above the replica's high watermark, and a
+long-poll waits on the replica's waiter (set when the high watermark moves)
+until its deadline, the partition's deletion or the broker's shutdown. The
+number of open long-polls is bounded (``LONG_POLLS_OPEN_MAX``); one more is
+refused with ``Overloaded`` (429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, NamedTuple
+
+from ring import limits
+from ring.clock import Clock
+from ring.errors import BadRequest, OffsetOutOfRange, Overloaded, UnknownTopic
+from ring.replication.replica import Replica
+
+
+class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make than a frozen dataclass
+    topic: str
+    partition: int
+    offset: int  # the requested offset; ``data`` may start with a batch below it
+    data: bytes  # whole stored batches, all below high_watermark
+    high_watermark: int
+    earliest_offset: int
+
+
+def check_offset(part: Replica, offset: int) -> None:
+    """Raise ``OffsetOutOfRange`` (naming the earliest and latest) unless ``part``'s log holds ``offset``
+    or ends at it."""
+    start, end = part.log.start_offset, part.log.end_offset
+    if not start <= offset <= end:
+        where = "below the earliest" if offset < start else "above the latest"
+        raise OffsetOutOfRange(
+            f"offset {offset} is {where} offset of {part.topic}/{part.index} "
+            f"(earliest {start}, latest {end})",
+            topic=part.topic, partition=part.index, earliest=start, latest=end)
+
+
+def read(part: Replica, offset: int, max_bytes: int) -> FetchResult:
+    """Whole batches from ``offset``, all below the high watermark (none when it is at or past it)."""
+    hw = part.hw
+    data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
+    return FetchResult(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
+
+
+def offset_for_timestamp(part: Replica, timestamp: str) -> int:
+    """First offset with a timestamp at or after ``timestamp`` (ms, or earliest/latest).
+
+    When every record is older, the answer is the high watermark: reading
+    from there yields exactly the records that arrive later.
+    """
+    if timestamp == "earliest":
+        return part.log.start_offset
+    if timestamp == "latest":
+        return part.hw
+    try:
+        ts = int(timestamp, 10)
+    except ValueError:
+        raise BadRequest("timestamp must be milliseconds since the epoch, earliest or latest") from None
+    found = part.log.offset_for_timestamp(ts, upto=part.hw)
+    return part.hw if found is None else found
+
+
+class LongPolls:
+    """Fetches waiting for data, counted so their number stays bounded."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.open = 0
+
+    async def wait(self, part: Replica, offset: int, wait_ms: int, closing: Callable[[], bool]) -> None:
+        """Return once ``part``'s high watermark is past ``offset``, ``wait_ms`` have passed or the broker
+        is ``closing``; raise ``UnknownTopic`` if the partition was deleted meanwhile."""
+        if self.open >= limits.LONG_POLLS_OPEN_MAX:
+            raise Overloaded(f"{limits.LONG_POLLS_OPEN_MAX} long-polls are open; retry later")
+        deadline = self.clock.monotonic() + wait_ms / 1000
+        self.open += 1
+        try:
+            while part.hw <= offset and not part.deleted and not closing():
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0:
+                    break
+                if part.waiter is None:
+                    part.waiter = asyncio.get_running_loop().create_future()
+                await asyncio.wait({part.waiter}, timeout=remaining)
+        finally:
+            self.open -= 1
+        if part.deleted:
+            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
