@@ -123,6 +123,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", type=str.lower, default=_env("LOG_LEVEL", "info"),
                    choices=["debug", "info", "warning", "error"], help="(env RING_LOG_LEVEL; default info)")
     logging_setup.add_arguments(p)  # --log-format text|json (env RING_LOG_FORMAT)
+    _cluster_arguments(p)
+    _interval_arguments(p)
+    _security_arguments(p)
+    _polarstreams_arguments(p)
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """How a broker finds and is found by its peers."""
     p.add_argument("--peer-listen", type=parse_listen, default=_env("PEER_LISTEN", "") or None,
                    help="HOST:PORT of the peer API (gossip, replication); default the client host and port + 1 "
                         "(env RING_PEER_LISTEN)")
@@ -135,6 +144,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise", default=_env("ADVERTISE", "") or None,
                    help="host other brokers and clients reach this broker at; default the listen host "
                         "(env RING_ADVERTISE)")
+
+
+def _interval_arguments(p: argparse.ArgumentParser) -> None:
+    """How often background work runs, and the bounds past which a broker holds back."""
     p.add_argument("--down-grace-s", type=float,
                    default=float(_env("DOWN_GRACE_S", str(limits.DOWN_GRACE_S_DEFAULT))),
                    help="a broker down this long is taken off the ring and its partitions re-replicated "
@@ -164,6 +177,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="beyond this offset from most peers' clocks a broker stops leading partitions, stamping "
                         "records and applying time-based retention; it warns beyond half of it "
                         f"(env RING_MAX_CLOCK_OFFSET; default {limits.CLOCK_OFFSET_MS_MAX_DEFAULT}ms)")
+
+
+def _security_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS on both ports and client tokens (docs/SECURITY.md)."""
     p.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None,
                    help="PEM certificate (chain) both ports serve TLS with; plaintext without it (env RING_TLS_CERT)")
     p.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None,
@@ -174,6 +191,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--auth-tokens", type=Path, default=_env("AUTH_TOKENS", "") or None,
                    help="file of client token digests and their permissions; clients then need "
                         "'Authorization: Bearer TOKEN' (env RING_AUTH_TOKENS; docs/SECURITY.md)")
+
+
+def _polarstreams_arguments(p: argparse.ArgumentParser) -> None:
+    """PolarStreams' REST API beside ring's (docs/POLARSTREAMS.md)."""
     p.add_argument("--polarstreams", action="store_true",
                    default=_env("POLARSTREAMS", "false").strip().lower() not in (*_FALSE, ""),
                    help="also serve PolarStreams' REST API, on its discovery, producer and consumer ports at the "
@@ -183,7 +204,6 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    metavar="DISCOVERY,PRODUCER,CONSUMER",
                    help="PolarStreams' ports, the same on every broker (env RING_POLARSTREAMS_PORTS; "
                         "default 9250,9251,9252)")
-    p.set_defaults(func=_cmd_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -224,54 +244,17 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
-    args.listen = listen_address(args)
-    if isinstance(args.fsync, str):
-        args.fsync = parse_fsync(args.fsync)
-    try:  # defaults that came through the environment, not the types
-        for name, parse in (("peer_listen", parse_listen), ("seeds", parse_seeds), ("token", parse_token),
-                            ("max_clock_offset", parse_duration_ms)):
-            if isinstance(getattr(args, name), str):
-                setattr(args, name, parse(getattr(args, name)))
-    except argparse.ArgumentTypeError as exc:
-        print(f"ring serve: {exc}", file=sys.stderr)
-        return 2
-    polar = None
-    if args.polarstreams:
-        from ring.http_api.polar_api import Ports
-
-        try:
-            polar = Ports.parse(args.polarstreams_ports)
-        except ValueError as exc:
-            print(f"ring serve: {exc}", file=sys.stderr)
-            return 2
-        taken = {args.listen[1], args.peer_listen[1] if args.peer_listen else args.listen[1] + 1} & set(polar)
-        if taken - {0}:
-            print(f"ring serve: port {min(taken - {0})} is both one of ring's (--listen, --peer-listen) and one of "
-                  f"--polarstreams-ports {args.polarstreams_ports}", file=sys.stderr)
-            return 2
-    data_dir = args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}"))
-    logging_setup.configure(args.log_level, args.log_format)
-    from ring.config import BrokerConfig
-
-    from ring.tls import TlsConfig
-
-    tls = TlsConfig(args.tls_cert, args.tls_key, args.peer_ca)
     try:
+        polar = _parse_serve_arguments(args)
+        from ring.tls import TlsConfig
+
+        tls = TlsConfig(args.tls_cert, args.tls_key, args.peer_ca)
         tls.check()
         tokens = _load_tokens(args.auth_tokens)
-    except ValueError as exc:
+    except (argparse.ArgumentTypeError, ValueError) as exc:
         print(f"ring serve: {exc}", file=sys.stderr)
         return 2
-    host, port = args.listen
-    peer_host, peer_port = args.peer_listen or (host, None)  # None: the client port + 1
-    config = BrokerConfig(tls=tls, name=args.name, data_dir=data_dir, host=host, port=port,
-                          fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
-                          peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
-                          token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
-                          repair_interval_s=args.repair_interval_s,
-                          auto_partitions_grace_s=args.auto_partitions_grace_s,
-                          retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset,
-                          range_interval_s=args.range_interval_s, disk_free_min_bytes=args.disk_free_min_bytes)
+    config = _broker_config(args, tls)
     from ring.cluster.node import token_of
 
     try:
@@ -286,6 +269,45 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
     with runner:
         return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens, polar=polar))
+
+
+def _parse_serve_arguments(args: argparse.Namespace):
+    """Parse the values that came through the environment (argparse types only parse flags) and
+    configure logging; PolarStreams' ports (``polar_api.Ports``) with --polarstreams, else None.
+    ArgumentTypeError or ValueError for a value that does not parse or a port taken twice."""
+    args.listen = listen_address(args)
+    if isinstance(args.fsync, str):
+        args.fsync = parse_fsync(args.fsync)
+    for name, parse in (("peer_listen", parse_listen), ("seeds", parse_seeds), ("token", parse_token),
+                        ("max_clock_offset", parse_duration_ms)):
+        if isinstance(getattr(args, name), str):
+            setattr(args, name, parse(getattr(args, name)))
+    polar = None
+    if args.polarstreams:
+        from ring.http_api.polar_api import Ports
+
+        polar = Ports.parse(args.polarstreams_ports)
+        taken = {args.listen[1], args.peer_listen[1] if args.peer_listen else args.listen[1] + 1} & set(polar)
+        if taken - {0}:
+            raise ValueError(f"port {min(taken - {0})} is both one of ring's (--listen, --peer-listen) and one of "
+                             f"--polarstreams-ports {args.polarstreams_ports}")
+    logging_setup.configure(args.log_level, args.log_format)
+    return polar
+
+
+def _broker_config(args: argparse.Namespace, tls):
+    from ring.config import BrokerConfig
+
+    host, port = args.listen
+    peer_host, peer_port = args.peer_listen or (host, None)  # None: the client port + 1
+    return BrokerConfig(tls=tls, name=args.name, data_dir=args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}")),
+                        host=host, port=port, fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
+                        peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
+                        token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
+                        repair_interval_s=args.repair_interval_s,
+                        auto_partitions_grace_s=args.auto_partitions_grace_s,
+                        retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset,
+                        range_interval_s=args.range_interval_s, disk_free_min_bytes=args.disk_free_min_bytes)
 
 
 def _load_tokens(path: Path | None):
@@ -337,29 +359,9 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
         log.info("no --auth-tokens: every client request is let in")
     else:
         log.info("client authentication on: %d tokens", len(tokens))
-    for srv in (peer_server, server):
-        try:
-            await srv.start()
-        except OSError as exc:
-            if srv is peer_server and default_peer and not config.seeds and not config.cluster_secret:
-                # A broker alone refuses every peer request anyway: any free port will do.
-                log.warning("peer port %d is taken; a broker alone takes any free one", peer_port)
-                await srv.stop()
-                srv.port = 0
-                await srv.start()
-                continue
-            log.error("cannot listen on %s:%d: %s", srv.host, srv.port, exc)
-            await peer_server.stop()
-            return 1
-    started = [s for s in (listeners, server, peer_server) if s is not None]
-    if listeners is not None:
-        try:
-            await listeners.start()
-        except OSError as exc:
-            log.error("cannot listen on PolarStreams' ports %s at %s: %s", ",".join(map(str, polar)), config.host, exc)
-            for s in started[1:]:
-                await s.stop()
-            return 1
+    started = await _listen(config, peer_server, server, listeners, polar, default_peer)
+    if started is None:
+        return 1
     broker.bind(server.port, peer_server.port)
     try:
         broker.open()
@@ -386,6 +388,36 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     await broker.close()
     log.info("%s stopped cleanly", config.name)
     return 0
+
+
+async def _listen(config, peer_server, server, listeners, polar, default_peer: bool):
+    """Start every server (peer port first); the ones started, or None (all stopped again) when one
+    cannot listen. A broker alone whose default peer port is taken takes any free one."""
+    peer_port = peer_server.port
+    for srv in (peer_server, server):
+        try:
+            await srv.start()
+        except OSError as exc:
+            if srv is peer_server and default_peer and not config.seeds and not config.cluster_secret:
+                # A broker alone refuses every peer request anyway: any free port will do.
+                log.warning("peer port %d is taken; a broker alone takes any free one", peer_port)
+                await srv.stop()
+                srv.port = 0
+                await srv.start()
+                continue
+            log.error("cannot listen on %s:%d: %s", srv.host, srv.port, exc)
+            await peer_server.stop()
+            return None
+    started = [s for s in (listeners, server, peer_server) if s is not None]
+    if listeners is not None:
+        try:
+            await listeners.start()
+        except OSError as exc:
+            log.error("cannot listen on PolarStreams' ports %s at %s: %s", ",".join(map(str, polar)), config.host, exc)
+            for s in started[1:]:
+                await s.stop()
+            return None
+    return started
 
 
 def main(argv: list[str] | None = None) -> int:

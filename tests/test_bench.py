@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from ring.bench import cases, ceilings, loadgen, procs, profile, report, stats
+from ring.bench import records as bench_records
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -241,10 +242,10 @@ def test_top_frames_from_collapsed_stacks():
 
 
 def test_records_are_1k_json_and_carry_a_sequence():
-    recs = loadgen.make_records(20)
+    recs = bench_records.make_records(20)
     assert all(len(v) == 1024 and k.startswith(b"u") for k, v in recs)
-    stamped = loadgen.with_seq(recs[3][1], 123456)
-    assert len(stamped) == 1024 and loadgen.seq_of(stamped) == 123456
+    stamped = bench_records.with_seq(recs[3][1], 123456)
+    assert len(stamped) == 1024 and bench_records.seq_of(stamped) == 123456
     assert orjson.loads(stamped)["user"] == orjson.loads(recs[3][1])["user"]
 
 

@@ -261,7 +261,7 @@ def describe(row: dict[str, Any]) -> str:
 
 def run_part(bench: Any) -> dict[str, Any]:
     """The CPU-per-request part of a ``ring bench`` run: its rows and notes."""
-    from ring.bench.loadgen import make_records
+    from ring.bench.records import make_records
 
     why = ensure_packages({"wrk": "wrk"})
     clients = CLIENTS if why is None else ("python",)

@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from ring.bench.loadgen import with_seq
+from ring.bench.records import with_seq
 
 STREAM_READY_S = 30.0
 

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 from typing import Any, Callable
 
-from ring.bench.loadgen import with_seq
+from ring.bench.records import with_seq
 
 USER = PASSWORD = "guest"  # RabbitMQ's default user, allowed from loopback only
 

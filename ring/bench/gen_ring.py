@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 
 from ring.bench import http1
-from ring.bench.loadgen import with_seq
+from ring.bench.records import with_seq
 from ring.hashing.jump import partition_for_key
 from ring.log import batch as batchfmt
 

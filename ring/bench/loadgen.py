@@ -20,7 +20,6 @@ driver with ``open``, ``sender``, ``consume``, ``e2e_start`` and ``close``.
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
 import time
 import traceback
@@ -28,34 +27,10 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
-from ring import clickstream
 from ring.bench import stats
+from ring.bench.records import make_records, seq_of
 
-RECORD_BYTES = 1024
-POOL_RECORDS = 2_000  # distinct records reused in rotation: realistic content without per-request generation
 ERRORS_MAX = 200  # failed requests after which a run stops: a broken system, not a slow one
-SEQ_DIGITS = 10
-
-
-def make_records(n: int = POOL_RECORDS, seed: int = 1) -> list[tuple[bytes, bytes]]:
-    """(key, value) pairs: 1 KiB JSON page views keyed by their user."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        value = clickstream.padded_record(rng, RECORD_BYTES)
-        out.append((orjson.loads(value)["user"].encode(), value))
-    return out
-
-
-def with_seq(value: bytes, seq: int) -> bytes:
-    """The record with a sequence number written over the end of its padding
-    (still valid JSON, still 1 KiB): how e2e finds a record's send time."""
-    assert value.endswith(b'"}')
-    return value[: -2 - SEQ_DIGITS] + b"%0*d" % (SEQ_DIGITS, seq) + b'"}'
-
-
-def seq_of(value: bytes) -> int:
-    return int(value[-2 - SEQ_DIGITS : -2])
 
 
 class Run:

@@ -6,12 +6,35 @@ case or disturbed run, so a figure is never read without its conditions.
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from pathlib import Path
 from typing import Any
 
 from ring.bench import report
-from ring.bench.run import _module_version, machine
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.machine()}, {os.cpu_count()} cores ({model or 'unknown CPU'}), {mem_gb:.0f} GiB RAM, "
+            f"Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def _module_version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return "not installed"
 
 
 def _ceilings(extra: dict[str, Any], ring_unbatched: float | None) -> list[str]:
@@ -49,10 +72,35 @@ def _profile(p: dict[str, Any]) -> list[str]:
 
 
 def markdown(bench: Any) -> str:
-    s = bench.settings
     summary = report.summarise(bench.rows)
     peers = [p for p in bench.peers if p in bench.systems]
     systems = ["ring", *peers]
+    out = _settings(bench, systems)
+    for n in bench.notes:
+        out.append(f"- {n}")
+    if bench.rows:  # the single and hostile parts alone have no comparison
+        out += ["", *report.table(summary, bench.cases, peers), ""]
+        out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
+        out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
+                                                          bench.extra.get("idle_cores")), ""]
+    else:
+        out.append("")
+    ring_unbatched = (summary.get(("produce-1-unkeyed-quorum", "ring")) or {}).get("rec_s")
+    ceil = _ceilings(bench.extra, ring_unbatched)
+    if ceil:
+        out += ["#### Ceilings, same run", "", *ceil, ""]
+    out += _extra_parts(bench)
+    disturbed = [r for r in bench.rows if r.get("disturbed")]
+    if disturbed:
+        out.append(f"{len(disturbed)} of {len(bench.rows)} runs were disturbed (others' CPU, cores: "
+                   + ", ".join(f"{r['case']}/{r['system']} {r['others_cores']:.2f}" for r in disturbed[:12])
+                   + (" ..." if len(disturbed) > 12 else "") + ").")
+    return "\n".join(out)
+
+
+def _settings(bench: Any, systems: list[str]) -> list[str]:
+    """What was run, where and how: the lines that open the report."""
+    s = bench.settings
     out = [
         "### Latest run", "",
         f"- command: `{bench.args.command}`",
@@ -72,19 +120,12 @@ def markdown(bench: Any) -> str:
         f"- a run is *disturbed* when processes outside it used more than {report.stats.OTHERS_CORES_FLAG} "
         f"cores on average while it ran",
     ]
-    for n in bench.notes:
-        out.append(f"- {n}")
-    if bench.rows:  # the single and hostile parts alone have no comparison
-        out += ["", *report.table(summary, bench.cases, peers), ""]
-        out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
-        out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
-                                                          bench.extra.get("idle_cores")), ""]
-    else:
-        out.append("")
-    ring_unbatched = (summary.get(("produce-1-unkeyed-quorum", "ring")) or {}).get("rec_s")
-    ceil = _ceilings(bench.extra, ring_unbatched)
-    if ceil:
-        out += ["#### Ceilings, same run", "", *ceil, ""]
+    return out
+
+
+def _extra_parts(bench: Any) -> list[str]:
+    """The report's parts measured only when asked for: CPU, profiles, single broker, hostile input, Spark."""
+    out: list[str] = []
     if bench.extra.get("cpu", {}).get("rows"):
         from ring.bench import cpu
 
@@ -105,12 +146,7 @@ def markdown(bench: Any) -> str:
 
         text = spark.report(bench.extra["spark"], bench.args.command).splitlines()
         out += ["#### Spark: the ring source against a local file", "", *text[1:], ""]
-    disturbed = [r for r in bench.rows if r.get("disturbed")]
-    if disturbed:
-        out.append(f"{len(disturbed)} of {len(bench.rows)} runs were disturbed (others' CPU, cores: "
-                   + ", ".join(f"{r['case']}/{r['system']} {r['others_cores']:.2f}" for r in disturbed[:12])
-                   + (" ..." if len(disturbed) > 12 else "") + ").")
-    return "\n".join(out)
+    return out
 
 
 def write(bench: Any, text: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -95,20 +94,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{platform.machine()}, {os.cpu_count()} cores ({model or 'unknown CPU'}), {mem_gb:.0f} GiB RAM, "
-            f"Linux {platform.release()}, Python {platform.python_version()}")
-
-
 def ring_commit() -> str:
     """The commit of the ring source being measured (and whether it has local changes)."""
     here = Path(__file__).resolve().parent.parent.parent
@@ -120,14 +105,6 @@ def ring_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha + (" with uncommitted changes under ring/" if dirty else "")) if sha else "unknown"
-
-
-def _module_version(name: str) -> str:
-    try:
-        from importlib.metadata import version
-        return version(name)
-    except Exception:
-        return "not installed"
 
 
 class Bench:
@@ -342,7 +319,7 @@ class Bench:
 
     def run_ceilings(self) -> None:
         from ring.bench import ceilings
-        from ring.bench.loadgen import make_records
+        from ring.bench.records import make_records
 
         s = self.settings
         self.say("ceilings: disk, loopback, wrk")

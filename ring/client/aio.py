@@ -56,6 +56,27 @@ _LIVE: weakref.WeakSet[AsyncClient] = weakref.WeakSet()  # clients not closed ye
 
 
 class AsyncClient:
+    """A ring client: produce, fetch and topic administration over one pooled session.
+
+    ``brokers``: URLs (or ``host:port``), a list or a comma-separated string;
+    any one is enough to learn the rest. ``consistency`` (one|quorum|all) is
+    sent with every produce; None leaves it to each topic's own setting
+    (quorum unless the topic says otherwise); ``compression`` (none|zstd|lz4) is applied per
+    batch; ``auto_create`` creates unknown topics on first produce unless
+    the brokers run with auto-create off. ``token`` is sent as
+    ``Authorization: Bearer`` (brokers with --auth-tokens); ``ca_file`` is the
+    PEM CA that ``https://`` brokers' certificates are checked against.
+
+    A produce request that fails is tried again, following its partition's
+    leader, until ``delivery_timeout_s`` after the record was produced;
+    ``retries`` (None: no count) also bounds the attempts that reached a
+    broker. Fetches and administrative calls are tried again (other
+    brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
+    more than ``retries`` times when given. ``enable_idempotence`` (Kafka's name):
+    retries after a lost answer are stored once; off, such records fail as
+    ``OutcomeUnknown``. ``max_block_ms``: how long ``send`` (and the sync
+    client's ``produce``) waits for room in a full buffer."""
+
     def __init__(self, brokers: str | Iterable[str], *,
                  linger_ms: float = limits.CLIENT_LINGER_MS_DEFAULT,
                  batch_bytes: int = limits.CLIENT_BATCH_BYTES_DEFAULT,
@@ -75,34 +96,8 @@ class AsyncClient:
                  token: str | None = None,
                  ca_file: str | None = None,
                  clock: Clock | None = None) -> None:
-        """``brokers``: URLs (or ``host:port``), a list or a comma-separated string;
-        any one is enough to learn the rest. ``consistency`` (one|quorum|all) is
-        sent with every produce; None leaves it to each topic's own setting
-        (quorum unless the topic says otherwise); ``compression`` (none|zstd|lz4) is applied per
-        batch; ``auto_create`` creates unknown topics on first produce unless
-        the brokers run with auto-create off. ``token`` is sent as
-        ``Authorization: Bearer`` (brokers with --auth-tokens); ``ca_file`` is the
-        PEM CA that ``https://`` brokers' certificates are checked against.
-
-        A produce request that fails is tried again, following its partition's
-        leader, until ``delivery_timeout_s`` after the record was produced;
-        ``retries`` (None: no count) also bounds the attempts that reached a
-        broker. Fetches and administrative calls are tried again (other
-        brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
-        more than ``retries`` times when given. ``enable_idempotence`` (Kafka's name):
-        retries after a lost answer are stored once; off, such records fail as
-        ``OutcomeUnknown``. ``max_block_ms``: how long ``send`` (and the sync
-        client's ``produce``) waits for room in a full buffer."""
-        if consistency is not None and consistency not in CONSISTENCIES:
-            raise errors.BadRequest(f"consistency must be one of {', '.join(CONSISTENCIES)}")
-        if compression not in batchfmt.CODECS:
-            raise errors.BadRequest(f"compression must be one of {', '.join(batchfmt.CODECS)}")
-        if not batchfmt.HEADER_SIZE < batch_bytes <= limits.CLIENT_BATCH_BYTES_MAX:
-            raise errors.BadRequest(f"batch_bytes must be in ({batchfmt.HEADER_SIZE}, {limits.CLIENT_BATCH_BYTES_MAX}]")
-        if buffer_bytes < limits.BATCH_BYTES_MAX or max_in_flight < 1 or (retries is not None and retries < 0) \
-                or linger_ms < 0 or delivery_timeout_s <= 0 or max_block_ms < 0:
-            raise errors.BadRequest("buffer_bytes must hold a maximal batch; max_in_flight >= 1; "
-                                    "retries, linger_ms and max_block_ms >= 0; delivery_timeout_s > 0")
+        _check_settings(consistency, compression, batch_bytes, buffer_bytes, max_in_flight, retries, linger_ms,
+                        delivery_timeout_s, max_block_ms)
         self.bootstrap = parse_brokers(brokers)
         self.linger_ms = linger_ms
         self.batch_bytes = batch_bytes
@@ -416,34 +411,9 @@ class AsyncClient:
         except errors.Conflict:
             if not exist_ok:
                 raise
-        await self._await_everywhere(name)
+        await meta.await_everywhere(name)
         described, _ = await meta.describe(name)
         return described
-
-    async def _await_everywhere(self, name: str) -> None:
-        """Until every live broker describes the topic with a leader for each partition (bounded)."""
-        meta = self._meta
-        assert meta is not None and self._transport is not None
-        if not meta.topology.clustered:
-            return
-        deadline = self._meta_now() + limits.CLIENT_TOPIC_PROPAGATION_S_MAX * 1000
-        waiting = set(meta.topology.live_broker_urls())
-        while waiting and self._meta_now() < deadline:
-            for url in list(waiting):
-                try:
-                    reply = await self._transport.json("GET", url, f"/v1/topics/{quote(name)}",
-                                                       timeout_s=limits.CLIENT_CONNECT_TIMEOUT_S)
-                except BrokerUnreachable:
-                    waiting.discard(url)  # a dead broker learns it when it comes back
-                    continue
-                doc = reply.json() if reply.status == 200 else None
-                if isinstance(doc, dict) and all(p.get("leader") for p in doc.get("partitions") or [{}]):
-                    waiting.discard(url)
-            if waiting:
-                await asyncio.sleep(0.05)
-        if waiting:
-            log.warning("topic %s: not yet known, or without a leader for every partition, on %s",
-                        name, ", ".join(sorted(waiting)))
 
     async def change_topic(self, name: str, **settings: Any) -> dict[str, Any]:
         """Change a topic's settings (the broker's PATCH /v1/topics/{topic}: partitions grow only, or
@@ -480,6 +450,22 @@ class AsyncClient:
             brokers = [{"name": b.name, "token": None, "status": b.status, "client_url": b.client_url,
                         "peer_url": None} for b in meta.topology.brokers.values()]
             return {"brokers": brokers, "self": brokers[0]["name"] if brokers else None, "standalone": True}
+
+
+def _check_settings(consistency: str | None, compression: str, batch_bytes: int, buffer_bytes: int,
+                    max_in_flight: int, retries: int | None, linger_ms: float, delivery_timeout_s: float,
+                    max_block_ms: float) -> None:
+    """Raise ``BadRequest`` naming the first setting of a client that is out of its bounds."""
+    if consistency is not None and consistency not in CONSISTENCIES:
+        raise errors.BadRequest(f"consistency must be one of {', '.join(CONSISTENCIES)}")
+    if compression not in batchfmt.CODECS:
+        raise errors.BadRequest(f"compression must be one of {', '.join(batchfmt.CODECS)}")
+    if not batchfmt.HEADER_SIZE < batch_bytes <= limits.CLIENT_BATCH_BYTES_MAX:
+        raise errors.BadRequest(f"batch_bytes must be in ({batchfmt.HEADER_SIZE}, {limits.CLIENT_BATCH_BYTES_MAX}]")
+    if buffer_bytes < limits.BATCH_BYTES_MAX or max_in_flight < 1 or (retries is not None and retries < 0) \
+            or linger_ms < 0 or delivery_timeout_s <= 0 or max_block_ms < 0:
+        raise errors.BadRequest("buffer_bytes must hold a maximal batch; max_in_flight >= 1; "
+                                "retries, linger_ms and max_block_ms >= 0; delivery_timeout_s > 0")
 
 
 def delivery_reporter(callback: DeliveryCallback) -> Callable[[Any], None]:

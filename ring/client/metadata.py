@@ -155,6 +155,30 @@ class Metadata:
             _, info = await self.describe(topic)
         return info
 
+    async def await_everywhere(self, name: str) -> None:
+        """Until every live broker describes the topic with a leader for each partition (bounded by
+        ``CLIENT_TOPIC_PROPAGATION_S_MAX``; past it a warning is logged)."""
+        if not self.topology.clustered:
+            return
+        deadline = self.now_ms() + limits.CLIENT_TOPIC_PROPAGATION_S_MAX * 1000
+        waiting = set(self.topology.live_broker_urls())
+        while waiting and self.now_ms() < deadline:
+            for url in list(waiting):
+                try:
+                    reply = await self.transport.json("GET", url, f"/v1/topics/{quote(name)}",
+                                                      timeout_s=limits.CLIENT_CONNECT_TIMEOUT_S)
+                except BrokerUnreachable:
+                    waiting.discard(url)  # a dead broker learns it when it comes back
+                    continue
+                doc = reply.json() if reply.status == 200 else None
+                if isinstance(doc, dict) and all(p.get("leader") for p in doc.get("partitions") or [{}]):
+                    waiting.discard(url)
+            if waiting:
+                await asyncio.sleep(0.05)
+        if waiting:
+            log.warning("topic %s: not yet known, or without a leader for every partition, on %s",
+                        name, ", ".join(sorted(waiting)))
+
     def forget(self, topic: str) -> None:
         self.topology = self.topology.without_topic(topic)
 

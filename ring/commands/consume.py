@@ -242,18 +242,7 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
             token = got.get("token")
             records = got.get("records") or []
             if records:
-                if ctx.json:
-                    lines = [orjson.dumps(r) for r in records]
-                else:
-                    lines = [_value_line(r) for r in records]
-                lines.append(b"")
-                data = b"\n".join(lines)
-                out.write(data)
-                out.flush()
-                for r in records:
-                    tp = (r["topic"], r["partition"])
-                    printed[tp] = max(printed.get(tp, 0), r["offset"] + 1)
-                progress.update(len(records), len(data))
+                progress.update(len(records), _write_polled(ctx, out, records, printed))
                 if remaining > 0:
                     remaining -= len(records)
             elif not args.follow:
@@ -263,6 +252,20 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
         api.retry_timeout_s = None  # leaving: a few rounds, not a minute (the session times out anyway)
         _leave(ctx, api, group, consumer, generation, printed)
     return EXIT_OK
+
+
+def _write_polled(ctx: Context, out: Any, records: list[dict[str, Any]], printed: dict[tuple[str, int], int]) -> int:
+    """Write a poll's records out, one line each, and note the next offset after each partition's
+    last one (what leaving commits); the bytes written."""
+    lines = [orjson.dumps(r) for r in records] if ctx.json else [_value_line(r) for r in records]
+    lines.append(b"")
+    data = b"\n".join(lines)
+    out.write(data)
+    out.flush()
+    for r in records:
+        tp = (r["topic"], r["partition"])
+        printed[tp] = max(printed.get(tp, 0), r["offset"] + 1)
+    return len(data)
 
 
 def _leave(ctx: Context, api: Any, group: str, consumer: str, generation: int,

@@ -3,12 +3,11 @@
 Theory of operation.
 
 * Reading. Bytes go to httptools (llhttp, the parser uvicorn uses) as they
-  arrive. When a request's head is complete the front finds its route and,
-  before a byte of the body is taken, checks access (``access.Guard``), the
-  route's ``prepare`` (its query and headers), the declared body size and
-  the body budget: a request refused there is answered at once, and its body,
-  if the client sends it anyway, is read and dropped. Otherwise the body is
-  taken piece by piece into an ``Incoming`` (decoded, bounded, counted).
+  arrive. When a request's head is complete, ``handling.admit`` finds its
+  route and checks it before a byte of the body is taken: a request refused
+  there is answered at once, and its body, if the client sends it anyway, is
+  read and dropped. Otherwise the body is taken piece by piece into an
+  ``Incoming`` (decoded, bounded, counted).
 * Running. A connection runs one request at a time, in the order they came:
   pipelined requests wait their turn, parsed, up to PIPELINED_REQUESTS_MAX
   (then reading pauses). A handler's answer is a ``Response`` (written at
@@ -40,11 +39,10 @@ from typing import Any
 import httptools
 
 from ring import auth, limits
-from ring.errors import BodyTimeout, PayloadTooLarge, RingError
-from ring.http_api import web
+from ring.errors import BodyTimeout, RingError
+from ring.http_api import handling, web
 from ring.http_api.exchange import (ANSWERED, METHODS, NO_BODY_STATUSES, READY, RECEIVING, RUNNING, Exchange,
-                                    HeadError, HttpError, answer_head, origin_path)
-from ring.http_api.incoming import Incoming
+                                    HeadError, answer_head, origin_path)
 from ring.http_api.link import Link, Via
 from ring.http_api.web import Later, Request, Response
 
@@ -304,46 +302,18 @@ class Connection(asyncio.Protocol):
         has_body = dict.get(headers, "content-length", "0") != "0" or "transfer-encoding" in headers
         expect = has_body and dict.get(headers, "expect", "").lower() == "100-continue"
         try:
-            self._admit(ex, has_body)
+            handling.admit(self.app, ex, has_body)
         except RingError as exc:
             if expect:
                 ex.keep_alive = False  # the client will not send the body: close instead of waiting for it
             else:
                 ex.linger = has_body
-            self._answer(ex, self._error(req, exc))
+            self._answer(ex, handling.error_answer(req, exc))
         if has_body:
             self.body_deadline = self._begun + limits.BODY_READ_TIMEOUT_S
             if expect and ex.state == RECEIVING:
                 ex.expect_continue = True
                 self._pump()
-
-    def _admit(self, ex: Exchange, has_body: bool) -> None:
-        """Route, access, the route's own checks and the body's bounds: before any of the body is read."""
-        req = ex.req
-        app = self.app
-        route, params, allowed = app.router.resolve(req.method, req.path)
-        if route is None:
-            if allowed:
-                raise HttpError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
-            raise HttpError(404, "Not Found")
-        req.route = route
-        req.match_info = params
-        if app.guard is not None:
-            app.guard.check(req)
-        if route.prepare is not None:
-            route.prepare(req)
-        if not has_body:
-            return
-        limit = route.body_max
-        declared = req.content_length if limit is not None else None
-        if limit is not None and declared is not None and declared > limit:
-            raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit}", limit_bytes=limit)
-        if limit is None:
-            return  # the route reads no body: it is dropped as it comes
-        hold = app.body_budget.hold(declared)  # 429 now when the declared size cannot fit
-        # A route's prepare may name a line bound for its body (NDJSON produce): refused as the bytes come.
-        line_max = getattr(req.state, "line_bytes_max", None)
-        ex.incoming = Incoming(limit, hold, req.headers.get("content-encoding"), line_max)
 
     def on_body(self, data: bytes) -> None:
         ex = self.receiving
@@ -412,7 +382,7 @@ class Connection(asyncio.Protocol):
                 self.front.tasks.add(task)
                 task.add_done_callback(self.front.tasks.discard)
         except RingError as exc:
-            self._answer(ex, self._error(req, exc))
+            self._answer(ex, handling.error_answer(req, exc))
         except Exception:
             log.exception("unexpected error in %s %s", req.method, req.path)
             self._answer(ex, web.http_error(500, "internal error; the broker log has the details"))
@@ -420,37 +390,11 @@ class Connection(asyncio.Protocol):
             if reset is not None:
                 auth.CURRENT.reset(reset)
 
-    @staticmethod
-    def _error(req: Request, exc: RingError) -> Response:
-        if exc.status >= 500:
-            log.warning("%s %s: %s", req.method, req.path, exc.message)
-        return req.app.answer_error(exc)
-
     def _later(self, ex: Exchange, make: Any, fut: asyncio.Future) -> None:
-        try:
-            resp = make(fut)
-        except RingError as exc:
-            resp = self._error(ex.req, exc)
-        except asyncio.CancelledError:
-            resp = web.http_error(503, "the request was cancelled (the broker is stopping)")
-        except Exception:
-            log.exception("unexpected error in %s %s", ex.req.method, ex.req.path)
-            resp = web.http_error(500, "internal error; the broker log has the details")
-        self._answer(ex, resp)
+        self._answer(ex, handling.later_answer(ex.req, make, fut))
 
     async def _await(self, ex: Exchange, pending: Any) -> None:
-        try:
-            resp = await pending
-        except RingError as exc:
-            resp = self._error(ex.req, exc)
-        except asyncio.CancelledError:
-            if ex.cell is not None:
-                ex.cell[0] = None
-            raise
-        except Exception:
-            log.exception("unexpected error in %s %s", ex.req.method, ex.req.path)
-            resp = web.http_error(500, "internal error; the broker log has the details")
-        self._answer(ex, resp)
+        self._answer(ex, await handling.awaited_answer(ex, pending))
 
     def _answer(self, ex: Exchange, resp: Response) -> None:
         """``ex`` has its answer: count it, give its body's bytes back, and write what is due."""

@@ -208,146 +208,178 @@ def _document() -> dict[str, Any]:
         "paths": {
             **admin.OPENAPI_PATHS, **metrics.OPENAPI_PATHS, **groups_openapi.OPENAPI_PATHS,
             **cluster_api.OPENAPI_PATHS, **ranges_api.OPENAPI_PATHS,
-            "/v1/status": {"get": {
-                "summary": "Broker status", "operationId": "status",
-                "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, retention_sweeps, "
-                                         "clock (a clustered broker: state, offset_ms, uncertainty_ms, max_offset_ms, "
-                                         "warn_offset_ms, message, and peers: each measured peer's offset), ...",
-                                         {"type": "object"}),
-                              "503": _ok("the same document while status is joining: the broker has not yet "
-                                         "seen the cluster (readiness)", {"type": "object"})}}},
-            "/v1/cluster": {"get": {
-                "summary": "The brokers this broker knows and their state", "operationId": "cluster",
-                "description": _CLUSTER_DOC,
-                "responses": {"200": _ok("brokers and this broker's name", _CLUSTER)}}},
-            "/v1/openapi.json": {"get": {
-                "summary": "This document", "operationId": "openapi",
-                "responses": {"200": _ok("OpenAPI 3.1 document", {"type": "object"})}}},
-            "/v1/topics": {
-                "get": {"summary": "List topics with their settings", "operationId": "listTopics",
-                        "responses": {"200": _ok("topics", {"type": "object", "properties": {
-                            "topics": {"type": "array", "items": _TOPIC_LISTED}}})}},
-                "post": {"summary": "Create a topic", "operationId": "createTopic",
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CONFIG}}},
-                         "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
-                                       "400": _BAD, "409": _err("the topic exists")}},
-            },
-            "/v1/topics/{topic}": {
-                "parameters": [_TOPIC],
-                "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
-                        "description": _DESCRIBE_DOC,
-                        "responses": {"200": _ok("settings, internal, and partitions: [{partition, earliest_offset, "
-                                                 "local_start_offset (where the replica's own log starts; below "
-                                                 "it, down to earliest_offset, the offsets are in ranges), "
-                                                 "end_offset, high_watermark, leader, replicas, epoch, "
-                                                 "replica_end_offsets}]",
-                                                 {"type": "object"}),
-                                      "400": _BAD, "404": _NOT_FOUND}},
-                "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",
-                          "description": _CHANGE_DOC,
-                          "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CHANGE}}},
-                          "responses": {"200": _ok("the topic, as described by GET /v1/topics/{topic}",
-                                                   {"type": "object"}),
-                                        "400": _BAD, "404": _NOT_FOUND}},
-                "delete": {"summary": "Delete a topic and its records", "operationId": "deleteTopic",
-                           "responses": {"200": _ok("deleted", {"type": "object"}), "400": _BAD, "404": _NOT_FOUND}},
-            },
-            "/v1/topics/{topic}/messages": {"post": {
-                "summary": "Produce records", "operationId": "produce", "description": _PRODUCE_DOC,
-                "parameters": [
-                    _TOPIC,
-                    _param("key", "query", {"type": "string", "maxLength": limits.KEY_BYTES_MAX},
-                           "key of every record (UTF-8); picks the partition"),
-                    _param("partition", "query", {"type": "integer", "minimum": 0}, "explicit partition"),
-                    _param("consistency", "query", {"enum": ["one", "quorum", "all"]},
-                           "replicas that must hold the records before the answer: one (the leader), quorum "
-                           "(a majority of the replication factor) or all; default: the topic's consistency "
-                           "setting (quorum unless set)"),
-                    _param("producer_id", "query", {"type": "integer", "minimum": 0},
-                           "an idempotent producer's id (with sequence): a retry of a request already written is "
-                           "answered with the original offsets and written once"),
-                    _param("sequence", "query", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                           "the sequence of the request's first record, per partition (with producer_id); must "
-                           "grow from request to request, gaps allowed; an older one that matches none of the "
-                           f"producer's last {limits.PRODUCER_BATCHES_KEPT} batches is refused with 409"),
-                ],
-                "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": {}},
-                    "application/x-ndjson": {"schema": {"type": "string"}},
-                    "application/msgpack": {"schema": {"oneOf": [_MSGPACK_RECORD, {"type": "array", "items": _MSGPACK_RECORD}]}},
-                    "application/vnd.ring.batch": {"schema": {"type": "string", "format": "binary"}},
-                    "text/plain": {"schema": {"type": "string"}},
-                }},
-                "responses": {"200": _ok("where the records went", _PRODUCED), "400": _BAD, "404": _NOT_FOUND,
-                              "408": _err("body not sent in time"), "409": _err("an idempotent produce whose sequence is not after the producer's last one "
-                                          "(and matches none it remembers), or half a retry: nothing was written"),
-                              "413": _err("body, line or record too large"),
-                              "415": _err("unsupported Content-Type"),
-                              "503": _err("too few live replicas for the consistency level (the body says how many "
-                                          "are alive and needed; nothing was written), the partition has no leader "
-                                          "(an election runs: about 4-13 s after a leader stops), not_leader (the "
-                                          "body names the leader this broker knows), clock_unusable (this broker's "
-                                          "clock is out of bounds: it stamps no record; produce through another "
-                                          "broker, or send application/vnd.ring.batch stamped by the client), or the "
-                                          "broker is joining or shutting down; nothing was written; retry after "
-                                          "Retry-After"),
-                              "504": _err("the replicas the consistency level needs did not acknowledge in time, "
-                                          "or the leader stepped down first: the outcome is unknown")}}},
-            "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
-                "summary": "Fetch records (long-poll)", "operationId": "fetch", "description": _FETCH_DOC,
-                "parameters": [
-                    _TOPIC, _PARTITION,
-                    _param("offset", "query", {"type": "integer", "minimum": 0}, "first offset; default: earliest"),
-                    _param("max_records", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_RECORDS_MAX,
-                                                    "default": limits.FETCH_RECORDS_DEFAULT}, "records at most"),
-                    _param("max_bytes", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_BYTES_MAX,
-                                                  "default": limits.FETCH_BYTES_DEFAULT},
-                           "stored bytes to read (at least one batch is returned)"),
-                    _param("wait_ms", "query", {"type": "integer", "minimum": 0, "maximum": limits.LONG_POLL_WAIT_MS_MAX,
-                                                "default": 0}, "long-poll this long for new records"),
-                ],
-                "responses": {
-                    "200": {"description": "records", "content": {
-                        "application/json": {"schema": {"type": "object", "properties": {
-                            "topic": {"type": "string"}, "partition": {"type": "integer"},
-                            "records": {"type": "array", "items": _RECORD},
-                            "next_offset": {"type": "integer"}, "high_watermark": {"type": "integer"}}}},
-                        "application/x-ndjson": {"schema": {"type": "string"}},
-                        "application/msgpack": {"schema": {"type": "object"}},
-                        "application/vnd.ring.batches": {"schema": {"type": "string", "format": "binary"}},
-                    }},
-                    "400": _BAD, "404": _NOT_FOUND,
-                    "416": _err("offset out of range; the body names earliest and latest"),
-                    "429": _err("too many long-polls open, or too many fetch answers not yet taken by "
-                                "their clients; retry after Retry-After")}}},
-            "/v1/topics/{topic}/partitions/{partition}/offsets": {"get": {
-                "summary": "Offset by timestamp", "operationId": "offsetForTimestamp",
-                "parameters": [_TOPIC, _PARTITION,
-                               _param("timestamp", "query", {"type": "string"},
-                                      "ms since the epoch, or earliest / latest", required=True)],
-                "responses": {"200": _ok("first offset with a timestamp at or after it; the high watermark "
-                                         "when every record is older", {"type": "object"}),
-                              "400": _BAD, "404": _NOT_FOUND}}},
-            "/v1/topics/{topic}/partitions/{partition}/truncate": {"post": {
-                "summary": "Delete records below an offset", "operationId": "truncate",
-                "parameters": [_TOPIC, _PARTITION],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["before_offset"],
-                    "properties": {"before_offset": {"type": "integer", "minimum": 0}}}}}},
-                "description": "On the partition's leader (any broker forwards it there); the followers take "
-                               "the new earliest offset through replication, as they take the high watermark, "
-                               "and serve nothing below it from then on. Answered once a majority of the "
-                               "partition's replicas hold the new start, so no failover undoes it.",
-                "responses": {"200": _ok("the new earliest offset", {"type": "object"}), "400": _BAD,
-                              "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark"),
-                              "503": _err("fewer than a majority of the partition's replicas are up, or its leader "
-                                          "is not reachable; nothing changed"),
-                              "504": _err("the leader's log starts at the new offset (applied_on_leader), but a "
-                                          "majority of the replicas did not confirm it in time (confirmed, needed); "
-                                          "the same truncate again is safe")}}},
+            **_broker_paths(), **_topic_paths(), **_produce_path(), **_fetch_path(), **_partition_paths(),
         },
         "components": {"schemas": {"Error": {
             "type": "object", "required": ["error", "message"],
             "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
             "additionalProperties": True}, "Record": _RECORD}},
+    }
+
+
+
+def _broker_paths() -> dict[str, Any]:
+    """The broker itself: status, cluster view, this document."""
+    return {
+        "/v1/status": {"get": {
+            "summary": "Broker status", "operationId": "status",
+            "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, retention_sweeps, "
+                                     "clock (a clustered broker: state, offset_ms, uncertainty_ms, max_offset_ms, "
+                                     "warn_offset_ms, message, and peers: each measured peer's offset), ...",
+                                     {"type": "object"}),
+                          "503": _ok("the same document while status is joining: the broker has not yet "
+                                     "seen the cluster (readiness)", {"type": "object"})}}},
+        "/v1/cluster": {"get": {
+            "summary": "The brokers this broker knows and their state", "operationId": "cluster",
+            "description": _CLUSTER_DOC,
+            "responses": {"200": _ok("brokers and this broker's name", _CLUSTER)}}},
+        "/v1/openapi.json": {"get": {
+            "summary": "This document", "operationId": "openapi",
+            "responses": {"200": _ok("OpenAPI 3.1 document", {"type": "object"})}}},
+    }
+
+
+def _topic_paths() -> dict[str, Any]:
+    """Topics: list, create, describe, change, delete."""
+    return {
+        "/v1/topics": {
+            "get": {"summary": "List topics with their settings", "operationId": "listTopics",
+                    "responses": {"200": _ok("topics", {"type": "object", "properties": {
+                        "topics": {"type": "array", "items": _TOPIC_LISTED}}})}},
+            "post": {"summary": "Create a topic", "operationId": "createTopic",
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CONFIG}}},
+                     "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
+                                   "400": _BAD, "409": _err("the topic exists")}},
+        },
+        "/v1/topics/{topic}": {
+            "parameters": [_TOPIC],
+            "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
+                    "description": _DESCRIBE_DOC,
+                    "responses": {"200": _ok("settings, internal, and partitions: [{partition, earliest_offset, "
+                                             "local_start_offset (where the replica's own log starts; below "
+                                             "it, down to earliest_offset, the offsets are in ranges), "
+                                             "end_offset, high_watermark, leader, replicas, epoch, "
+                                             "replica_end_offsets}]",
+                                             {"type": "object"}),
+                                  "400": _BAD, "404": _NOT_FOUND}},
+            "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",
+                      "description": _CHANGE_DOC,
+                      "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CHANGE}}},
+                      "responses": {"200": _ok("the topic, as described by GET /v1/topics/{topic}",
+                                               {"type": "object"}),
+                                    "400": _BAD, "404": _NOT_FOUND}},
+            "delete": {"summary": "Delete a topic and its records", "operationId": "deleteTopic",
+                       "responses": {"200": _ok("deleted", {"type": "object"}), "400": _BAD, "404": _NOT_FOUND}},
+        },
+    }
+
+
+def _produce_path() -> dict[str, Any]:
+    """Producing records."""
+    return {
+        "/v1/topics/{topic}/messages": {"post": {
+            "summary": "Produce records", "operationId": "produce", "description": _PRODUCE_DOC,
+            "parameters": [
+                _TOPIC,
+                _param("key", "query", {"type": "string", "maxLength": limits.KEY_BYTES_MAX},
+                       "key of every record (UTF-8); picks the partition"),
+                _param("partition", "query", {"type": "integer", "minimum": 0}, "explicit partition"),
+                _param("consistency", "query", {"enum": ["one", "quorum", "all"]},
+                       "replicas that must hold the records before the answer: one (the leader), quorum "
+                       "(a majority of the replication factor) or all; default: the topic's consistency "
+                       "setting (quorum unless set)"),
+                _param("producer_id", "query", {"type": "integer", "minimum": 0},
+                       "an idempotent producer's id (with sequence): a retry of a request already written is "
+                       "answered with the original offsets and written once"),
+                _param("sequence", "query", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                       "the sequence of the request's first record, per partition (with producer_id); must "
+                       "grow from request to request, gaps allowed; an older one that matches none of the "
+                       f"producer's last {limits.PRODUCER_BATCHES_KEPT} batches is refused with 409"),
+            ],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": {}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+                "application/msgpack": {"schema": {"oneOf": [_MSGPACK_RECORD, {"type": "array", "items": _MSGPACK_RECORD}]}},
+                "application/vnd.ring.batch": {"schema": {"type": "string", "format": "binary"}},
+                "text/plain": {"schema": {"type": "string"}},
+            }},
+            "responses": {"200": _ok("where the records went", _PRODUCED), "400": _BAD, "404": _NOT_FOUND,
+                          "408": _err("body not sent in time"), "409": _err("an idempotent produce whose sequence is not after the producer's last one "
+                                      "(and matches none it remembers), or half a retry: nothing was written"),
+                          "413": _err("body, line or record too large"),
+                          "415": _err("unsupported Content-Type"),
+                          "503": _err("too few live replicas for the consistency level (the body says how many "
+                                      "are alive and needed; nothing was written), the partition has no leader "
+                                      "(an election runs: about 4-13 s after a leader stops), not_leader (the "
+                                      "body names the leader this broker knows), clock_unusable (this broker's "
+                                      "clock is out of bounds: it stamps no record; produce through another "
+                                      "broker, or send application/vnd.ring.batch stamped by the client), or the "
+                                      "broker is joining or shutting down; nothing was written; retry after "
+                                      "Retry-After"),
+                          "504": _err("the replicas the consistency level needs did not acknowledge in time, "
+                                      "or the leader stepped down first: the outcome is unknown")}}},
+    }
+
+
+def _fetch_path() -> dict[str, Any]:
+    """Fetching records."""
+    return {
+        "/v1/topics/{topic}/partitions/{partition}/messages": {"get": {
+            "summary": "Fetch records (long-poll)", "operationId": "fetch", "description": _FETCH_DOC,
+            "parameters": [
+                _TOPIC, _PARTITION,
+                _param("offset", "query", {"type": "integer", "minimum": 0}, "first offset; default: earliest"),
+                _param("max_records", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_RECORDS_MAX,
+                                                "default": limits.FETCH_RECORDS_DEFAULT}, "records at most"),
+                _param("max_bytes", "query", {"type": "integer", "minimum": 1, "maximum": limits.FETCH_BYTES_MAX,
+                                              "default": limits.FETCH_BYTES_DEFAULT},
+                       "stored bytes to read (at least one batch is returned)"),
+                _param("wait_ms", "query", {"type": "integer", "minimum": 0, "maximum": limits.LONG_POLL_WAIT_MS_MAX,
+                                            "default": 0}, "long-poll this long for new records"),
+            ],
+            "responses": {
+                "200": {"description": "records", "content": {
+                    "application/json": {"schema": {"type": "object", "properties": {
+                        "topic": {"type": "string"}, "partition": {"type": "integer"},
+                        "records": {"type": "array", "items": _RECORD},
+                        "next_offset": {"type": "integer"}, "high_watermark": {"type": "integer"}}}},
+                    "application/x-ndjson": {"schema": {"type": "string"}},
+                    "application/msgpack": {"schema": {"type": "object"}},
+                    "application/vnd.ring.batches": {"schema": {"type": "string", "format": "binary"}},
+                }},
+                "400": _BAD, "404": _NOT_FOUND,
+                "416": _err("offset out of range; the body names earliest and latest"),
+                "429": _err("too many long-polls open, or too many fetch answers not yet taken by "
+                            "their clients; retry after Retry-After")}}},
+    }
+
+
+def _partition_paths() -> dict[str, Any]:
+    """A partition's offsets: by timestamp, and truncation."""
+    return {
+        "/v1/topics/{topic}/partitions/{partition}/offsets": {"get": {
+            "summary": "Offset by timestamp", "operationId": "offsetForTimestamp",
+            "parameters": [_TOPIC, _PARTITION,
+                           _param("timestamp", "query", {"type": "string"},
+                                  "ms since the epoch, or earliest / latest", required=True)],
+            "responses": {"200": _ok("first offset with a timestamp at or after it; the high watermark "
+                                     "when every record is older", {"type": "object"}),
+                          "400": _BAD, "404": _NOT_FOUND}}},
+        "/v1/topics/{topic}/partitions/{partition}/truncate": {"post": {
+            "summary": "Delete records below an offset", "operationId": "truncate",
+            "parameters": [_TOPIC, _PARTITION],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["before_offset"],
+                "properties": {"before_offset": {"type": "integer", "minimum": 0}}}}}},
+            "description": "On the partition's leader (any broker forwards it there); the followers take "
+                           "the new earliest offset through replication, as they take the high watermark, "
+                           "and serve nothing below it from then on. Answered once a majority of the "
+                           "partition's replicas hold the new start, so no failover undoes it.",
+            "responses": {"200": _ok("the new earliest offset", {"type": "object"}), "400": _BAD,
+                          "404": _NOT_FOUND, "416": _err("before_offset beyond the high watermark"),
+                          "503": _err("fewer than a majority of the partition's replicas are up, or its leader "
+                                      "is not reachable; nothing changed"),
+                          "504": _err("the leader's log starts at the new offset (applied_on_leader), but a "
+                                      "majority of the replicas did not confirm it in time (confirmed, needed); "
+                                      "the same truncate again is safe")}}},
     }
