@@ -41,7 +41,7 @@ from ring.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, R
 from ring.hashing import ordinal_from_name
 from ring.http_api import access, codec, polar_codec, polar_consumer, web
 from ring.http_api import budget as body_budget
-from ring.http_api.keys import BROKER_KEY
+from ring.http_api.keys import BROKER_KEY, POLAR_PORTS_KEY
 from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
 from ring.http_api.web import Request, Response
@@ -49,7 +49,6 @@ from ring.http_api.web import Request, Response
 log = logging.getLogger("ring.polar")
 
 ROLE_KEY = "polar role"  # discovery | producer | consumer
-PORTS_KEY = "polar ports"
 
 TEXT = "text/plain; charset=utf-8"
 OK_TYPE = "text/html; charset=utf-8"  # what PolarStreams sends with "OK"
@@ -120,7 +119,7 @@ async def status(request: Request) -> Response:
     if not ready(request.app[BROKER_KEY]):
         return text(NOT_READY, 503, {"Retry-After": "1"})
     role = request.app[ROLE_KEY]
-    return text(_STATUS_TEXT[role].format(getattr(request.app[PORTS_KEY], role)))
+    return text(_STATUS_TEXT[role].format(getattr(request.app[POLAR_PORTS_KEY], role)))
 
 
 def brokers_doc(broker: Any, ports: Ports) -> dict[str, Any]:
@@ -136,7 +135,7 @@ def brokers_doc(broker: Any, ports: Ports) -> dict[str, Any]:
 
 
 async def brokers(request: Request) -> Response:
-    return web.json(brokers_doc(request.app[BROKER_KEY], request.app[PORTS_KEY]))
+    return web.json(brokers_doc(request.app[BROKER_KEY], request.app[POLAR_PORTS_KEY]))
 
 
 # --- produce ------------------------------------------------------------------------
@@ -185,7 +184,7 @@ def make_apps(broker: Any, groups: Any, ports: Ports, tokens: auth.TokenTable | 
         app.body_budget = body_budget.body_budget_of(broker)
         if tokens is not None:
             app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
-        app[ROLE_KEY], app[PORTS_KEY], app[BROKER_KEY], app[GROUPS_KEY] = role, ports, broker, groups
+        app[ROLE_KEY], app[POLAR_PORTS_KEY], app[BROKER_KEY], app[GROUPS_KEY] = role, ports, broker, groups
         app.router.add("GET", "/status", status)
         apps[role] = app
     apps["discovery"].router.add("GET", "/v1/brokers", brokers)

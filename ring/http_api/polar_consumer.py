@@ -46,7 +46,7 @@ from ring.groups.service import validate_name
 from ring.hashing import partition_token
 from ring.http_api import access, codec, groups_api, polar_codec, web
 from ring.http_api import answer as answers
-from ring.http_api.keys import BROKER_KEY
+from ring.http_api.keys import BROKER_KEY, POLAR_PORTS_KEY
 from ring.http_api.polar_consumers import RESET_POLICIES, Consumer, Registry
 from ring.http_api.web import Request, Response
 
@@ -133,13 +133,11 @@ def _check_broker(request: Request) -> None:
 
 async def _tell_brokers(request: Request, what: str, consumer: Consumer) -> None:
     """Tell every other live broker of a registration (all must take it) or a goodbye (best effort)."""
-    from ring.http_api.polar_api import PORTS_KEY
-
     broker = request.app[BROKER_KEY]
     membership, peers = getattr(broker, "membership", None), getattr(broker, "peers", None)
     if membership is None or peers is None:
         return
-    port = request.app[PORTS_KEY].consumer
+    port = request.app[POLAR_PORTS_KEY].consumer
     on_new = next(k for k, v in RESET_POLICIES.items() if v == consumer.reset)
     query = [("consumerId", consumer.id), ("group", consumer.group), ("onNewGroup", on_new),
              *(("topic", t) for t in consumer.topics)]
