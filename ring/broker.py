@@ -18,7 +18,7 @@ above it, and long-polls wake when it moves.
 Retention runs on a partition's leader only (by size, and by age on this
 broker's clock unless ``clock_refusal`` says it may not be used), and so do
 truncations: the leader alone moves a partition's start offset, which
-replication carries to the followers (``_start_moved``). Records are stamped
+replication carries to the followers (``start_moved``). Records are stamped
 with this broker's clock only while it may be used; else their produce is
 refused (``ClockUnusable``, 503), a check of one attribute.
 
@@ -27,7 +27,7 @@ alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
 forwarding, replication) and fills its hooks, which raise
 NotImplementedError here: which partitions are held (``_held``), where a
 partition's batches go (``_produce_partition``), what happens after an
-append (``_appended``) or a move of a log start (``_start_moved``), and how a
+append (``_appended``) or a move of a log start (``start_moved``), and how a
 topic is added, changed or removed (``add_topic``, ``change_topic``,
 ``delete_topic``). The two stay two classes to keep each module a size one
 can read. Partition state lives in ``ring.replication.replica.Replica``.
@@ -485,7 +485,7 @@ class Broker:
         """Apply retention to every partition led here: by size, and by age on this broker's clock
         unless it may not be used (``clock_refusal``). A partition's start offset is its leader's to
         move, within the high watermark; followers learn it through replication
-        (``_start_moved``) and never apply retention themselves."""
+        (``start_moved``) and never apply retention themselves."""
         self.refresh_clock()
         now_ms = None if self.clock_refusal is not None else self.clock.wall_ms()
         for part in self._all_replicas():
@@ -493,7 +493,7 @@ class Broker:
                 continue
             try:
                 if part.log.enforce_retention(now_ms, upto=part.hw):
-                    self._start_moved(part)
+                    self.start_moved(part)
             except (OSError, StorageError) as exc:
                 log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
         self.retention_sweeps += 1
@@ -506,7 +506,7 @@ class Broker:
         """Bring ``clock_refusal`` up to date before the clock is read for a decision."""
         raise NotImplementedError  # ClusterBroker: membership judges the clock
 
-    def _start_moved(self, part: Replica) -> None:
+    def start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
         raise NotImplementedError  # ClusterBroker: replication carries it
 
@@ -567,7 +567,7 @@ class Broker:
                 topic=topic, partition=partition, earliest=part.log.start_offset, latest=part.hw)
         if before_offset > part.log.start_offset:
             part.log.truncate_before(before_offset)
-            self._start_moved(part)
+            self.start_moved(part)
         return {"topic": topic, "partition": partition, "earliest_offset": part.log.start_offset}
 
     # --- status ------------------------------------------------------------------

@@ -298,7 +298,7 @@ class ClusterBroker(Routing, Broker):
 
     # --- the log start offset and the clock ------------------------------------------------
 
-    def _start_moved(self, part: Replica) -> None:
+    def start_moved(self, part: Replica) -> None:
         self.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower
 
     def gossip_load(self, load: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from ring import limits
 from ring.errors import RingError
 from ring.ranges.catalogue import Catalogue
 from ring.ranges.copier import Copier, ranges_path
+from ring.ranges.host import RangesHost
 from ring.ranges.store import Key, RangeStore
 from ring.replication.replica import Replica
 
@@ -32,7 +33,7 @@ log = logging.getLogger("ring.ranges")
 
 class Audit:
     # Provided by Ranges.
-    node: Any
+    host: RangesHost
     store: RangeStore
     copier: Copier
     _scrubbed: dict[tuple[Key, int], float]
@@ -57,12 +58,12 @@ class Audit:
 
     async def _audit_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.node.config.repair_interval_s)
+            await asyncio.sleep(self.host.config.repair_interval_s)
             try:
                 self._drop_gone_topics()
                 await self._scrub()
-                for rep in list(self.node.replicas()):
-                    if rep.is_leader and not rep.deleted and self.catalogue(rep).ranges and not self.node._closing:
+                for rep in list(self.host.replicas()):
+                    if rep.is_leader and not rep.deleted and self.catalogue(rep).ranges and not self.host.closing:
                         await self.audit(rep)
             except (RingError, OSError) as exc:
                 log.error("ranges audit: %s", getattr(exc, "message", exc))
@@ -74,8 +75,8 @@ class Audit:
         spoiled a copy leave the range's holders (it is copied again), others drop what is not theirs."""
         key, epoch = (rep.topic, rep.index), rep.epoch
         start = self.catalogue(rep).start
-        for _, name in self.node.membership.ring.brokers:
-            if not self.node.membership.alive(name):
+        for _, name in self.host.membership.ring.brokers:
+            if not self.host.membership.alive(name):
                 continue
             if start:
                 self._tell(rep, name, "POST", "/start", {"offset": str(start)})
@@ -94,7 +95,7 @@ class Audit:
                     self._let_go(rep, name, base)
 
     async def _held_by(self, name: str, key: Key) -> dict[int, tuple[int, str]] | None:
-        if name == self.node.name:
+        if name == self.host.name:
             return {m.base: (m.end, m.checksum) for m in self.store.ranges(key)}
         try:
             raw = await self.peer("GET", name, ranges_path(*key))
@@ -108,14 +109,14 @@ class Audit:
             created = self.created_ms(key[0])
             metas = self.store.ranges(key)
             if created is None or any(m.created_ms != created for m in metas):
-                if created is None and self.node.membership is not None and not self.node.membership.joined:
+                if created is None and self.host.membership is not None and not self.host.membership.joined:
                     continue
                 self.store.drop_partition(key, "its topic is gone")
 
     async def _scrub(self) -> None:
         """Read every held copy whole once per REPAIR_REREAD_ROUNDS rounds and compare its checksum."""
-        period = limits.REPAIR_REREAD_ROUNDS * self.node.config.repair_interval_s
-        now = self.node.clock.monotonic()
+        period = limits.REPAIR_REREAD_ROUNDS * self.host.config.repair_interval_s
+        now = self.host.clock.monotonic()
         loop = asyncio.get_running_loop()
         for key in self.store.keys():
             for meta in self.store.ranges(key):
@@ -123,7 +124,7 @@ class Audit:
                 if now - last < period:
                     continue
                 ok = await loop.run_in_executor(None, self.store.scrub, key, meta.base)
-                self._scrubbed[(key, meta.base)] = self.node.clock.monotonic()
+                self._scrubbed[(key, meta.base)] = self.host.clock.monotonic()
                 if not ok and self.store.get(key, meta.base) == meta:
                     self.store.drop(key, meta.base, "damaged: its checksum differs from the range's")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Protocol
 
 import aiohttp
 import orjson
@@ -30,13 +30,29 @@ from ring.errors import (BadRequest, InsufficientStorage, OffsetOutOfRange, Ring
                          UnknownTopic)
 from ring.log import batch as batchfmt
 from ring.ranges.catalogue import Range
-from ring.ranges.store import Key, Meta
+from ring.ranges.host import RangesHost
+from ring.ranges.store import Key, Meta, RangeStore
 
 if TYPE_CHECKING:
-    from ring.ranges.manager import Ranges
     from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.ranges")
+
+
+class CopyOwner(Protocol):
+    """What the copier uses of the ranges it copies for (``manager.Ranges``)."""
+
+    host: RangesHost
+    store: RangeStore
+
+    def created_ms(self, topic: str) -> int | None: ...
+
+    def heard_hw(self, key: Key, hw: int) -> None: ...
+
+    def copied(self, rep: Replica, epoch: int, r: Range, target: str) -> None: ...
+
+    async def peer(self, method: str, name: str, path: str, *, params: dict[str, str] | None = None,
+                   body: bytes | None = None, timeout_s: float = ...) -> bytes: ...
 
 
 def ranges_path(topic: str, partition: int) -> str:
@@ -48,7 +64,7 @@ def copy_timeout_s(size: int) -> float:
 
 
 class Copier:
-    def __init__(self, ranges: Ranges) -> None:
+    def __init__(self, ranges: CopyOwner) -> None:
         self.ranges = ranges
         self._pulls: dict[tuple[Key, int], asyncio.Future[None]] = {}
         self._orders: dict[tuple[Key, int, str], asyncio.Task[None]] = {}
@@ -58,8 +74,8 @@ class Copier:
         self.refused_full = 0
 
     @property
-    def node(self) -> Any:
-        return self.ranges.node
+    def host(self) -> RangesHost:
+        return self.ranges.host
 
     def in_flight(self, key: Key, base: int, broker: str) -> bool:
         return (key, base, broker) in self._orders
@@ -91,7 +107,7 @@ class Copier:
                    "sources": sources, "hw": rep.hw}
             self.copies_ordered += 1
             try:
-                if target == self.node.name:
+                if target == self.host.name:
                     await self.pull(key, self._meta(doc), sources)
                 else:
                     await self.ranges.peer("POST", target, ranges_path(*key) + "/copy", body=orjson.dumps(doc),
@@ -133,10 +149,10 @@ class Copier:
 
     def check_room(self, size: int) -> None:
         free = shutil.disk_usage(self.ranges.store.root).free
-        floor = self.node.config.disk_free_min_bytes
+        floor = self.host.config.disk_free_min_bytes
         if free - size < floor:
             self.refused_full += 1
-            raise InsufficientStorage(f"{self.node.name} has {free} bytes of disk free; a range of {size} bytes would "
+            raise InsufficientStorage(f"{self.host.name} has {free} bytes of disk free; a range of {size} bytes would "
                                       f"take it below its floor of {floor} (--disk-free-min-bytes)",
                                       free_bytes=free, floor_bytes=floor)
 
@@ -145,7 +161,7 @@ class Copier:
         if held == meta:
             return
         if self.ranges.created_ms(key[0]) != meta.created_ms:
-            raise Unavailable(f"{self.node.name} does not know topic {key[0]} as created at {meta.created_ms} (yet)")
+            raise Unavailable(f"{self.host.name} does not know topic {key[0]} as created at {meta.created_ms} (yet)")
         running = self._pulls.get((key, meta.base))
         if running is not None:
             await asyncio.shield(running)
@@ -185,12 +201,12 @@ class Copier:
         raise Unavailable(f"range {meta.base}-{meta.end} of {key[0]}/{key[1]} could not be copied: {why}")
 
     async def _source_bytes(self, src: str, key: Key, meta: Meta) -> AsyncIterator[bytes]:
-        if src == self.node.name:
+        if src == self.host.name:
             for chunk in self.local_chunks(key, meta.base, meta.end):
                 yield chunk
                 await asyncio.sleep(0)
             return
-        ms, session = self.node.membership, self.node.session
+        ms, session = self.host.membership, self.host.session
         url = ms.peer_url(src) if ms is not None else None
         if url is None or session is None or not ms.alive(src):
             raise Unavailable(f"{src} is not reachable")
@@ -210,9 +226,9 @@ class Copier:
         held = store.get(key, base)
         if held is not None and held.end == end:
             return store.chunks(key, base)
-        rep = self.node.replica(*key)
+        rep = self.host.replica(*key)
         if rep is None or rep.deleted or not (rep.log.start_offset <= base and end <= min(rep.hw, rep.log.end_offset)):
-            raise OffsetOutOfRange(f"{self.node.name} holds no copy of {key[0]}/{key[1]} offsets {base}-{end}")
+            raise OffsetOutOfRange(f"{self.host.name} holds no copy of {key[0]}/{key[1]} offsets {base}-{end}")
         return self._log_chunks(rep, base, end)
 
     @staticmethod

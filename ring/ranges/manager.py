@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ring import limits
 from ring.catalog import TopicConfig
@@ -40,12 +40,10 @@ from ring.ranges import placement, plan
 from ring.ranges.catalogue import Catalogue, Range
 from ring.ranges.audit import Audit
 from ring.ranges.copier import Copier, ranges_path
+from ring.ranges.host import RangesHost
 from ring.ranges.remote import Reads
 from ring.ranges.store import Key, RangeStore, new_hash
 from ring.replication.replica import Replica
-
-if TYPE_CHECKING:
-    from ring.cluster.node import ClusterBroker
 
 log = logging.getLogger("ring.ranges")
 
@@ -54,9 +52,9 @@ STORE_DIR = "ranges"  # in the data directory
 
 
 class Ranges(Reads, Audit):
-    def __init__(self, node: ClusterBroker) -> None:
-        self.node = node
-        self.store = RangeStore(node.data_dir / STORE_DIR)
+    def __init__(self, host: RangesHost) -> None:
+        self.host = host  # the broker, through what the ranges use of it (ring.ranges.host)
+        self.store = RangeStore(host.data_dir / STORE_DIR)
         self.copier = Copier(self)
         self._tasks: list[asyncio.Task[None]] = []
         self._term: dict[Key, int] = {}  # the epoch each partition was last led here in
@@ -135,7 +133,7 @@ class Ranges(Reads, Audit):
 
     def _config(self, topic: str) -> TopicConfig | None:
         try:
-            return self.node.catalog.get(topic)
+            return self.host.catalog.get(topic)
         except UnknownTopic:
             return None
 
@@ -147,9 +145,9 @@ class Ranges(Reads, Audit):
 
     def on_catalogue(self, topic: str, partition: int, body: bytes) -> bytes:
         """A leader's catalogue: merged into ours and saved before the answer, which is the merge."""
-        rep = self.node.replica(topic, partition)
+        rep = self.host.replica(topic, partition)
         if rep is None or rep.deleted:
-            raise Unavailable(f"{self.node.name} holds no replica of {topic}/{partition}", topic=topic,
+            raise Unavailable(f"{self.host.name} holds no replica of {topic}/{partition}", topic=topic,
                               partition=partition)
         try:
             theirs = Catalogue.loads(body)
@@ -163,20 +161,20 @@ class Ranges(Reads, Audit):
 
     def catalogue_bytes(self, topic: str, partition: int) -> bytes:
         """GET .../catalogue: this replica's catalogue (a follower that lacks it asks its leader)."""
-        rep = self.node.replica(topic, partition)
+        rep = self.host.replica(topic, partition)
         if rep is None or rep.deleted:
-            raise Unavailable(f"{self.node.name} holds no replica of {topic}/{partition}", topic=topic,
+            raise Unavailable(f"{self.host.name} holds no replica of {topic}/{partition}", topic=topic,
                               partition=partition)
         return self.catalogue(rep).dumps()
 
     def pull_catalogue(self, rep: Replica) -> None:
         """Ask the leader for its catalogue (in the background, at most once a second per partition)."""
-        key, now = (rep.topic, rep.index), self.node.clock.monotonic()
-        if now - self._pulled.get(key, -1e9) < limits.RANGE_CATALOGUE_PULL_S_MIN or self.node._closing:
+        key, now = (rep.topic, rep.index), self.host.clock.monotonic()
+        if now - self._pulled.get(key, -1e9) < limits.RANGE_CATALOGUE_PULL_S_MIN or self.host.closing:
             return
         self._pulled[key] = now
-        leader = self.node.leader_of(rep.topic, rep.index)
-        if leader is None or leader == self.node.name:
+        leader = self.host.leader_of(rep.topic, rep.index)
+        if leader is None or leader == self.host.name:
             return
 
         async def pull() -> None:
@@ -199,7 +197,7 @@ class Ranges(Reads, Audit):
     async def peer(self, method: str, name: str, path: str, *, params: dict[str, str] | None = None,
                    body: bytes | None = None, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S) -> bytes:
         """A request to ``name``'s peer port through the broker's one peer client."""
-        peers = self.node.peers
+        peers = self.host.peers
         if peers is None:
             raise Unavailable(f"{name} is not known")
         return await peers.request(method, name, path, params=params, body=body, timeout_s=timeout_s)
@@ -208,10 +206,10 @@ class Ranges(Reads, Audit):
 
     async def _loop(self) -> None:
         while True:
-            self.node.gossip_load(self.load())  # gossiped with the node's next round
-            await asyncio.sleep(self.node.config.range_interval_s)
-            for rep in list(self.node.replicas()):
-                if self.node._closing:
+            self.host.gossip_load(self.load())  # gossiped with the node's next round
+            await asyncio.sleep(self.host.config.range_interval_s)
+            for rep in list(self.host.replicas()):
+                if self.host.closing:
                     return
                 if not rep.is_leader or rep.deleted:
                     continue
@@ -235,7 +233,7 @@ class Ranges(Reads, Audit):
         await self._exchange(rep)
         if not self._still_leads(rep, epoch):
             return
-        now_ms = None if self.node.clock_refusal is not None else self.node.clock.wall_ms()
+        now_ms = None if self.host.clock_refusal is not None else self.host.clock.wall_ms()
         await self._retain(rep, cfg, now_ms)
         if self.enabled(cfg) and self._still_leads(rep, epoch):
             await self._cut(rep, cfg)
@@ -249,8 +247,8 @@ class Ranges(Reads, Audit):
         return rep.is_leader and rep.epoch == epoch and not rep.deleted
 
     def _live_members(self, rep: Replica) -> list[str]:
-        ms = self.node.membership
-        return [m for m in rep.members() if m != self.node.name and ms.alive(m)]
+        ms = self.host.membership
+        return [m for m in rep.members() if m != self.host.name and ms.alive(m)]
 
     async def _exchange(self, rep: Replica) -> None:
         """Hand the catalogue to the live replicas when it changed or is due again (or they have not
@@ -259,7 +257,7 @@ class Ranges(Reads, Audit):
         seen, cat = self._seen[key], self.catalogue(rep)
         members = self._live_members(rep)
         handed = self._handed.get(key)
-        now = self.node.clock.monotonic()
+        now = self.host.clock.monotonic()
         due = handed is None or handed[0] != cat.seq or now - handed[1] >= limits.RANGE_CATALOGUE_RESEND_S
         todo = members if due else [m for m in members if m not in seen]
         if todo:
@@ -306,10 +304,10 @@ class Ranges(Reads, Audit):
                 self._handed.pop((rep.topic, rep.index), None)
                 await self._exchange(rep)
         if start > rep.log.start_offset:
-            await self.node.commits.idle(rep)
+            await self.host.commits.idle(rep)
             if rep.is_leader and not rep.deleted and start > rep.log.start_offset:
                 rep.log.truncate_before(min(start, rep.hw))
-                self.node._start_moved(rep)
+                self.host.start_moved(rep)
         for r in gone:
             for h in r.holders:
                 self._let_go(rep, h, r.base)
@@ -320,7 +318,7 @@ class Ranges(Reads, Audit):
                                timeout=limits.PEER_REQUEST_TIMEOUT_S)
 
     def _let_go(self, rep: Replica, holder: str, base: int) -> None:
-        if holder == self.node.name:
+        if holder == self.host.name:
             self.store.drop((rep.topic, rep.index), base, "no longer placed here")
             return
         self._tell(rep, holder, "DELETE", "", {"base": str(base)})
@@ -329,11 +327,11 @@ class Ranges(Reads, Audit):
               params: dict[str, str]) -> asyncio.Task[None] | None:
         """A request to a holder in the background (one that misses it hears it from the next audit)."""
         key = (rep.topic, rep.index)
-        if holder == self.node.name:
+        if holder == self.host.name:
             if what == "/start":
                 self.store.set_start(key, int(params["offset"]))
             return None
-        if not self.node.membership.alive(holder):
+        if not self.host.membership.alive(holder):
             return None
 
         async def tell() -> None:
@@ -350,7 +348,7 @@ class Ranges(Reads, Audit):
     async def _cut(self, rep: Replica, cfg: TopicConfig) -> None:
         cat = self.catalogue(rep)
         closed = [plan.SegmentInfo(*s) for s in rep.log.closed_segments()]
-        copies = placement.copies_for(cfg.replication_factor, self.node.membership.ring)
+        copies = placement.copies_for(cfg.replication_factor, self.host.membership.ring)
         for base, end, max_ts in plan.next_ranges(cat, closed, rep.log.start_offset, rep.hw,
                                                      limits.RANGES_CUT_PER_ROUND_MAX):
             got = await self._checksum(rep, base, end)
@@ -371,7 +369,7 @@ class Ranges(Reads, Audit):
                 await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
         except (RingError, OSError) as exc:
             if isinstance(exc, StorageError):
-                self.node.damaged(rep, base)
+                self.host.damaged(rep, base)
             log.warning("%s/%d: reading %d-%d for a range: %s", rep.topic, rep.index, base, end, exc)
             return None
         return size, hasher.hexdigest()
@@ -379,11 +377,11 @@ class Ranges(Reads, Audit):
     def _full(self) -> set[str]:
         """Brokers that say in gossip they take no new range (free disk below their floor)."""
         out = set()
-        for b in self.node.membership.brokers():
+        for b in self.host.membership.brokers():
             if (b.get("load") or {}).get("ranges_full"):
                 out.add(b["name"])
         if self.copier_full():
-            out.add(self.node.name)
+            out.add(self.host.name)
         return out
 
     def copier_full(self) -> bool:
@@ -391,10 +389,10 @@ class Ranges(Reads, Audit):
             free = shutil.disk_usage(self.store.root).free
         except OSError:
             return True
-        return free < self.node.config.disk_free_min_bytes
+        return free < self.host.config.disk_free_min_bytes
 
     def _place(self, rep: Replica, cfg: TopicConfig) -> None:
-        ring = self.node.membership.ring
+        ring = self.host.membership.ring
         on_ring = {n for _, n in ring.brokers}
         full = self._full()
         copies = placement.copies_for(cfg.replication_factor, ring)
@@ -408,7 +406,7 @@ class Ranges(Reads, Audit):
                     if h in on_ring:
                         self._let_go(rep, h, r.base)
             for target in copy_to:
-                if self.node.membership.alive(target):
+                if self.host.membership.alive(target):
                     self.copier.order(rep, r, target, self._sources(rep, r))
 
     def _sources(self, rep: Replica, r: Range) -> list[str]:
@@ -416,8 +414,8 @@ class Ranges(Reads, Audit):
         the live holders."""
         out = []
         if rep.log.start_offset <= r.base and r.end <= min(rep.hw, rep.log.end_offset):
-            out.append(self.node.name)
-        out += [h for h in r.holders if h not in out and self.node.membership.alive(h)]
+            out.append(self.host.name)
+        out += [h for h in r.holders if h not in out and self.host.membership.alive(h)]
         return out
 
     def copied(self, rep: Replica, epoch: int, r: Range, target: str) -> None:
@@ -435,20 +433,20 @@ class Ranges(Reads, Audit):
         local_start = rep.log.start_offset
         safe = cat.safe_through(local_start)
         for v in rep.voters:
-            if v != self.node.name:
+            if v != self.host.name:
                 theirs = self._seen[key].get(v)
                 safe = min(safe, theirs.safe_through(local_start) if theirs is not None else local_start)
         closed = [plan.SegmentInfo(*s) for s in rep.log.closed_segments()]
         new = plan.trim_point(closed, rep.log.size_bytes, cfg.local_retention_bytes, min(safe, rep.hw))
         if new is None or new <= local_start:
             return
-        await self.node.commits.idle(rep)
+        await self.host.commits.idle(rep)
         if rep.is_leader and not rep.deleted and new > rep.log.start_offset:
             before = rep.log.segment_count
             rep.log.truncate_before(new)
             self.segments_trimmed += before - rep.log.segment_count
             log.info("%s/%d: the local log starts at %d; what is below is in ranges", rep.topic, rep.index, new)
-            self.node._start_moved(rep)
+            self.host.start_moved(rep)
 
     # --- what to show -------------------------------------------------------------------------------
 
@@ -471,7 +469,7 @@ class Ranges(Reads, Audit):
         except OSError:
             free = 0
         return {"range_bytes": self.store.bytes, "disk_free_bytes": free >> 20 << 20,
-                "ranges_full": free < self.node.config.disk_free_min_bytes}
+                "ranges_full": free < self.host.config.disk_free_min_bytes}
 
     def status(self) -> dict[str, Any]:
         return {"held": sum(len(self.store.ranges(k)) for k in self.store.keys()), "held_bytes": self.store.bytes,

@@ -26,6 +26,7 @@ import orjson
 
 from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
 from ring.ranges.catalogue import Catalogue, Range
+from ring.ranges.host import RangesHost
 from ring.ranges.store import Key, RangeStore
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
@@ -35,7 +36,7 @@ log = logging.getLogger("ring.ranges")
 
 class Reads:
     # Provided by Ranges.
-    node: Any
+    host: RangesHost
     store: RangeStore
     _hw_heard: dict[Key, int]
     bytes_served: int  # fetch answers read from the copies held here
@@ -68,9 +69,9 @@ class Reads:
             # Our log starts past the ranges we know of: a follower whose leader has not handed it the
             # catalogue yet (a new replica). The leader knows; we ask it for the catalogue meanwhile.
             self.pull_catalogue(rep)
-            leader = self.node.leader_of(rep.topic, rep.index)
-            url = self.node.membership.client_url(leader) if leader and leader != self.node.name else None
-            if url and self.node.membership.alive(leader):
+            leader = self.host.leader_of(rep.topic, rep.index)
+            url = self.host.membership.client_url(leader) if leader and leader != self.host.name else None
+            if url and self.host.membership.alive(leader):
                 return [url], offset if offset is not None else None
         if not cat.ranges:
             return None
@@ -94,8 +95,8 @@ class Reads:
             if data is not None:
                 self.bytes_served += len(data)
                 return FetchResult(rep.topic, rep.index, offset, data, rep.hw, earliest)
-        ms = self.node.membership
-        urls = [ms.client_url(h) for h in r.holders if h != self.node.name and ms.alive(h)]
+        ms = self.host.membership
+        urls = [ms.client_url(h) for h in r.holders if h != self.host.name and ms.alive(h)]
         urls = [u for u in urls if u]
         if not urls:
             raise Unavailable(f"no holder of range {r.base}-{r.end} of {rep.topic}/{rep.index} is alive "
@@ -166,7 +167,7 @@ class Reads:
                 pass
         why = "no holder is alive"
         for h in r.holders:
-            if h == self.node.name or not self.node.membership.alive(h):
+            if h == self.host.name or not self.host.membership.alive(h):
                 continue
             try:
                 raw = await self.peer("GET", h, f"/peer/v1/ranges/{rep.topic}/{rep.index}/offset",
@@ -181,7 +182,7 @@ class Reads:
     def offset_in_held(self, topic: str, partition: int, base: int, ts: int) -> int | None:
         """The peer route's answer: the first offset at or after ``ts`` in a range held here."""
         if self.store.get((topic, partition), base) is None:
-            raise Unavailable(f"{self.node.name} holds no range {base} of {topic}/{partition}")
+            raise Unavailable(f"{self.host.name} holds no range {base} of {topic}/{partition}")
         return self.store.first_offset_at((topic, partition), base, ts)
 
     # --- truncation and description ---------------------------------------------------------------

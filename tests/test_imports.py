@@ -1,0 +1,112 @@
+"""No two modules of ring or sparkio import each other, directly or around a loop.
+
+Every import counts: at the top, inside a function (the usual way to dodge a
+cycle at import time) and under ``TYPE_CHECKING``. A cycle means neither side
+can be read, tested or replaced without the other; the way out is a narrow
+interface (a ``Protocol`` of what one side uses) or moving what both need
+below them.
+"""
+
+from __future__ import annotations
+
+from tests import codemap
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ring and sparkio it imports (its own enclosing packages left out:
+    importing a sibling through its package is not a loop)."""
+    modules = codemap._modules()
+    known = {name for name, _ in modules}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules:
+        targets = set()
+        for imported in codemap._imports(name, path):
+            while imported and imported not in known:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_loop_through_three_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph = module_graph()
+    assert "ring.broker" in graph["ring.cluster.node"], "the graph misses a known import"
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(
+        " <-> ".join(component) + ": " + "; ".join(
+            f"{a} -> {b}" for a in component for b in sorted(graph[a]) if b in component)
+        for component in found)
+
+
+def test_the_ranges_reach_the_broker_only_through_their_host_interface() -> None:
+    """``Ranges`` takes a ``RangesHost`` (ring/ranges/host.py), not the broker: no module of
+    ring.ranges imports the broker or the cluster node, and the node has every name the host lists."""
+    from pathlib import Path
+
+    from ring.clock import SystemClock
+    from ring.cluster.membership import Membership
+    from ring.cluster.node import ClusterBroker
+    from ring.config import BrokerConfig
+    from ring.ranges.host import Members, RangesHost
+
+    graph = module_graph()
+    reached = {(m, t) for m, targets in graph.items() if m.startswith("ring.ranges.") for t in targets
+               if t == "ring.broker" or t.startswith("ring.cluster.")}
+    assert not reached, reached
+
+    def names(protocol: type) -> set[str]:
+        return set(protocol.__annotations__) | {k for k, v in vars(protocol).items()
+                                                 if not k.startswith("_") and (callable(v) or isinstance(v, property))}
+
+    node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
+    assert len(names(RangesHost)) > 10 and not {n for n in names(RangesHost) if not hasattr(node, n)}
+    assert not {n for n in names(Members) if not hasattr(Membership, n)}
