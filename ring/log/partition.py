@@ -28,10 +28,11 @@ import bisect
 import os
 import threading
 from pathlib import Path
+from typing import Iterable
 
 from ring.clock import Clock
 from ring.errors import Conflict, CorruptBatch, OffsetOutOfRange, StorageError
-from ring.log import batch
+from ring.log import batch, replicated, retention
 from ring.log.batch import BatchHeader
 from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
 from ring.log.config import LogConfig
@@ -105,9 +106,7 @@ class PartitionLog:
 
     def _replace_all_with_empty(self, offset: int) -> None:
         with self._lock:
-            for seg in reversed(self._segments):
-                seg.delete()
-            self._pending.clear()
+            self._drop(reversed(self._segments))
             self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes)]
             self._bases = [offset]
             self._size_bytes = 0
@@ -215,40 +214,13 @@ class PartitionLog:
         return [h for h, _ in placed]
 
     def append_replicated(self, data: bytes | bytearray | memoryview) -> int:
-        """Follower path: whole stamped batches that continue this log; returns the new end offset.
-
-        All batches are checked before any is written, so a refused call
-        changes nothing. A log that holds nothing and starts inside the first
-        batch (a replica started again at its leader's log start, which a
-        truncation may put inside a batch) takes that batch whole, as the
-        leader holds it; its start offset stays where it is.
-        """
+        """Follower path: whole stamped batches that continue this log (``replicated.check_continues``:
+        all are checked before any is written); returns the new end offset. A batch taken whole below
+        this empty log's start leaves its start offset where it is."""
         self._check_open()
         view = memoryview(data)
-        headers: list[tuple[BatchHeader, int]] = []
-        expected, epoch, pos = self.end_offset, self._epochs.latest_epoch, 0
-        rebase: int | None = None
-        while pos < len(view):
-            try:
-                h = batch.check(view, pos)
-            except CorruptBatch as exc:
-                raise CorruptBatch(f"replicated batch at byte {pos}: {exc.message}") from None
-            if pos == 0 and not self._size_bytes and h.base_offset < expected == self._start_offset < h.next_offset:
-                rebase = h.base_offset
-            elif h.base_offset != expected:
-                raise Conflict(
-                    f"replicated batch at byte {pos} starts at offset {h.base_offset},"
-                    f" expected {expected} (the next offset of this log)",
-                    expected_offset=expected, got_offset=h.base_offset,
-                )
-            if h.leader_epoch < epoch:
-                raise Conflict(
-                    f"replicated batch at offset {h.base_offset} has leader epoch {h.leader_epoch},"
-                    f" expected at least {epoch}",
-                    expected_epoch=epoch, got_epoch=h.leader_epoch,
-                )
-            headers.append((h, pos))
-            expected, epoch, pos = h.next_offset, h.leader_epoch, pos + h.size
+        headers, rebase = replicated.check_continues(view, self.end_offset, self._epochs.latest_epoch,
+                                                     self._start_offset, empty=not self._size_bytes)
         if rebase is not None:
             self._rebase_empty(rebase)
         self._write(view, headers)
@@ -258,13 +230,9 @@ class PartitionLog:
         """This empty log's one segment begins at ``base`` instead, below the start offset, which
         stays (a crash before the batch is written reopens it empty at its start again)."""
         with self._lock:
-            for seg in self._segments:
-                if seg in self._pending:
-                    self._pending.remove(seg)
-                seg.delete()
+            self._drop(self._segments)
             self._segments = [Segment.create(self.directory, base, self.config.index_interval_bytes)]
             self._bases = [base]
-            self._dir_dirty = True
         self._epochs.truncate_from_end(base)
 
     def _write(self, view: memoryview, headers: list[tuple[BatchHeader, int]]) -> None:
@@ -486,17 +454,8 @@ class PartitionLog:
         self._check_open()
         limit = self.end_offset if upto is None else upto
         closed = [s for s in self._segments[:-1] if s.end_offset <= limit]
-        n = 0
-        while n < len(closed) and closed[n].end_offset <= self._start_offset:
-            n += 1
-        if self.config.retention_ms >= 0 and now_ms is not None:
-            while n < len(closed) and now_ms - closed[n].max_timestamp > self.config.retention_ms:
-                n += 1
-        if self.config.retention_bytes >= 0:
-            excess = self._size_bytes - sum(s.size for s in closed[:n]) - self.config.retention_bytes
-            while n < len(closed) and excess - closed[n].size >= 0:
-                excess -= closed[n].size
-                n += 1
+        n = retention.expired(closed, self._start_offset, self._size_bytes, self.config.retention_ms,
+                              self.config.retention_bytes, now_ms)
         if n and closed[n - 1].end_offset > self._start_offset:
             self._save_start(closed[n - 1].end_offset)
         self._delete_oldest(n)
@@ -525,18 +484,23 @@ class PartitionLog:
         self._start_offset = offset
         self._epochs.truncate_from_start(offset)
 
+    def _drop(self, segments: Iterable[Segment]) -> None:
+        """Delete ``segments``' files and forget them (the caller holds the lock and takes them off
+        the list)."""
+        for seg in segments:
+            self._size_bytes -= seg.size
+            if seg in self._pending:
+                self._pending.remove(seg)
+            seg.delete()
+        self._dir_dirty = True
+
     def _delete_oldest(self, n: int) -> None:
         if not n:
             return
         with self._lock:
             victims = self._segments[:n]
             del self._segments[:n], self._bases[:n]
-            for seg in victims:
-                self._size_bytes -= seg.size
-                if seg in self._pending:
-                    self._pending.remove(seg)
-                seg.delete()
-            self._dir_dirty = True
+            self._drop(victims)
         if self._bases[0] > self._start_offset:
             self._start_offset = self._bases[0]
             self._epochs.truncate_from_start(self._start_offset)
@@ -605,11 +569,7 @@ class PartitionLog:
             self._replace_all_with_empty(cut)
         else:
             with self._lock:
-                for later in reversed(self._segments[i + 1 :]):
-                    self._size_bytes -= later.size
-                    if later in self._pending:
-                        self._pending.remove(later)
-                    later.delete()
+                self._drop(reversed(self._segments[i + 1 :]))
                 del self._segments[i + 1 :], self._bases[i + 1 :]
                 if seg in self._pending:
                     self._pending.remove(seg)
