@@ -374,10 +374,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
     # collector's way, whose full passes would otherwise walk all of it, stalling every request ~25 ms.
     gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()  # before the line that says it listens: a SIGTERM right after it counts
     polar_urls = f"; PolarStreams {' '.join(listeners.urls)}" if listeners is not None else ""
     print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
     await stop.wait()
@@ -388,6 +385,15 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     await broker.close()
     log.info("%s stopped cleanly", config.name)
     return 0
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGTERM and SIGINT set from now on."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 async def _listen(config, peer_server, server, listeners, polar, default_peer: bool):
