@@ -26,11 +26,12 @@ This class is the storage half of the broker ``ring serve`` runs, never run
 alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
 forwarding, replication) and fills its hooks, which raise
 NotImplementedError here: which partitions are held (``_held``), where a
-partition's batches go (``_produce_partition``), what happens after an
+partition's batches go (``produce_partition``), what happens after an
 append (``_appended``) or a move of a log start (``start_moved``), and how a
 topic is added, changed or removed (``add_topic``, ``change_topic``,
-``delete_topic``). The two stay two classes to keep each module a size one
-can read. Partition state lives in ``ring.replication.replica.Replica``.
+``delete_topic``). A produce request comes in through ``intake``
+(``ring.replication.intake``: its topic, partitions and batches). Partition
+state lives in ``ring.replication.replica.Replica``.
 """
 
 from __future__ import annotations
@@ -39,19 +40,16 @@ import asyncio
 import itertools
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any
 
 from ring import __version__, limits
-from ring.catalog import (INTERNAL_TOPICS, Catalog, TopicConfig, check_not_internal, validate_topic_name,
-                          with_defaults)
+from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.errors import (
     ClockUnusable,
     RingError,
-    Conflict,
     OffsetOutOfRange,
     StorageError,
     Unavailable,
@@ -59,31 +57,18 @@ from ring.errors import (
     UnknownTopic,
 )
 from ring.hashing import broker_token, ordinal_from_name
-from ring.log import batch as batchfmt
-from ring.log import framing
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
 from ring.log.partition import PartitionLog
-from ring.replication import protocol, reads, steps
+from ring.replication import reads, steps
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
+from ring.replication.intake import Intake, ProduceResult
 from ring.replication.reads import FetchResult, LongPolls
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.broker")
-
-
-@dataclass(frozen=True)
-class ProduceResult:
-    topic: str
-    partition: int
-    base_offset: int
-    count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition,
-                "base_offset": self.base_offset, "count": self.count}
 
 
 class Broker:
@@ -103,6 +88,7 @@ class Broker:
         self.commits = GroupCommit(config.fsync)
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
         self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
+        self.intake = Intake(self)  # a produce request's topic, partitions and batches
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped
@@ -303,115 +289,26 @@ class Broker:
                                    topic=topic, partition=partition)
         return self._parts[topic][partition]
 
-    async def _topic_for_produce(self, topic: str) -> TopicConfig:
-        check_not_internal(validate_topic_name(topic), "produce to")
-        if topic not in self.catalog:
-            if not self.config.auto_create:
-                raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)", topic=topic)
-            try:
-                await self.add_topic(with_defaults(topic, self.clock.wall_ms()))
-            except Conflict:
-                pass  # created meanwhile, by another request or another broker
-        return self.catalog.get(topic)
-
     # --- produce -----------------------------------------------------------------
 
-    def _choose_partition(self, cfg: TopicConfig, partition: int | None, key: bytes | None) -> int:
-        return framing.choose_partition(cfg.name, cfg.partitions, partition, key,
-                                        lambda: self._unkeyed_partition(cfg))
+    def check_accepting(self) -> None:
+        """Raise unless produces are taken now (``ring.replication.intake``)."""
+        self._check_open()
 
-    def _unkeyed_partition(self, cfg: TopicConfig) -> int:
+    def accepting_at_once(self) -> bool:
+        return not self._closing
+
+    def unkeyed_partition(self, cfg: TopicConfig) -> int:
         raise NotImplementedError  # Routing: a partition this broker leads, round-robin
 
-    async def produce_records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
-                              sizes: list[int], values_are_json: bool, keyed: bool,
-                              consistency: str | None = None,
-                              producer: tuple[int, int] | None = None) -> list[ProduceResult]:
-        """Frame records into batches (per partition, cut at BATCH_BYTES_MAX) and append them.
-
-        Without ``keyed`` every record has the same key (or none), so the whole
-        request lands on one partition; with it, records are grouped by the
-        partition of their own key, keeping their order within each partition.
-        ``producer`` (id, sequence) makes the batches idempotent: each gets the
-        id and the sequence of its first record, counted from ``sequence`` per
-        partition; unkeyed records then go to the partition of the producer id,
-        so a retry lands where the first try did.
-        """
-        self._check_open()
-        cfg = await self._topic_for_produce(topic)
-        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
-        return await self._produce_framed(cfg, framed, protocol.parse_consistency(consistency, cfg.consistency))
-
-    def produce_records_soon(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
-                             sizes: list[int], values_are_json: bool, keyed: bool, consistency: str | None = None,
-                             producer: tuple[int, int] | None = None
-                             ) -> Appending | Awaitable[list[ProduceResult]]:
-        """``produce_records`` without a task where it can (``ring.replication.appends``): an
-        ``Appending`` when the records joined this turn's write to a partition led here, else the
-        awaited path's coroutine."""
-        cfg = self._topic_at_once(topic)
-        if cfg is None:
-            return self.produce_records(topic, partition, records, sizes, values_are_json, keyed, consistency,
-                                        producer)
-        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
-        level = protocol.parse_consistency(consistency, cfg.consistency)
-        if len(framed) == 1:
-            ((p, batches),) = framed.items()
-            soon = self._produce_partition_soon(cfg, p, batches, level)
-            if soon is not None:
-                return soon
-        return self._produce_framed(cfg, framed, level)
-
-    def _topic_at_once(self, topic: str) -> TopicConfig | None:
-        """The topic a produce goes to when nothing need be awaited to know it (it exists), else None."""
-        if self._closing or topic not in self.catalog:
-            return None
-        check_not_internal(topic, "produce to")
-        return self.catalog.get(topic)
-
-    def _framed(self, cfg: TopicConfig, partition: int | None, records: list[batchfmt.RecordIn], sizes: list[int],
-                values_are_json: bool, keyed: bool, producer: tuple[int, int] | None) -> dict[int, list[bytearray]]:
-        """Partition -> the stored batches its records are framed into (``ring.log.framing``)."""
-        groups = framing.group(cfg.name, cfg.partitions, partition, records, keyed, producer,
-                               lambda: self._unkeyed_partition(cfg))
-        if self.clock_refusal is not None:
-            raise ClockUnusable(self.clock_refusal, broker=self.config.name)
-        return framing.frame(groups, records, sizes, values_are_json, producer, batchfmt.CODECS[cfg.compression],
-                             self.clock.wall_ms())
-
-    async def _produce_framed(self, cfg: TopicConfig, framed: dict[int, list[bytearray]],
-                              level: str) -> list[ProduceResult]:
-        if len(framed) == 1:
-            ((p, batches),) = framed.items()
-            return [await self._produce_partition(cfg, p, batches, level)]
-        return list(await asyncio.gather(*(self._produce_partition(cfg, p, b, level) for p, b in framed.items())))
-
-    async def produce_batches(self, topic: str, partition: int | None, key: bytes | None,
-                              batches: list[bytearray], consistency: str | None = None) -> ProduceResult:
-        """Append client-built stored batches as they are, all to one partition."""
-        self._check_open()
-        cfg = await self._topic_for_produce(topic)
-        p = self._choose_partition(cfg, partition, key)
-        return await self._produce_partition(cfg, p, batches, protocol.parse_consistency(consistency, cfg.consistency))
-
-    def produce_batches_soon(self, topic: str, partition: int | None, key: bytes | None, batches: list[bytearray],
-                             consistency: str | None = None) -> Appending | Awaitable[ProduceResult]:
-        """``produce_batches`` without a task where it can (as ``produce_records_soon``)."""
-        cfg = self._topic_at_once(topic)
-        if cfg is None:
-            return self.produce_batches(topic, partition, key, batches, consistency)
-        p = self._choose_partition(cfg, partition, key)
-        level = protocol.parse_consistency(consistency, cfg.consistency)
-        return self._produce_partition_soon(cfg, p, batches, level) or self._produce_partition(cfg, p, batches, level)
-
-    async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                 level: str) -> ProduceResult:
+    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> ProduceResult:
         """Where a partition's batches go: ``_append`` here as its leader, or forwarded to it."""
         raise NotImplementedError  # Routing
 
-    def _produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> Appending | None:
-        """``_produce_partition`` in this turn's write when nothing need be awaited first, else None."""
+    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                               level: str) -> Appending | None:
+        """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
         return self.turn.add(self._parts[cfg.name][p], batches, 1, level)
 
     # What TurnAppends asks of its broker.

@@ -70,7 +70,7 @@ async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(s
     await broker.add_topic(TopicConfig(name="big", partitions=1))
     value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
     for _ in range(6):  # ~6 MiB to fetch
-        await broker.produce_records("big", 0, [(None, None, value, None)], [len(value)], True, False, "one")
+        await broker.intake.records("big", 0, [(None, None, value, None)], [len(value)], True, False, "one")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))

@@ -50,7 +50,7 @@ async def test_a_member_whose_poll_met_a_rebalance_still_expires(tmp_path: Path)
 
 async def _produce(b, n: int) -> None:
     records = [(None, None, b'{"i": 1}', None)] * n
-    await b.produce_records("t", 0, records, [24] * n, True, False)
+    await b.intake.records("t", 0, records, [24] * n, True, False)
 
 
 @pytest.mark.parametrize("move", ["reset", "seek"])

@@ -36,7 +36,7 @@ import itertools
 from typing import Any, Awaitable, Callable, TypeVar
 
 from ring import limits
-from ring.broker import Broker, ProduceResult
+from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
 from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
@@ -44,6 +44,7 @@ from ring.http_api import answer
 from ring.node.ready import AwaitAcks, AwaitStart
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
+from ring.replication.intake import ProduceResult
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
@@ -77,17 +78,14 @@ class Routing(Broker):
 
     # --- produce -------------------------------------------------------------------------
 
-    async def _topic_for_produce(self, topic: str) -> TopicConfig:
+    def check_accepting(self) -> None:
         self._check_joined()
-        return await super()._topic_for_produce(topic)
 
-    def _topic_at_once(self, topic: str) -> TopicConfig | None:
-        if self.membership is None or not self.membership.joined:
-            return None  # the awaited path says so
-        return super()._topic_at_once(topic)
+    def accepting_at_once(self) -> bool:
+        return not self._closing and self.membership is not None and self.membership.joined
 
-    def _produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> Appending | None:
+    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                               level: str) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
         rep = self.replica(cfg.name, p)
         if rep is None or not rep.is_leader or rep.frozen:
@@ -109,7 +107,7 @@ class Routing(Broker):
             return super().refused(pending, exc)
 
         async def again() -> None:
-            result = await self._produce_partition(cfg, rep.index, pending.batches, pending.level)
+            result = await self.produce_partition(cfg, rep.index, pending.batches, pending.level)
             pending.base, pending.count = result.base_offset, result.count
 
         def settle(task: asyncio.Task) -> None:
@@ -123,7 +121,7 @@ class Routing(Broker):
 
         asyncio.ensure_future(again()).add_done_callback(settle)
 
-    def _unkeyed_partition(self, cfg: TopicConfig) -> int:
+    def unkeyed_partition(self, cfg: TopicConfig) -> int:
         led = sorted(p for p, r in self._parts.get(cfg.name, {}).items() if r.is_leader and not r.frozen)
         n = next(self._round_robin.setdefault(cfg.name, itertools.count()))
         return led[n % len(led)] if led else n % cfg.partitions
@@ -132,8 +130,8 @@ class Routing(Broker):
         rep = self.replica(cfg.name, p)
         return rep.voters if rep is not None else self._replicas(cfg, p)
 
-    async def _produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                 level: str) -> ProduceResult:
+    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> ProduceResult:
         deadline = self.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
         hint: str | None = None
         while True:

@@ -151,10 +151,10 @@ def produce(request: Request) -> web.Answer:
     if isinstance(decoded, codec.Batches):
         if args.producer is not None:
             raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
-        got: Any = broker.produce_batches_soon(args.topic, args.partition, args.key, decoded.batches,
+        got: Any = broker.intake.batches_soon(args.topic, args.partition, args.key, decoded.batches,
                                                args.consistency)
     else:
-        got = broker.produce_records_soon(args.topic, args.partition, decoded.records, decoded.sizes,
+        got = broker.intake.records_soon(args.topic, args.partition, decoded.records, decoded.sizes,
                                           decoded.values_are_json, decoded.keyed, args.consistency, args.producer)
     if isinstance(got, Appending):
         return web.Later(got, lambda _: _produced(args.topic, got.part.index, *got.result()))

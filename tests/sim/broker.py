@@ -452,7 +452,7 @@ class SimBroker:
     # --- produce ----------------------------------------------------------------------------------
 
     def produce(self, src: str, rid: int, key: Key, value: str, level: str, deadline: float | None = None) -> None:
-        """As ``Routing._produce_partition`` and ``produce_as_leader``, minus forwarding: a broker that does
+        """As ``Routing.produce_partition`` and ``produce_as_leader``, minus forwarding: a broker that does
         not lead answers with the leader it knows."""
         now, (topic, p) = self.world.now, key
         if not self.core.members.joined:
