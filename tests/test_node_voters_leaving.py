@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgpack
 
-from ring.broker import CATALOG_FILE
+from ring.log.datadir import CATALOG_FILE
 from ring.catalog import Catalog, TopicConfig
 from ring.cluster import placement
 from ring.gossip.state import ClusterState, TopicEntry
