@@ -257,6 +257,11 @@ ELECTION_UNCLEAN_FALLBACK_MS = 5_000
 # One vote request to one peer: well under a gossip round, so a stalled voter
 # does not hold a candidacy that already has its majority elsewhere.
 VOTE_REQUEST_TIMEOUT_S = 1.0
+# Vote requests (and their answers) to one peer travel together, this many to a message: a
+# broker that lost a leader of a thousand partitions asks each voter in a few messages, not
+# in a thousand, and a voter saves one message's ballots (an fsync each) in well under
+# VOTE_REQUEST_TIMEOUT_S.
+VOTES_PER_MESSAGE_MAX = 128
 # A leader that stopped claiming its partition in gossip (it stepped down, or
 # restarted and leads nothing) is given up after this long; three gossip
 # rounds also cover a new leader whose claim has not arrived yet.

@@ -7,7 +7,10 @@ down. Where each thing goes:
 * files to write go to the broker's data directory first;
 * gossip messages go to membership's exchanges (``ring.cluster.membership``);
 * vote requests and transfers go out through the peer client, and their
-  answers (or the lack of one) are stepped back in;
+  answers (or the lack of one) are stepped back in; the vote requests of one
+  event-loop turn to one peer go together, ``VOTES_PER_MESSAGE_MAX`` to a
+  message, and a message's answers are stepped together (a broker that lost
+  the leader of a thousand partitions asks each voter in a few messages);
 * frames for a follower go to that follower's replication link
   (``ring.replication.leader.LinkDriver``), which steps ``Flush`` for its
   link when a Ready names it and sends what comes back;
@@ -49,7 +52,7 @@ _GOSSIP = (Syn, Ack, Ack2)
 # After an election is won, the claims are announced this much later, so the other
 # partitions won in the same burst ride along.
 ANNOUNCE_DELAY_S = 0.02
-VOTE_PATH = "/peer/v1/vote"
+VOTES_PATH = "/peer/v1/votes"
 TRANSFER_PATH = "/peer/v1/transfer"
 
 
@@ -83,6 +86,7 @@ class NodePump:
         self._idle_waits: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()
         self._announcing: asyncio.Task[None] | None = None
+        self._votes: dict[str, list[election.VoteRequest]] = {}  # to send at the end of this loop turn
         self.closed = False
 
     def step(self, message: Any) -> Ready:
@@ -110,7 +114,7 @@ class NodePump:
                 if link is not None:
                     link.put(frame)
             elif isinstance(frame, election.VoteRequest):
-                self._spawn(self._ask(dst, frame))
+                self._vote(dst, frame)
             elif isinstance(frame, Transfer):
                 self._spawn(self._transfer(dst, frame))
             elif isinstance(frame, _GOSSIP):
@@ -199,16 +203,35 @@ class NodePump:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _ask(self, peer: str, req: election.VoteRequest) -> None:
-        raw = await self.peers.call(peer, VOTE_PATH, msgpack.packb(req.to_wire(), use_bin_type=True))
-        reply = None
+    def _vote(self, peer: str, req: election.VoteRequest) -> None:
+        """Queue ``req`` for ``peer``: the first of a loop turn arranges for the turn's to leave together."""
+        if not self._votes:
+            asyncio.get_running_loop().call_soon(self._send_votes)
+        self._votes.setdefault(peer, []).append(req)
+
+    def _send_votes(self) -> None:
+        votes, self._votes = self._votes, {}
+        if self.closed:
+            return
+        n = limits.VOTES_PER_MESSAGE_MAX
+        for peer, reqs in votes.items():
+            for i in range(0, len(reqs), n):
+                self._spawn(self._ask(peer, reqs[i:i + n]))
+
+    async def _ask(self, peer: str, reqs: list[election.VoteRequest]) -> None:
+        body = msgpack.packb([req.to_wire() for req in reqs], use_bin_type=True)
+        raw = await self.peers.call(peer, VOTES_PATH, body)
+        replies: list[election.VoteReply | None] = [None] * len(reqs)
         if raw is not None:
             try:
-                reply = election.reply_from_wire(msgpack.unpackb(raw, raw=False))
+                wire = msgpack.unpackb(raw, raw=False)
+                if type(wire) is not list or len(wire) != len(reqs):
+                    raise BadRequest(f"{len(reqs)} votes asked, the answer is not a list of as many")
+                replies = [election.reply_from_wire(w) for w in wire]
             except (BadRequest, ValueError, TypeError, msgpack.UnpackException) as exc:
                 log.warning("a malformed vote reply from %s: %s", peer, exc)
         if not self.closed:
-            self.step(VoteAnswered(peer, req, reply))
+            self.step(VoteAnswered(peer, tuple(zip(reqs, replies))))
 
     async def _transfer(self, peer: str, t: Transfer) -> None:
         params = {"topic": t.topic, "partition": str(t.partition), "epoch": str(t.epoch)}

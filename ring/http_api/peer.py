@@ -19,8 +19,11 @@ broker alone). Routes:
 * ``GET /peer/v1/replicas/{topic}/{partition}``: this replica's own stored
   batches up to its log end (not the high watermark), for comparing replicas;
   ``Ring-Log-Start-Offset`` and ``Ring-Log-End-Offset`` headers.
-* ``POST /peer/v1/vote``: a (pre-)vote request for a partition (msgpack,
-  ``ring.replication.election``); the answer is the vote, saved before it is sent.
+* ``POST /peer/v1/votes``: (pre-)vote requests, a msgpack list of up to
+  ``VOTES_PER_MESSAGE_MAX`` (``ring.replication.election``), judged in order;
+  the answer is the list of votes, each saved before it is sent. A malformed
+  one refuses the whole message (400) before any is judged.
+  ``POST /peer/v1/vote`` takes one request alone and answers its vote.
 * ``POST /peer/v1/transfer?topic=&partition=&epoch=``: the leader of that
   epoch asks this broker to take the partition over (stand at once).
 * ``POST /peer/v1/resync?topic=&partition=``: a follower that cut its log for
@@ -171,15 +174,32 @@ def _key(request: web.Request) -> tuple[str, int]:
     return topic, partition
 
 
-async def vote(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await codec.read_body(request, 64 * 1024)
+_VOTE_BYTES_MAX = 4 * 1024  # a vote request's wire form: a topic, two names of 253 characters, a few integers
+
+
+async def _votes_body(request: web.Request, count_max: int) -> object:
+    body = await codec.read_body(request, count_max * _VOTE_BYTES_MAX)
     try:
-        wire = msgpack.unpackb(body, raw=False, max_array_len=16, max_map_len=0, max_str_len=4096)
+        return msgpack.unpackb(body, raw=False, max_array_len=max(16, count_max), max_map_len=0,
+                               max_str_len=4096)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadRequest(f"malformed vote: {exc}") from None
-    reply = node.step(VoteRequested(election.request_from_wire(wire))).reply
+
+
+async def vote(request: web.Request) -> web.Response:
+    req = election.request_from_wire(await _votes_body(request, 1))
+    reply = _node(request).step(VoteRequested((req,))).reply[0]
     return web.Response(body=msgpack.packb(reply.to_wire(), use_bin_type=True), content_type="application/msgpack")
+
+
+async def votes(request: web.Request) -> web.Response:
+    wire = await _votes_body(request, limits.VOTES_PER_MESSAGE_MAX)
+    if type(wire) is not list or not 1 <= len(wire) <= limits.VOTES_PER_MESSAGE_MAX:
+        raise BadRequest(f"malformed votes: not a list of 1 to {limits.VOTES_PER_MESSAGE_MAX} vote requests")
+    reqs = tuple(election.request_from_wire(w) for w in wire)  # all checked before any is judged
+    replies = _node(request).step(VoteRequested(reqs)).reply
+    return web.Response(body=msgpack.packb([r.to_wire() for r in replies], use_bin_type=True),
+                        content_type="application/msgpack")
 
 
 async def transfer(request: web.Request) -> web.Response:
@@ -228,6 +248,7 @@ ROUTES = [
     ("GET", "/peer/v1/status", status),
     ("GET", "/peer/v1/replicas/{topic}/{partition}", read_replica),
     ("POST", "/peer/v1/vote", vote),
+    ("POST", "/peer/v1/votes", votes),
     ("POST", "/peer/v1/transfer", transfer),
     ("POST", "/peer/v1/resync", resync),
     ("GET", "/peer/v1/checksums/{topic}/{partition}", checksums),

@@ -394,11 +394,15 @@ class NodeCore(GossipSteps, FollowerSteps):
     # --- elections -----------------------------------------------------------------------------
 
     def _vote_requested(self, now: float, m: msg.VoteRequested) -> None:
-        self._ready.reply = self.elections.vote_asked(now, m.req, self.view())
-        self._look_soon((m.req.topic, m.req.partition))  # a granted vote holds our own candidacy back a while
+        view = self.view()
+        self._ready.reply = [self.elections.vote_asked(now, req, view) for req in m.reqs]
+        for req in m.reqs:
+            self._look_soon((req.topic, req.partition))  # a granted vote holds our own candidacy back a while
 
     def _vote_answered(self, now: float, m: msg.VoteAnswered) -> None:
-        self.elections.answered(now, m.peer, m.req, m.reply, self.view())
+        view = self.view()
+        for req, reply in m.answers:
+            self.elections.answered(now, m.peer, req, reply, view)
 
     def _transfer_requested(self, now: float, m: msg.TransferRequested) -> None:
         self._ready.reply = self.elections.transfer_asked(now, m.sender, m.transfer, self.view())

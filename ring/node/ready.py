@@ -18,11 +18,13 @@ message)``, and ticks it with ``NodeCore.tick(now)``; both return a
    once every ``persist`` of the same Ready is done: a follower's
    acknowledgement sits in the Ready that lists the fsync it depends on.
    Messages to one destination are never reordered across Readies either.
+   Vote requests to one peer may travel together (``VoteRequested`` takes
+   several, ``VoteAnswered`` gives their answers back together).
    Gossip messages are addressed to a peer address, the rest to a broker.
 5. ``releases``: answer the waiting produces (a token and None for success,
    or the error to raise), also after ``persist``.
 6. The rest, in any order: ``reply`` is the answer to the request that was
-   stepped (a vote, a transfer, a gossip SYN's ACK); ``reconcile``: place
+   stepped (votes, a transfer, a gossip SYN's ACK); ``reconcile``: place
    partitions anew (the ring or the topic catalogue changed, or a replica
    placed elsewhere is no longer led here); ``changed`` lists replicas whose
    leadership changed (wake what waits for a leader); ``clock``: the new
@@ -184,15 +186,16 @@ class FromLeader(NamedTuple):
 
 
 class VoteRequested(NamedTuple):
-    """Another broker's (pre-)vote request; the answer is the Ready's ``reply`` (saved before it returns)."""
-    req: Any
+    """Another broker's (pre-)vote requests, judged in order; the answers are the Ready's ``reply``, a
+    list in the same order (each ballot saved before it returns)."""
+    reqs: tuple[Any, ...]
 
 
 class VoteAnswered(NamedTuple):
-    """A voter's answer to our ``req`` (None: it did not answer in time, or could not be reached)."""
+    """A voter's answers to our requests: (request, reply) pairs, a reply None when it did not answer
+    in time or could not be reached."""
     peer: str
-    req: Any
-    reply: Any
+    answers: tuple[tuple[Any, Any], ...]
 
 
 class TransferRequested(NamedTuple):

@@ -206,6 +206,7 @@ class SimBroker:
             write_atomically(self.dir / name, data)
         waits = [(rep, self.disk.sync_soon(rep)) for rep, end in ready.persist if rep.durable < end]
         persisted = waits[-1] if waits else None  # (a follower's Ready persists one log)
+        votes: dict[str, list[election.VoteRequest]] = {}  # to one peer, they travel together (as NodePump's)
         for dst, msg in ready.sends:
             if isinstance(msg, LEADER_FRAMES):
                 self._send_frame(dst, msg)
@@ -213,8 +214,7 @@ class SimBroker:
                 assert answer_to is not None
                 self.answers.setdefault(answer_to, []).append((persisted, msg))
             elif isinstance(msg, election.VoteRequest):
-                self.net.call(self.name, dst, ("vote", msg), limits.VOTE_REQUEST_TIMEOUT_S,
-                              lambda reply, dst=dst, req=msg: self._step(m.VoteAnswered(dst, req, reply), gen))
+                votes.setdefault(dst, []).append(msg)
             elif isinstance(msg, Transfer):
                 self.net.call(self.name, dst, ("transfer", msg), limits.VOTE_REQUEST_TIMEOUT_S,
                               lambda ok, dst=dst, t=msg: self._step(m.TransferAnswered(dst, t, bool(ok)), gen))
@@ -223,6 +223,7 @@ class SimBroker:
             else:
                 assert isinstance(msg, Ack2), msg
                 self.net.request(self.name, dst, ("gossip", msg))
+        self._ask(votes, gen)
         if answer_to is not None:
             self._flush_answers(answer_to)
         for token, exc in ready.releases:
@@ -248,6 +249,15 @@ class SimBroker:
             self.world.after(0.02, lambda: self._step(m.Announce(), gen))
         if ready.next_tick_at is not None:
             self._schedule_tick(ready.next_tick_at)
+
+    def _ask(self, votes: dict[str, list[election.VoteRequest]], gen: int) -> None:
+        n = limits.VOTES_PER_MESSAGE_MAX
+        for dst, reqs in votes.items():
+            for i in range(0, len(reqs), n):
+                part = tuple(reqs[i:i + n])
+                self.net.call(self.name, dst, ("votes", part), limits.VOTE_REQUEST_TIMEOUT_S,
+                              lambda replies, dst=dst, part=part: self._step(
+                                  m.VoteAnswered(dst, tuple(zip(part, replies or [None] * len(part)))), gen))
 
     def _core(self, message: Any) -> m.Ready:
         self.world.current = self.name  # whose log lines these are, in a trace
@@ -295,7 +305,7 @@ class SimBroker:
             return reply(self.fetch(*body))
         elif kind == "replica":
             return reply(self.read_replica(*body))
-        elif kind == "vote":
+        elif kind == "votes":
             ready = self._core(m.VoteRequested(body))
         elif kind == "resync":
             rep = self.replica(*body)
