@@ -261,7 +261,13 @@ VOTE_REQUEST_TIMEOUT_S = 1.0
 # broker that lost a leader of a thousand partitions asks each voter in a few messages, not
 # in a thousand, and a voter saves one message's ballots (an fsync each) in well under
 # VOTE_REQUEST_TIMEOUT_S.
-VOTES_PER_MESSAGE_MAX = 128
+VOTES_PER_MESSAGE_MAX = 64
+# Candidacies one broker runs at once; the replicas whose turn to stand comes beyond it stand
+# on a later election tick, without a retry's back-off. A round's requests to a peer then fit
+# in two messages, answered within VOTE_REQUEST_TIMEOUT_S even when a thousand partitions lost
+# their leader together (unbounded, a broker standing for 500 partitions at once sent its
+# voter eight messages of saves to work through, and won none of them within a minute).
+CANDIDACIES_MAX = 2 * VOTES_PER_MESSAGE_MAX
 # A leader that stopped claiming its partition in gossip (it stepped down, or
 # restarted and leads nothing) is given up after this long; three gossip
 # rounds also cover a new leader whose claim has not arrived yet.

@@ -383,3 +383,33 @@ def test_a_leader_moves_its_voters_only_once_a_majority_holds_the_current_set(tm
     acked("d", "b", seq=a.voters_seq)
     wa.tick(10.4, [a], view)
     assert a.voters == ["d", "a", "b"]
+
+
+def test_a_broker_runs_at_most_candidacies_max_at_once_and_the_rest_stand_next_without_back_off(tmp_path) -> None:
+    """A thousand partitions losing their leader together: the candidacies beyond the limit wait for
+    a later tick instead of flooding the voters (whose answers then came after the candidacies' timeout)."""
+    import random
+
+    from ring import limits
+    from ring.clock import ManualClock
+    from ring.log import FsyncPolicy, LogConfig, PartitionLog
+    from ring.node.elections import Elections
+    from ring.replication.replica import Replica
+
+    reps = {}
+    for p in range(limits.CANDIDACIES_MAX + 10):
+        log = PartitionLog(tmp_path / str(p), LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
+        reps[p] = Replica("t", p, log, "b", ["a", "b", "c"], epoch=1)
+        reps[p].leader, reps[p].aligned = "a", True
+    sent: list[tuple[str, e.VoteRequest]] = []
+    el = Elections("b", random.Random(1), lambda t, p: reps.get(p), lambda dst, m: sent.append((dst, m)),
+                   lambda rep: None, lambda rep: None, lambda: None)
+    down = Seen(alive=("b", "c"))
+    el.tick(10.0, reps.values(), down)
+    first = set(el.candidacies)
+    assert len(first) == limits.CANDIDACIES_MAX and len(sent) == limits.CANDIDACIES_MAX
+    el.tick(10.5, reps.values(), down)
+    assert set(el.candidacies) == first and len(sent) == limits.CANDIDACIES_MAX  # the rest wait
+    el.tick(11.1, reps.values(), down)  # the first ones time out (and back off)
+    el.tick(11.2, reps.values(), down)
+    assert set(el.candidacies) == {("t", p) for p in reps} - first  # the rest stand at once

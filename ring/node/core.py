@@ -79,6 +79,7 @@ class NodeCore(GossipSteps, FollowerSteps):
         self._dirty: set[Key] = set()
         self._active: set[Key] = set()
         self._publish_due = True  # our claims or behind-set may have changed
+        self._links_due = False  # a replica's leadership changed: the links follow at the step's end
         # Replication links from leaders into this broker: how many are open, and since when none is.
         self._inbound: dict[str, int] = {}
         self._inbound_down: dict[str, float] = {}
@@ -237,6 +238,8 @@ class NodeCore(GossipSteps, FollowerSteps):
 
     def _take(self) -> Ready:
         self._view = None
+        if self._links_due:
+            self._assign_links()
         ready, self._ready = self._ready, Ready()
         if self.acks.released:
             ready.releases, self.acks.released = self.acks.released, []
@@ -284,7 +287,7 @@ class NodeCore(GossipSteps, FollowerSteps):
         self._look_soon((rep.topic, rep.index))
         if self.name not in rep.replicas and not self.keep(rep, self._now):
             self._ready.reconcile = True  # placed elsewhere, neither led nor voting here: close it
-        self._assign_links()
+        self._links_due = True  # (once per step, in _take: a burst of won elections is one pass over the replicas)
         self._start_behind(rep)
 
     def _start_behind(self, rep: Replica) -> None:
@@ -294,6 +297,7 @@ class NodeCore(GossipSteps, FollowerSteps):
             self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
 
     def _assign_links(self) -> None:
+        self._links_due = False
         wanted: dict[str, set[Key]] = {}
         for rep in self.replicas():
             if rep.is_leader:

@@ -6,7 +6,9 @@ actions through as message exchanges, without waiting on anything:
 
 * stand: a pre-vote round for epoch+1, then a real one, each a
   ``VoteRequest`` to every other live voter, counted as answers are stepped
-  (``answered``) and given up after ``VOTE_REQUEST_TIMEOUT_S``. A majority
+  (``answered``) and given up after ``VOTE_REQUEST_TIMEOUT_S``; at most
+  ``CANDIDACIES_MAX`` at once (a replica whose turn comes beyond that stands
+  on a later tick, as one of the next ones). A majority
   makes the replica leader (``steps.win``): its links sync the followers and
   its claim is announced to every peer at once;
 * hand over: stop appending (``frozen``), wait until the target holds the
@@ -92,7 +94,10 @@ class Elections:
         for action in self.watch.tick(now, reps, view, every):
             rep = action.rep
             if action.kind == "stand":
-                self.stand(now, rep, view)
+                if len(self.candidacies) < limits.CANDIDACIES_MAX:
+                    self.stand(now, rep, view)
+                else:
+                    self.watch.deferred(rep, now)  # stands on a later tick (they run every tick while we stand)
             elif action.kind == "hand_off":
                 assert action.target is not None
                 rep.frozen = True

@@ -268,6 +268,11 @@ class Watch:
             t.next_try = now + t.retry_s * (0.5 + self.rng.random())
             t.retry_s = min(t.retry_s * 2, self.settings.retry_max_s)
 
+    def deferred(self, rep: Replica, now: float) -> None:
+        """``rep``'s turn to stand came while the broker ran as many candidacies as it may: it stands
+        on a later tick, without a retry's back-off."""
+        self.timer(rep, now).standing = False
+
     def handed(self, rep: Replica, now: float) -> None:
         """A handover of ``rep`` ended (done or not)."""
         t = self.timer(rep, now)
