@@ -25,6 +25,7 @@ from ring.repair import divergence as d
 from ring.repair import entropy, mend
 from ring.replication import protocol, steps
 from ring.replication.replica import Replica
+from ring.errors import StorageError
 
 SETTINGS = settings(max_examples=200, deadline=None)
 T0 = 1_700_000_000_000
@@ -277,10 +278,11 @@ def flip_payload_bit(directory: Path, offset: int) -> None:
         f.write(bytes([raw[pos + B.HEADER_SIZE + 2] ^ 0x04]))
 
 
-def test_damage_inside_the_log_found_by_recovery_is_vouched_for_as_a_repair_cut_is(tmp_path: Path) -> None:
-    """A bit flipped in an acknowledged batch followed by whole ones, then a crash: recovery cuts at the
-    damage (the log cannot keep a hole), and the replica's votes go on counting what it had (else a
-    candidate missing a write this replica acknowledged could win: the simulation's seed 1350)."""
+def test_damage_inside_the_log_found_by_recovery_is_kept_and_its_votes_count_it(tmp_path: Path) -> None:
+    """A bit flipped in an acknowledged batch followed by whole ones, then a crash: recovery keeps the log
+    (nothing is cut, nothing vouched for), marks the replica damaged at that batch, and its votes count
+    every batch it holds (a candidate missing a write this replica acknowledged loses: the simulation's
+    seed 1350)."""
     from ring.replication import election
 
     log = mk(tmp_path / "b", segment_bytes=1 << 20)
@@ -289,23 +291,22 @@ def test_damage_inside_the_log_found_by_recovery_is_vouched_for_as_a_repair_cut_
     flip_payload_bit(tmp_path / "b", 30)
     log.abandon()
     rep = replica(mk(tmp_path / "b", segment_bytes=1 << 20), "b", 1)
-    assert rep.log.end_offset == 30 and recovery.damaged_key(tmp_path / "b") == (1, 40)
+    assert rep.log.end_offset == 40 and rep.log.recovered_damage == 30
+    assert recovery.damaged_key(tmp_path / "b") is None
     steps.restore(rep, clean=False)
-    assert rep.vouched == (1, 40) and not rep.caught_up
-    assert recovery.damaged_key(tmp_path / "b") is None  # taken: kept with the ballot from here on
-    assert steps.load_state(tmp_path / "b")[2] == (1, 40)
+    assert rep.damaged_at == 30 and rep.vouched is None and rep.key == (1, 40) and not rep.caught_up
     r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 2, "c", 1, 35), leader_alive=False)
     assert not r.granted and r.reason == election.BEHIND
-    put(rep.log, 1, 10)  # the leader sends the rest again
-    steps._progress(rep)
-    assert rep.vouched is None
+    with pytest.raises(StorageError):
+        rep.log.read(30, 1)  # never handed out
+    assert rep.log.read(31, 1 << 20) and first_damaged(rep) == 30
     rep.log.close()
 
 
 @pytest.mark.parametrize("byte", [5, 7, 11], ids=["base-offset", "base-offset-low", "leader-epoch"])
 def test_a_flip_in_a_header_field_the_crc_skips_is_damage_too(tmp_path: Path, byte: int) -> None:
     """The CRC leaves out the base offset and the epoch (a leader stamps them in place): a bit flipped
-    there, with whole batches after it, is damage inside the log, vouched for as a payload flip is,
+    there, with whole batches after it, is damage inside the log, kept and marked as a payload flip is,
     not a torn tail that takes every acknowledged batch after it without a word."""
     log = mk(tmp_path / "b", segment_bytes=1 << 20)
     put(log, 1, 40)
@@ -318,9 +319,9 @@ def test_a_flip_in_a_header_field_the_crc_skips_is_damage_too(tmp_path: Path, by
         f.write(bytes([raw[pos + byte] ^ 0x01]))
     log.abandon()
     rep = replica(mk(tmp_path / "b", segment_bytes=1 << 20), "b", 1)
-    assert rep.log.end_offset == 30 and recovery.damaged_key(tmp_path / "b") == (1, 40)
+    assert rep.log.end_offset == 40 and recovery.damaged_key(tmp_path / "b") is None
     steps.restore(rep, clean=False)
-    assert rep.vouched == (1, 40)
+    assert rep.damaged_at == 30 and rep.vouched is None
     rep.log.close()
 
 
@@ -559,3 +560,31 @@ def test_a_copy_of_another_epoch_is_refused(tmp_path: Path) -> None:
     assert first_damaged(ra) == 7
     assert not mend.put(ra, 7, bytes(b.read(7, 1))) and first_damaged(ra) == 7
     a.close(), b.close()
+
+
+@pytest.mark.parametrize("byte", [B.HEADER_SIZE + 2, 5, 11], ids=["payload", "base-offset", "leader-epoch"])
+@pytest.mark.parametrize("segment_bytes", [1 << 20, 1024], ids=["one-segment", "many-segments"])
+def test_damage_recovery_finds_inside_the_log_is_kept_and_mended_not_cut(tmp_path: Path, byte: int,
+                                                                         segment_bytes: int) -> None:
+    """Bits flip in two replicas, each in a different batch, then one crashes and recovers: its batches above
+    its damaged one stay (they hold the only whole copy of the other's damaged batch), it is marked damaged
+    there, and the two mend each other in place: every batch survives."""
+    a, b = mk(tmp_path / "a", segment_bytes), mk(tmp_path / "b", segment_bytes)
+    put(a, 1, 20)
+    put(a, 2, 20)
+    b.append_replicated(a.read(0, 1 << 20))
+    a.sync()
+    whole = a.read(0, 1 << 20)
+    flip_at(tmp_path / "a", 25, byte)
+    flip_at(tmp_path / "b", 10, byte)
+    b.abandon()  # a crash: nothing of b was synced, recovery walks every segment
+    rb = replica(mk(tmp_path / "b", segment_bytes), "b", 2)
+    steps.restore(rb, clean=False)
+    assert rb.log.end_offset == 40 and rb.damaged_at == 10 and rb.vouched is None and not rb.caught_up
+    assert recovery.damaged_key(tmp_path / "b") is None
+    ra = replica(a, "a", 2)
+    assert (first_damaged(ra), first_damaged(rb)) == (25, 10)
+    for rep, other, at in ((rb, ra, 10), (ra, rb, 25)):
+        assert mend.put(rep, at, bytes(other.log.read(at, 1))) and first_damaged(rep) is None
+    assert a.read(0, 1 << 20) == rb.log.read(0, 1 << 20) == whole
+    a.close(), rb.log.close()

@@ -155,6 +155,9 @@ class ClusterBroker(Routing, Broker):
                              on_sent=self._replicated_bytes, on_write=self.membership.write,
                              on_gossip=self.membership.send, on_cluster=self._cluster_changed,
                              on_clock=self._clock_changed, wait_idle=self.commits.idle)
+        for rep in self.replicas():  # damage recovery kept in a log opened before the pump ran
+            if rep.damaged_at is not None:
+                self.damaged(rep, rep.damaged_at)
         self.membership.start(self.peers)
         self._tasks.append(asyncio.create_task(self._hw_checkpoint_loop(), name="hw checkpoint"))
         await self._reconcile()
@@ -201,6 +204,8 @@ class ClusterBroker(Routing, Broker):
         steps.restore(rep, rep.log.clean_shutdown and self.previous_shutdown_clean)
         assert self.core is not None
         self.core.adopt(rep)
+        if rep.damaged_at is not None and self.pump is not None:
+            self.damaged(rep, rep.damaged_at)  # (before the pump runs, ``start`` does it)
         if not rep.caught_up:
             log.info("%s/%d came back from an unclean shutdown: not electable until it has caught up",
                      cfg.name, p)

@@ -92,6 +92,9 @@ class PartitionLog:
         self._size_bytes = sum(s.size for s in self._segments)
         self._epochs = epochs if epochs is not None else rebuild_epochs(d / LEADER_EPOCH_FILE, self._segments)
         self._start_offset = max(self._start_offset, self._bases[0])
+        # The first damaged batch recovery kept inside the log (above its start), for a repair to mend.
+        self.recovered_damage = next((max(o, self._start_offset) for o, n in got.damaged
+                                      if n > self._start_offset), None)
         if self._start_offset > self.end_offset:
             # The start checkpoint is past what survived a crash: nothing below it may come back.
             self._replace_all_with_empty(self._start_offset)

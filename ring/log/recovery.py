@@ -43,7 +43,7 @@ from ring.errors import CorruptBatch
 from ring.log import batch
 from ring.log.checkpoint import LeaderEpochCache, read_key, write_key
 from ring.log.fsync import TMP_SUFFIX, fsync_dir
-from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, check_identity, walk
+from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, StepPast, check_identity, walk
 
 log = logging.getLogger("ring.log")
 
@@ -57,6 +57,7 @@ class Recovered:
     bytes_cut: int = 0
     walked: list[Segment] = field(default_factory=list)  # checked from disk: sync them
     files_removed: bool = False
+    damaged: list[tuple[int, int]] = field(default_factory=list)  # [offset, next) of damaged batches kept
 
 
 def remove_strays(directory: Path) -> tuple[list[int], bool]:
@@ -116,7 +117,8 @@ def open_segments(
             except CorruptBatch:
                 pass  # a tail that does not parse despite the marker: check it fully
         fd, size = Segment.open_file(directory, base)
-        seg, bad = Segment.rebuild(directory, base, fd, size, interval, True, epoch_of, None)
+        seg, bad = Segment.rebuild(directory, base, fd, size, interval, True, epoch_of, None,
+                                   _stepper(directory, fd, size, next_base, epoch_of, out.damaged))
         out.segments.append(seg)
         out.walked.append(seg)
         if bad is None and next_base is not None and seg.end_offset != next_base:
@@ -138,6 +140,45 @@ def open_segments(
         out.files_removed = True
         break
     return out
+
+
+def _stepper(directory: Path, fd: int, size: int, next_base: int | None, epoch_of: EpochOf | None,
+             damaged: list[tuple[int, int]]) -> StepPast:
+    """``Segment.rebuild``'s ``step_past`` for this segment: a bad batch whose frame holds is kept (its
+    offset noted in ``damaged``) for a repair to mend in place."""
+
+    def step_past(pos: int, offset: int) -> batch.BatchHeader | None:
+        h = _frame_holds(fd, size, pos, offset, next_base, epoch_of)
+        if h is not None:
+            damaged.append((offset, offset + h.record_count))
+            log.error("%s: a damaged batch at offset %d inside the log, whole batches after it: kept, "
+                      "to be mended from another replica", directory, offset)
+        return h
+
+    return step_past
+
+
+def _frame_holds(fd: int, size: int, pos: int, offset: int, next_base: int | None,
+                 epoch_of: EpochOf | None) -> batch.BatchHeader | None:
+    """The header of the bad batch at file position ``pos`` (offset ``offset``) when the log's frame runs on
+    past it: its length lands on a whole, CRC-valid batch with the offset and epoch due after its record
+    count (or, at the end of a closed segment, on the next segment's base offset). Its bad bytes may lie
+    anywhere else (payload, CRC, the stamped offset or epoch); a flipped length or record count leads
+    nowhere whole, and then None: the walk cannot tell where the log goes on, nor a torn tail from damage."""
+    try:
+        h = batch.read_header(os.pread(fd, batch.HEADER_SIZE, pos))
+        end, after = pos + h.size, offset + h.record_count
+        if end > size or (end == size and after != next_base):
+            return None
+        if end < size:
+            nh = batch.read_header(os.pread(fd, batch.HEADER_SIZE, end))
+            if end + nh.size > size:
+                return None
+            batch.check(os.pread(fd, nh.size, end))
+            check_identity(nh, after, epoch_of)
+    except CorruptBatch:
+        return None
+    return h
 
 
 def _intact_after(directory: Path, fd: int, size: int, bad: int, offset: int, later: list[int],

@@ -38,6 +38,8 @@ TIMESTAMP_MIN = -(2**63)
 
 # Epoch a batch at a given offset must carry; None when unknown (no check).
 EpochOf = Callable[[int], "int | None"]
+# (position, offset) of a bad batch -> its header when the walk may go on past it (recovery keeps it).
+StepPast = Callable[[int, int], "BatchHeader | None"]
 
 
 def segment_name(base_offset: int) -> str:
@@ -211,12 +213,15 @@ class Segment:
         verify: bool,
         epoch_of: EpochOf | None,
         closed_end: int | None,
+        step_past: StepPast | None = None,
     ) -> tuple["Segment", int | None]:
         """Walk the segment and rewrite both indexes; (segment, position of the first bad batch or None).
 
         With ``verify``, CRCs are checked (recovery); a bad batch ends the walk
-        and the caller decides whether to cut. ``closed_end`` (a closed
-        segment's end offset) adds the closing time-index entry.
+        and the caller decides whether to cut, unless ``step_past`` (given its
+        position and offset) returns a header to index it by and walk on past
+        it. ``closed_end`` (a closed segment's end offset) adds the closing
+        time-index entry.
         """
         tracker = Tracker(interval)
         okeys: list[int] = []
@@ -224,19 +229,30 @@ class Segment:
         tkeys: list[int] = []
         tvals: list[int] = []
         end, good_pos, bad = base, 0, None
-        try:
-            for h, pos in walk(fd, 0, size, verify):
-                check_identity(h, end, epoch_of)
-                add, ts = tracker.observe(pos, h, tkeys[-1] if tkeys else None)
-                if add:
-                    okeys.append(h.base_offset - base)
-                    ovals.append(pos)
-                    if ts is not None:
-                        tkeys.append(ts)
-                        tvals.append(h.base_offset - base)
-                end, good_pos = h.next_offset, pos + h.size
-        except CorruptBatch:
-            bad = good_pos
+
+        def index(h: BatchHeader, pos: int) -> None:
+            nonlocal end, good_pos
+            add, ts = tracker.observe(pos, h, tkeys[-1] if tkeys else None)
+            if add:
+                okeys.append(end - base)
+                ovals.append(pos)
+                if ts is not None:
+                    tkeys.append(ts)
+                    tvals.append(end - base)
+            end, good_pos = end + h.record_count, pos + h.size
+
+        while bad is None and good_pos < size:
+            try:
+                for h, pos in walk(fd, good_pos, size, verify):
+                    check_identity(h, end, epoch_of)
+                    index(h, pos)
+                break
+            except CorruptBatch:
+                h = step_past(good_pos, end) if step_past is not None else None
+                if h is None:
+                    bad = good_pos
+                else:  # its own timestamps are not to be trusted
+                    index(h._replace(max_timestamp=TIMESTAMP_MIN), good_pos)
         if closed_end is not None:
             end = closed_end
             if not tvals or tvals[-1] < end - base:

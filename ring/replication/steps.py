@@ -73,7 +73,7 @@ def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
 def restore(rep: Replica, clean: bool) -> None:
     """A clustered replica as it opens: its saved ballot and voters, no leader (elected, never assumed:
     it may have lost a tail or missed an election), not caught up after an unclean shutdown, nor while
-    a repair has not brought back what it vouched for."""
+    a repair has not brought back what it vouched for; damaged where recovery kept a damaged batch."""
     ballot, voters, vouched = load_state(rep.log.directory)
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
     rep.voters = voters if voters else list(rep.replicas)
@@ -89,6 +89,9 @@ def restore(rep: Replica, clean: bool) -> None:
     rep.leader = None
     rep.aligned = False
     rep.caught_up = clean and rep.vouched is None
+    # Damage recovery kept inside the log (whole batches follow it): never served from here, mended in
+    # place from another replica's copy (the broker steps ``Damaged`` once it runs).
+    rep.damaged_at = rep.log.recovered_damage
 
 
 def close(rep: Replica, exc: BaseException) -> None:

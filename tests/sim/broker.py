@@ -178,6 +178,8 @@ class SimBroker:
         steps.restore(rep, plog.clean_shutdown)
         self.core.adopt(rep)
         self.parts[cfg.name][p] = rep
+        if rep.damaged_at is not None:  # damage recovery kept inside the log: mend it
+            self.carry_out(self._core(m.Damaged(rep, rep.damaged_at)))
 
     # --- the tick --------------------------------------------------------------------------------
 
