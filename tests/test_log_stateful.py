@@ -17,11 +17,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ring.clock import ManualClock
+from ring.errors import StorageError
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
 from ring.log import recovery
@@ -198,8 +200,13 @@ class LogMachine(RuleBasedStateMachine):
         if damage != "none" and synced_pos < len(content):
             p = data.draw(st.integers(synced_pos, len(content) - 1), label="position")
             h, pos = next((h, pos) for h, pos in spans if pos <= p < pos + h.size)
-            if damage == "garble" and h.next_offset <= self.start and 8 <= p - pos < 12:
-                p = pos + 20  # an epoch below the start offset is not checked (no history there): hit magic
+            if damage == "garble" and h.next_offset <= self.start:
+                p = pos + 20  # (below the start offset nothing is read: hit magic, which no walk passes)
+            # A garbled batch whole ones follow, its length, magic and record count intact: the walk steps
+            # past it, and recovery keeps it for a repair (here: the original bytes) to mend.
+            kept = damage == "garble" and h.next_offset < self.end and p - pos not in (12, 13, 14, 15, 20,
+                                                                                       22, 23, 24, 25)
+            original = bytes(content[pos:pos + h.size])
             cut_base = h.base_offset
             if damage == "truncate":
                 del content[p:]
@@ -210,7 +217,14 @@ class LogMachine(RuleBasedStateMachine):
             active.write_bytes(bytes(content))
         self.log = PartitionLog(self.dir, self.config, self.clock)
         assert not self.log.clean_shutdown
-        if cut_base is None:
+        if cut_base is not None and kept:
+            assert self.log.end_offset == self.end and self.log.recovered_bytes_cut == 0
+            assert self.log.recovered_damage == max(cut_base, self.start)
+            assert recovery.damaged_key(self.dir) is None
+            with pytest.raises(StorageError):
+                self.log.read(max(cut_base, self.start), 2000)  # never handed out
+            self.log.mend(original)
+        elif cut_base is None:
             assert self.log.end_offset == self.end and self.log.recovered_bytes_cut == 0
         else:
             assert self.log.recovered_bytes_cut == cut_bytes

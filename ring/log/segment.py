@@ -251,8 +251,9 @@ class Segment:
                 h = step_past(good_pos, end) if step_past is not None else None
                 if h is None:
                     bad = good_pos
-                else:  # its own timestamps are not to be trusted
+                else:  # its own timestamps are not to be trusted; reads past it start after it
                     index(h._replace(max_timestamp=TIMESTAMP_MIN), good_pos)
+                    tracker.since_index = tracker.interval
         if closed_end is not None:
             end = closed_end
             if not tvals or tvals[-1] < end - base:
