@@ -101,7 +101,7 @@ FOUND = [
     # the transfer, the leader stepped down, then cut its own damaged log: 7 writes acknowledged at quorum lost)
     1350, 1567,  # a bit flipped in a replica's last segment, then its broker crashed: recovery cut the damaged
     # batch and the acknowledged ones after it as a torn tail, and the replica voted with its shorter log for a
-    # candidate missing one acknowledged write
+    # candidate missing one acknowledged write (recovery keeps them, and marks the replica damaged there)
     3692,  # bits flipped in all three replicas of a partition, each in a different batch: repair cut a
     # follower back to the start of its segment, dropping the only whole copy of a batch the leader's log had
     # damaged, and 14 writes acknowledged at quorum were lost

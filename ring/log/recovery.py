@@ -7,19 +7,28 @@ What is trusted and what is checked:
   trusted: they were fsynced, and only their indexes are sanity-checked
   (rebuilt when missing or unsound).
 * After an unclean stop every segment from the recovery point on, and always
-  the last one, is walked with CRC, base-offset and epoch checks. The first bad
-  batch and everything after it is cut (the file is truncated there and later
-  segments are deleted), and the indexes of the walked segments are rebuilt.
-* A bad batch is a torn tail when its bytes run to the end: it was being
-  written when the broker stopped and was never durable. It is *damage* when
-  it is whole (its extent lies inside the file) with a CRC that fails, and
-  whole, CRC-valid batches continue the log after it, or the leader-epoch
-  history begins a newer epoch at its end (an epoch is begun with no batch
-  only over a synced log): a bit flipped in data that was written and may
-  have been acknowledged. The log is cut there just
-  the same (it cannot keep a hole), but first the key ``(last epoch, end)`` of
-  what followed is saved (``DAMAGED_KEY_FILE``): a replica's votes go on
-  counting that data until its log holds it again, as after a repair's cut.
+  the last one, is walked with CRC, base-offset and epoch checks, and the
+  indexes of the walked segments are rebuilt.
+* A bad batch whose frame still holds is *damage inside the log*: its length
+  leads to a whole, CRC-valid batch with the offset and epoch due after its
+  record count (or, closing a segment, to the next segment's base offset), so
+  only its payload, CRC, stamped offset or epoch can be wrong. It is kept, the
+  walk goes on past it, and its offset is reported (``Recovered.damaged``):
+  the replica is marked damaged there and a repair mends it in place from
+  another replica's whole copy (``ring.repair.mend``). Cutting there would
+  drop the whole batches above it, which can be the only whole copies of a
+  batch another replica holds damaged.
+* A bad batch the walk cannot step past (its header does not parse, its bytes
+  run past the end, or its length or record count leads nowhere whole) is
+  cut with everything after it (the file is truncated there and later
+  segments are deleted): nothing tells where the log would go on. That is a
+  torn tail, written when the broker stopped and never durable, unless the
+  batch is whole with a failing CRC below a newer epoch the leader-epoch
+  history begins at its end (an epoch is begun with no batch only over a
+  synced log): then it is damage all the same, and the key ``(that epoch,
+  its end)`` is saved (``DAMAGED_KEY_FILE``): a replica's votes go on
+  counting that batch until its log holds it again, as after a repair's cut.
+  A flipped length field is cut as a torn tail is, vouching for nothing.
 * After a clean stop (``close`` left a marker) even the last segment is
   trusted; it is still walked from its last index entry to find the log end,
   and a tail that does not parse falls back to the full check.
@@ -27,8 +36,8 @@ What is trusted and what is checked:
 Stray files are removed first: temporary files of interrupted atomic writes,
 index files without their segment, and empty segment files that are not the
 last. A crash can only leave a torn or corrupt suffix of what was not yet
-synced, so cutting a torn tail never loses synced data; damage may have, and
-says so.
+synced, so cutting a torn tail never loses synced data; a cut for damage may
+have, and says so.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, StepPast, check_ident
 
 log = logging.getLogger("ring.log")
 
-DAMAGED_KEY_FILE = "damaged-log-key"  # (last epoch, end) a cut for damage took away, until the owner takes it
+DAMAGED_KEY_FILE = "damaged-log-key"  # (epoch, end) a cut for damage took away, until the owner takes it
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
 
@@ -127,7 +136,7 @@ def open_segments(
             if not last:
                 seg.close_for_appends()
             continue
-        lost = _intact_after(directory, fd, size, bad, seg.end_offset, bases[i + 1 :], epoch_of)
+        lost = _lost_to_cut(fd, size, bad, seg.end_offset, epoch_of)
         if lost is not None:
             _save_damaged_key(directory, lost, seg.end_offset)
         out.bytes_cut += size - bad
@@ -181,66 +190,32 @@ def _frame_holds(fd: int, size: int, pos: int, offset: int, next_base: int | Non
     return h
 
 
-def _intact_after(directory: Path, fd: int, size: int, bad: int, offset: int, later: list[int],
-                  epoch_of: EpochOf | None) -> tuple[int, int] | None:
-    """The key (last epoch, end) of the whole, CRC-valid batches that continue the log after the bad batch
-    at file position ``bad`` (offset ``offset``) of this segment and on into the ``later`` ones, when that
-    batch is whole and either fails its CRC or passes it with a base offset or epoch the checks refuse
-    (both are stamped in place, outside the CRC: a flip there is damage too); with nothing whole after
-    it, damage only when its CRC fails below a newer epoch begun at its end. None for a torn tail."""
+def _lost_to_cut(fd: int, size: int, bad: int, offset: int, epoch_of: EpochOf | None) -> tuple[int, int] | None:
+    """The key (last epoch, end) the cut at the bad batch at file position ``bad`` (offset ``offset``) takes
+    away when that is damage, not a torn tail. The walk could not step past it (``_frame_holds``): nothing
+    whole follows it where its length leads. It is damage only when it is whole (its extent inside the
+    file), its stamp holds and its CRC fails, below a newer epoch the history begins at its end: an epoch is
+    begun with no batch only once the log below it is synced (steps.win, steps._progress). None otherwise."""
     try:
         h = batch.read_header(os.pread(fd, batch.HEADER_SIZE, bad))
     except CorruptBatch:
         return None
-    if bad + h.size > size:
-        return None  # its bytes run past the end: torn
+    if bad + h.size > size or h.base_offset != offset or epoch_of is None:
+        return None
     try:
         batch.check_crc(memoryview(os.pread(fd, h.size, bad)), 0, h)
-        stamp_only = True  # the bytes the CRC covers are whole: its offset or epoch was refused
-    except CorruptBatch:
-        stamp_only = False
-        if h.base_offset != offset:
-            return None  # neither its stamp nor its bytes hold: torn
-    files = [(fd, bad + h.size, size)]
-    try:
-        for base in later:  # (each batch's offset is checked: a later segment must continue the log)
-            f, n = Segment.open_file(directory, base)
-            files.append((f, 0, n))
-        key = _last_key(files, offset + h.record_count, epoch_of)
-    finally:
-        for f, _, _ in files[1:]:
-            os.close(f)
-    if epoch_of is None or (key is None and stamp_only):
-        return key
-    if key is None:
-        # Nothing whole follows it, but the history begins a newer epoch at its end: an epoch
-        # is begun with no batch only once the log below it is synced (steps.win, steps._progress).
-        if (epoch_of(h.next_offset) or 0) <= h.leader_epoch:
-            return None
-        key = (h.leader_epoch, h.next_offset)
-    # An epoch begun at the end with no batch yet counts, as it does in the log's key.
-    return max(key[0], epoch_of(key[1]) or 0), key[1]
-
-
-def _last_key(files: list[tuple[int, int, int]], expected: int, epoch_of: EpochOf | None) -> tuple[int, int] | None:
-    """The key of the last of the whole, valid batches that run on from offset ``expected`` through the
-    (fd, from, to) byte ranges ``files``; None if the first is not one."""
-    key = None
-    try:
-        for f, pos, end in files:
-            for h, _ in walk(f, pos, end, True):
-                check_identity(h, expected, epoch_of)
-                key, expected = (h.leader_epoch, h.next_offset), h.next_offset
+        return None  # the bytes the CRC covers are whole: its epoch was refused, and nothing follows it
     except CorruptBatch:
         pass
-    return key
+    begun = epoch_of(h.next_offset) or 0
+    return (begun, h.next_offset) if begun > h.leader_epoch else None
 
 
 def _save_damaged_key(directory: Path, key: tuple[int, int], offset: int) -> None:
     """Keep what a cut for damage takes away (the largest such key, should it happen again first)."""
     had = read_key(directory / DAMAGED_KEY_FILE)
-    log.error("%s: a damaged batch at offset %d inside the log (whole batches follow it up to %d, epoch %d); "
-              "cutting there to fetch the rest from a peer", directory, offset, key[1], key[0])
+    log.error("%s: a damaged batch at offset %d ends the log (an epoch %d begins at %d after it); "
+              "cutting there to fetch it from a peer", directory, offset, key[0], key[1])
     if had is None or had < key:
         write_key(directory / DAMAGED_KEY_FILE, key)
 
