@@ -562,7 +562,8 @@ def test_a_copy_of_another_epoch_is_refused(tmp_path: Path) -> None:
     a.close(), b.close()
 
 
-@pytest.mark.parametrize("byte", [B.HEADER_SIZE + 2, 5, 11], ids=["payload", "base-offset", "leader-epoch"])
+@pytest.mark.parametrize("byte", [B.HEADER_SIZE + 2, 5, 11, 15, 12, 17],
+                         ids=["payload", "base-offset", "leader-epoch", "length", "length-high", "crc"])
 @pytest.mark.parametrize("segment_bytes", [1 << 20, 1024], ids=["one-segment", "many-segments"])
 def test_damage_recovery_finds_inside_the_log_is_kept_and_mended_not_cut(tmp_path: Path, byte: int,
                                                                          segment_bytes: int) -> None:
@@ -588,3 +589,26 @@ def test_damage_recovery_finds_inside_the_log_is_kept_and_mended_not_cut(tmp_pat
         assert mend.put(rep, at, bytes(other.log.read(at, 1))) and first_damaged(rep) is None
     assert a.read(0, 1 << 20) == rb.log.read(0, 1 << 20) == whole
     a.close(), rb.log.close()
+
+
+@pytest.mark.parametrize("flips", [{25: 0x04}, {15: 0x0C}, {20: 0x04}],
+                         ids=["record-count", "length-two-bits", "magic"])
+def test_a_bad_batch_the_walk_cannot_step_past_is_cut_there(tmp_path: Path, flips: dict[int, int]) -> None:
+    """A flipped record count, magic, or a length more than one bit off leads nowhere whole: nothing tells
+    where the log goes on after that batch, nor damage from a torn tail, so recovery cuts there (and,
+    with no epoch begun after it, vouches for nothing)."""
+    log = mk(tmp_path / "b", segment_bytes=1 << 20)
+    put(log, 1, 40)
+    log.sync()
+    seg = sorted((tmp_path / "b").glob("*.log"))[-1]
+    raw = bytearray(seg.read_bytes())
+    pos = next(p for h, p in B.scan(bytes(raw)) if h.base_offset == 30)
+    for byte, mask in flips.items():
+        raw[pos + byte] ^= mask
+    seg.write_bytes(bytes(raw))
+    log.abandon()
+    rep = replica(mk(tmp_path / "b", segment_bytes=1 << 20), "b", 1)
+    steps.restore(rep, clean=False)
+    assert rep.log.end_offset == 30 and rep.damaged_at is None and rep.vouched is None
+    assert rep.log.read(0, 1 << 20) == bytes(raw[:pos])
+    rep.log.close()

@@ -12,12 +12,14 @@ What is trusted and what is checked:
 * A bad batch whose frame still holds is *damage inside the log*: its length
   leads to a whole, CRC-valid batch with the offset and epoch due after its
   record count (or, closing a segment, to the next segment's base offset), so
-  only its payload, CRC, stamped offset or epoch can be wrong. It is kept, the
-  walk goes on past it, and its offset is reported (``Recovered.damaged``):
-  the replica is marked damaged there and a repair mends it in place from
-  another replica's whole copy (``ring.repair.mend``). Cutting there would
-  drop the whole batches above it, which can be the only whole copies of a
-  batch another replica holds damaged.
+  only its payload, CRC, stamped offset or epoch can be wrong; or its length
+  is one flipped bit away from one that makes its bytes pass the CRC and
+  leads on so. It is kept, the walk goes on past it, and its offset is
+  reported (``Recovered.damaged``): the replica is marked damaged there and
+  a repair mends it in place from another replica's whole copy
+  (``ring.repair.mend``). Cutting there would drop the whole batches above
+  it, which can be the only whole copies of a batch another replica holds
+  damaged.
 * A bad batch the walk cannot step past (its header does not parse, its bytes
   run past the end, or its length or record count leads nowhere whole) is
   cut with everything after it (the file is truncated there and later
@@ -28,7 +30,6 @@ What is trusted and what is checked:
   synced log): then it is damage all the same, and the key ``(that epoch,
   its end)`` is saved (``DAMAGED_KEY_FILE``): a replica's votes go on
   counting that batch until its log holds it again, as after a repair's cut.
-  A flipped length field is cut as a torn tail is, vouching for nothing.
 * After a clean stop (``close`` left a marker) even the last segment is
   trusted; it is still walked from its last index entry to find the log end,
   and a tail that does not parse falls back to the full check.
@@ -48,6 +49,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ring import limits
 from ring.errors import CorruptBatch
 from ring.log import batch
 from ring.log.checkpoint import LeaderEpochCache, read_key, write_key
@@ -170,24 +172,50 @@ def _stepper(directory: Path, fd: int, size: int, next_base: int | None, epoch_o
 def _frame_holds(fd: int, size: int, pos: int, offset: int, next_base: int | None,
                  epoch_of: EpochOf | None) -> batch.BatchHeader | None:
     """The header of the bad batch at file position ``pos`` (offset ``offset``) when the log's frame runs on
-    past it: its length lands on a whole, CRC-valid batch with the offset and epoch due after its record
-    count (or, at the end of a closed segment, on the next segment's base offset). Its bad bytes may lie
-    anywhere else (payload, CRC, the stamped offset or epoch); a flipped length or record count leads
-    nowhere whole, and then None: the walk cannot tell where the log goes on, nor a torn tail from damage."""
-    try:
-        h = batch.read_header(os.pread(fd, batch.HEADER_SIZE, pos))
-        end, after = pos + h.size, offset + h.record_count
-        if end > size or (end == size and after != next_base):
-            return None
-        if end < size:
-            nh = batch.read_header(os.pread(fd, batch.HEADER_SIZE, end))
-            if end + nh.size > size:
-                return None
-            batch.check(os.pread(fd, nh.size, end))
-            check_identity(nh, after, epoch_of)
-    except CorruptBatch:
+    past it (``_leads_on``); its bad bytes may lie anywhere else (payload, CRC, the stamped offset or
+    epoch). A length with one bit flipped is put right when the one length a bit away from it makes the
+    batch's bytes pass their CRC and the frame hold: the header returned has it. Any other bad length, or a
+    flipped record count, leads nowhere whole, and then None: the walk cannot tell where the log goes on,
+    nor a torn tail from damage."""
+    raw = os.pread(fd, batch.HEADER_SIZE, pos)
+    if len(raw) < batch.HEADER_SIZE:
         return None
-    return h
+    h = batch.BatchHeader._make(batch.HEADER.unpack(raw))
+    if h.magic != batch.MAGIC or h.record_count < 1:
+        return None
+    if _leads_on(fd, size, pos, h, offset, next_base, epoch_of):
+        return h
+    for bit in range(32):
+        fixed = h._replace(length=h.length ^ (1 << bit))
+        if not batch.HEADER_SIZE <= fixed.size <= min(size - pos, limits.BATCH_BYTES_MAX):
+            continue  # (no stored batch is longer: the reads to try stay bounded)
+        try:
+            batch.check_crc(memoryview(os.pread(fd, fixed.size, pos)), 0, fixed)
+        except CorruptBatch:
+            continue
+        return fixed if _leads_on(fd, size, pos, fixed, offset, next_base, epoch_of) else None
+    return None
+
+
+def _leads_on(fd: int, size: int, pos: int, h: batch.BatchHeader, offset: int, next_base: int | None,
+              epoch_of: EpochOf | None) -> bool:
+    """Whether the length of the batch ``h`` at ``pos`` (offset ``offset``) lands on a whole, CRC-valid batch
+    with the offset and epoch due after its record count (or, at the end of a closed segment, on the next
+    segment's base offset)."""
+    end, after = pos + h.size, offset + h.record_count
+    if h.size < batch.HEADER_SIZE or end > size:
+        return False
+    if end == size:
+        return after == next_base
+    try:
+        nh = batch.read_header(os.pread(fd, batch.HEADER_SIZE, end))
+        if end + nh.size > size:
+            return False
+        batch.check(os.pread(fd, nh.size, end))
+        check_identity(nh, after, epoch_of)
+    except CorruptBatch:
+        return False
+    return True
 
 
 def _lost_to_cut(fd: int, size: int, bad: int, offset: int, epoch_of: EpochOf | None) -> tuple[int, int] | None:
