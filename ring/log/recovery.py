@@ -17,7 +17,9 @@ What is trusted and what is checked:
   leads on so. It is kept, the walk goes on past it, and its offset is
   reported (``Recovered.damaged``): the replica is marked damaged there and
   a repair mends it in place from another replica's whole copy
-  (``ring.repair.mend``). Cutting there would drop the whole batches above
+  (``ring.repair.mend``). Its header's max timestamp goes into the time
+  index as it reads: a flip in that very field can mislead time lookups in
+  that segment until its indexes are built again (a crash, or a lost index). Cutting there would drop the whole batches above
   it, which can be the only whole copies of a batch another replica holds
   damaged.
 * A bad batch the walk cannot step past (its header does not parse, its bytes

@@ -251,8 +251,8 @@ class Segment:
                 h = step_past(good_pos, end) if step_past is not None else None
                 if h is None:
                     bad = good_pos
-                else:  # its own timestamps are not to be trusted; reads past it start after it
-                    index(h._replace(max_timestamp=TIMESTAMP_MIN), good_pos)
+                else:  # (its header's max timestamp is taken as it is); reads past it start after it
+                    index(h, good_pos)
                     tracker.since_index = tracker.interval
         if closed_end is not None:
             end = closed_end
@@ -347,6 +347,7 @@ class Segment:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+        self.tracker.max_timestamp = max(self.tracker.max_timestamp, h.max_timestamp)
 
     def sync(self, indexes: bool) -> None:
         os.fdatasync(self.fd)
