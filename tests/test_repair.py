@@ -109,12 +109,13 @@ def leader_seen_by(m: Member, partition: int) -> str | None:
     return r.json()["partitions"][partition]["leader"] if r.status == 200 else None
 
 
-def test_damage_a_crashed_follower_finds_on_restart_keeps_its_votes_for_what_it_acknowledged(make_cluster) -> None:
+def test_damage_a_crashed_follower_finds_on_restart_is_mended_and_its_votes_count_it(make_cluster) -> None:
     """A write acknowledged at quorum by the leader and one follower while the third was stopped; the
     follower crashes and a bit flips in its last segment, below that write; the leader crashes too. On
-    restart recovery cuts the follower's log at the damage, but its vote still counts what it had: the
-    third broker, missing the write, is not elected with it. Once the leader returns, every acknowledged
-    record is there on every broker."""
+    restart recovery keeps the follower's log, batches after the damage and all, and marks it damaged
+    there: its vote counts what it holds, so the third broker, missing the write, is not elected with it.
+    Once the leader returns, the damaged batch is mended in place from its copy (nothing is cut), and
+    every acknowledged record is there on every broker."""
     c: TestCluster = make_cluster(3, "--fsync", "always")
     assert c[0].http.create_topic(TOPIC, partitions=1, replication_factor=3).status == 201
     written: list = []
@@ -151,4 +152,6 @@ def test_damage_a_crashed_follower_finds_on_restart_keeps_its_votes_for_what_it_
     for reader in c:
         status, got = values(reader, 0, 0, 10_000)
         assert status == 200 and got == written, reader.name
-    assert "damaged batch at offset 3 inside the log" in follower.log_text()
+    text = follower.log_text()
+    assert "damaged batch at offset 3 inside the log" in text and "batch 3-3 mended in place" in text
+    assert "cutting there" not in text and "to refetch from the leader" not in text
