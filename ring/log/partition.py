@@ -2,7 +2,7 @@
 
 A directory holds segments named by base offset (``segment.py``), their
 indexes (``index.py``) and four small state files: the log start offset
-(moved by ``truncate_before``), the recovery point (segments before it are
+(moved by ``truncate_before``, one of the calls in ``rewrites.py``), the recovery point (segments before it are
 known to be on disk), the leader-epoch history, and the clean-shutdown marker
 that ``close`` writes and opening removes. Opening recovers (``recovery.py``).
 
@@ -28,26 +28,25 @@ import bisect
 import os
 import threading
 from pathlib import Path
-from typing import Iterable
 
 from ring.clock import Clock
 from ring.errors import Conflict, CorruptBatch, OffsetOutOfRange, StorageError
-from ring.log import batch, replicated, retention
+from ring.log import batch, replicated
 from ring.log.batch import BatchHeader
 from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
 from ring.log.config import LogConfig
 from ring.log.fsync import fsync_dir, start_writeback, write_atomically
 from ring.log.index import REL_OFFSET_MAX
 from ring.log.recovery import damaged_key, open_segments, rebuild_epochs, remove_strays
+from ring.log.rewrites import LOG_START_OFFSET_FILE, Rewrites
 from ring.log.segment import Segment
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
-LOG_START_OFFSET_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point-offset"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 
 
-class PartitionLog:
+class PartitionLog(Rewrites):
     def __init__(self, directory: str | Path, config: LogConfig, clock: Clock) -> None:
         self.directory = Path(directory)
         self.config = config
@@ -445,139 +444,3 @@ class PartitionLog:
                 for seg in self._segments:
                     seg.close()
                 self._closed = True
-
-    # --- deleting ----------------------------------------------------------------
-
-    def enforce_retention(self, now_ms: int | None, upto: int | None = None) -> int:
-        """Delete whole closed segments past ``retention_ms`` (by their newest record, against
-        ``now_ms``; None: no time-based retention, the clock is not to be trusted) or beyond
-        ``retention_bytes``; returns how many. With ``upto`` (the high watermark), only segments
-        wholly below it go. The new start offset is saved before the files go.
-        """
-        self._check_open()
-        limit = self.end_offset if upto is None else upto
-        closed = [s for s in self._segments[:-1] if s.end_offset <= limit]
-        n = retention.expired(closed, self._start_offset, self._size_bytes, self.config.retention_ms,
-                              self.config.retention_bytes, now_ms)
-        if n and closed[n - 1].end_offset > self._start_offset:
-            self._save_start(closed[n - 1].end_offset)
-        self._delete_oldest(n)
-        return n
-
-    def truncate_before(self, offset: int) -> None:
-        """Make ``offset`` the log start offset (Kafka deleteRecords); durable across reopen."""
-        self._check_open()
-        if offset > self.end_offset:
-            raise OffsetOutOfRange(
-                f"cannot delete records before offset {offset}: the log ends at {self.end_offset}",
-                earliest=self._start_offset, latest=self.end_offset,
-            )
-        if offset <= self._start_offset:
-            return
-        self._save_start(offset)
-        n = 0
-        while n < len(self._segments) - 1 and self._segments[n].end_offset <= offset:
-            n += 1
-        self._delete_oldest(n)
-
-    def _save_start(self, offset: int) -> None:
-        """The log starts at ``offset`` from now on, on disk first: after a crash, segments whose
-        deletion did not reach the disk stay below it, never readable again."""
-        write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
-        self._start_offset = offset
-        self._epochs.truncate_from_start(offset)
-
-    def _drop(self, segments: Iterable[Segment]) -> None:
-        """Delete ``segments``' files and forget them (the caller holds the lock and takes them off
-        the list)."""
-        for seg in segments:
-            self._size_bytes -= seg.size
-            if seg in self._pending:
-                self._pending.remove(seg)
-            seg.delete()
-        self._dir_dirty = True
-
-    def _delete_oldest(self, n: int) -> None:
-        if not n:
-            return
-        with self._lock:
-            victims = self._segments[:n]
-            del self._segments[:n], self._bases[:n]
-            self._drop(victims)
-        if self._bases[0] > self._start_offset:
-            self._start_offset = self._bases[0]
-            self._epochs.truncate_from_start(self._start_offset)
-
-    def restart_at(self, offset: int) -> None:
-        """Drop every record and the epoch history; the log continues empty at ``offset`` (at or past
-        its end): a replica whose leader's log starts beyond everything this one holds."""
-        self._check_open()
-        if offset < self.end_offset:
-            raise OffsetOutOfRange(f"cannot restart the log at {offset}: it ends at {self.end_offset}",
-                                   earliest=self._start_offset, latest=self.end_offset)
-        self._replace_all_with_empty(offset)
-        self._epochs.truncate_from_end(0)
-        self.sync()
-
-    def mend(self, data: bytes | bytearray | memoryview) -> BatchHeader:
-        """Replace the stored copy of one batch with ``data``, a whole copy of the same batch from another
-        replica (repair of a damaged batch in place: every other batch stays), synced before returning.
-
-        CorruptBatch if ``data`` is not one whole batch, Conflict if it is not
-        the batch stored here (its offsets are not this log's, its epoch not
-        the one the history gives them), StorageError if the stored batch
-        cannot be found or takes another length.
-        """
-        self._check_open()
-        h = batch.check(data)
-        if h.size != len(data):
-            raise CorruptBatch(f"expected one batch of {h.size} bytes, got {len(data)} bytes")
-        i = bisect.bisect_right(self._bases, h.base_offset) - 1
-        if i < 0 or h.next_offset > self._segments[i].end_offset or h.next_offset <= self._start_offset:
-            raise Conflict(f"offsets {h.base_offset}-{h.last_offset} are not one stored batch of this log")
-        epoch = self._epochs.epoch_at(h.last_offset)
-        if epoch is not None and epoch != h.leader_epoch:
-            raise Conflict(f"batch at offset {h.base_offset} has leader epoch {h.leader_epoch}, the history says {epoch}")
-        seg = self._segments[i]
-        with self._lock:
-            try:
-                seg.mend(h, data)
-            except CorruptBatch as exc:
-                raise self._damaged(seg, h.base_offset, exc) from None
-            except OSError as exc:
-                raise StorageError(f"writing to {self.directory}: {exc}") from exc
-        return h
-
-    def truncate_after(self, offset: int) -> None:
-        """Remove every record at offsets >= ``offset`` (replica repair), synced before returning.
-
-        An ``offset`` inside a batch is rounded DOWN to that batch's base
-        offset: batches are never split, so the whole batch goes. Truncating
-        below the log start offset empties the log and restarts it there.
-        """
-        self._check_open()
-        if offset >= self.end_offset:
-            return
-        if offset < self._start_offset:
-            cut = offset
-        else:
-            i = bisect.bisect_right(self._bases, offset) - 1
-            seg = self._segments[i]
-            try:
-                pos, h = seg.find_position(offset)
-            except CorruptBatch as exc:
-                raise self._damaged(seg, offset, exc) from None
-            cut = h.base_offset
-        if cut < self._start_offset:
-            self._replace_all_with_empty(cut)
-        else:
-            with self._lock:
-                self._drop(reversed(self._segments[i + 1 :]))
-                del self._segments[i + 1 :], self._bases[i + 1 :]
-                if seg in self._pending:
-                    self._pending.remove(seg)
-                self._size_bytes -= seg.size - pos
-                seg.truncate_at(pos, cut)
-                self._dir_dirty = True
-        self._epochs.truncate_from_end(cut)
-        self.sync()  # outside the lock: a sync running in another thread takes it to finish
