@@ -103,10 +103,46 @@ def test_the_ranges_reach_the_broker_only_through_their_host_interface() -> None
                if t == "ring.broker" or t.startswith("ring.cluster.")}
     assert not reached, reached
 
-    def names(protocol: type) -> set[str]:
-        return set(protocol.__annotations__) | {k for k, v in vars(protocol).items()
-                                                 if not k.startswith("_") and (callable(v) or isinstance(v, property))}
-
     node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
     assert len(names(RangesHost)) > 10 and not {n for n in names(RangesHost) if not hasattr(node, n)}
     assert not {n for n in names(Members) if not hasattr(Membership, n)}
+
+
+def test_repair_reaches_the_broker_only_through_its_host_interface() -> None:
+    """``Repair`` takes a ``RepairHost`` (ring/repair/host.py): no module of ring.repair imports the
+    broker or anything of ring.cluster (the peer client included), and the node has every name the host
+    lists, its peer client every name of ``PeerCalls``."""
+    from pathlib import Path
+
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
+    from ring.cluster.peers import PeerClient
+    from ring.config import BrokerConfig
+    from ring.repair.host import PeerCalls, RepairHost
+
+    graph = module_graph()
+    reached = {(m, t) for m, targets in graph.items() if m == "ring.repair" or m.startswith("ring.repair.")
+               for t in targets if t == "ring.broker" or t == "ring.cluster" or t.startswith("ring.cluster.")}
+    assert not reached, reached
+    node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
+    assert len(names(RepairHost)) >= 8 and not {n for n in names(RepairHost) if not hasattr(node, n)}
+    assert names(PeerCalls) == {"call"} and hasattr(PeerClient, "call")
+
+
+# The broker itself: what only the layers above it (the command line, the HTTP app) and its own
+# parts (the cluster node and its routing) may import. Everything else is given a narrow host.
+BROKER_MODULES = {"ring.broker", "ring.cluster.node", "ring.cluster.routing"}
+BROKER_IMPORTERS = {"ring.cli", "ring.http_api.app", "ring.cluster.node", "ring.cluster.routing"}
+
+
+def test_no_part_below_the_broker_imports_it() -> None:
+    graph = module_graph()
+    importers = {m for m, targets in graph.items() if targets & BROKER_MODULES}
+    assert importers <= BROKER_IMPORTERS, sorted(importers - BROKER_IMPORTERS)
+    assert importers & {"ring.cli", "ring.cluster.node"}, "the graph misses a known import"
+
+
+def names(protocol: type) -> set[str]:
+    """The attributes and methods a ``Protocol`` lists."""
+    return set(protocol.__annotations__) | {k for k, v in vars(protocol).items()
+                                             if not k.startswith("_") and (callable(v) or isinstance(v, property))}

@@ -16,7 +16,7 @@ Damage found there, or by a read that hit a batch failing its check (a
 client fetch, or the leader's own replication sender), marks the replica
 ``damaged_at``: from then on its reads are served by another replica, never
 from here, and a damaged leader hands its partition to a caught-up voter
-(``Leadership``). Each batch from there that fails its check is replaced in
+(the node core, ``ring.node``). Each batch from there that fails its check is replaced in
 place by a whole copy of the same batch, asked of the leader first, then of
 the other replicas (``GET /peer/v1/replicas/{topic}/{partition}?offset=``,
 ``ring.repair.mend``); every other batch stays, so a copy that may be the
@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from ring import limits
-from ring.clock import Clock
-from ring.cluster.peers import PeerClient
 from ring.repair import entropy, mend
+from ring.repair.host import RepairHost
 from ring.replication import steps
 from ring.replication.replica import Replica
 
@@ -52,28 +51,9 @@ Key = tuple[str, int]
 REPAIR_POLL_S = 0.2
 
 
-class Host(Protocol):
-    """What repair needs from its broker."""
-
-    name: str
-    clock: Clock
-    peers: PeerClient | None
-
-    @property
-    def closing(self) -> bool: ...
-
-    def replicas(self) -> list[Replica]: ...
-
-    async def wait_idle(self, part: Replica) -> None: ...  # no fsync runs on the log (it may be cut)
-
-    def damaged(self, rep: Replica, offset: int) -> None: ...  # the node core marks it; it calls ``fix``
-
-    def repaired(self, rep: Replica) -> None: ...
-
-
 class Repair:
-    def __init__(self, node: Host, interval_s: float) -> None:
-        self.node = node
+    def __init__(self, host: RepairHost, interval_s: float) -> None:
+        self.host = host
         self.interval_s = interval_s
         self._loop_task: asyncio.Task[None] | None = None
         self._fixing: dict[Key, asyncio.Task[None]] = {}
@@ -98,9 +78,9 @@ class Repair:
         """``rep`` holds a damaged batch at ``offset`` (the node core marked it: it is not served from
         here): repair it, unless that runs already."""
         key = (rep.topic, rep.index)
-        if key not in self._fixing and not self.node.closing:
+        if key not in self._fixing and not self.host.closing:
             log.error("%s/%d on %s: stored data damaged near offset %d; repairing from another replica",
-                      rep.topic, rep.index, self.node.name, offset)
+                      rep.topic, rep.index, self.host.name, offset)
             task = asyncio.create_task(self._fix(rep), name=f"repair {rep.topic}/{rep.index}")
             self._fixing[key] = task
             task.add_done_callback(lambda t: self._fixing.pop(key, None) if self._fixing.get(key) is t else None)
@@ -113,9 +93,9 @@ class Repair:
         if not mended and not await self._cut(rep, target):
             return
         if not rep.deleted:
-            self.node.repaired(rep)
+            self.host.repaired(rep)
             self.repaired += 1
-            log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.node.name, rep.log.end_offset)
+            log.info("%s/%d on %s repaired up to %d", rep.topic, rep.index, self.host.name, rep.log.end_offset)
 
     async def _mend(self, rep: Replica) -> bool | None:
         """Mend each batch failing its check from a whole copy elsewhere (``mend``), until none is left:
@@ -130,7 +110,7 @@ class Repair:
             if not bad:
                 return None if rep.deleted else mended
             data = await self._whole_copy(rep, offset)
-            await self.node.wait_idle(rep)  # no fsync runs beside the write
+            await self.host.wait_idle(rep)  # no fsync runs beside the write
             if data is not None and mend.put(rep, offset, data):
                 mended = True
             else:
@@ -153,7 +133,7 @@ class Repair:
                 await asyncio.sleep(REPAIR_POLL_S)
             if rep.deleted or rep.damaged_at is None:
                 return False
-            await self.node.wait_idle(rep)
+            await self.host.wait_idle(rep)
             if not rep.is_leader:
                 break
         if rep.deleted or not steps.cut_damaged(rep):
@@ -177,8 +157,8 @@ class Repair:
         interval = self.interval_s
         while True:
             await asyncio.sleep(interval)
-            for rep in list(self.node.replicas()):
-                if rep.deleted or rep.damaged_at is not None or self.node.closing:
+            for rep in list(self.host.replicas()):
+                if rep.deleted or rep.damaged_at is not None or self.host.closing:
                     continue
                 try:
                     await self.check(rep)
@@ -204,7 +184,7 @@ class Repair:
         for base, end in spans:
             if rep.deleted or not (rep.log.start_offset <= base and end <= rep.log.end_offset):
                 continue
-            hasher = digests.hasher(base, end, self.node.clock.monotonic())
+            hasher = digests.hasher(base, end, self.host.clock.monotonic())
             while not hasher.step(rep.log.read, limits.REPAIR_CHUNK_BYTES):
                 await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
                 if rep.sums is not digests or rep.deleted:  # the log was cut (or closed) meanwhile
@@ -222,7 +202,7 @@ class Repair:
             mine = await self.sums(rep, rep.hw)
             bad = next((r.base for r in mine if r.digest is None), None)
             if bad is not None:
-                self.node.damaged(rep, bad)
+                self.host.damaged(rep, bad)
             return None
         if rep.leader is None or not rep.aligned:
             return None
@@ -240,11 +220,11 @@ class Repair:
         if plan.truncate_at is not None:
             log.error("%s/%d: range from %d differs from leader %s's copy", rep.topic, rep.index,
                       plan.truncate_at, rep.leader)
-            self.node.damaged(rep, plan.truncate_at)
+            self.host.damaged(rep, plan.truncate_at)
         return plan
 
     async def _peer(self, method: str, name: str | None, path: str, params: dict[str, str]) -> bytes | None:
-        client = self.node.peers
+        client = self.host.peers
         if client is None or name is None:
             return None
         return await client.call(name, path, params=params, method=method, timeout_s=limits.PEER_REQUEST_TIMEOUT_S)
