@@ -10,7 +10,7 @@ the driver: it steps the core with the world's clock, and carries out each
 Ready as ``ring.cluster.pump`` does in a broker: files are written, fsyncs
 are the simulated disk's (``disk.py``: a group commit a few milliseconds
 later), messages go over the simulated network (gossip, votes and transfers
-as calls; frames on ordered links that break and reconnect), released
+as calls; frames on ordered links that break and reconnect, ``links.py``), released
 produces answer the client. A produce is routed and admitted by the core
 (``route``, ``admit``) and appended by ``steps.append_as_leader``; a broker
 that does not lead the partition answers with the leader it knows, as a
@@ -40,22 +40,13 @@ from ring.node.members import Members
 from ring.replication import election, protocol, steps
 from ring.replication.replica import Replica
 from tests.sim.disk import Disk, Repair
-from tests.sim.network import LINK_TIMEOUT_S, Network, World
+from tests.sim.links import LINK_CHECK_S, Links
+from tests.sim.network import Network, World
 
 Key = tuple[str, int]
 ACK_TIMEOUT_S = limits.REPLICATION_ACK_TIMEOUT_MS / 1000
 LEADER_FRAMES = (protocol.Sync, protocol.Append, protocol.Hw)
-LINK_CHECK_S = 0.25  # how often a leader looks at its links (a crashed follower's link breaks at once)
 
-
-class Link:
-    """The leader's end of one replication link."""
-
-    def __init__(self) -> None:
-        self.conn: int | None = None  # connected on this connection number
-        self.broken_at: float | None = None
-        self.retry_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
-        self.next_try = 0.0
 
 
 class SimBroker:
@@ -78,14 +69,9 @@ class SimBroker:
         self.generation += 1
         self.running, self.paused = True, False
         self.inbox: list[tuple[str, Any]] = []
-        self.accepted: dict[str, int] = {}  # leader -> the connection of its link we accept
-        self.inbound_dark: dict[str, float] = {}  # leader -> since when its link has carried nothing
-        # Answers to a leader's link waiting for the fsync their Ready asked for: (replica, fsync number).
-        self.answers: dict[tuple[str, int], list[tuple[tuple[Replica, int] | None, Any]]] = {}
-        self.links: dict[str, Link] = {}
+        self.wire = Links(self)  # replication links, both ends
         self.exchanges: set[str] = set()  # gossip exchanges running, by address
         self.parked: list[tuple[int, Key, str, str, float]] = []  # produces waiting out a hand-off
-        self.flushing: set[str] = set()
         self.pending_base: dict[int, int] = {}  # produce -> the offset its batch got
         self.tick_at: float | None = None
         self.catalog: dict[str, TopicConfig] = {}
@@ -99,7 +85,7 @@ class SimBroker:
         self.reconcile(starting=True)
         gen = self.generation
         self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
-        self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
+        self.world.after(LINK_CHECK_S, lambda: self.wire.check(gen))
         self.world.after(self.world.rng.uniform(0, 1), lambda: self.repair.scrub(gen))
         self.world.log(f"{self.name} starts (generation {gen})")
 
@@ -124,8 +110,8 @@ class SimBroker:
         queued, self.inbox = self.inbox, []
         for src, msg in queued:
             self.receive(src, msg)
-        self.flushing.clear()
-        self._step(m.Flush())  # what the links were told to send while stopped
+        self.wire.flushing.clear()
+        self.step(m.Flush())  # what the links were told to send while stopped
         self._tick(self.generation)
 
     def close(self) -> None:
@@ -134,7 +120,7 @@ class SimBroker:
                 rep.log.close()
             self.running = False
 
-    def _live(self, gen: int) -> bool:
+    def live(self, gen: int) -> bool:
         return self.running and gen == self.generation
 
     # --- replicas and placement ------------------------------------------------------------------
@@ -168,7 +154,7 @@ class SimBroker:
                 open_[p].set_placement(replicas)
             for p, replicas in plan.open.items():
                 self._open(cfg, p, replicas)
-        self.carry_out(self._core(m.PlacementChanged()))
+        self.carry_out(self.core_step(m.PlacementChanged()))
 
     def _open(self, cfg: TopicConfig, p: int, replicas: list[str]) -> None:
         plog = PartitionLog(self.dir / "topics" / cfg.name / str(p),
@@ -179,12 +165,12 @@ class SimBroker:
         self.core.adopt(rep)
         self.parts[cfg.name][p] = rep
         if rep.damaged_at is not None:  # damage recovery kept inside the log: mend it
-            self.carry_out(self._core(m.Damaged(rep, rep.damaged_at)))
+            self.carry_out(self.core_step(m.Damaged(rep, rep.damaged_at)))
 
     # --- the tick --------------------------------------------------------------------------------
 
     def _tick(self, gen: int, at: float | None = None) -> None:
-        if not self._live(gen) or (at is not None and at != self.tick_at):
+        if not self.live(gen) or (at is not None and at != self.tick_at):
             return  # an old incarnation's, or superseded by an earlier one
         self.tick_at = None
         if not self.paused:
@@ -211,15 +197,15 @@ class SimBroker:
         votes: dict[str, list[election.VoteRequest]] = {}  # to one peer, they travel together (as NodePump's)
         for dst, msg in ready.sends:
             if isinstance(msg, LEADER_FRAMES):
-                self._send_frame(dst, msg)
+                self.wire.send_frame(dst, msg)
             elif isinstance(msg, (protocol.Ack, protocol.Reject)):
                 assert answer_to is not None
-                self.answers.setdefault(answer_to, []).append((persisted, msg))
+                self.wire.answer(answer_to, persisted, msg)
             elif isinstance(msg, election.VoteRequest):
                 votes.setdefault(dst, []).append(msg)
             elif isinstance(msg, Transfer):
                 self.net.call(self.name, dst, ("transfer", msg), limits.VOTE_REQUEST_TIMEOUT_S,
-                              lambda ok, dst=dst, t=msg: self._step(m.TransferAnswered(dst, t, bool(ok)), gen))
+                              lambda ok, dst=dst, t=msg: self.step(m.TransferAnswered(dst, t, bool(ok)), gen))
             elif isinstance(msg, Syn):
                 self._exchange(dst, msg)
             else:
@@ -227,7 +213,7 @@ class SimBroker:
                 self.net.request(self.name, dst, ("gossip", msg))
         self._ask(votes, gen)
         if answer_to is not None:
-            self._flush_answers(answer_to)
+            self.wire.flush_answers(answer_to)
         for token, exc in ready.releases:
             self.answer_produce(token, exc)
         for rep in ready.changed:
@@ -240,15 +226,12 @@ class SimBroker:
         if ready.changed and self.parked:
             self._retry_parked()
         if ready.links is not None:
-            self._relink(ready.links)
-        for name in sorted(ready.flush):
-            if name not in self.flushing:
-                self.flushing.add(name)
-                self.world.after(0, lambda name=name: self._flush(gen, name))
+            self.wire.relink(ready.links)
+        self.wire.flush_soon(ready.flush)
         if ready.reconcile:
             self.reconcile()
         if ready.announce:
-            self.world.after(0.02, lambda: self._step(m.Announce(), gen))
+            self.world.after(0.02, lambda: self.step(m.Announce(), gen))
         if ready.next_tick_at is not None:
             self._schedule_tick(ready.next_tick_at)
 
@@ -258,23 +241,22 @@ class SimBroker:
             for i in range(0, len(reqs), n):
                 part = tuple(reqs[i:i + n])
                 self.net.call(self.name, dst, ("votes", part), limits.VOTE_REQUEST_TIMEOUT_S,
-                              lambda replies, dst=dst, part=part: self._step(
+                              lambda replies, dst=dst, part=part: self.step(
                                   m.VoteAnswered(dst, tuple(zip(part, replies or [None] * len(part)))), gen))
 
-    def _core(self, message: Any) -> m.Ready:
+    def core_step(self, message: Any) -> m.Ready:
         self.world.current = self.name  # whose log lines these are, in a trace
         return self.core.step(self.world.now, message)
 
-    def _step(self, message: Any, gen: int | None = None) -> None:
+    def step(self, message: Any, gen: int | None = None) -> None:
         if self.running and not self.paused and (gen is None or gen == self.generation):
-            self.carry_out(self._core(message))
+            self.carry_out(self.core_step(message))
 
     def durable(self, rep: Replica) -> None:
         """An fsync of ``rep`` finished (``disk.py``)."""
         if self.replica(rep.topic, rep.index) is rep:
-            self._step(m.Durable(rep, rep.log.end_offset))
-        for key in list(self.answers):
-            self._flush_answers(key)
+            self.step(m.Durable(rep, rep.log.end_offset))
+        self.wire.flush_all_answers()
 
     # --- messages in -----------------------------------------------------------------------------
 
@@ -290,16 +272,16 @@ class SimBroker:
         elif kind == "answer":
             msg[1](msg[2])
         elif kind == "gossip":
-            self._step(m.GossipIn(src, msg[1]))
+            self.step(m.GossipIn(src, msg[1]))
         elif kind == "produce":
             self.produce(src, *msg[1:])
         elif kind == "frame":
-            self.receive_frame(*msg[1:])
+            self.wire.receive_frame(*msg[1:])
 
     def _serve(self, src: str, msg: Any, reply: Any) -> None:
         kind, body = msg
         if kind == "gossip":
-            ready = self._core(m.GossipIn(src, body))
+            ready = self.core_step(m.GossipIn(src, body))
             self.carry_out(ready)
             reply((ready.reply, self.world.clock.wall_ms()))  # our wall clock answers too: the sender measures it
             return
@@ -308,12 +290,12 @@ class SimBroker:
         elif kind == "replica":
             return reply(self.read_replica(*body))
         elif kind == "votes":
-            ready = self._core(m.VoteRequested(body))
+            ready = self.core_step(m.VoteRequested(body))
         elif kind == "resync":
             rep = self.replica(*body)
-            ready = self._core(m.Resync(rep)) if rep is not None and rep.is_leader else m.Ready()
+            ready = self.core_step(m.Resync(rep)) if rep is not None and rep.is_leader else m.Ready()
         else:
-            ready = self._core(m.TransferRequested(src, body))
+            ready = self.core_step(m.TransferRequested(src, body))
         self.carry_out(ready)
         reply(ready.reply)
 
@@ -324,142 +306,14 @@ class SimBroker:
         gen, sent_s, sent_wall_ms = self.generation, self.world.now, self.world.clock.wall_ms()
 
         def answered(got: Any) -> None:
-            if not self._live(gen):
+            if not self.live(gen):
                 return
             self.exchanges.discard(addr)
             if got is not None and got[0] is not None:
                 ack, peer_wall_ms = got
-                self._step(m.GossipIn(addr, ack, (sent_s, sent_wall_ms, peer_wall_ms)), gen)
+                self.step(m.GossipIn(addr, ack, (sent_s, sent_wall_ms, peer_wall_ms)), gen)
 
         self.net.call(self.name, addr, ("gossip", syn), limits.GOSSIP_REQUEST_TIMEOUT_S, answered)
-
-    # --- replication links: the leader's end ---------------------------------------------------
-
-    def _relink(self, wanted: set[str]) -> None:
-        for name in list(self.links):
-            if name not in wanted:
-                del self.links[name]
-        for name in sorted(wanted):
-            if name not in self.links:
-                self.links[name] = Link()
-                self._connect(name)
-
-    def _connect(self, name: str) -> None:
-        link = self.links.get(name)
-        if link is None or link.conn is not None or self.world.now < link.next_try:
-            return
-        if not self.net.connectable(self.name, name):
-            link.next_try = self.world.now + link.retry_s
-            link.retry_s = min(link.retry_s * 2, limits.REPLICATION_RECONNECT_MS_MAX / 1000)
-            return
-        link.conn, link.broken_at = self.world.rng.randrange(1 << 40), None
-        link.retry_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
-        self.net.nodes[name].accept(self.name, link.conn)  # the handshake: only while it runs and is reachable
-        self.world.log(f"{self.name} connects to {name} ({link.conn})")
-        self._step(m.LinkUp(name))
-
-    def _check_links(self, gen: int) -> None:
-        """Notice broken links (at once for a crashed follower, after the heartbeat's time otherwise),
-        and connect again."""
-        if not self._live(gen):
-            return
-        self.world.after(LINK_CHECK_S, lambda: self._check_links(gen))
-        if self.paused:
-            return
-        now = self.world.now
-        self._check_inbound(now)
-        for name, link in list(self.links.items()):
-            if link.conn is not None:
-                peer = self.net.nodes[name]
-                dead = not peer.running or peer.accepted.get(self.name) != link.conn
-                if link.broken_at is None and (dead or self.net.broken(self.name, name, link.conn)
-                                               or not self.net.connectable(self.name, name)):
-                    link.broken_at = now
-                if link.broken_at is not None and (dead or now - link.broken_at >= LINK_TIMEOUT_S):
-                    self.net.break_link(self.name, name, link.conn)
-                    link.conn = None
-                    link.next_try = now + link.retry_s
-                    self._step(m.LinkDown(name))
-            if link.conn is None:
-                self._connect(name)
-
-    def accept(self, leader: str, conn: int) -> None:
-        """A leader's replication link opens (on our peer port); one it had closes."""
-        if leader in self.accepted:
-            self._close_inbound(leader)
-        self.accepted[leader] = conn
-        self.inbound_dark.pop(leader, None)
-        self._step(m.LeaderLink(leader, True))
-
-    def _close_inbound(self, leader: str) -> None:
-        self.accepted.pop(leader, None)
-        self.inbound_dark.pop(leader, None)
-        self._step(m.LeaderLink(leader, False))
-
-    def _check_inbound(self, now: float) -> None:
-        """The leaders' links into this broker: closed at once when the leader closed it or died (a reset),
-        after the heartbeat's time when it went dark (the leader stopped, or a cut)."""
-        for leader, conn in list(self.accepted.items()):
-            peer = self.net.nodes[leader]
-            link = peer.links.get(self.name) if peer.running else None
-            if link is None or link.conn != conn:
-                self._close_inbound(leader)
-            elif (peer.paused or self.net.broken(leader, self.name, conn)
-                  or not self.net.connectable(leader, self.name)):
-                if now - self.inbound_dark.setdefault(leader, now) >= LINK_TIMEOUT_S:
-                    self._close_inbound(leader)
-            else:
-                self.inbound_dark.pop(leader, None)
-
-    def _send_frame(self, name: str, frame: Any) -> None:
-        link = self.links.get(name)
-        if link is not None and link.conn is not None:
-            if not self.net.send_frame(self.name, name, link.conn, frame) and link.broken_at is None:
-                link.broken_at = self.world.now
-
-    def _flush(self, gen: int, name: str) -> None:
-        if self._live(gen):
-            self.flushing.discard(name)
-            self._step(m.Flush(name), gen)
-
-    # --- replication links: the follower's end --------------------------------------------------
-
-    def receive_frame(self, src: str, conn: int, frame: Any) -> None:
-        if not self.running:
-            self.net.break_link(src, self.name, conn)
-            return
-        if self.paused:
-            self.inbox.append((src, ("frame", src, conn, frame)))
-            return
-        if isinstance(frame, (protocol.Ack, protocol.Reject)):
-            link = self.links.get(src)
-            if link is not None and link.conn == conn:
-                self._step(m.FromFollower(src, frame))
-            return
-        if self.accepted.get(src) != conn:  # a connection of another incarnation, or superseded
-            self.net.break_link(src, self.name, conn)
-            return
-        self.carry_out(self._core(m.FromLeader(src, frame)), answer_to=(src, conn))
-
-    def _flush_answers(self, key: tuple[str, int]) -> None:
-        """Send the answers whose fsync is done, in order (as the follower's writer does: each waits for the
-        fsync its Ready asked for to finish, not for the log to be durable to some end, which a repair's cut
-        may have taken back meanwhile)."""
-        queue = self.answers.get(key, [])
-        src, conn = key
-        while queue:
-            persisted, frame = queue[0]
-            if persisted is not None:
-                rep, number = persisted
-                if rep.deleted or self.replica(rep.topic, rep.index) is not rep:
-                    self.net.break_link(src, self.name, conn)  # the fsync it waited for will never come
-                    queue.clear()
-                    break
-                if not self.disk.synced(rep, number):
-                    return
-            queue.pop(0)
-            self.net.send_frame(self.name, src, conn, frame)
-        self.answers.pop(key, None)
 
     # --- produce ----------------------------------------------------------------------------------
 
@@ -492,9 +346,9 @@ class SimBroker:
         base, end = steps.append_as_leader(rep, [batchfmt.encode([(now_ms, None, value.encode(), None)],
                                                                  now_ms=now_ms)])
         self.pending_base[rid] = base
-        self.carry_out(self._core(m.Appended(rep)))
+        self.carry_out(self.core_step(m.Appended(rep)))
         self.disk.sync_soon(rep)
-        self.carry_out(self._core(m.AwaitAcks(rid, rep, end, level, ACK_TIMEOUT_S)))
+        self.carry_out(self.core_step(m.AwaitAcks(rid, rep, end, level, ACK_TIMEOUT_S)))
 
     def _preference(self, key: Key) -> list[str]:
         cfg = self.catalog.get(key[0])
@@ -527,7 +381,7 @@ class SimBroker:
         try:
             data = rep.log.read(offset, 16 * 1024, upto=rep.hw)
         except StorageError as exc:  # a damaged batch: never served, repaired
-            self._step(m.Damaged(rep, exc.extra.get("offset", offset)))
+            self.step(m.Damaged(rep, exc.extra.get("offset", offset)))
             return None
         return [(rec.offset, rec.value.decode()) for _, pos in batchfmt.scan(data)
                 for rec in batchfmt.decode(data, pos)[1] if offset <= rec.offset < rep.hw]

@@ -61,7 +61,7 @@ class Disk:
         return self._done.get(rep, 0) >= number
 
     def _sync(self, rep: Replica, gen: int) -> None:
-        if not self.broker._live(gen):
+        if not self.broker.live(gen):
             self._pending.pop(rep, None)
             return  # the broker crashed first: this fsync never ran
         if self.broker.paused:  # stopped with the process; runs once it resumes
@@ -126,7 +126,7 @@ class Repair:
     def scrub(self, gen: int) -> None:
         """One round: every committed batch of every replica read with its checks; damage is stepped in."""
         b = self.broker
-        if not b._live(gen):
+        if not b.live(gen):
             return
         self.world.after(SCRUB_S, lambda: self.scrub(gen))
         if b.paused:
@@ -139,7 +139,7 @@ class Repair:
                     for h, _ in batchfmt.scan(data, verify=False):
                         offset = h.next_offset
             except StorageError as exc:
-                b._step(m.Damaged(rep, exc.extra.get("offset", offset)))
+                b.step(m.Damaged(rep, exc.extra.get("offset", offset)))
 
     def fix(self, rep: Replica) -> None:
         """``rep`` is damaged (the node core marked it): mend each batch failing its check from a whole copy
@@ -151,7 +151,7 @@ class Repair:
 
     def _gone(self, rep: Replica, gen: int) -> bool:
         b = self.broker
-        if not b._live(gen) or rep.deleted or b.replica(rep.topic, rep.index) is not rep or rep.damaged_at is None:
+        if not b.live(gen) or rep.deleted or b.replica(rep.topic, rep.index) is not rep or rep.damaged_at is None:
             self.fixing.discard(rep)
             return True
         return False
@@ -168,7 +168,7 @@ class Repair:
         if not bad:
             if mended:
                 self.fixing.discard(rep)
-                self.broker._step(m.Repaired(rep))
+                self.broker.step(m.Repaired(rep))
             else:
                 self._fix(rep, target, gen, 0)
             return
@@ -205,7 +205,7 @@ class Repair:
             return
         if rep.log.end_offset >= target:
             self.fixing.discard(rep)
-            b._step(m.Repaired(rep))
+            b.step(m.Repaired(rep))
             return
         if tries % 10 == 0 and rep.leader is not None:
             b.net.call(b.name, rep.leader, ("resync", (rep.topic, rep.index)), REPAIR_POLL_S * 5, lambda _: None)

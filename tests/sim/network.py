@@ -161,7 +161,7 @@ class Network:
             return
         node = self.nodes.get(dst)
         if node is not None:
-            node.receive_frame(src, conn, frame)
+            node.wire.receive_frame(src, conn, frame)
 
     def broken(self, src: str, dst: str, conn: int) -> bool:
         return (src, dst, conn) in self._broken

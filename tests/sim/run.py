@@ -323,7 +323,7 @@ def run(seed: int, trace: bool = False) -> Outcome:
         creator = brokers[world.rng.choice(FIRST)]
         cfg = TopicConfig.from_request({"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3},
                                        now_ms=world.clock.wall_ms())
-        world.at(0.5, lambda: creator._step(PutTopic(TOPIC, cfg.to_json(), world.clock.wall_ms())))
+        world.at(0.5, lambda: creator.step(PutTopic(TOPIC, cfg.to_json(), world.clock.wall_ms())))
         levels = [world.rng.choice(("quorum", "quorum", "all")) for _ in range(PARTITIONS)]
         client = Client(world, net, history, levels)
         consumer = Consumer(world, net, history)
