@@ -129,6 +129,24 @@ def test_repair_reaches_the_broker_only_through_its_host_interface() -> None:
     assert names(PeerCalls) == {"call"} and hasattr(PeerClient, "call")
 
 
+def test_the_read_proxy_reaches_the_broker_only_through_its_host_interface() -> None:
+    """``Proxy`` (ring/cluster/proxy.py, the reads asked of other brokers) is composed into the broker
+    with a ``ProxyHost``, not written as more of its methods: it imports neither the broker nor its
+    routing, and the node has every name the host lists."""
+    from pathlib import Path
+
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
+    from ring.cluster.peers import PeerClient
+    from ring.config import BrokerConfig
+    from ring.cluster.proxy import ClientRequests, ProxyHost
+
+    assert not module_graph()["ring.cluster.proxy"] & BROKER_MODULES
+    node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
+    assert not {n for n in names(ProxyHost) if not hasattr(node, n)}
+    assert not {n for n in names(ClientRequests) if not hasattr(PeerClient, n)}
+
+
 # The broker itself: what only the layers above it (the command line, the HTTP app) and its own
 # parts (the cluster node and its routing) may import. Everything else is given a narrow host.
 BROKER_MODULES = {"ring.broker", "ring.cluster.node", "ring.cluster.routing"}

@@ -52,11 +52,13 @@ from ring.config import BrokerConfig
 from ring.cluster import placement
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
+from ring.cluster.proxy import Proxy
 from ring.cluster.routing import Routing
 from ring.errors import Conflict, Unavailable
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
+from ring.http_api import answer
 from ring.log.datadir import TOPICS_DIR
 from ring.log.fsync import write_atomically
 from ring.ranges.manager import Ranges
@@ -108,6 +110,7 @@ class ClusterBroker(Routing, Broker):
         self.session: aiohttp.ClientSession | None = None
         self.repair = Repair(self, config.repair_interval_s)
         self.ranges = Ranges(self)
+        self.proxy = Proxy(self, lambda: answer.budget_of(self))  # reads asked of other brokers
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
@@ -321,7 +324,7 @@ class ClusterBroker(Routing, Broker):
             rep = self.replica(topic, partition)
             assert rep is not None
             return self.ranges.describe(rep)
-        return await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/ranges")
+        return await self.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/ranges")
 
     def _clock_changed(self, verdict: clocks.Verdict) -> None:
         self.clock_refusal = None if verdict.usable else (

@@ -17,8 +17,7 @@ once the consistency level's number of voters hold the batches; if it loses
 the lead meanwhile the answer is 504 (outcome unknown). Reads are served from
 this broker's replica up to its high watermark; a partition held elsewhere,
 or whose copy here failed a check (it is being repaired), is read from a live
-replica, with room for its answer held in the broker's budget of fetch
-answers (``ring.http_api.answer``) while it arrives. A follower lags its
+replica, asked by the broker's ``Proxy`` (``proxy.py``). A follower lags its
 leader: offsets it has not received but its leader told it are committed
 are waited for (or answered empty), and an offset past all it knows of is
 asked of the leader, never called out of range here. A follower that has not
@@ -33,23 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any
 
 from ring import limits
 from ring.broker import Broker
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.cluster.peers import Relayed
 from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
-from ring.http_api import answer
 from ring.node.ready import AwaitAcks, AwaitStart
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
-
-T = TypeVar("T")
-
 
 # A forwarded produce checks this often whether its leader became unreachable.
 FORWARD_CHECK_S = 0.25
@@ -63,6 +58,7 @@ class Routing(Broker):
     membership: Any
     peers: Any
     ranges: Any  # ring.ranges.manager.Ranges
+    proxy: Any  # ring.cluster.proxy.Proxy: what asks other brokers for the reads not served here
     pump: Any
     rng: Any
     name: str
@@ -221,12 +217,7 @@ class Routing(Broker):
 
     def _replica_urls(self, cfg: TopicConfig, partition: int, topic: str) -> list[str]:
         names = list(dict.fromkeys(self._replicas(cfg, partition) + self._voters(cfg, partition)))
-        urls = [self.membership.client_url(r) for r in names if r != self.name and self.membership.alive(r)]
-        urls = [u for u in urls if u]
-        if not urls:
-            raise Unavailable(f"no other replica of {topic}/{partition} is alive ({', '.join(names)})",
-                              topic=topic, partition=partition)
-        return urls
+        return self.proxy.urls(names, topic, partition)
 
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
@@ -254,47 +245,7 @@ class Routing(Broker):
                 if rep is not None:
                     self.damaged(rep, exc.extra.get("offset", offset or 0))
                 remote = self._replica_urls(self.catalog.get(topic), partition, topic)
-        # The replica's answer arrives while other requests run: room for it is held
-        # meanwhile (the caller holds what came, from the moment it returns). It may
-        # exceed max_bytes by one batch (a read returns one whole batch at least).
-        if offset is None:
-            # From the start: a replica's earliest offset first. Its stored batches come whole, so
-            # the first may hold offsets below the start, and an empty answer's next offset is the start.
-            doc = await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
-                                           {"timestamp": "earliest"})
-            offset = doc.get("offset") if isinstance(doc, dict) else None
-            if type(offset) is not int or offset < 0:
-                raise Unavailable(f"no replica of {topic}/{partition} said where it starts",
-                                  topic=topic, partition=partition)
-        budget = answer.budget_of(self)
-        max_bytes = budget.grant(max_bytes)
-        # A shorter long-poll there than asked (an empty answer is what a long-poll may give)
-        # rather than the peer request's own timeout.
-        wait_ms = min(wait_ms, limits.PROXIED_FETCH_WAIT_MS_MAX)
-        with budget.hold(max_bytes):
-            data, hw = await self._first_answer(
-                remote, lambda url: self.peers.fetch(url, topic, partition, offset, max_bytes, wait_ms))
-        rep = self.replica(topic, partition)
-        if rep is not None and not rep.deleted:
-            hw = max(hw, rep.hw)  # a range's holder may know an older one
-        return FetchResult(topic, partition, offset, data, hw, -1)
-
-    async def _first_answer(self, urls: list[str], ask: Callable[[str], Awaitable[T]]) -> T:
-        """The first answer of the brokers at ``urls``, asked in a random order: one that does not
-        answer, or answers 5xx, passes to the next; a 4xx is the answer."""
-        order = self.rng.sample(urls, len(urls))
-        for i, url in enumerate(order):
-            try:
-                return await ask(url)
-            except (Unavailable, Relayed) as exc:
-                if i == len(order) - 1 or (isinstance(exc, Relayed) and exc.status < 500):
-                    raise
-        raise AssertionError("unreachable: at least one URL")
-
-    async def _ask_replicas(self, urls: list[str], method: str, path: str,
-                            params: dict[str, str] | None = None) -> Any:
-        """A client-API request to the first of ``urls`` that answers (random order)."""
-        return await self._first_answer(urls, lambda url: self.peers.json(method, url, path, params))
+        return await self.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
 
     def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                   wait_ms: int) -> FetchResult | None:
@@ -371,7 +322,7 @@ class Routing(Broker):
             if remote is None:
                 in_ranges = await self.ranges.offsets(rep, timestamp)
                 return in_ranges if in_ranges is not None else super().offset_for_timestamp(topic, partition, timestamp)
-        return await self._ask_replicas(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
+        return await self.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
                                         {"timestamp": timestamp})
 
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
