@@ -65,6 +65,13 @@ class Proxy:
                               topic=topic, partition=partition)
         return urls
 
+    def leader_url(self, leader: str | None) -> str | None:
+        """The client URL of ``leader`` when it is another broker and alive, else None."""
+        members = self.host.membership
+        if leader is None or leader == self.host.name or not members.alive(leader):
+            return None
+        return members.client_url(leader)
+
     async def first_answer(self, urls: list[str], ask: Callable[[str], Awaitable[T]]) -> T:
         """The first answer of the brokers at ``urls``, asked in a random order: one that does not
         answer, or answers 5xx, passes to the next; a 4xx is the answer."""

@@ -283,9 +283,7 @@ class Routing(Broker):
         if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
         leader = self.leader_of(rep.topic, rep.index)
-        url = None
-        if leader is not None and leader != self.name and self.membership.alive(leader):
-            url = self.membership.client_url(leader)
+        url = self.proxy.leader_url(leader)
         if not url:
             why = (f"here ends at offset {rep.log.end_offset} and no live leader is known to tell whether offset "
                    f"{offset} is committed" if rep.synced else "here has not heard from its leader since this "
@@ -340,8 +338,8 @@ class Routing(Broker):
                 doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
                 await self._start_held(rep, before_offset)
             return doc
-        url = self.membership.client_url(leader) if leader is not None else None
-        if url is None or not self.membership.alive(leader):
+        url = self.proxy.leader_url(leader)
+        if url is None:
             raise Unavailable(f"the leader ({leader}) of {topic}/{partition} is not reachable; retry",
                               topic=topic, partition=partition)
         return await self.peers.json("POST", url, f"/v1/topics/{topic}/partitions/{partition}/truncate",
