@@ -215,7 +215,11 @@ def test_a_truncate_no_follower_took_in_time_is_answered_504_and_holds_when_sent
     doc = r.json()
     assert doc["error"] == "timeout" and doc["applied_on_leader"] is True and doc["before_offset"] == 30, doc
     assert doc["confirmed"] == 1 and doc["needed"] == 2, doc
-    again = followers[0].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 30})
+    # Sent again as a client would: a 503 (the leader does not see the resumed followers alive yet) says retry.
+    def send_again():
+        r = followers[0].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 30})
+        return r if r.status != 503 else None
+    again = wait_for("the truncate, sent again, answered other than 503", send_again)
     assert again.status == 200 and again.json()["earliest_offset"] == 30, (again.status, again.body)
     assert_starts_at(leader, topic, 0, 30)
     for m in followers:
