@@ -331,12 +331,14 @@ class Routing(Broker):
         leader = self.leader_of(topic, partition)
         if leader == self.name:
             rep = self.replica(topic, partition)
-            if rep is not None and rep.is_leader:  # fewer than a majority of the voters up: change nothing
-                self.core.admit(self.clock.monotonic(), rep, topic, partition, "quorum")
+            # Not leading (yet, or any more), or fewer than a majority of the voters up: change nothing.
+            self.core.check_leading(rep, topic, partition)
+            assert rep is not None
+            self.core.admit(self.clock.monotonic(), rep, topic, partition, "quorum")
             doc = await super().truncate(topic, partition, before_offset)
-            if rep is not None:  # the ranges below go too, and the earliest offset may be in one
-                doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
-                await self._start_held(rep, before_offset)
+            # The ranges below go too, and the earliest offset may be in one.
+            doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
+            await self._start_held(rep, before_offset)
             return doc
         url = self.proxy.leader_url(leader)
         if url is None:
@@ -348,18 +350,19 @@ class Routing(Broker):
     async def _start_held(self, rep: Replica, start: int) -> None:
         """Return once a majority of ``rep``'s voters hold a log start of at least ``start``: before
         that, a failover could elect a replica that still serves what was deleted. 504 after
-        REPLICATION_ACK_TIMEOUT_MS (the leader's log has moved; the same truncate again is harmless)."""
+        REPLICATION_ACK_TIMEOUT_MS, or when this broker stops leading first (the leader's log has
+        moved; the same truncate again is harmless)."""
         held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.step(AwaitStart(held, rep, start, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
         try:
             await held
-        except TimeoutError:
+        except (TimeoutError, RequestTimeout):  # run out, or this leader stepped down meanwhile
             needed = protocol.needed_acks("quorum", rep.rf)
             raise RequestTimeout(
                 f"{rep.topic}/{rep.index} starts at {rep.log.start_offset} on its leader {self.name}, but "
                 f"{needed} of its {len(rep.voters)} replicas must hold the new start before a failover cannot "
-                f"undo it, and only {rep.voters_starting_at(start)} did within "
-                f"{limits.REPLICATION_ACK_TIMEOUT_MS} ms; truncating again is safe",
+                f"undo it, and only {rep.voters_starting_at(start)} did while it waited (at most "
+                f"{limits.REPLICATION_ACK_TIMEOUT_MS} ms, and only while it leads); truncating again is safe",
                 topic=rep.topic, partition=rep.index, before_offset=start, applied_on_leader=True,
                 confirmed=rep.voters_starting_at(start), needed=needed) from None
 

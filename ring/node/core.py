@@ -44,7 +44,7 @@ from ring.gossip.core import GOSSIP_INTERVAL_S
 from ring.node.links import Key, Links
 from ring.node.members import Members, View
 from ring.node.ready import Ready
-from ring.node.route_steps import RouteSteps
+from ring.node.route_steps import LINK_LOSS_GRACE_S, RouteSteps
 from ring.node.waiters import AckWaiters
 from ring.replication import steps
 from ring.replication.replica import Replica
@@ -52,7 +52,6 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.node")
 
 ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
-LINK_LOSS_GRACE_S = limits.LINK_LOSS_GRACE_MS / 1000
 CLAIM_GRACE_S = limits.LEADER_CLAIM_GRACE_MS / 1000
 
 
