@@ -265,8 +265,8 @@ VOTES_PER_MESSAGE_MAX = 64
 # Candidacies one broker runs at once; the replicas whose turn to stand comes beyond it stand
 # on a later election tick, without a retry's back-off. A round's requests to a peer then fit
 # in two messages, answered within VOTE_REQUEST_TIMEOUT_S even when a thousand partitions lost
-# their leader together (unbounded, a broker standing for 500 partitions at once sent its
-# voter eight messages of saves to work through, and won none of them within a minute).
+# their leader together (unbounded, a broker standing for 500 partitions at once sends its
+# voter eight messages of saves to work through, and wins none of them within a minute).
 CANDIDACIES_MAX = 2 * VOTES_PER_MESSAGE_MAX
 # A leader that stopped claiming its partition in gossip (it stepped down, or
 # restarted and leads nothing) is given up after this long; three gossip
