@@ -612,3 +612,19 @@ def test_a_bad_batch_the_walk_cannot_step_past_is_cut_there(tmp_path: Path, flip
     assert rep.log.end_offset == 30 and rep.damaged_at is None and rep.vouched is None
     assert rep.log.read(0, 1 << 20) == bytes(raw[:pos])
     rep.log.close()
+
+
+def test_damage_a_sync_cut_away_leaves_nothing_to_mend_or_cut(tmp_path: Path) -> None:
+    """A replica marked damaged whose damaged batch a new leader's sync then cut off has nothing left to
+    mend or to cut (waiting to refetch up to its old end would wait forever on an idle partition)."""
+    a = mk(tmp_path / "a", 1 << 20)
+    put(a, 1, 40)
+    a.sync()
+    flip_at(tmp_path / "a", 30, 0x20)
+    a.abandon()
+    rep = replica(mk(tmp_path / "a", 1 << 20), "a", 1)
+    steps.restore(rep, clean=False)
+    assert rep.damaged_at == 30 and not mend.cut_away(rep)
+    rep.log.truncate_after(20)  # the divergence cut of a new leader's sync
+    assert mend.cut_away(rep)
+    rep.log.close()

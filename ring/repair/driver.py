@@ -90,7 +90,7 @@ class Repair:
         mended = await self._mend(rep)
         if mended is None:
             return
-        if not mended and not await self._cut(rep, target):
+        if not mended and not mend.cut_away(rep) and not await self._cut(rep, target):
             return
         if not rep.deleted:
             self.host.repaired(rep)

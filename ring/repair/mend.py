@@ -51,6 +51,12 @@ def sources(rep: Replica) -> list[str]:
     return names + [n for n in sorted(set(rep.replicas) | set(rep.voters)) if n != rep.self_name and n not in names]
 
 
+def cut_away(rep: Replica) -> bool:
+    """Whether the damaged batch is no longer in the log (a new leader's sync cut the tail holding it):
+    nothing is left to mend or to cut, and the replica counts as repaired."""
+    return rep.damaged_at is not None and rep.damaged_at >= rep.log.end_offset
+
+
 def put(rep: Replica, offset: int, data: bytes) -> bool:
     """Write ``data`` (a peer's stored batch holding ``offset``) over this replica's damaged copy; whether it
     did. A copy that is not whole, or not the same batch, changes nothing. The caller made sure no fsync

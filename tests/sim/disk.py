@@ -166,7 +166,7 @@ class Repair:
         while not bad and offset < rep.log.end_offset:
             offset, bad = mend.scan(rep, offset)
         if not bad:
-            if mended:
+            if mended or mend.cut_away(rep):
                 self.fixing.discard(rep)
                 self.broker.step(m.Repaired(rep))
             else:
