@@ -316,7 +316,7 @@ def test_a_frame_epoch_beyond_the_batch_format_is_refused() -> None:
             protocol.decode(protocol.encode(frame), MAX_FRAME)
 
 
-# --- election votes (POST /peer/v1/vote) ---------------------------------------------------
+# --- election votes (POST /peer/v1/votes) --------------------------------------------------
 
 
 def _vote_wire(raw: bytes) -> Any:

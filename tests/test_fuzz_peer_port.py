@@ -158,9 +158,10 @@ def test_a_replication_link_of_another_protocol_version_is_refused_saying_so(nod
 
 
 @settings(PEER_SETTINGS, max_examples=15)
-@given(st.binary(max_size=60) | packed(garbage) | vote_requests.map(lambda v: msgpack.packb(v.to_wire())))
-def test_vote_bodies(gossip_node: PeerBroker, body: bytes) -> None:
-    r = gossip_node.peer.post("/peer/v1/vote", body=body, headers=HEADERS)
+@given(st.binary(max_size=60) | packed(garbage) | packed(st.lists(garbage, max_size=3))
+       | st.lists(vote_requests, min_size=1, max_size=3).map(lambda vs: msgpack.packb([v.to_wire() for v in vs])))
+def test_votes_bodies(gossip_node: PeerBroker, body: bytes) -> None:
+    r = gossip_node.peer.post("/peer/v1/votes", body=body, headers=HEADERS)
     _check(r.status, r.body)
     if r.status == 200:
         msgpack.unpackb(r.body, raw=False)

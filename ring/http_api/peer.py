@@ -23,7 +23,6 @@ broker alone). Routes:
   ``VOTES_PER_MESSAGE_MAX`` (``ring.replication.election``), judged in order;
   the answer is the list of votes, each saved before it is sent. A malformed
   one refuses the whole message (400) before any is judged.
-  ``POST /peer/v1/vote`` takes one request alone and answers its vote.
 * ``POST /peer/v1/transfer?topic=&partition=&epoch=``: the leader of that
   epoch asks this broker to take the partition over (stand at once).
 * ``POST /peer/v1/resync?topic=&partition=``: a follower that cut its log for
@@ -186,12 +185,6 @@ async def _votes_body(request: web.Request, count_max: int) -> object:
         raise BadRequest(f"malformed vote: {exc}") from None
 
 
-async def vote(request: web.Request) -> web.Response:
-    req = election.request_from_wire(await _votes_body(request, 1))
-    reply = _node(request).step(VoteRequested((req,))).reply[0]
-    return web.Response(body=msgpack.packb(reply.to_wire(), use_bin_type=True), content_type="application/msgpack")
-
-
 async def votes(request: web.Request) -> web.Response:
     wire = await _votes_body(request, limits.VOTES_PER_MESSAGE_MAX)
     if type(wire) is not list or not 1 <= len(wire) <= limits.VOTES_PER_MESSAGE_MAX:
@@ -247,7 +240,6 @@ ROUTES = [
     ("POST", "/peer/v1/produce", produce),
     ("GET", "/peer/v1/status", status),
     ("GET", "/peer/v1/replicas/{topic}/{partition}", read_replica),
-    ("POST", "/peer/v1/vote", vote),
     ("POST", "/peer/v1/votes", votes),
     ("POST", "/peer/v1/transfer", transfer),
     ("POST", "/peer/v1/resync", resync),
