@@ -213,12 +213,10 @@ class NodePump:
         votes, self._votes = self._votes, {}
         if self.closed:
             return
-        n = limits.VOTES_PER_MESSAGE_MAX
-        for peer, reqs in votes.items():
-            for i in range(0, len(reqs), n):
-                self._spawn(self._ask(peer, reqs[i:i + n]))
+        for peer, reqs in election.messages(votes):
+            self._spawn(self._ask(peer, reqs))
 
-    async def _ask(self, peer: str, reqs: list[election.VoteRequest]) -> None:
+    async def _ask(self, peer: str, reqs: tuple[election.VoteRequest, ...]) -> None:
         body = msgpack.packb([req.to_wire() for req in reqs], use_bin_type=True)
         raw = await self.peers.call(peer, VOTES_PATH, body)
         replies: list[election.VoteReply | None] = [None] * len(reqs)

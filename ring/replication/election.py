@@ -34,8 +34,9 @@ never counted as a vote.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from ring import limits
 from ring.errors import BadRequest
 
 LogKey = tuple[int, int]  # (epoch of the last entry or begun epoch, log end offset)
@@ -142,6 +143,15 @@ def reply_from_wire(w: Any) -> VoteReply:
     log_start = _int(w[8], "log_start", 0, _INT64_MAX) if len(w) == 9 else 0
     return VoteReply(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
                      _name(w[4], "voter"), w[5], w[6], w[7], log_start)
+
+
+def messages(votes: Mapping[str, Sequence[VoteRequest]]) -> Iterator[tuple[str, tuple[VoteRequest, ...]]]:
+    """The vote requests for each peer in messages of at most VOTES_PER_MESSAGE_MAX (``POST
+    /peer/v1/votes``), in order: (peer, requests) per message."""
+    n = limits.VOTES_PER_MESSAGE_MAX
+    for peer, reqs in votes.items():
+        for i in range(0, len(reqs), n):
+            yield peer, tuple(reqs[i:i + n])
 
 
 # -- the voter's rule ----------------------------------------------------------

@@ -236,13 +236,10 @@ class SimBroker:
             self._schedule_tick(ready.next_tick_at)
 
     def _ask(self, votes: dict[str, list[election.VoteRequest]], gen: int) -> None:
-        n = limits.VOTES_PER_MESSAGE_MAX
-        for dst, reqs in votes.items():
-            for i in range(0, len(reqs), n):
-                part = tuple(reqs[i:i + n])
-                self.net.call(self.name, dst, ("votes", part), limits.VOTE_REQUEST_TIMEOUT_S,
-                              lambda replies, dst=dst, part=part: self.step(
-                                  m.VoteAnswered(dst, tuple(zip(part, replies or [None] * len(part)))), gen))
+        for dst, part in election.messages(votes):  # the messages the pump sends
+            self.net.call(self.name, dst, ("votes", part), limits.VOTE_REQUEST_TIMEOUT_S,
+                          lambda replies, dst=dst, part=part: self.step(
+                              m.VoteAnswered(dst, tuple(zip(part, replies or [None] * len(part)))), gen))
 
     def core_step(self, message: Any) -> m.Ready:
         self.world.current = self.name  # whose log lines these are, in a trace
