@@ -218,7 +218,8 @@ REPLICATION_HEARTBEAT_S = 2.0
 # leader as lost (its elections start), without waiting for gossip to convict it; a
 # leader whose links to a majority of a partition's voters have been closed this long
 # refuses produces that need them (503 at once, not a 504 after the ack timeout). A
-# link that broke by accident is open again within REPLICATION_RECONNECT_MS_MIN.
+# link that broke by accident is open again within REPLICATION_RECONNECT_MS_MIN; one
+# its leader closed on purpose (it leads nothing the follower replicates) loses nothing.
 LINK_LOSS_GRACE_MS = 1_000
 # One gossip exchange (syn, ack, ack2) with a peer: under two gossip rounds, so
 # a stuck peer never holds more than one exchange of ours.

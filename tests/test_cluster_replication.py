@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import pytest
 
+from ring import limits
 from ring.hashing import broker_token, partition_for_key
 from tests.brokers import TestCluster
 
@@ -137,3 +138,26 @@ def test_bad_consistency_is_400_before_anything_is_written(shared_cluster: TestC
     r = m.http.produce(topic, b"1", consistency="QUORUM")
     assert r.status == 400 and r.json()["error"] == "bad_request"
     assert m.http.get(f"/v1/topics/{topic}").json()["partitions"][0]["end_offset"] == 0
+
+
+@pytest.mark.slow
+def test_a_leader_that_closed_its_link_to_a_broker_on_purpose_still_takes_its_produces(make_cluster) -> None:
+    """A leader closes its replication link to a broker once it leads nothing that broker replicates
+    (here: the only such topic is deleted). That broker still forwards produces to it: a link closed on
+    purpose does not make its leader unreachable, as one lost to a crash or a cut does."""
+    c: TestCluster = make_cluster(3)
+    assert c[0].http.create_topic("shared", partitions=1, replication_factor=3).status == 201
+    assert c[0].http.create_topic("single", partitions=6, replication_factor=1).status == 201
+    leader = c[0].http.describe("shared")["partitions"][0]["leader"]
+    led = [p["partition"] for p in c[0].http.describe("single")["partitions"] if p["leader"] == leader]
+    other = next(m for m in c if m.name != leader)
+    assert led and leader is not None
+    r = other.http.produce("shared", orjson.dumps(["linked"]), partition=0, consistency="all")
+    assert r.status == 200, r.body  # the leader's link to ``other`` is open
+    assert c[0].http.delete("/v1/topics/shared").status in (200, 202, 204)
+    # The leader retires its link to ``other``; well past the grace a lost link gets, produces go through.
+    deadline = time.monotonic() + 3 * limits.LINK_LOSS_GRACE_MS / 1000
+    while time.monotonic() < deadline:
+        r = other.http.produce("single", orjson.dumps(["after"]), partition=led[0])
+        assert r.status == 200, r.body
+        time.sleep(0.1)

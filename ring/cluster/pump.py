@@ -249,7 +249,7 @@ class NodePump:
     def _relink(self, wanted: set[str]) -> None:
         for name in list(self.links):
             if name not in wanted:
-                self.links.pop(name).stop()
+                self.links.pop(name).stop(retired=True)
         for name in sorted(wanted):
             if name not in self.links:
                 self.links[name] = LinkDriver(self, name)

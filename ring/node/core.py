@@ -227,12 +227,12 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
     def _leader_link(self, now: float, m: msg.LeaderLink) -> None:
         n = self._inbound.get(m.leader, 0) + (1 if m.up else -1)
         self._inbound[m.leader] = max(0, n)
-        if n > 0:
+        if n > 0 or m.retired:  # a link its leader closed on purpose does not make the leader unreachable
             self._inbound_down.pop(m.leader, None)
         else:
             self._inbound_down.setdefault(m.leader, now)
         self._view_moved(now)
-        if n <= 0:  # look again once the grace has passed
+        if n <= 0 and not m.retired:  # look again once the grace has passed
             self._next_election_tick = min(self._next_election_tick, now + LINK_LOSS_GRACE_S)
 
     def _take(self) -> Ready:

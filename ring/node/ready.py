@@ -171,9 +171,11 @@ class Reprobe(NamedTuple):
 
 
 class LeaderLink(NamedTuple):
-    """A replication link from ``leader`` opened (``up``) or closed on this broker's peer port."""
+    """A replication link from ``leader`` opened (``up``) or closed on this broker's peer port;
+    ``retired`` when the leader closed it on purpose (``protocol.LINK_RETIRED``), not lost."""
     leader: str
     up: bool
+    retired: bool = False
 
 
 class FromLeader(NamedTuple):

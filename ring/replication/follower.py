@@ -117,7 +117,8 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
     finally:
         writer.task.cancel()
         await asyncio.gather(writer.task, return_exceptions=True)
-        host.step(LeaderLink(leader, False))  # (a leader whose link stays closed is lost: ring.node.watch)
+        # (a leader whose link stays closed is lost, ring.node.watch; one it closed on purpose is not)
+        host.step(LeaderLink(leader, False, ws.close_code == protocol.LINK_RETIRED))
 
 
 def _persisted(ready: Ready, host: Host) -> asyncio.Future[None] | None:

@@ -16,6 +16,7 @@ core when the connection comes and goes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from ring.replication import protocol
 log = logging.getLogger("ring.replication")
 
 REPLICATE_PATH = "/peer/v1/replicate"
+RETIRE_CLOSE_S = 1.0  # how long a retired link waits for the follower to answer its close
 
 
 def _unmasked(ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -67,6 +69,7 @@ class LinkDriver:
         self.outbox: deque[Any] = deque()  # frames the core gave this link, not yet written
         self.wake = asyncio.Event()
         self.connected = False
+        self.retired = False
         self.task: asyncio.Task[None] | None = asyncio.create_task(self._run(), name=f"replicate to {follower}")
 
     def kick(self) -> None:
@@ -78,7 +81,9 @@ class LinkDriver:
             self.outbox.append(frame)
             self.wake.set()
 
-    def stop(self) -> None:
+    def stop(self, retired: bool = False) -> None:
+        """End the link; ``retired``: on purpose, the follower is told so as the link closes."""
+        self.retired = retired
         if self.task is not None:
             self.task.cancel()
 
@@ -90,10 +95,6 @@ class LinkDriver:
                 try:
                     await self._connected(url)
                     delay_s = limits.REPLICATION_RECONNECT_MS_MIN / 1000
-                except aiohttp.WSServerHandshakeError as exc:
-                    # 400: it refused our link's subprotocol (a broker of another version); else starting, etc.
-                    log.log(logging.WARNING if exc.status == 400 else logging.DEBUG,
-                            "replication link to %s refused: %s %s", self.follower, exc.status, exc.message)
                 except aiohttp.WSServerHandshakeError as exc:
                     # 400: it refused our link's subprotocol (a broker of another version); else starting, etc.
                     log.log(logging.WARNING if exc.status == 400 else logging.DEBUG,
@@ -133,6 +134,9 @@ class LinkDriver:
                 self.outbox.clear()
                 if not self.pump.closed:
                     self.pump.step(LinkDown(self.follower))
+                if self.retired:  # (the cancellation that stopped the link goes on once it is said)
+                    with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, OSError):
+                        await asyncio.wait_for(ws.close(code=protocol.LINK_RETIRED), RETIRE_CLOSE_S)
 
     async def _send_loop(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         while True:

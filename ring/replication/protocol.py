@@ -65,6 +65,9 @@ from ring.errors import BadRequest, NotEnoughReplicas
 
 # The websocket subprotocol of replication links: the version of the frames below.
 SUBPROTOCOL = "ring-replication.3"
+# The WebSocket close code of a link its leader closes on purpose (it leads nothing the follower
+# replicates any more): the follower does not take the leader for lost, as it does when a link breaks.
+LINK_RETIRED = 4000
 
 # Statuses (from gossip) that count a replica as alive for a consistency level.
 ALIVE_STATUSES = ("up", "suspect")

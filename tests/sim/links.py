@@ -123,21 +123,25 @@ class Links:
         self.inbound_dark.pop(leader, None)
         self.b.step(m.LeaderLink(leader, True))
 
-    def _close_inbound(self, leader: str) -> None:
+    def _close_inbound(self, leader: str, retired: bool = False) -> None:
         self.accepted.pop(leader, None)
         self.inbound_dark.pop(leader, None)
-        self.b.step(m.LeaderLink(leader, False))
+        self.b.step(m.LeaderLink(leader, False, retired))
 
     def _check_inbound(self, now: float) -> None:
         """The leaders' links into this broker: closed at once when the leader closed it or died (a reset),
-        after the heartbeat's time when it went dark (the leader stopped, or a cut)."""
+        after the heartbeat's time when it went dark (the leader stopped, or a cut). A link its running
+        leader no longer wants closes as retired (``protocol.LINK_RETIRED``) when its close can get here."""
         for leader, conn in list(self.accepted.items()):
             peer = self.b.net.nodes[leader]
             link = peer.wire.out.get(self.b.name) if peer.running else None
-            if link is None or link.conn != conn:
+            dark = (peer.paused or self.b.net.broken(leader, self.b.name, conn)
+                    or not self.b.net.connectable(leader, self.b.name))
+            if link is None and peer.running and not dark:
+                self._close_inbound(leader, retired=True)
+            elif not peer.running or (link is not None and link.conn != conn):
                 self._close_inbound(leader)
-            elif (peer.paused or self.b.net.broken(leader, self.b.name, conn)
-                  or not self.b.net.connectable(leader, self.b.name)):
+            elif dark:
                 if now - self.inbound_dark.setdefault(leader, now) >= LINK_TIMEOUT_S:
                     self._close_inbound(leader)
             else:
