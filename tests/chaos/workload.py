@@ -153,10 +153,14 @@ class Workload:
                     await asyncio.sleep(BACKOFF_S)
         return None if pending else round(time.monotonic() - began, 1)
 
-    def _target(self, tried: frozenset[int] = frozenset()) -> int:
-        """A random member, one not in ``tried`` while there is one."""
-        untried = [i for i in self.cluster.members if i not in tried]
-        return self.rng.choice(untried or self.cluster.members)
+    def _target(self, tried: frozenset[int] = frozenset(), silent: frozenset[int] = frozenset()) -> int:
+        """A random member: one not in ``tried`` while there is one, then one not in ``silent`` (as
+        ``ring.client`` passes over a broker that just refused it or sent no answer in time)."""
+        for pool in ([i for i in self.cluster.members if i not in tried],
+                     [i for i in self.cluster.members if i not in silent]):
+            if pool:
+                return self.rng.choice(pool)
+        return self.rng.choice(self.cluster.members)
 
     async def _producer(self, i: int, deadline: float) -> None:
         key, gap = self.keys[i], 1.0 / self.load.rate_per_producer_hz
@@ -196,13 +200,14 @@ class Workload:
         if self.idempotent:
             params |= {"producer_id": str(session.producer_id), "sequence": str(session.seq)}
         body, start = orjson.dumps([value]), self.now()
-        unknown, status, error, name, tried = False, None, "", "", frozenset[int]()
+        unknown, status, error, name, tried, silent = False, None, "", "", frozenset[int](), frozenset[int]()
         answer_s = ATTEMPT_ANSWER_TIMEOUT_S if self.idempotent else None
         for _ in range(1 + (RETRIES_MAX if self.idempotent else 0)):
-            target = self._target(tried)
+            target = self._target(tried, silent)
             tried |= {target}
             name = self.cluster.brokers[target].name
             status, doc, error = await self._attempt(target, body, params, answer_s)
+            silent |= {target} if status is None else frozenset()
             outcome = FAIL if error == NOT_SENT else classify(status)
             if outcome == OK:
                 assert isinstance(doc, dict) and doc.get("count") == 1, doc
