@@ -291,8 +291,8 @@ class _FirstToTheLeader(Workload):
 
     first = 0
 
-    def _target(self, tried: frozenset[int] = frozenset()) -> int:
-        return self.first if not tried else super()._target(tried)
+    def _target(self, tried: frozenset[int] = frozenset(), silent: frozenset[int] = frozenset()) -> int:
+        return self.first if not tried else super()._target(tried, silent)
 
 
 async def _write_while_the_leader_is_stopped(root: Path) -> tuple[Write, Write]:
