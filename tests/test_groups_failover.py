@@ -28,6 +28,7 @@ PARTITIONS = 4
 DOWN_S = 5.0  # the first case: restarted after 5 s, about when the others convict it
 LONG_DOWN_S = 15.0  # twice the ~7 s a group consumer once retried for before giving up
 DEADLINE_S = 120.0
+HW_CATCH_UP_S = 10.0  # a follower learns its leader's high watermark with the next frame
 
 
 def _coordinator(c: TestCluster, group: str) -> str:
@@ -73,7 +74,12 @@ async def test_a_coordinator_killed_and_restarted_rewinds_nothing(make_cluster, 
     async with AsyncClient(urls) as producer:
         await producer.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
         await asyncio.gather(*(producer.produce(topic, b"%d" % i, key=b"k%d" % i) for i in range(RECORDS)))
-        ends = {p["partition"]: p["high_watermark"] for p in (await producer.describe(topic))["partitions"]}
+        deadline = time.monotonic() + HW_CATCH_UP_S
+        while True:  # (a broker answers with its own replicas' high watermarks: a follower's comes a frame later)
+            ends = {p["partition"]: p["high_watermark"] for p in (await producer.describe(topic))["partitions"]}
+            if sum(ends.values()) == RECORDS or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
     assert sum(ends.values()) == RECORDS
     everything = {(p, o) for p in ends for o in range(ends[p])}
     coordinator = c.member(await _coordinator_before_use(c, group))
