@@ -24,12 +24,15 @@ refused (``ClockUnusable``, 503), a check of one attribute.
 
 This class is the storage half of the broker ``ring serve`` runs, never run
 alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
-forwarding, replication) and fills its hooks, which raise
-NotImplementedError here: which partitions are held (``_held``), where a
-partition's batches go (``produce_partition``), what happens after an
-append (``_appended``) or a move of a log start (``start_moved``), and how a
-topic is added, changed or removed (``add_topic``, ``change_topic``,
-``delete_topic``). A produce request comes in through ``intake``
+replication) and fills its hooks, which raise NotImplementedError here:
+which partitions are held (``_held``), what happens after an append
+(``_appended``) or a move of a log start (``start_moved``), and how a topic
+is added, changed or removed (``add_topic``, ``change_topic``,
+``delete_topic``). Where a produce, a fetch, an offsets lookup or a truncate
+goes is decided by the broker's ``router`` (``ring.replication.local.Routes``):
+a broker alone's serves everything here (``LocalRouter``), a clustered
+broker's (``ring.cluster.routing.Router``) forwards to leaders and asks
+replicas. A produce request comes in through ``intake``
 (``ring.replication.intake``: its topic, partitions and batches). Partition
 state lives in ``ring.replication.replica.Replica``.
 """
@@ -37,7 +40,6 @@ state lives in ``ring.replication.replica.Replica``.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import shutil
 from pathlib import Path
@@ -47,24 +49,17 @@ from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
-from ring.errors import (
-    ClockUnusable,
-    RingError,
-    OffsetOutOfRange,
-    StorageError,
-    Unavailable,
-    UnknownPartition,
-    UnknownTopic,
-)
+from ring.errors import RingError, StorageError, Unavailable, UnknownPartition, UnknownTopic
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
 from ring.log.partition import PartitionLog
-from ring.replication import reads, steps
+from ring.replication import steps
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
 from ring.replication.intake import Intake, ProduceResult
+from ring.replication.local import LocalRouter, Routes
 from ring.replication.reads import FetchResult, LongPolls
 from ring.replication.replica import Replica
 
@@ -78,7 +73,6 @@ class Broker:
         self.data_dir = Path(config.data_dir)
         self.catalog = Catalog()
         self._parts: dict[str, dict[int, Replica]] = {}
-        self._round_robin: dict[str, itertools.count] = {}
         self.long_polls = LongPolls(clock)
         self._closing = False
         self._started_monotonic = clock.monotonic()
@@ -89,6 +83,8 @@ class Broker:
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
         self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
         self.intake = Intake(self)  # a produce request's topic, partitions and batches
+        # Where produces and reads go: here, alone; ClusterBroker's goes to leaders and replicas too.
+        self.router: Routes = LocalRouter(self)
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped
@@ -121,7 +117,7 @@ class Broker:
 
     def _open_topic(self, cfg: TopicConfig) -> None:
         self._parts[cfg.name] = {}
-        self._round_robin[cfg.name] = itertools.count()
+        self.router.forget(cfg.name)
         for p, replicas in self._held(cfg).items():
             self._open_partition(cfg, p, replicas)
 
@@ -159,7 +155,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         # Syncs already asked for still run, so the produces waiting on them get
-        # their answer; no new append can start (_check_open), so this ends.
+        # their answer; no new append can start (check_open), so this ends.
         while busy := self.commits.busy(self._all_replicas()):
             await asyncio.wait(busy)
         clean = True
@@ -246,7 +242,7 @@ class Broker:
     async def _remove_topic_local(self, name: str) -> None:
         self.catalog.remove(name)
         parts = list(self._parts.pop(name).values())
-        self._round_robin.pop(name, None)
+        self.router.forget(name)
         self._deleting.add(name)  # no topic of this name until its files are gone
         try:
             self._save_catalog()
@@ -281,35 +277,64 @@ class Broker:
                 "leader": part.leader, "replicas": list(part.replicas), "epoch": part.epoch,
                 "replica_end_offsets": part.replica_ends()}
 
-    def _partition(self, topic: str, partition: int) -> Replica:
-        """The replica held here; UnknownTopic/UnknownPartition when there is no such partition."""
+    def replica(self, topic: str, partition: int) -> Replica | None:
+        """This broker's replica of a partition, if it holds one."""
+        return self._parts.get(topic, {}).get(partition)
+
+    def partitions_held(self, topic: str) -> dict[int, Replica]:
+        return self._parts.get(topic, {})
+
+    def replica_of(self, topic: str, partition: int) -> Replica:
+        """The replica held here; UnknownTopic/UnknownPartition when there is no such partition,
+        Unavailable when another broker holds it."""
         cfg = self.catalog.get(validate_topic_name(topic))
         if not 0 <= partition < cfg.partitions:
             raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
                                    topic=topic, partition=partition)
-        return self._parts[topic][partition]
+        rep = self.replica(topic, partition)
+        if rep is None:
+            raise Unavailable(f"{self.config.name} holds no replica of {topic}/{partition}; ask one that does",
+                              topic=topic, partition=partition)
+        return rep
 
-    # --- produce -----------------------------------------------------------------
+    # --- routing: where produces and reads go is the router's (``self.router``) ------------
 
     def check_accepting(self) -> None:
         """Raise unless produces are taken now (``ring.replication.intake``)."""
-        self._check_open()
+        self.router.check_accepting()
 
     def accepting_at_once(self) -> bool:
-        return not self._closing
+        return self.router.accepting_at_once()
 
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
-        raise NotImplementedError  # Routing: a partition this broker leads, round-robin
+        return self.router.unkeyed_partition(cfg)
 
     async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                 level: str) -> ProduceResult:
-        """Where a partition's batches go: ``_append`` here as its leader, or forwarded to it."""
-        raise NotImplementedError  # Routing
+        """Where a partition's batches go: ``append`` here as its leader, or forwarded to it."""
+        return await self.router.produce_partition(cfg, p, batches, level)
 
     def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                level: str) -> Appending | None:
         """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
-        return self.turn.add(self._parts[cfg.name][p], batches, 1, level)
+        return self.router.produce_partition_soon(cfg, p, batches, level)
+
+    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> FetchResult:
+        return await self.router.fetch(topic, partition, offset, max_bytes, wait_ms)
+
+    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                  wait_ms: int) -> FetchResult | None:
+        """``fetch`` when it is answered at once; None when the caller must take ``fetch``."""
+        return self.router.fetch_now(topic, partition, offset, max_bytes, wait_ms)
+
+    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        """GET .../offsets: the first offset with a timestamp at or after ``timestamp``."""
+        return await self.router.offsets(topic, partition, timestamp)
+
+    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
+        """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
+        return await self.router.truncate(topic, partition, before_offset)
 
     # What TurnAppends asks of its broker.
 
@@ -320,21 +345,22 @@ class Broker:
         self._appended(part)
 
     def refused(self, pending: Appending, exc: RingError) -> None:
-        """A produce whose partition would not take its turn's write: the error the awaited path gives."""
-        pending.set_exception(exc)
+        """A produce whose partition would not take its turn's write."""
+        self.router.refused(pending, exc)
 
     def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
-        """``pending`` waits until ``level``'s voters durably hold offsets below ``end`` (a broker alone
-        never waits: its own durable end suffices)."""
-        raise NotImplementedError  # Routing: the node core's ack waiters
+        """``pending`` waits until ``level``'s voters durably hold offsets below ``end``."""
+        self.router.await_acks(part, pending, end, level)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closing:
             raise Unavailable("the broker is shutting down")
 
     def check_writable(self, part: Replica) -> None:
-        """The leader's append path: raise unless ``part`` may be appended to now."""
+        """The leader's append path: raise unless ``part`` may be appended to now (and the router
+        agrees: in a cluster, this broker still leads it)."""
         self.check_appendable(part)
+        self.router.check_writable(part)
 
     def check_appendable(self, part: Replica) -> None:
         """Raise unless ``part`` may be appended to. Appends go on beside a running fsync thread (the
@@ -345,9 +371,9 @@ class Broker:
             raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
         if part.failed:
             raise StorageError(part.failed)
-        self._check_open()
+        self.check_open()
 
-    async def _append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
+    async def append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
         """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
         await self.producers.prepare(part, batches)  # idempotent batches: their producer table is ready
         self.check_writable(part)
@@ -406,66 +432,6 @@ class Broker:
     def start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
         raise NotImplementedError  # ClusterBroker: replication carries it
-
-    # --- fetch -------------------------------------------------------------------
-
-    def _check_offset(self, part: Replica, offset: int) -> None:
-        reads.check_offset(part, offset)
-
-    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult:
-        part = self._partition(topic, partition)
-        if offset is None:
-            offset = part.log.start_offset
-        self._check_offset(part, offset)
-        if offset >= part.hw and wait_ms > 0 and not self._closing:
-            await self._wait_for_data(part, offset, wait_ms)
-            self._check_offset(part, offset)  # a truncate may have moved the start
-        return self._read(part, offset, max_bytes)
-
-    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                  wait_ms: int) -> FetchResult | None:
-        """``fetch`` when it is answered at once (records are there, or no wait was asked for); None
-        when it would wait: the caller takes ``fetch``."""
-        part = self._partition(topic, partition)
-        if offset is None:
-            offset = part.log.start_offset
-        self._check_offset(part, offset)
-        if offset >= part.hw and wait_ms > 0 and not self._closing:
-            return None
-        return self._read(part, offset, max_bytes)
-
-    def _read(self, part: Replica, offset: int, max_bytes: int) -> FetchResult:
-        return reads.read(part, offset, max_bytes)
-
-    async def _wait_for_data(self, part: Replica, offset: int, wait_ms: int) -> None:
-        await self.long_polls.wait(part, offset, wait_ms, lambda: self._closing)
-
-    # --- offsets -----------------------------------------------------------------
-
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""
-        offset = reads.offset_for_timestamp(self._partition(topic, partition), timestamp)
-        return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
-
-    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        """GET .../offsets: ``offset_for_timestamp`` (a clustered broker may ask a replica)."""
-        return self.offset_for_timestamp(topic, partition, timestamp)
-
-    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
-        """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
-        part = self._partition(topic, partition)
-        await self.commits.idle(part)  # the log is single-threaded: never beside an fsync
-        if part.deleted:
-            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
-        if not 0 <= before_offset <= part.hw:
-            raise OffsetOutOfRange(
-                f"before_offset {before_offset} is beyond the high watermark {part.hw}",
-                topic=topic, partition=partition, earliest=part.log.start_offset, latest=part.hw)
-        if before_offset > part.log.start_offset:
-            part.log.truncate_before(before_offset)
-            self.start_moved(part)
-        return {"topic": topic, "partition": partition, "earliest_offset": part.log.start_offset}
 
     # --- status ------------------------------------------------------------------
 

@@ -131,8 +131,8 @@ def test_repair_reaches_the_broker_only_through_its_host_interface() -> None:
 
 def test_the_read_proxy_reaches_the_broker_only_through_its_host_interface() -> None:
     """``Proxy`` (ring/cluster/proxy.py, the reads asked of other brokers) is composed into the broker
-    with a ``ProxyHost``, not written as more of its methods: it imports neither the broker nor its
-    routing, and the node has every name the host lists."""
+    with a ``ProxyHost``, not written as more of its methods: it does not import the broker, and the
+    node has every name the host lists."""
     from pathlib import Path
 
     from ring.clock import SystemClock
@@ -147,10 +147,36 @@ def test_the_read_proxy_reaches_the_broker_only_through_its_host_interface() -> 
     assert not {n for n in names(ClientRequests) if not hasattr(PeerClient, n)}
 
 
-# The broker itself: what only the layers above it (the command line, the HTTP app) and its own
-# parts (the cluster node and its routing) may import. Everything else is given a narrow host.
-BROKER_MODULES = {"ring.broker", "ring.cluster.node", "ring.cluster.routing"}
-BROKER_IMPORTERS = {"ring.cli", "ring.http_api.app", "ring.cluster.node", "ring.cluster.routing"}
+def test_the_routers_reach_the_broker_only_through_their_host_interfaces() -> None:
+    """Where produces and reads go is decided by a router the broker holds and calls (``Router``,
+    ring/cluster/routing.py; ``LocalRouter``, ring/replication/local.py, a broker alone's), not by
+    overrides of the broker's methods: the cluster node derives from ``Broker`` alone, neither router
+    imports the broker, the node has every name their hosts list, and both routers have every name
+    of ``Routes``, what the broker calls."""
+    from pathlib import Path
+
+    from ring.broker import Broker
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
+    from ring.cluster.routing import Router, RouterHost
+    from ring.config import BrokerConfig
+    from ring.replication.local import LocalHost, LocalRouter, Routes
+
+    assert ClusterBroker.__mro__ == (ClusterBroker, Broker, object)
+    graph = module_graph()
+    assert not (graph["ring.cluster.routing"] | graph["ring.replication.local"]) & BROKER_MODULES
+    node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
+    assert isinstance(node.router, Router) and isinstance(node.router.local, LocalRouter)
+    hosts = names(RouterHost) | names(LocalHost)
+    assert len(hosts) > 20 and not {n for n in hosts if not hasattr(node, n)}
+    assert len(names(Routes)) >= 12
+    assert not {n for n in names(Routes) if not hasattr(Router, n) or not hasattr(LocalRouter, n)}
+
+
+# The broker itself: what only the layers above it (the command line, the HTTP app) and the
+# cluster node may import. Everything else (its router included) is given a narrow host.
+BROKER_MODULES = {"ring.broker", "ring.cluster.node"}
+BROKER_IMPORTERS = {"ring.cli", "ring.http_api.app", "ring.cluster.node"}
 
 
 def test_no_part_below_the_broker_imports_it() -> None:

@@ -1,7 +1,8 @@
 """The clustered broker: the single broker plus membership, placement, forwarding and replication.
 
 ``ClusterBroker`` keeps the ``Broker`` API the HTTP handlers call and fills
-its hooks. It holds the partition replicas placement gives it (the
+its hooks; where its produces and reads go is its ``router``'s
+(``routing.py``). It holds the partition replicas placement gives it (the
 preference lists on the ring gossip knows; ``placement.py``), and those
 placed elsewhere that it still leads or votes for (``NodeCore.keep``; as it
 starts, the ones whose saved voter set names it), reconciling its local
@@ -53,8 +54,8 @@ from ring.cluster import placement
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
 from ring.cluster.proxy import Proxy
-from ring.cluster.routing import Routing
-from ring.errors import Conflict, Unavailable
+from ring.cluster.routing import Router
+from ring.errors import Conflict, Unavailable, UnknownPartition
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
@@ -69,6 +70,7 @@ from ring.node.members import Members
 from ring.node.ready import Ready
 from ring.repair.driver import Repair
 from ring.replication import steps
+from ring.replication.intake import ProduceResult
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
@@ -93,7 +95,7 @@ def token_of(config: BrokerConfig) -> int:
     return broker_token(ordinal)
 
 
-class ClusterBroker(Routing, Broker):
+class ClusterBroker(Broker):
     def __init__(self, config: BrokerConfig, clock: Clock, rng: random.Random | None = None) -> None:
         super().__init__(config, clock)
         self.name = config.name
@@ -111,6 +113,7 @@ class ClusterBroker(Routing, Broker):
         self.repair = Repair(self, config.repair_interval_s)
         self.ranges = Ranges(self)
         self.proxy = Proxy(self, lambda: answer.budget_of(self))  # reads asked of other brokers
+        self.router: Router = Router(self)  # where produces and reads go: here, the leader, a replica
         self._hw_saved: dict[tuple[str, int], int] = {}
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
@@ -186,6 +189,12 @@ class ClusterBroker(Routing, Broker):
     def replicas(self) -> list[Replica]:
         return [r for ps in self._parts.values() for r in ps.values()]
 
+    def check_joined(self) -> None:
+        """Raise ``Unavailable`` while shutting down, or until membership says this broker has joined."""
+        self.check_open()
+        if self.membership is None or not self.membership.joined:
+            raise Unavailable(f"{self.name} is still joining the cluster; retry")
+
     # --- placement and reconciling ---------------------------------------------------------
 
     def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
@@ -198,7 +207,7 @@ class ClusterBroker(Routing, Broker):
             kept += steps.voting_here(self.data_dir / TOPICS_DIR / cfg.name, self.name, cfg.partitions)
         return placement.held_here(self.membership.ring, cfg, self.name, kept)
 
-    def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:
+    def preference_list(self, cfg: TopicConfig, p: int) -> list[str]:
         assert self.membership is not None
         return placement.preference_lists(self.membership.ring, cfg)[p]
 
@@ -296,6 +305,10 @@ class ClusterBroker(Routing, Broker):
     def sync_soon(self, part: Replica) -> asyncio.Future[None]:
         return self.commits.sync_soon(part)
 
+    async def wait_idle(self, part: Replica) -> None:
+        """The follower's path before a sync frame (which may truncate): no fsync runs on the log."""
+        await self.commits.idle(part)
+
     def _appended(self, part: Replica) -> None:
         self.step(msg.Appended(part))
 
@@ -319,12 +332,7 @@ class ClusterBroker(Routing, Broker):
 
     async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
         """GET .../ranges: this broker's replica's catalogue, else a replica's."""
-        remote = self._remote_partition(topic, partition)
-        if remote is None:
-            rep = self.replica(topic, partition)
-            assert rep is not None
-            return self.ranges.describe(rep)
-        return await self.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/ranges")
+        return await self.router.describe_ranges(topic, partition)
 
     def _clock_changed(self, verdict: clocks.Verdict) -> None:
         self.clock_refusal = None if verdict.usable else (
@@ -372,7 +380,7 @@ class ClusterBroker(Routing, Broker):
         return max(1, len(self.membership.ring))
 
     async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        self._check_joined()
+        self.check_joined()
         assert self.membership is not None
         await self.membership.announce()  # learn of a topic of that name created elsewhere
         await self._reconcile()
@@ -395,7 +403,7 @@ class ClusterBroker(Routing, Broker):
 
     async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
         """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
-        self._check_joined()
+        self.check_joined()
         assert self.membership is not None
         await self.membership.announce()  # learn of a change made elsewhere first
         await self._reconcile()
@@ -410,7 +418,7 @@ class ClusterBroker(Routing, Broker):
         return self.describe_topic(name)
 
     async def delete_topic(self, name: str) -> None:
-        self._check_joined()
+        self.check_joined()
         assert self.membership is not None
         self.catalog.get(validate_topic_name(name))
         self.membership.delete_topic(name)
@@ -428,16 +436,34 @@ class ClusterBroker(Routing, Broker):
                 doc["earliest_offset"] = rep.serves_from
             doc["local_start_offset"] = rep.log.start_offset
             return doc
-        replicas = self._replicas(cfg, p)
+        replicas = self.preference_list(cfg, p)
         return {"partition": p, "earliest_offset": None, "end_offset": None, "high_watermark": None,
                 "local_start_offset": None, "leader": leader, "replicas": replicas, "epoch": None,
                 "replica_end_offsets": {r: None for r in replicas}}
+
+    # --- asked of this broker's own replicas (by other brokers, and the group coordinator) -----
+
+    async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
+        """A produce appended here as the partition's leader (``Router.produce_as_leader``)."""
+        return await self.router.produce_as_leader(topic, p, batches, level)
+
+    def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
+        """This broker's own stored batches of a partition up to its log end (not the high
+        watermark), for comparing replicas: (data, start offset, end offset)."""
+        rep = self.replica(validate_topic_name(topic), partition)
+        if rep is None:
+            raise UnknownPartition(f"{self.name} holds no replica of {topic}/{partition}",
+                                   topic=topic, partition=partition)
+        start = rep.log.start_offset if offset is None else offset
+        if start >= rep.log.end_offset:
+            return b"", rep.log.start_offset, rep.log.end_offset
+        return bytes(rep.log.read(start, max_bytes)), rep.log.start_offset, rep.log.end_offset
 
     # --- membership ------------------------------------------------------------------------
 
     async def decommission(self, name: str) -> dict[str, Any]:
         """Take broker ``name`` off the ring (its partitions get new replicas, filled before they count)."""
-        self._check_joined()
+        self.check_joined()
         assert self.membership is not None
         self.membership.remove(name)
         await self.membership.announce()

@@ -1,10 +1,10 @@
 """Reads a broker does not serve itself, asked of other brokers: ``Proxy``.
 
-``Routing`` decides where a read goes (this broker's replica, a live
-replica, the leader); ``Proxy`` asks there. A replica's client URLs are
-those of the live brokers among the partition's placed replicas and voters;
-``first_answer`` asks them in a random order (one that does not answer, or
-answers 5xx, passes to the next; a 4xx is the answer). A proxied fetch holds
+``Router`` (``routing.py``) decides where a read goes (this broker's
+replica, a live replica, the leader); ``Proxy`` asks there. A replica's
+client URLs are those of the live brokers among the partition's placed
+replicas and voters; ``first_answer`` asks them in a random order (one that
+does not answer, or answers 5xx, passes to the next; a 4xx is the answer). A proxied fetch holds
 room for its answer in the broker's budget of fetch answers
 (``ring.http_api.answer``) while it arrives, and long-polls there for at
 most ``PROXIED_FETCH_WAIT_MS_MAX``.

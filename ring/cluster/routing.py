@@ -1,7 +1,10 @@
 """Where a clustered broker's produces and reads go: to the leader, to a replica, or here.
 
-``Routing`` is the part of ``ClusterBroker`` that overrides the single
-broker's produce and read paths. Where a produce for a partition goes is the
+``Router`` is a ``ClusterBroker``'s router (the broker's ``router``, which
+it calls for every produce and read; ``ring.replication.local`` has the
+``Routes`` it answers to). It is given a ``RouterHost``, the names it uses of
+the broker, and never imports the broker; what it serves here it hands to a
+``LocalRouter``, a broker alone's. Where a produce for a partition goes is the
 node core's decision (``NodeCore.route``): appended here when this broker
 leads, else forwarded to the leader's peer port, as long as that leader is
 alive and reachable (its replication links with us not closed for
@@ -31,18 +34,23 @@ hold its start (``_start_held``): a failover cannot undo it then.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from typing import Any
+from typing import Any, Protocol
 
 from ring import limits
-from ring.broker import Broker
-from ring.catalog import TopicConfig, validate_topic_name
-from ring.cluster.peers import Relayed
+from ring.catalog import Catalog, TopicConfig, validate_topic_name
+from ring.clock import Clock
+from ring.cluster.membership import Membership
+from ring.cluster.peers import PeerClient, Relayed
+from ring.cluster.proxy import Proxy
+from ring.cluster.pump import NodePump
 from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
-from ring.node.ready import AwaitAcks, AwaitStart
+from ring.node.core import NodeCore
+from ring.node.ready import AwaitAcks, AwaitStart, Ready
+from ring.ranges.manager import Ranges
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
+from ring.replication.local import LocalHost, LocalRouter
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
@@ -50,57 +58,70 @@ from ring.replication.replica import Replica
 FORWARD_CHECK_S = 0.25
 
 
-class Routing(Broker):
-    # Provided by ClusterBroker.
-    core: Any
-    step: Any
-    leader_of: Any
-    membership: Any
-    peers: Any
-    ranges: Any  # ring.ranges.manager.Ranges
-    proxy: Any  # ring.cluster.proxy.Proxy: what asks other brokers for the reads not served here
-    pump: Any
-    rng: Any
+class RouterHost(LocalHost, Protocol):
+    """What a ``Router`` uses of its broker, besides what its ``LocalRouter`` does."""
+
     name: str
-    _statuses_seen: tuple[float, dict[str, str]] | None = None  # (loop time, broker -> status)
+    clock: Clock
+    catalog: Catalog
+    core: NodeCore | None  # None until the broker opens
+    membership: Membership | None  # None until the broker opens
+    pump: NodePump | None  # None until the broker starts
+    peers: PeerClient | None  # None until the broker starts
+    ranges: Ranges  # the ranges below the local logs (ring.ranges)
+    proxy: Proxy  # what asks other brokers for the reads not served here
 
-    def replica(self, topic: str, partition: int) -> Replica | None:
-        return self._parts.get(topic, {}).get(partition)
+    def check_joined(self) -> None:
+        """Raise ``Unavailable`` while the broker shuts down or has not joined the cluster yet."""
 
-    def _check_joined(self) -> None:
-        self._check_open()
-        if self.membership is None or not self.membership.joined:
-            raise Unavailable(f"{self.name} is still joining the cluster; retry")
+    def replica(self, topic: str, partition: int) -> Replica | None: ...
+
+    def preference_list(self, cfg: TopicConfig, p: int) -> list[str]:
+        """The brokers placement puts partition ``p`` of ``cfg`` on."""
+
+    def leader_of(self, topic: str, partition: int) -> str | None: ...
+
+    def step(self, message: object) -> Ready: ...
+
+    def damaged(self, rep: Replica, offset: int) -> None:
+        """A stored batch of ``rep`` failed its check: never serve it, repair it."""
+
+
+class Router:
+    def __init__(self, host: RouterHost) -> None:
+        self.host = host
+        self.local = LocalRouter(host)  # what is served here
 
     # --- produce -------------------------------------------------------------------------
 
     def check_accepting(self) -> None:
-        self._check_joined()
+        self.host.check_joined()
 
     def accepting_at_once(self) -> bool:
-        return not self._closing and self.membership is not None and self.membership.joined
+        host = self.host
+        return not host.closing and host.membership is not None and host.membership.joined
 
     def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                level: str) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
-        rep = self.replica(cfg.name, p)
+        host = self.host
+        rep = host.replica(cfg.name, p)
         if rep is None or not rep.is_leader or rep.frozen:
             return None
-        needed = self.core.admit(self.clock.monotonic(), rep, cfg.name, p, level)
-        return None if needed is None else self.turn.add(rep, batches, needed, level)
+        needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, level)
+        return None if needed is None else host.turn.add(rep, batches, needed, level)
 
     def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
-        self.step(AwaitAcks(pending, part, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        self.host.step(AwaitAcks(pending, part, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """Leadership moved before the turn's write: nothing was written, so the produce goes the
         awaited way, which follows the new leader (as a produce that found it so at once would)."""
-        if not isinstance(exc, NotLeader):
-            return super().refused(pending, exc)
         rep = pending.part
-        cfg = self.catalog.get(rep.topic) if rep.topic in self.catalog else None
-        if cfg is None:
-            return super().refused(pending, exc)
+        catalog = self.host.catalog
+        if not isinstance(exc, NotLeader) or rep.topic not in catalog:
+            return self.local.refused(pending, exc)
+        cfg = catalog.get(rep.topic)
 
         async def again() -> None:
             result = await self.produce_partition(cfg, rep.index, pending.batches, pending.level)
@@ -117,25 +138,29 @@ class Routing(Broker):
 
         asyncio.ensure_future(again()).add_done_callback(settle)
 
+    def forget(self, topic: str) -> None:
+        self.local.forget(topic)
+
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
-        led = sorted(p for p, r in self._parts.get(cfg.name, {}).items() if r.is_leader and not r.frozen)
-        n = next(self._round_robin.setdefault(cfg.name, itertools.count()))
+        led = sorted(p for p, r in self.host.partitions_held(cfg.name).items() if r.is_leader and not r.frozen)
+        n = self.local.next_unkeyed(cfg.name)
         return led[n % len(led)] if led else n % cfg.partitions
 
     def _voters(self, cfg: TopicConfig, p: int) -> list[str]:
-        rep = self.replica(cfg.name, p)
-        return rep.voters if rep is not None else self._replicas(cfg, p)
+        rep = self.host.replica(cfg.name, p)
+        return rep.voters if rep is not None else self.host.preference_list(cfg, p)
 
     async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
                                 level: str) -> ProduceResult:
-        deadline = self.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
+        host = self.host
+        deadline = host.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
         hint: str | None = None
         while True:
-            leader = hint or self.leader_of(cfg.name, p)
+            leader = hint or host.leader_of(cfg.name, p)
             hint = None
             try:
-                to = self.core.route(self.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level, leader)
-                if to == self.name:
+                to = host.core.route(host.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level, leader)
+                if to == host.name:
                     return await self.produce_as_leader(cfg.name, p, batches, level)
                 if to is not None:
                     return await self._forward(to, cfg.name, p, level, batches)
@@ -146,24 +171,25 @@ class Routing(Broker):
                 hint = exc.extra.get("leader") if isinstance(exc.extra.get("leader"), str) else None
                 hint = hint if hint != leader else None
                 why = exc.message
-            remaining = deadline - self.clock.monotonic()
+            remaining = deadline - host.clock.monotonic()
             if remaining <= 0:
                 raise Unavailable(f"{why} (an election may be running); retry", topic=cfg.name, partition=p,
                                   leader=leader)
             if hint is None:
-                await self.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+                await host.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     async def _forward(self, leader: str, topic: str, p: int, level: str, batches: list[bytearray]) -> ProduceResult:
         """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the
         leader turns unreachable, so a client is not held for a stopped or cut-off leader's full
         request timeout."""
-        url = self.membership.peer_url(leader)
+        host = self.host
+        url = host.membership.peer_url(leader)
         assert url is not None
-        sent = asyncio.ensure_future(self.peers.forward_produce(leader, url, topic, p, level, batches))
+        sent = asyncio.ensure_future(host.peers.forward_produce(leader, url, topic, p, level, batches))
         try:
             while not sent.done():
                 await asyncio.wait({sent}, timeout=FORWARD_CHECK_S)
-                if not sent.done() and not self.core.reachable(self.clock.monotonic(), leader):
+                if not sent.done() and not host.core.reachable(host.clock.monotonic(), leader):
                     raise RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
                                          "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
         finally:
@@ -173,19 +199,20 @@ class Routing(Broker):
 
     async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
         """Append as the leader once enough voters are alive; answer once enough hold the batches."""
-        self._check_joined()
-        rep = self.replica(topic, p)
-        deadline = self.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
-        while (needed := self.core.admit(self.clock.monotonic(), rep, topic, p, level)) is None:
-            if self.clock.monotonic() >= deadline:  # the hand-off outlived its own bound: a bug; say not leader
-                self.core.check_leading(None, topic, p)
-            await self.pump.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
-            rep = self.replica(topic, p)
+        host = self.host
+        host.check_joined()
+        rep = host.replica(topic, p)
+        deadline = host.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
+        while (needed := host.core.admit(host.clock.monotonic(), rep, topic, p, level)) is None:
+            if host.clock.monotonic() >= deadline:  # the hand-off outlived its own bound: a bug; say not leader
+                host.core.check_leading(None, topic, p)
+            await host.pump.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
+            rep = host.replica(topic, p)
         assert rep is not None
-        result = await self._append(rep, batches)
+        result = await host.append(rep, batches)
         end = result.base_offset + result.count
         acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.step(AwaitAcks(acked, rep, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        host.step(AwaitAcks(acked, rep, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
         try:
             await acked
         except TimeoutError:
@@ -193,40 +220,37 @@ class Routing(Broker):
         return result
 
     def check_writable(self, part: Replica) -> None:
-        """The leader's append path: writable, and still leading (no await from here to the append)."""
-        super().check_writable(part)
-        self.core.check_leading(part, part.topic, part.index)
-
-    async def wait_idle(self, part: Replica) -> None:
-        """The follower's path before a sync frame (which may truncate): no fsync runs on the log."""
-        await self.commits.idle(part)
+        """The leader's append path: still leading (no await from here to the append)."""
+        self.host.core.check_leading(part, part.topic, part.index)
 
     # --- reads ---------------------------------------------------------------------------
 
-    def _remote_partition(self, topic: str, partition: int) -> list[str] | None:
+    def remote_partition(self, topic: str, partition: int) -> list[str] | None:
         """None when this broker serves the partition; else the client URLs of live replicas to ask."""
-        self._check_joined()
-        cfg = self.catalog.get(validate_topic_name(topic))
+        host = self.host
+        host.check_joined()
+        cfg = host.catalog.get(validate_topic_name(topic))
         if not 0 <= partition < cfg.partitions:
             raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
                                    topic=topic, partition=partition)
-        rep = self.replica(topic, partition)
+        rep = host.replica(topic, partition)
         if rep is not None and rep.damaged_at is None:
             return None
         return self._replica_urls(cfg, partition, topic)
 
     def _replica_urls(self, cfg: TopicConfig, partition: int, topic: str) -> list[str]:
-        names = list(dict.fromkeys(self._replicas(cfg, partition) + self._voters(cfg, partition)))
-        return self.proxy.urls(names, topic, partition)
+        names = list(dict.fromkeys(self.host.preference_list(cfg, partition) + self._voters(cfg, partition)))
+        return self.host.proxy.urls(names, topic, partition)
 
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
-        remote = self._remote_partition(topic, partition)
+        host = self.host
+        remote = self.remote_partition(topic, partition)
         if remote is None:
-            rep = self.replica(topic, partition)
+            rep = host.replica(topic, partition)
             assert rep is not None
             if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
-                below = self.ranges.route(rep, offset, max_bytes)
+                below = host.ranges.route(rep, offset, max_bytes)
                 if isinstance(below, FetchResult):
                     return below
                 if below is not None:
@@ -234,33 +258,33 @@ class Routing(Broker):
             if remote is None:
                 remote = self._leader_if_unheard_of(rep, offset)
         elif offset is not None:
-            held = self.ranges.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
+            held = host.ranges.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
             if held is not None:
                 return held
         if remote is None:
             try:
-                return await super().fetch(topic, partition, offset, max_bytes, wait_ms)
+                return await self.local.fetch(topic, partition, offset, max_bytes, wait_ms)
             except StorageError as exc:
-                rep = self.replica(topic, partition)
+                rep = host.replica(topic, partition)
                 if rep is not None:
-                    self.damaged(rep, exc.extra.get("offset", offset or 0))
-                remote = self._replica_urls(self.catalog.get(topic), partition, topic)
-        return await self.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
+                    host.damaged(rep, exc.extra.get("offset", offset or 0))
+                remote = self._replica_urls(host.catalog.get(topic), partition, topic)
+        return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
 
     def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                   wait_ms: int) -> FetchResult | None:
         """A read of this broker's replica answered at once; None for anything else (a wait, another
         replica to ask, a damaged copy): the caller takes ``fetch``."""
-        if self._remote_partition(topic, partition) is not None:
+        if self.remote_partition(topic, partition) is not None:
             return None
-        rep = self.replica(topic, partition)
+        rep = self.host.replica(topic, partition)
         assert rep is not None
         if offset is None or offset < rep.serves_from:
             return None  # the earliest offset, or one below the local log: ranges may hold it (fetch)
         if self._leader_if_unheard_of(rep, offset) is not None:
             return None
         try:
-            return super().fetch_now(topic, partition, offset, max_bytes, wait_ms)
+            return self.local.fetch_now(topic, partition, offset, max_bytes, wait_ms)
         except StorageError:
             return None
 
@@ -276,14 +300,15 @@ class Routing(Broker):
         down may have missed a move of the partition's log start (a truncation, retention):
         until its leader's sync brings the start, only the leader knows what is still there.
         """
+        name = self.host.name
         if rep.is_leader and rep.serves_from > rep.log.start_offset and (offset is None or offset < rep.serves_from):
-            raise Unavailable(f"{rep.topic}/{rep.index}: its new leader {self.name} moves its log start up to "
+            raise Unavailable(f"{rep.topic}/{rep.index}: its new leader {name} moves its log start up to "
                               f"{rep.serves_from}, which a replica holds (offsets below are deleted); retry",
-                              topic=rep.topic, partition=rep.index, leader=self.name)
+                              topic=rep.topic, partition=rep.index, leader=name)
         if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
-        leader = self.leader_of(rep.topic, rep.index)
-        url = self.proxy.leader_url(leader)
+        leader = self.host.leader_of(rep.topic, rep.index)
+        url = self.host.proxy.leader_url(leader)
         if not url:
             why = (f"here ends at offset {rep.log.end_offset} and no live leader is known to tell whether offset "
                    f"{offset} is committed" if rep.synced else "here has not heard from its leader since this "
@@ -292,59 +317,53 @@ class Routing(Broker):
                               topic=rep.topic, partition=rep.index, leader=leader)
         return [url]
 
-    def _check_offset(self, part: Replica, offset: int) -> None:
-        """On a follower, offsets up to the high watermark its leader told it are in range even
-        past its own log end (it lags): a fetch there waits, or answers empty, like one at the
-        high watermark, until the records arrive."""
-        if not part.is_leader and part.log.start_offset <= offset <= part.leader_hw:
-            return
-        super()._check_offset(part, offset)
-
-    def damaged(self, rep: Replica, offset: int) -> None:
-        """A stored batch of ``rep`` failed its check: never serve it, repair it (ClusterBroker)."""
-
-    def _partition(self, topic: str, partition: int) -> Replica:
-        rep = self.replica(topic, partition)
-        if rep is None:
-            super()._partition(topic, partition)  # UnknownTopic / UnknownPartition first
-            raise Unavailable(f"{self.name} holds no replica of {topic}/{partition}; ask one that does",
-                              topic=topic, partition=partition)
-        return rep
-
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        remote = self._remote_partition(topic, partition)
+        remote = self.remote_partition(topic, partition)
         if remote is None:
-            rep = self.replica(topic, partition)
+            rep = self.host.replica(topic, partition)
             assert rep is not None
             remote = self._leader_if_unheard_of(rep, None)
             if remote is None:
-                in_ranges = await self.ranges.offsets(rep, timestamp)
-                return in_ranges if in_ranges is not None else super().offset_for_timestamp(topic, partition, timestamp)
-        return await self.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
-                                        {"timestamp": timestamp})
+                in_ranges = await self.host.ranges.offsets(rep, timestamp)
+                return in_ranges if in_ranges is not None else self.local.offset_for_timestamp(
+                    topic, partition, timestamp)
+        return await self.host.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                                         {"timestamp": timestamp})
+
+    async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
+        """GET .../ranges: this broker's replica's catalogue, else a replica's."""
+        remote = self.remote_partition(topic, partition)
+        if remote is None:
+            rep = self.host.replica(topic, partition)
+            assert rep is not None
+            return self.host.ranges.describe(rep)
+        return await self.host.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/ranges")
+
+    # --- truncate ------------------------------------------------------------------------
 
     async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
         """On the leader's log (any broker forwards it there); replication carries the new start to the
         followers."""
-        self._check_joined()
-        self.catalog.get(validate_topic_name(topic))
-        leader = self.leader_of(topic, partition)
-        if leader == self.name:
-            rep = self.replica(topic, partition)
+        host = self.host
+        host.check_joined()
+        host.catalog.get(validate_topic_name(topic))
+        leader = host.leader_of(topic, partition)
+        if leader == host.name:
+            rep = host.replica(topic, partition)
             # Not leading (yet, or any more), or fewer than a majority of the voters up: change nothing.
-            self.core.check_leading(rep, topic, partition)
+            host.core.check_leading(rep, topic, partition)
             assert rep is not None
-            self.core.admit(self.clock.monotonic(), rep, topic, partition, "quorum")
-            doc = await super().truncate(topic, partition, before_offset)
+            host.core.admit(host.clock.monotonic(), rep, topic, partition, "quorum")
+            doc = await self.local.truncate(topic, partition, before_offset)
             # The ranges below go too, and the earliest offset may be in one.
-            doc["earliest_offset"] = await self.ranges.truncated(rep, before_offset)
+            doc["earliest_offset"] = await host.ranges.truncated(rep, before_offset)
             await self._start_held(rep, before_offset)
             return doc
-        url = self.proxy.leader_url(leader)
+        url = host.proxy.leader_url(leader)
         if url is None:
             raise Unavailable(f"the leader ({leader}) of {topic}/{partition} is not reachable; retry",
                               topic=topic, partition=partition)
-        return await self.peers.json("POST", url, f"/v1/topics/{topic}/partitions/{partition}/truncate",
+        return await host.peers.json("POST", url, f"/v1/topics/{topic}/partitions/{partition}/truncate",
                                      body={"before_offset": before_offset})
 
     async def _start_held(self, rep: Replica, start: int) -> None:
@@ -353,30 +372,15 @@ class Routing(Broker):
         REPLICATION_ACK_TIMEOUT_MS, or when this broker stops leading first (the leader's log has
         moved; the same truncate again is harmless)."""
         held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.step(AwaitStart(held, rep, start, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        self.host.step(AwaitStart(held, rep, start, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
         try:
             await held
         except (TimeoutError, RequestTimeout):  # run out, or this leader stepped down meanwhile
             needed = protocol.needed_acks("quorum", rep.rf)
             raise RequestTimeout(
-                f"{rep.topic}/{rep.index} starts at {rep.log.start_offset} on its leader {self.name}, but "
+                f"{rep.topic}/{rep.index} starts at {rep.log.start_offset} on its leader {self.host.name}, but "
                 f"{needed} of its {len(rep.voters)} replicas must hold the new start before a failover cannot "
                 f"undo it, and only {rep.voters_starting_at(start)} did while it waited (at most "
                 f"{limits.REPLICATION_ACK_TIMEOUT_MS} ms, and only while it leads); truncating again is safe",
                 topic=rep.topic, partition=rep.index, before_offset=start, applied_on_leader=True,
                 confirmed=rep.voters_starting_at(start), needed=needed) from None
-
-    def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
-        """This broker's own stored batches of a partition up to its log end (not the high
-        watermark), for comparing replicas: (data, start offset, end offset)."""
-        rep = self.replica(validate_topic_name(topic), partition)
-        if rep is None:
-            raise UnknownPartition(f"{self.name} holds no replica of {topic}/{partition}",
-                                   topic=topic, partition=partition)
-        start = rep.log.start_offset if offset is None else offset
-        if start >= rep.log.end_offset:
-            return b"", rep.log.start_offset, rep.log.end_offset
-        return bytes(rep.log.read(start, max_bytes)), rep.log.start_offset, rep.log.end_offset
-
-    def _replicas(self, cfg: TopicConfig, p: int) -> list[str]:
-        raise NotImplementedError  # ClusterBroker: the preference list

@@ -315,7 +315,7 @@ class SimBroker:
     # --- produce ----------------------------------------------------------------------------------
 
     def produce(self, src: str, rid: int, key: Key, value: str, level: str, deadline: float | None = None) -> None:
-        """As ``Routing.produce_partition`` and ``produce_as_leader``, minus forwarding: a broker that does
+        """As ``Router.produce_partition`` and ``produce_as_leader``, minus forwarding: a broker that does
         not lead answers with the leader it knows."""
         now, (topic, p) = self.world.now, key
         if not self.core.members.joined:
@@ -385,7 +385,7 @@ class SimBroker:
 
     def read_replica(self, topic: str, p: int, offset: int) -> bytes | None:
         """A peer's read of this replica's stored batch holding ``offset`` (``GET /peer/v1/replicas``, as
-        ``Routing.read_replica`` serves it with ``max_bytes=1``): None where it is damaged or not held."""
+        ``ClusterBroker.read_replica`` serves it with ``max_bytes=1``): None where it is damaged or not held."""
         rep = self.replica(topic, p)
         if rep is None or not rep.log.start_offset <= offset < rep.log.end_offset:
             return None

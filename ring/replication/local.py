@@ -1,0 +1,193 @@
+"""Where a broker's produces and reads go when it is alone: here. ``Routes`` and ``LocalRouter``.
+
+A broker routes every produce and read through its ``router`` (``Routes``,
+the names the broker calls). ``LocalRouter`` is a broker alone's: every
+partition is held and led here, a produce is appended by the broker and
+answered once it is durable by the fsync policy (there are no other voters
+to wait for), and a read is this broker's replica's, up to its high
+watermark, long-polling there when asked to. A clustered broker's router
+(``ring.cluster.routing.Router``) decides between here, the leader and a
+live replica, and uses a ``LocalRouter`` for what it serves here.
+``LocalRouter`` is given a ``LocalHost``, the names it uses of the broker;
+it never imports the broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Protocol
+
+from ring.catalog import TopicConfig
+from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
+from ring.replication import reads
+from ring.replication.appends import Appending, TurnAppends
+from ring.replication.intake import ProduceResult
+from ring.replication.reads import FetchResult, LongPolls
+from ring.replication.replica import Replica
+
+
+class Syncs(Protocol):
+    async def idle(self, part: Replica) -> None:
+        """Return once no fsync of ``part`` runs (its log may be cut)."""
+
+
+class LocalHost(Protocol):
+    """What a ``LocalRouter`` uses of its broker."""
+
+    turn: TurnAppends
+    long_polls: LongPolls
+    commits: Syncs
+
+    @property
+    def closing(self) -> bool: ...
+
+    def check_open(self) -> None:
+        """Raise ``Unavailable`` while the broker shuts down."""
+
+    def replica_of(self, topic: str, partition: int) -> Replica:
+        """The replica held here; UnknownTopic / UnknownPartition / Unavailable (not held here)."""
+
+    def partitions_held(self, topic: str) -> dict[int, Replica]: ...
+
+    async def append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
+        """Stamp and append as the leader; return once durable by the fsync policy."""
+
+    def start_moved(self, part: Replica) -> None:
+        """The leader moved ``part``'s log start offset (replication tells the followers)."""
+
+
+class Routes(Protocol):
+    """What a broker asks its router: where each produce and read goes, and what it may answer."""
+
+    def check_accepting(self) -> None:
+        """Raise unless produces are taken now (``ring.replication.intake``)."""
+
+    def accepting_at_once(self) -> bool: ...
+
+    def unkeyed_partition(self, cfg: TopicConfig) -> int: ...
+
+    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> ProduceResult: ...
+
+    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                               level: str) -> Appending | None: ...
+
+    def refused(self, pending: Appending, exc: RingError) -> None: ...
+
+    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None: ...
+
+    def check_writable(self, part: Replica) -> None: ...
+
+    def forget(self, topic: str) -> None: ...
+
+    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> FetchResult: ...
+
+    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                  wait_ms: int) -> FetchResult | None: ...
+
+    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]: ...
+
+    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]: ...
+
+
+class LocalRouter:
+    def __init__(self, host: LocalHost) -> None:
+        self.host = host
+        self._round_robin: dict[str, itertools.count] = {}  # topic -> unkeyed produces so far
+
+    # --- produce -------------------------------------------------------------------------
+
+    def check_accepting(self) -> None:
+        self.host.check_open()
+
+    def accepting_at_once(self) -> bool:
+        return not self.host.closing
+
+    def next_unkeyed(self, topic: str) -> int:
+        """How many unkeyed produces to ``topic`` went before this one (round-robin)."""
+        return next(self._round_robin.setdefault(topic, itertools.count()))
+
+    def forget(self, topic: str) -> None:
+        """``topic`` is gone: a topic of that name made later starts its round-robin afresh."""
+        self._round_robin.pop(topic, None)
+
+    def unkeyed_partition(self, cfg: TopicConfig) -> int:
+        return self.next_unkeyed(cfg.name) % cfg.partitions
+
+    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                                level: str) -> ProduceResult:
+        return await self.host.append(self.host.replica_of(cfg.name, p), batches)
+
+    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
+                               level: str) -> Appending | None:
+        return self.host.turn.add(self.host.replica_of(cfg.name, p), batches, 1, level)
+
+    def refused(self, pending: Appending, exc: RingError) -> None:
+        """A produce whose partition would not take its turn's write: the error the awaited path gives."""
+        pending.set_exception(exc)
+
+    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
+        """A broker alone never waits for others: its own durable end suffices."""
+        pending.set_result(None)
+
+    def check_writable(self, part: Replica) -> None:
+        """Nothing beyond the broker's own checks: every partition is led here."""
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def check_offset(self, part: Replica, offset: int) -> None:
+        """``reads.check_offset``, but on a follower offsets up to the high watermark its leader told
+        it are in range even past its own log end (it lags): a fetch there waits, or answers empty,
+        like one at the high watermark, until the records arrive. (A replica nobody leads elsewhere
+        never hears of a high watermark beyond its own, so alone this is ``reads.check_offset``.)"""
+        if not part.is_leader and part.log.start_offset <= offset <= part.leader_hw:
+            return
+        reads.check_offset(part, offset)
+
+    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                    wait_ms: int) -> FetchResult:
+        host = self.host
+        part = host.replica_of(topic, partition)
+        if offset is None:
+            offset = part.log.start_offset
+        self.check_offset(part, offset)
+        if offset >= part.hw and wait_ms > 0 and not host.closing:
+            await host.long_polls.wait(part, offset, wait_ms, lambda: host.closing)
+            self.check_offset(part, offset)  # a truncate may have moved the start
+        return reads.read(part, offset, max_bytes)
+
+    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                  wait_ms: int) -> FetchResult | None:
+        """``fetch`` when it is answered at once (records are there, or no wait was asked for); None
+        when it would wait: the caller takes ``fetch``."""
+        part = self.host.replica_of(topic, partition)
+        if offset is None:
+            offset = part.log.start_offset
+        self.check_offset(part, offset)
+        if offset >= part.hw and wait_ms > 0 and not self.host.closing:
+            return None
+        return reads.read(part, offset, max_bytes)
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""
+        offset = reads.offset_for_timestamp(self.host.replica_of(topic, partition), timestamp)
+        return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
+
+    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+        return self.offset_for_timestamp(topic, partition, timestamp)
+
+    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
+        """Delete records below ``before_offset`` (Kafka's deleteRecords) from this broker's log."""
+        part = self.host.replica_of(topic, partition)
+        await self.host.commits.idle(part)  # the log is single-threaded: never beside an fsync
+        if part.deleted:
+            raise UnknownTopic(f"topic {part.topic!r} was deleted", topic=part.topic)
+        if not 0 <= before_offset <= part.hw:
+            raise OffsetOutOfRange(
+                f"before_offset {before_offset} is beyond the high watermark {part.hw}",
+                topic=topic, partition=partition, earliest=part.log.start_offset, latest=part.hw)
+        if before_offset > part.log.start_offset:
+            part.log.truncate_before(before_offset)
+            self.host.start_moved(part)
+        return {"topic": topic, "partition": partition, "earliest_offset": part.log.start_offset}

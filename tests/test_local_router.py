@@ -1,0 +1,82 @@
+"""A ``Broker`` alone routes through its ``LocalRouter`` (ring/replication/local.py): everything here.
+
+``ring serve`` runs a ``ClusterBroker`` even alone; the storage half, ``Broker``, still has a router
+of its own, which serves every produce and read from its own logs. The broker here fills the hooks
+a ``ClusterBroker`` fills with the least that lets it open a topic (every partition held here, one
+replica each); its logs, group commit, turn writes and long-polls are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ring.broker import Broker
+from ring.catalog import TopicConfig
+from ring.clock import SystemClock
+from ring.config import BrokerConfig
+from ring.errors import OffsetOutOfRange
+from ring.log import batch as batchfmt
+from ring.log.fsync import FsyncPolicy
+from ring.replication.local import LocalRouter
+from ring.replication.replica import Replica
+
+
+class Alone(Broker):
+    def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
+        return {p: [self.config.name] for p in range(cfg.partitions)}
+
+    def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
+        return None
+
+    def _appended(self, part: Replica) -> None:
+        pass
+
+    def start_moved(self, part: Replica) -> None:
+        self.moved.append((part.topic, part.index, part.log.start_offset))
+
+    def refresh_clock(self) -> None:
+        pass
+
+
+def _batch(value: bytes) -> bytearray:
+    now = SystemClock().wall_ms()
+    return bytearray(batchfmt.encode([(now, None, value, None)], now_ms=now))
+
+
+@pytest.fixture
+async def alone(tmp_path: Path) -> Any:
+    broker = Alone(BrokerConfig(name="solo", data_dir=tmp_path, fsync=FsyncPolicy.parse("always")), SystemClock())
+    broker.moved = []
+    broker._open_dir()
+    broker._add_topic_local(TopicConfig("t", partitions=2))
+    yield broker
+    await broker.close()
+
+
+async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: Any) -> None:
+    cfg = alone.catalog.get("t")
+    assert isinstance(alone.router, LocalRouter)
+    assert [alone.unkeyed_partition(cfg) for _ in range(4)] == [0, 1, 0, 1]  # round-robin over every partition
+    first = await alone.produce_partition(cfg, 1, [_batch(b"a"), _batch(b"b")], "quorum")
+    assert (first.partition, first.base_offset, first.count) == (1, 0, 2)
+    soon = alone.produce_partition_soon(cfg, 1, [_batch(b"c")], "quorum")
+    assert soon is not None
+    settled = asyncio.get_running_loop().create_future()
+    soon.add_done_callback(lambda a: settled.set_result(None))
+    await asyncio.wait_for(settled, 10)  # no other voter to wait for: answered once durable here
+    assert (soon.base, soon.count) == (2, 1)
+    assert alone.fetch_now("t", 1, None, 1 << 20, 0).high_watermark == 3
+    waiting = asyncio.ensure_future(alone.fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end
+    assert alone.fetch_now("t", 1, 3, 1 << 20, 10_000) is None
+    await alone.produce_partition(cfg, 1, [_batch(b"d")], "one")
+    got = await asyncio.wait_for(waiting, 10)
+    assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
+    assert (await alone.offsets("t", 1, "latest"))["offset"] == 4
+    assert (await alone.truncate("t", 1, 2))["earliest_offset"] == 2
+    assert alone.moved == [("t", 1, 2)]
+    with pytest.raises(OffsetOutOfRange):
+        await alone.fetch("t", 1, 1, 1 << 20, 0)
