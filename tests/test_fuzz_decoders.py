@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
-from ring.http_api import codec, web
+from ring.http_api import codec, fetch_codec, web
 from ring.http_api.server import Server
 from ring.log import batch as B
 
@@ -283,17 +283,17 @@ def _serve_back(batches: list[bytearray]) -> None:
         assert all(0 <= t < 2**62 for t in stamps) and h.max_timestamp == max(stamps)
         for r in recs:  # the same header rules as for msgpack records and the client
             assert all(0 < len(n.encode()) <= limits.HEADER_NAME_BYTES_MAX for n, _ in r.headers or ()), r.headers
-    selected, next_offset = codec.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
+    selected, next_offset = fetch_codec.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
     assert next_offset == offset and len(selected) == offset
     for accept in (codec.CT_JSON, codec.CT_NDJSON, codec.CT_MSGPACK):
-        out = codec.encode_fetch(accept, "t", 0, selected, next_offset, offset)
+        out = fetch_codec.encode_fetch(accept, "t", 0, selected, next_offset, offset)
         if accept == codec.CT_JSON:
             assert len(orjson.loads(out)["records"]) == offset
         elif accept == codec.CT_NDJSON:
             assert [orjson.loads(line)["offset"] for line in out.splitlines()] == list(range(offset))
         else:
             assert len(msgpack.unpackb(out, raw=False)["records"]) == offset
-    assert codec.batches_next_offset(data, 0) == offset
+    assert fetch_codec.batches_next_offset(data, 0) == offset
 
 
 @FUZZ

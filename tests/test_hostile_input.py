@@ -23,7 +23,7 @@ import pytest
 from ring import limits
 from ring.auth import file_line
 from ring.bench.hostile import reset_peak, vm_kib
-from ring.http_api import codec
+from ring.http_api import fetch_codec
 from ring.log import batch as batchfmt
 from tests.brokers import Http, TestBroker
 
@@ -173,7 +173,7 @@ def test_a_stored_json_value_with_line_breaks_stays_on_one_ndjson_line(http: Htt
     assert [rec["value"] for rec in http.fetch(topic, 0, offset=0).json()["records"]] == [{"a": 1, "s": "x"},
                                                                                          {"b": 2}]
     # the CLI's --json lines are made the same way
-    assert orjson.dumps(codec.record_line(batchfmt.Record(0, 1, None, value, None), True)).count(b"\n") == 0
+    assert orjson.dumps(fetch_codec.record_line(batchfmt.Record(0, 1, None, value, None), True)).count(b"\n") == 0
 
 
 def test_stored_json_values_meet_the_nesting_limit_of_a_json_produce(http: Http, topic: str) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ring import limits
 from ring.catalog import Catalog, TopicConfig, validate_topic_name
 from ring.errors import BadRequest, Conflict, InvalidTopicName, PayloadTooLarge, StorageError, UnknownTopic
-from ring.http_api import codec
+from ring.http_api import codec, fetch_codec
 from ring.log import batch as batchfmt
 
 json_values = st.recursive(
@@ -146,20 +146,20 @@ def test_select_records_filters_below_offset_and_at_high_watermark() -> None:
     b2 = batchfmt.encode([(None, None, b"%d" % i, None) for i in range(5, 8)], now_ms=1)
     batchfmt.stamp(b2, 0, 15, 0)
     data = bytes(b1) + bytes(b2)
-    sel, nxt = codec.select_records(data, 12, 100, 18)
+    sel, nxt = fetch_codec.select_records(data, 12, 100, 18)
     assert [r.offset for r, _ in sel] == [12, 13, 14, 15, 16, 17] and nxt == 18
-    sel, nxt = codec.select_records(data, 12, 2, 18)
+    sel, nxt = fetch_codec.select_records(data, 12, 2, 18)
     assert [r.offset for r, _ in sel] == [12, 13] and nxt == 14
-    assert codec.batches_next_offset(data, 12) == 18
+    assert fetch_codec.batches_next_offset(data, 12) == 18
 
 
 def test_record_json_encodings() -> None:
     rec = batchfmt.Record(3, 9, b"\xff", b"\xfe\x00", [("a", b"ok"), ("b", b"\xff"), ("c", None)])
-    doc = orjson.loads(orjson.dumps(codec.record_json(rec, False)))
+    doc = orjson.loads(orjson.dumps(fetch_codec.record_json(rec, False)))
     assert doc["key_encoding"] == doc["value_encoding"] == doc["headers_encoding"] == "base64"
     assert doc["headers"][2] == ["c", None]
     rec = batchfmt.Record(3, 9, b"k", b'{"a":1}', None)
-    assert orjson.loads(orjson.dumps(codec.record_json(rec, True)))["value"] == {"a": 1}
+    assert orjson.loads(orjson.dumps(fetch_codec.record_json(rec, True)))["value"] == {"a": 1}
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\x00", "é", "x" * 250, "a b", None, 5])

@@ -15,7 +15,7 @@ import pytest
 from ring.client import Client, GroupConsumer
 from ring.client.records import decode_fetch
 from ring.errors import BadRequest, PayloadTooLarge
-from ring.http_api import codec
+from ring.http_api import codec, fetch_codec
 from ring.log import batch as batchfmt
 from tests.brokers import Http, TestBroker
 
@@ -103,20 +103,20 @@ def test_stored_batch_bodies_with_pairs_and_without_values_are_valid() -> None:
 def test_json_answer_tells_a_null_value_from_no_value() -> None:
     tomb = batchfmt.Record(1, 9, b"k", None, None)
     null = batchfmt.Record(2, 9, b"k", b"null", None)
-    doc_tomb = orjson.loads(orjson.dumps(codec.record_json(tomb, True)))
-    doc_null = orjson.loads(orjson.dumps(codec.record_json(null, True)))
+    doc_tomb = orjson.loads(orjson.dumps(fetch_codec.record_json(tomb, True)))
+    doc_null = orjson.loads(orjson.dumps(fetch_codec.record_json(null, True)))
     assert "value" not in doc_tomb and doc_null["value"] is None and "value" in doc_null
     assert doc_tomb["headers"] == []
 
 
 def test_answers_carry_headers_as_ordered_pairs() -> None:
     rec = batchfmt.Record(3, 9, None, b"v", DUPS + [("n", None)])
-    doc = orjson.loads(orjson.dumps(codec.record_json(rec, False)))
+    doc = orjson.loads(orjson.dumps(fetch_codec.record_json(rec, False)))
     assert doc["headers"] == [["a", "1"], ["b", "2"], ["a", "3"], ["n", None]]
     binary = batchfmt.Record(3, 9, None, b"v", [("a", b"\xff"), ("a", b"ok")])
-    doc = orjson.loads(orjson.dumps(codec.record_json(binary, False)))
+    doc = orjson.loads(orjson.dumps(fetch_codec.record_json(binary, False)))
     assert doc["headers_encoding"] == "base64" and doc["headers"] == [["a", "/w=="], ["a", "b2s="]]
-    packed = msgpack.unpackb(codec.encode_fetch(codec.CT_MSGPACK, "t", 0, [(rec, False)], 4, 4), raw=False)
+    packed = msgpack.unpackb(fetch_codec.encode_fetch(codec.CT_MSGPACK, "t", 0, [(rec, False)], 4, 4), raw=False)
     assert packed["records"][0]["headers"] == [["a", b"1"], ["b", b"2"], ["a", b"3"], ["n", None]]
 
 

@@ -141,7 +141,7 @@ def _consume_partitions(ctx: Context, args: argparse.Namespace, start: Position)
 
 async def _read(ctx: Context, args: argparse.Namespace, starts: dict[int, int | None], progress: Progress) -> None:
     from ring.client import AsyncClient
-    from ring.http_api.codec import record_line
+    from ring.http_api.fetch_codec import record_line
 
     out = ctx.stdout.buffer
     remaining = args.max if args.max is not None else -1

@@ -57,7 +57,7 @@ from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
 from ring.http_api import answer
-from ring.http_api.codec import select_batches, select_records  # the fetch's own selection
+from ring.http_api.fetch_codec import select_batches, select_records  # the fetch's own selection
 from ring.log.batch import Record
 
 log = logging.getLogger("ring.groups")

@@ -14,7 +14,7 @@ from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest
-from ring.http_api import access, admin, answer, cluster_api, codec, groups_api, openapi, ranges_api, web
+from ring.http_api import access, admin, answer, cluster_api, codec, fetch_codec, groups_api, openapi, ranges_api, web
 from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.web import Request, Response
@@ -206,12 +206,12 @@ def _fetched(budget: answer.AnswerBudget, result: FetchResult, offset: int | Non
     hold = budget.hold(len(result.data))
     try:
         if accept == CT_BATCHES:
-            next_offset = codec.batches_next_offset(result.data, result.offset)
+            next_offset = fetch_codec.batches_next_offset(result.data, result.offset)
             body = result.data
         else:
-            selected, next_offset = codec.select_records(result.data, result.offset, max_records,
+            selected, next_offset = fetch_codec.select_records(result.data, result.offset, max_records,
                                                          result.high_watermark)
-            body = codec.encode_fetch(accept, result.topic, result.partition, selected, next_offset,
+            body = fetch_codec.encode_fetch(accept, result.topic, result.partition, selected, next_offset,
                                       result.high_watermark)
             del selected
             hold.resize(len(body))

@@ -3,8 +3,8 @@
 Produce bodies are decoded here into either plain records (JSON, NDJSON,
 msgpack, text) that the broker frames into batches, or into client-built
 stored batches (``application/vnd.ring.batch``) that are only validated and
-then appended as they are. Fetch answers are encoded here from the stored
-batch bytes the broker returns. Every per-request and per-record limit of
+then appended as they are; fetch answers are encoded from the stored batch
+bytes the broker returns by ``fetch_codec``. Every per-request and per-record limit of
 ``ring.limits`` is enforced here (with ``jsonscan`` and ``unpack``, which take
 JSON and msgpack bodies apart one event at a time so that a body costs memory
 in proportion to its bytes), so nothing oversized or malformed reaches the
@@ -15,7 +15,6 @@ request body while counting it against its limit and the body budget.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from itertools import chain
 from typing import Any, Iterable, NamedTuple
@@ -31,7 +30,7 @@ from ring.errors import BadRequest, BodyTimeout, PayloadTooLarge, UnsupportedMed
 from ring.http_api import budget, jsonscan, unpack
 from ring.http_api.jsonscan import json_depth  # noqa: F401 (part of this module's interface)
 from ring.log import batch as batchfmt
-from ring.log.batch import BatchHeader, Record, RecordIn
+from ring.log.batch import BatchHeader, RecordIn
 
 CT_JSON = "application/json"
 CT_NDJSON = "application/x-ndjson"
@@ -390,122 +389,3 @@ def decode_produce(ctype: str, body: bytes, key: bytes | None) -> Records | Batc
         return decode_batches(body)
     assert ctype == CT_TEXT, ctype
     return decode_text(body, key)
-
-
-# --- fetch: encoders ------------------------------------------------------------
-
-
-def select_records(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[list[tuple[Record, bool]], int]:
-    """Records in ``[offset, high_watermark)`` from stored batches, at most ``max_records``.
-
-    Returns ``[(record, value_is_json)]`` and the next offset to fetch from.
-    """
-    out = list(batchfmt.records_between(data, offset, high_watermark, max_records, verify=False))
-    next_offset = out[-1][0].offset + 1 if out else offset
-    return out, next_offset
-
-
-def select_batches(data: bytes, offset: int, max_records: int,
-                   high_watermark: int) -> tuple[bytes | memoryview, int, int]:
-    """The stored batches holding records in ``[offset, high_watermark)``, at most ``max_records`` of
-    them, read from the batch headers alone: ``(batches, end, count)``. The records to hand out are
-    ``offset <= o < end`` (the first batch may start below ``offset``, the last run past ``end``);
-    what ``select_records`` would decode, without decoding it."""
-    end, count, cut = offset, 0, 0
-    for h, pos in batchfmt.scan(data, verify=False):
-        if h.next_offset <= offset:
-            continue
-        if h.base_offset >= high_watermark or count >= max_records:
-            break
-        first = max(h.base_offset, offset)
-        end = min(h.next_offset, high_watermark, first + max_records - count)
-        count += end - first
-        cut = pos + h.size
-    return memoryview(data)[:cut] if cut < len(data) else data, end, count
-
-
-def _text_or_base64(raw: bytes) -> tuple[str, bool]:
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), True
-
-
-def record_json(rec: Record, is_json: bool) -> dict[str, Any]:
-    """A record for JSON answers. A record without a value has no ``value``
-    field, which tells it apart from a JSON ``null`` value; headers are
-    ``[name, value]`` pairs in order."""
-    doc: dict[str, Any] = {"offset": rec.offset, "timestamp": rec.timestamp, "key": None}
-    if rec.key is not None:
-        doc["key"], b64 = _text_or_base64(rec.key)
-        if b64:
-            doc["key_encoding"] = "base64"
-    if rec.value is None:
-        pass
-    elif is_json:
-        doc["value"] = orjson.Fragment(rec.value)
-    else:
-        doc["value"], b64 = _text_or_base64(rec.value)
-        if b64:
-            doc["value_encoding"] = "base64"
-    headers: list[tuple[str, str | None]] = []
-    if rec.headers:
-        try:
-            headers = [(k, None if v is None else v.decode("utf-8")) for k, v in rec.headers]
-        except UnicodeDecodeError:
-            headers = [(k, None if v is None else base64.b64encode(v).decode("ascii")) for k, v in rec.headers]
-            doc["headers_encoding"] = "base64"
-    doc["headers"] = headers
-    return doc
-
-
-def record_msgpack(rec: Record) -> dict[str, Any]:
-    """A record for msgpack answers: value nil when the record has none (a JSON
-    null value is the bytes ``null``); headers ``[name, value]`` pairs."""
-    return {"offset": rec.offset, "timestamp": rec.timestamp, "key": rec.key,
-            "value": rec.value, "headers": rec.headers or []}
-
-
-def encode_fetch(accept: str, topic: str, partition: int, selected: Iterable[tuple[Record, bool]],
-                 next_offset: int, high_watermark: int) -> bytes:
-    """The answer body for JSON, NDJSON or msgpack (stored batches are sent as they are)."""
-    if accept == CT_NDJSON:
-        return _ndjson(selected)
-    if accept == CT_MSGPACK:
-        return msgpack.packb({
-            "topic": topic, "partition": partition,
-            "records": [record_msgpack(r) for r, _ in selected],
-            "next_offset": next_offset, "high_watermark": high_watermark,
-        }, use_bin_type=True)
-    return orjson.dumps({
-        "topic": topic, "partition": partition,
-        "records": [record_json(r, j) for r, j in selected],
-        "next_offset": next_offset, "high_watermark": high_watermark,
-    })
-
-
-def _ndjson(selected: Iterable[tuple[Record, bool]]) -> bytes:
-    """One record per line whatever the stored bytes (a client-built batch may hold JSON that was
-    never made compact)."""
-    out = bytearray()  # each orjson output is dropped once copied: kept, each would hold ~4 KiB
-    for rec, is_json in selected:
-        out += orjson.dumps(record_line(rec, is_json), option=orjson.OPT_APPEND_NEWLINE)
-    return bytes(out)
-
-
-def record_line(rec: Any, is_json: bool) -> dict[str, Any]:
-    """``record_json`` for a record written on a line of its own (NDJSON): a JSON value that holds
-    a line break is sent compact, one that is not JSON after all as text."""
-    line = jsonscan.one_line(rec.value) if is_json and rec.value is not None else None
-    doc = record_json(rec, is_json and line is not None)
-    if line is not None and line is not rec.value:
-        doc["value"] = orjson.Fragment(line)
-    return doc
-
-
-def batches_next_offset(data: bytes, offset: int) -> int:
-    """Next offset after the stored batches of a raw answer (headers only, no CRC work)."""
-    next_offset = offset
-    for h, _ in batchfmt.scan(data, verify=False):
-        next_offset = max(next_offset, h.next_offset)
-    return next_offset

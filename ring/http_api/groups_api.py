@@ -37,7 +37,7 @@ from ring.groups import delivery
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
 from ring.groups.service import Groups, validate_name
-from ring.http_api import access, codec, link, web
+from ring.http_api import access, codec, fetch_codec, link, web
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
 from ring.http_api.web import Request, Response
@@ -188,7 +188,7 @@ async def join_member(request: Request, group: str, consumer: str, topics: list[
 
 
 def record_doc(topic: str, partition: int, rec: Any, is_json: bool) -> dict[str, Any]:
-    return {"topic": topic, "partition": partition, **codec.record_json(rec, is_json)}
+    return {"topic": topic, "partition": partition, **fetch_codec.record_json(rec, is_json)}
 
 
 async def poll(request: Request) -> Response:
@@ -226,8 +226,8 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
             body, ctype = _batches_body(got, extra), CT_POLL_BATCHES
         elif accept == codec.CT_MSGPACK:  # keys and values as bytes
             body = msgpack.packb({"generation": got.generation, "token": got.token, **extra, "records": [
-                {"topic": t, "partition": p, "json": j, **codec.record_msgpack(r)} for t, p, r, j in got.records]},
-                use_bin_type=True)
+                {"topic": t, "partition": p, "json": j, **fetch_codec.record_msgpack(r)}
+                for t, p, r, j in got.records]}, use_bin_type=True)
             ctype = codec.CT_MSGPACK
         else:
             body, ctype = orjson.dumps({**_poll_doc(got), **extra}), codec.CT_JSON
