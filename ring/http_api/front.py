@@ -13,13 +13,12 @@ Theory of operation.
   (then reading pauses). A handler's answer is a ``Response`` (written at
   once), a ``Later`` (written from its future's callback), or a coroutine,
   the one case that costs a task.
-* Writing. Answers leave in request order. One that fits in a piece is
-  written with its head in one write; a larger one in
-  ANSWER_WRITE_CHUNK_BYTES pieces (copies), paced by the transport's
-  ``pause_writing``/``resume_writing``; its hold (``answer.Hold``) is given
-  back once the last piece is handed over. ``Response.on_written`` is called
-  once every byte of the answer has left this process (the transport's
-  buffer is empty), never if the connection is lost first.
+* Writing. Answers leave in request order, each handed to the transport by
+  the connection's ``Sending`` (``sending.py``: one write when it fits in a
+  piece, else ANSWER_WRITE_CHUNK_BYTES pieces), paced by the transport's
+  ``pause_writing``/``resume_writing``. ``Response.on_written`` is called
+  once every byte of the answer has left this process, never if the
+  connection is lost first.
 * Time. No timer per request: each connection keeps its deadlines (the head
   being received, the body, the answer being sent, the idle keep-alive) as
   plain numbers, and one periodic sweep per server (``server.Front.sweep``) ends
@@ -41,9 +40,10 @@ import httptools
 from ring import auth, limits
 from ring.errors import BodyTimeout, RingError
 from ring.http_api import handling, web
-from ring.http_api.exchange import (ANSWERED, METHODS, NO_BODY_STATUSES, READY, RECEIVING, RUNNING, Exchange,
-                                    HeadError, answer_head, origin_path)
+from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING, Exchange, HeadError,
+                                    answer_head, origin_path)
 from ring.http_api.link import Link, Via
+from ring.http_api.sending import Sending
 from ring.http_api.web import Later, Request, Response
 
 log = logging.getLogger("ring.http")
@@ -58,9 +58,9 @@ _HEADER_KEYS = {spelt.encode(): spelt.lower() for name in (
 
 class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
-                 "reading_paused", "parse_stopped", "close_when_sent", "seq", "written", "unconfirmed",
+                 "reading_paused", "parse_stopped", "close_when_sent", "seq", "out",
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
-                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun", "_sending", "_view", "_pos",
+                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
                  "link", "_via", "_via_none", "_held", "__weakref__")
 
     def __init__(self, front: Any) -> None:  # server.Front
@@ -78,8 +78,7 @@ class Connection(asyncio.Protocol):
         self.parse_stopped = False  # no more requests are read on this connection
         self.close_when_sent = False
         self.seq = 0  # requests begun on this connection
-        self.written = -1  # seq of the last answer whose bytes have all left this process
-        self.unconfirmed: list[tuple[int, Any]] = []  # (seq, on_written) handed over, maybe still buffered
+        self.out = Sending(self)  # the answers on their way out
         self.header_deadline = self.body_deadline = self.send_deadline = self.idle_deadline = 0.0
         self._url = b""
         self._headers = web.Headers()
@@ -87,9 +86,6 @@ class Connection(asyncio.Protocol):
         self._in_head = False
         self._head_fed = 0
         self._begun = 0.0  # loop time of the first byte of the request being received
-        self._sending: Exchange | None = None
-        self._view: memoryview | None = None
-        self._pos = 0
         self.link = Link()  # the group poll answers this connection wrote whole (``link``)
         self._via_none = Via(self.link, None)  # the Via of a request that proves no poll answer read
         self._via = self._via_none  # the Via of the request being received, made at its first byte
@@ -124,9 +120,7 @@ class Connection(asyncio.Protocol):
         for ex in self.queue:
             self._drop(ex)
         self.queue.clear()
-        self.unconfirmed.clear()
-        self._sending = None
-        self._view = None
+        self.out.drop()
 
     def _drop(self, ex: Exchange) -> None:
         if ex.incoming is not None:
@@ -142,9 +136,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self._sending is None:
+        if self.out.ex is None:
             self.send_deadline = 0.0
-        self._confirm()
+        self.out.confirm()
         self._pump()
 
     def close(self) -> None:
@@ -154,8 +148,8 @@ class Connection(asyncio.Protocol):
 
     def check(self, now: float) -> None:
         """The sweep's visit: end what is past its deadline."""
-        if self.unconfirmed:
-            self._confirm()
+        if self.out.unconfirmed:
+            self.out.confirm()
         if self.send_deadline and now > self.send_deadline:
             log.info("aborting a connection whose client did not take its answer within %g s",
                      self.front.send_timeout_s)
@@ -187,8 +181,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.parse_stopped or self.closed:
             return
-        if self.unconfirmed:
-            self._confirm()
+        if self.out.unconfirmed:
+            self.out.confirm()
         began_in_head = self._in_head
         try:
             self.parser.feed_data(data)
@@ -435,7 +429,7 @@ class Connection(asyncio.Protocol):
                     ex.expect_continue = False
                     self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 break
-            if not self._write(ex):
+            if not self.out.write(ex):
                 return
             queue.popleft()
             if not ex.keep_alive or (self.close_when_sent and not queue):
@@ -451,72 +445,7 @@ class Connection(asyncio.Protocol):
         if not queue and not self._in_head and self.receiving is None and not self.closed:
             self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
 
-    def _write(self, ex: Exchange) -> bool:
-        """Hand ``ex``'s answer to the transport, piece by piece; True once all of it is handed over."""
-        resp = ex.response
-        assert resp is not None
-        transport = self.transport
-        if self._sending is not ex:
-            body = resp.body
-            size = len(body)
-            close = not ex.keep_alive or (self.close_when_sent and len(self.queue) == 1)
-            head = answer_head(resp, size, close, self.front.date)
-            if ex.head_only or resp.status in NO_BODY_STATUSES:
-                if resp.before_last is not None:
-                    resp.before_last()
-                transport.write(head)
-                return self._sent(ex, resp)
-            if size <= limits.ANSWER_WRITE_CHUNK_BYTES:
-                if resp.before_last is not None:
-                    resp.before_last()
-                transport.write(head + body)
-                return self._sent(ex, resp)
-            transport.write(head)
-            self._sending, self._view, self._pos = ex, memoryview(body), 0
-            if not self.send_deadline:
-                self.send_deadline = self.front.now + self.front.send_timeout_s
-        view, step = self._view, limits.ANSWER_WRITE_CHUNK_BYTES
-        assert view is not None
-        while self._pos < len(view):
-            if self.paused or self.closed:
-                return False
-            if self._pos + step >= len(view) and resp.before_last is not None:
-                resp.before_last()  # no await between this and the last piece's write
-            # A copy of each piece: a transport that queues what it cannot send at once keeps only
-            # that piece, never (through a slice) the whole answer after its hold is gone.
-            transport.write(bytes(view[self._pos : self._pos + step]))
-            self._pos += step
-        self._sending, self._view = None, None
-        return self._sent(ex, resp)
-
-    def _sent(self, ex: Exchange, resp: Response) -> bool:
-        on_written = resp.on_written
-        resp.release()
-        if not self.paused:
-            self.send_deadline = 0.0
-        if on_written is None and not self.unconfirmed and not self.transport.get_write_buffer_size():
-            self.written = ex.req.seq  # all out already, nobody to tell
-        else:
-            self.unconfirmed.append((ex.req.seq, on_written))
-            self._confirm()
-        return True
-
-    def _confirm(self) -> None:
-        """Answers whose bytes have all left the transport's buffer: mark them written, and say so."""
-        if self.closed or self.transport.get_write_buffer_size():
-            return
-        done, self.unconfirmed = self.unconfirmed, []
-        for seq, on_written in done:
-            self.written = seq
-            if on_written is not None:
-                try:
-                    on_written()
-                except Exception:
-                    log.exception("an on_written callback failed")
-
     def written_through(self, seq: int) -> bool:
         """Whether the answer to this connection's request ``seq`` (and every one before) has left
-        this process whole."""
-        if self.unconfirmed:
-            self._confirm()
-        return self.written >= seq
+        this process whole (``Sending.written_through``)."""
+        return self.out.written_through(seq)
