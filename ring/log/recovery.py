@@ -56,7 +56,8 @@ from ring.errors import CorruptBatch
 from ring.log import batch
 from ring.log.checkpoint import LeaderEpochCache, read_key, write_key
 from ring.log.fsync import TMP_SUFFIX, fsync_dir
-from ring.log.segment import LOG_SUFFIX, EpochOf, Segment, StepPast, check_identity, walk
+from ring.log.segment import LOG_SUFFIX, Segment
+from ring.log.walking import EpochOf, StepPast, check_identity, walk
 
 log = logging.getLogger("ring.log")
 

@@ -13,81 +13,28 @@ and that each epoch matches the epoch history: a damaged batch is never handed
 out. Nothing here decodes records except ``first_record_at_or_after`` (time
 lookups need the record timestamps).
 
-``Tracker`` decides where index entries go. Live appends and rebuilds both use
-it, so an index rebuilt after a crash is the one the appends would have made.
+``Tracker`` (``walking.py``) decides where index entries go. Live appends and
+rebuilds both use it, so an index rebuilt after a crash is the one the
+appends would have made.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ring.errors import CorruptBatch
 from ring.log import batch
 from ring.log.batch import HEADER_SIZE, BatchHeader
 from ring.log.fsync import write_all
 from ring.log.index import REL_OFFSET_MAX, OffsetIndex, TimeIndex
+from ring.log.walking import TIMESTAMP_MIN, WALK_CHUNK_BYTES, EpochOf, StepPast, Tracker, Walk, check_identity, walk
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
-# Bytes read at once when walking a segment (recovery, index rebuilds).
-WALK_CHUNK_BYTES = 256 * 1024
-TIMESTAMP_MIN = -(2**63)
-
-# Epoch a batch at a given offset must carry; None when unknown (no check).
-EpochOf = Callable[[int], "int | None"]
-# (position, offset) of a bad batch -> its header when the walk may go on past it (recovery keeps it).
-StepPast = Callable[[int, int], "BatchHeader | None"]
-
-
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
-
-
-class Tracker:
-    """Running state of a segment's tail that decides when to add index entries."""
-
-    __slots__ = ("interval", "since_index", "max_timestamp")
-
-    def __init__(self, interval: int, since_index: int = 0, max_timestamp: int = TIMESTAMP_MIN) -> None:
-        self.interval = interval
-        self.since_index = since_index
-        self.max_timestamp = max_timestamp
-
-    def observe(self, pos: int, h: BatchHeader, last_time_ts: int | None) -> tuple[bool, int | None]:
-        """Batch ``h`` goes at ``pos``: (add an offset entry for it?, timestamp of a time entry or None)."""
-        add, ts = False, None
-        if pos > 0 and self.since_index >= self.interval:
-            add, self.since_index = True, 0
-            if last_time_ts is None or self.max_timestamp > last_time_ts:
-                ts = self.max_timestamp
-        self.since_index += h.size
-        self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
-        return add, ts
-
-
-def walk(fd: int, pos: int, end: int, verify: bool, chunk: int = WALK_CHUNK_BYTES) -> Iterator[tuple[BatchHeader, int]]:
-    """(header, position) of each batch in file bytes [pos, end); CorruptBatch at the first bad one.
-
-    With ``verify`` every batch's CRC is checked (the whole batch is read);
-    without, only the headers are parsed.
-    """
-    buf, buf_pos = b"", pos
-    while pos < end:
-        off = pos - buf_pos
-        if len(buf) - off < HEADER_SIZE:
-            buf, buf_pos, off = os.pread(fd, min(chunk, end - pos), pos), pos, 0
-        h = batch.read_header(buf, off)
-        if pos + h.size > end:
-            raise CorruptBatch(f"truncated batch at position {pos}")
-        if verify:
-            if len(buf) - off < h.size:
-                buf, buf_pos, off = os.pread(fd, max(chunk, h.size), pos), pos, 0
-            batch.check(buf, off)
-        yield h, pos
-        pos += h.size
 
 
 class Segment:
@@ -223,47 +170,28 @@ class Segment:
         it. ``closed_end`` (a closed segment's end offset) adds the closing
         time-index entry.
         """
-        tracker = Tracker(interval)
-        okeys: list[int] = []
-        ovals: list[int] = []
-        tkeys: list[int] = []
-        tvals: list[int] = []
-        end, good_pos, bad = base, 0, None
-
-        def index(h: BatchHeader, pos: int) -> None:
-            nonlocal end, good_pos
-            add, ts = tracker.observe(pos, h, tkeys[-1] if tkeys else None)
-            if add:
-                okeys.append(end - base)
-                ovals.append(pos)
-                if ts is not None:
-                    tkeys.append(ts)
-                    tvals.append(end - base)
-            end, good_pos = end + h.record_count, pos + h.size
-
-        while bad is None and good_pos < size:
+        w = Walk(base, Tracker(interval))
+        bad = None
+        while bad is None and w.good_pos < size:
             try:
-                for h, pos in walk(fd, good_pos, size, verify):
-                    check_identity(h, end, epoch_of)
-                    index(h, pos)
+                for h, pos in walk(fd, w.good_pos, size, verify):
+                    check_identity(h, w.end, epoch_of)
+                    w.index(h, pos)
                 break
             except CorruptBatch:
-                h = step_past(good_pos, end) if step_past is not None else None
+                h = step_past(w.good_pos, w.end) if step_past is not None else None
                 if h is None:
-                    bad = good_pos
+                    bad = w.good_pos
                 else:  # (its header's max timestamp is taken as it is); reads past it start after it
-                    index(h, good_pos)
-                    tracker.since_index = tracker.interval
+                    w.index(h, w.good_pos)
+                    w.tracker.since_index = w.tracker.interval
         if closed_end is not None:
-            end = closed_end
-            if not tvals or tvals[-1] < end - base:
-                tkeys.append(tracker.max_timestamp)
-                tvals.append(end - base)
+            w.close(closed_end)
         _, index_path, time_path = cls.paths(directory, base)
         seg = cls(
             directory, base, fd, size,
-            OffsetIndex.create(index_path, okeys, ovals), TimeIndex.create(time_path, tkeys, tvals),
-            end, tracker,
+            OffsetIndex.create(index_path, w.okeys, w.ovals), TimeIndex.create(time_path, w.tkeys, w.tvals),
+            w.end, w.tracker,
         )
         return seg, bad
 
@@ -480,17 +408,3 @@ class Segment:
                 if min_offset <= r.offset < upto and r.timestamp >= timestamp:
                     return r.offset
         return None
-
-
-def check_identity(h: BatchHeader, expected_base: int, epoch_of: EpochOf | None) -> None:
-    """The two header fields outside the CRC must be what the log says they are."""
-    if h.base_offset != expected_base:
-        raise CorruptBatch(f"batch has base offset {h.base_offset} where {expected_base} was due")
-    if epoch_of is not None:
-        # By its last offset: the history's first entry may begin inside the
-        # batch that holds the log start offset.
-        epoch = epoch_of(h.last_offset)
-        if epoch is not None and epoch != h.leader_epoch:
-            raise CorruptBatch(
-                f"batch at offset {h.base_offset} has leader epoch {h.leader_epoch}, the history says {epoch}"
-            )

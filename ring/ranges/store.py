@@ -35,7 +35,8 @@ import orjson
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, StorageError
 from ring.log.fsync import fsync_dir, write_all, write_atomically
-from ring.log.segment import LOG_SUFFIX, Segment, check_identity, segment_name, walk
+from ring.log.segment import LOG_SUFFIX, Segment, segment_name
+from ring.log.walking import check_identity, walk
 
 log = logging.getLogger("ring.ranges")
 
