@@ -78,7 +78,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self._dirty: set[Key] = set()
         self._active: set[Key] = set()
         self._publish_due = True  # our claims or behind-set may have changed
-        self._links_due = False  # a replica's leadership changed: the links follow at the step's end
+        self._relink: set[Key] = set()  # partitions whose leadership changed: their links follow at the step's end
         # Replication links from leaders into this broker: how many are open, and since when none is.
         self._inbound: dict[str, int] = {}
         self._inbound_down: dict[str, float] = {}
@@ -237,8 +237,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
 
     def _take(self) -> Ready:
         self._view = None
-        if self._links_due:
-            self._assign_links()
+        if self._relink:
+            self._relink_changed()
         ready, self._ready = self._ready, Ready()
         if self.acks.released:
             ready.releases, self.acks.released = self.acks.released, []
@@ -286,7 +286,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self._look_soon((rep.topic, rep.index))
         if self.name not in rep.replicas and not self.keep(rep, self._now):
             self._ready.reconcile = True  # placed elsewhere, neither led nor voting here: close it
-        self._links_due = True  # (once per step, in _take: a burst of won elections is one pass over the replicas)
+        self._relink.add((rep.topic, rep.index))  # (in _take: a burst of won elections is one update of the links)
         self._start_behind(rep)
 
     def _start_behind(self, rep: Replica) -> None:
@@ -296,7 +296,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
             self._ready.add("after_idle", (rep, msg.LeadStart(rep)))
 
     def _assign_links(self) -> None:
-        self._links_due = False
+        """Every partition's links, from a pass over all replicas (replicas came or went)."""
+        self._relink = set()
         wanted: dict[str, set[Key]] = {}
         for rep in self.replicas():
             if rep.is_leader:
@@ -305,6 +306,16 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
                         wanted.setdefault(f, set()).add((rep.topic, rep.index))
         if self.links.assign(wanted, self._now):
             self._ready.links = set(wanted)
+
+    def _relink_changed(self) -> None:
+        """The links of the partitions whose leadership (or voters) changed in this step, only."""
+        keys, self._relink = self._relink, set()
+        followers: dict[Key, list[str]] = {}
+        for key in keys:
+            rep = self.replica(*key)
+            followers[key] = [f for f in rep.linked() if f != self.name] if rep is not None and rep.is_leader else []
+        if self.links.reassign(followers, self._now):
+            self._ready.links = set(self.links.links)
 
     # --- the leader's side ------------------------------------------------------------------
 
@@ -352,7 +363,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
             return
         rep, newer = got
         if len(rep.leaving) != leaving:
-            self._assign_links()  # a voter removed knows it now: its link may go
+            self._relink.add((rep.topic, rep.index))  # a voter removed knows it now: its link may go
         if newer is not None and steps.adopt_epoch(rep, newer):
             self._changed(rep)
         else:

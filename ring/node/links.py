@@ -90,6 +90,32 @@ class Links:
                 self._followers_of.setdefault(key, []).append(name)
         return changed
 
+    def reassign(self, followers: dict[Key, list[str]], now: float) -> bool:
+        """What ``assign`` does, for the partitions named only (key -> the brokers its leader here
+        replicates to; none: it is not led here): the others' cursors stay as they are, unmarked, so
+        a step in which a few partitions changed leader costs those, not a pass over every partition.
+        Whether the set of followers changed."""
+        before = set(self.links)
+        for key in sorted(followers):
+            names = followers[key]
+            for name in self._followers_of.get(key, ()):
+                link = self.links.get(name)
+                if link is not None and name not in names:
+                    link.drop(key)
+                    if not link.cursors:
+                        del self.links[name]
+                        self.dirty.discard(name)
+            for name in names:
+                link = self.links.get(name)
+                if link is None:
+                    link = self.links[name] = Link(self, name, now)
+                link.add(key, now)
+            if names:
+                self._followers_of[key] = list(names)
+            else:
+                self._followers_of.pop(key, None)
+        return set(self.links) != before
+
     def link(self, follower: str) -> Link | None:
         return self.links.get(follower)
 
@@ -206,6 +232,18 @@ class Link:
                 cur = self.cursors[key] = protocol.SendCursor(PROBE_RETRY_S)
                 cur.reset(now)
         self.mark_all()
+
+    def add(self, key: Key, now: float) -> None:
+        """Replicate ``key`` on this link (asking where the follower stands, if it is new here)."""
+        if key not in self.cursors:
+            self.cursors[key] = cur = protocol.SendCursor(PROBE_RETRY_S)
+            cur.reset(now)
+        self.mark(key)
+
+    def drop(self, key: Key) -> None:
+        """Stop replicating ``key`` on this link (a probe it waited for finds no cursor: ``flush`` forgets
+        it there, and works out the link's next probe without it)."""
+        self.cursors.pop(key, None)
 
     def mark(self, key: Key) -> None:
         """Have the next flush look at this partition."""
