@@ -413,3 +413,36 @@ def test_a_broker_runs_at_most_candidacies_max_at_once_and_the_rest_stand_next_w
     el.tick(11.1, reps.values(), down)  # the first ones time out (and back off)
     el.tick(11.2, reps.values(), down)
     assert set(el.candidacies) == {("t", p) for p in reps} - first  # the rest stand at once
+
+
+def test_a_candidacy_that_ends_makes_room_for_the_next_one_at_once(tmp_path) -> None:
+    """A thousand partitions losing their leader together: a replica waiting beyond CANDIDACIES_MAX stands
+    in the step that ends a candidacy, not on a later tick."""
+    import random
+
+    from ring import limits
+    from ring.clock import ManualClock
+    from ring.log import FsyncPolicy, LogConfig, PartitionLog
+    from ring.node.elections import Elections
+    from ring.replication.replica import Replica
+
+    reps = {}
+    for p in range(limits.CANDIDACIES_MAX + 2):
+        log = PartitionLog(tmp_path / str(p), LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
+        reps[p] = Replica("t", p, log, "b", ["a", "b", "c"], epoch=1)
+        reps[p].leader, reps[p].aligned = "a", True
+    sent: list[tuple[str, e.VoteRequest]] = []
+    el = Elections("b", random.Random(1), lambda t, p: reps.get(p), lambda dst, m: sent.append((dst, m)),
+                   lambda rep: None, lambda rep: None, lambda: None)
+    down = Seen(alive=("b", "c"))
+    el.tick(10.0, reps.values(), down)
+    assert len(el.candidacies) == limits.CANDIDACIES_MAX
+    pre = sent[0][1]
+    el.answered(10.1, "c", pre, e.VoteReply("t", pre.partition, 1, "c", True, e.GRANTED, pre=True), down)
+    real = sent[-1][1]
+    assert not real.pre and real.partition == pre.partition
+    el.answered(10.2, "c", real, e.VoteReply("t", real.partition, real.epoch, "c", True, e.GRANTED), down)
+    assert reps[real.partition].is_leader
+    assert len(el.candidacies) == limits.CANDIDACIES_MAX  # the first one waiting took its place
+    assert sent[-1][1].pre and sent[-1][1].partition == limits.CANDIDACIES_MAX
+    assert list(el.deferred) == [("t", limits.CANDIDACIES_MAX + 1)]

@@ -69,7 +69,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self.members = members
         self.links = Links(name, replica)
         self.acks = AckWaiters()
-        self.elections = Elections(name, rng, replica, self._send, self._changed, self._resync_rep, self._announce)
+        self.elections = Elections(name, rng, replica, self._send, self._changed, self._resync_rep, self._announce,
+                                   self._look_soon)
         self._next_election_tick = 0.0
         self._next_gossip = 0.0
         # Elections look at every replica only when the view changed (``Members.signature``); else at
@@ -134,8 +135,9 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         if every:
             self._signature = signature
             reps = list(self.replicas())
-        else:
-            reps = [r for k in sorted(self._active | self._dirty) if (r := self.replica(*k)) is not None]
+        else:  # (the replicas waiting for a candidacy to end are looked at as one does: ``Elections._fill``)
+            keys = (self._active - self.elections.deferred.keys()) | self._dirty
+            reps = [r for k in sorted(keys) if (r := self.replica(*k)) is not None]
         self._dirty = set()
         self.elections.tick(now, reps, view, every)
         watch = self.elections.watch

@@ -7,8 +7,9 @@ actions through as message exchanges, without waiting on anything:
 * stand: a pre-vote round for epoch+1, then a real one, each a
   ``VoteRequest`` to every other live voter, counted as answers are stepped
   (``answered``) and given up after ``VOTE_REQUEST_TIMEOUT_S``; at most
-  ``CANDIDACIES_MAX`` at once (a replica whose turn comes beyond that stands
-  on a later tick, as one of the next ones). A majority
+  ``CANDIDACIES_MAX`` at once (the replicas whose turn comes beyond that
+  wait in ``deferred``, in order, and stand as candidacies end, each looked
+  at again then: not on every tick meanwhile). A majority
   makes the replica leader (``steps.win``): its links sync the followers and
   its claim is announced to every peer at once;
 * hand over: stop appending (``frozen``), wait until the target holds the
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
 
 from ring import limits
-from ring.node.watch import View, Watch
+from ring.node.watch import Action, View, Watch
 from ring.replication import election, steps
 from ring.replication.replica import Replica
 
@@ -71,7 +72,9 @@ class Handoff:
 class Elections:
     def __init__(self, name: str, rng: random.Random, replica: Callable[[str, int], Replica | None],
                  send: Callable[[str, object], None], changed: Callable[[Replica], None],
-                 resync: Callable[[Replica], None], announce: Callable[[], None]) -> None:
+                 resync: Callable[[Replica], None], announce: Callable[[], None],
+                 look: Callable[[Key], None] = lambda key: None) -> None:
+        """``look``: have the next tick look at a replica (one that left ``deferred`` without standing)."""
         self.name = name
         self.watch = Watch(name, rng)
         self.replica = replica
@@ -79,7 +82,10 @@ class Elections:
         self.changed = changed
         self.resync = resync
         self.announce = announce
+        self.look = look
         self.candidacies: dict[Key, Candidacy] = {}
+        self.deferred: dict[Key, Replica] = {}  # whose turn to stand came at the limit, in order
+        self._filling = False
         self.handoffs: dict[Key, Handoff] = {}
         self.counts = {"won": 0, "lost": 0}
 
@@ -88,31 +94,58 @@ class Elections:
     @property
     def busy(self) -> bool:
         """A candidacy or a hand-off runs (it has deadlines: tick often)."""
-        return bool(self.candidacies or self.handoffs)
+        return bool(self.candidacies or self.handoffs or self.deferred)
 
     def tick(self, now: float, reps: Iterable[Replica], view: View, every: bool = True) -> None:
         for action in self.watch.tick(now, reps, view, every):
-            rep = action.rep
-            if action.kind == "stand":
-                if len(self.candidacies) < limits.CANDIDACIES_MAX:
-                    self.stand(now, rep, view)
-                else:
-                    self.watch.deferred(rep, now)  # stands on a later tick (they run every tick while we stand)
-            elif action.kind == "hand_off":
+            self._act(now, action, view)
+        for key in [k for k, c in self.candidacies.items() if now >= c.deadline]:
+            if key in self.candidacies:
+                self._end(key, now, False, view)
+        for key in list(self.handoffs):
+            self.progress(key, now)
+
+    def _act(self, now: float, action: Action, view: View) -> None:
+        rep = action.rep
+        if action.kind == "stand":
+            key = (rep.topic, rep.index)
+            if len(self.candidacies) < limits.CANDIDACIES_MAX:
+                self.deferred.pop(key, None)
+                self.stand(now, rep, view)
+            else:
+                self.deferred[key] = rep  # (one already waiting keeps its place)
+                self.watch.deferred(rep, now)
+        elif action.kind == "hand_off":
                 assert action.target is not None
                 rep.frozen = True
                 log.info("%s/%d: handing leadership of epoch %d over to %s", rep.topic, rep.index, rep.epoch,
                          action.target)
                 self.handoffs[(rep.topic, rep.index)] = Handoff(
                     rep, action.target, rep.epoch, now + limits.HANDOFF_CATCHUP_MS / 1000)
-            else:
-                self.changed(rep)
-                if action.target == "voters":
-                    self.resync(rep)
-        for key in [k for k, c in self.candidacies.items() if now >= c.deadline]:
-            self._end(key, now, won=False)
-        for key in list(self.handoffs):
-            self.progress(key, now)
+        else:
+            self.changed(rep)
+            if action.target == "voters":
+                self.resync(rep)
+
+    def _fill(self, now: float, view: View) -> None:
+        """Candidacies ended: the replicas waiting in ``deferred`` stand in their place, in order, each
+        if its turn still stands now (one that no longer stands is looked at on the next tick)."""
+        if self._filling:
+            return  # (a candidacy that ends as it starts: the loop below goes on)
+        self._filling = True
+        try:
+            while self.deferred and len(self.candidacies) < limits.CANDIDACIES_MAX:
+                key = next(iter(self.deferred))
+                rep = self.deferred.pop(key)
+                if self.replica(*key) is not rep:
+                    continue
+                actions = self.watch.tick(now, [rep], view, every=False)
+                if not actions:
+                    self.look(key)
+                for action in actions:
+                    self._act(now, action, view)
+        finally:
+            self._filling = False
 
     # --- standing for election ---------------------------------------------------------------
 
@@ -153,14 +186,14 @@ class Elections:
         c = self.candidacies[key]
         rep, tally = c.rep, c.tally
         if self.replica(*key) is not rep:
-            self._end(key, now, won=False)
+            self._end(key, now, False, view)
         elif tally.newest_epoch > rep.epoch:
             steps.adopt_epoch(rep, tally.newest_epoch)
             self.changed(rep)
-            self._end(key, now, won=False)
+            self._end(key, now, False, view)
         elif tally.won and c.req.pre:
             if self.name not in rep.voters:  # a sync moved the voter set meanwhile, without us
-                self._end(key, now, won=False)
+                self._end(key, now, False, view)
                 return
             del self.candidacies[key]
             self._round(now, rep, view, pre=False)  # the real round (the pre-vote passed)
@@ -170,15 +203,16 @@ class Elections:
                 self.changed(rep)
                 self.resync(rep)
                 self.announce()
-            self._end(key, now, won=won)
+            self._end(key, now, won, view)
         elif tally.lost or not c.waiting:
-            self._end(key, now, won=False)
+            self._end(key, now, False, view)
 
-    def _end(self, key: Key, now: float, won: bool) -> None:
+    def _end(self, key: Key, now: float, won: bool, view: View) -> None:
         c = self.candidacies.pop(key)
         self.watch.stood(c.rep, won, now)
         if not c.req.pre:
             self.counts["won" if won else "lost"] += 1
+        self._fill(now, view)
 
     # --- handing a partition over -------------------------------------------------------------
 
