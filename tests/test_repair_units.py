@@ -155,6 +155,32 @@ def test_a_follower_reaching_an_empty_epoch_records_it(tmp_path: Path) -> None:
     assert f.log.epochs() == [(1, 0), (3, 2)] and f.key == lead.key
 
 
+def test_an_empty_follower_drops_an_epoch_its_new_leader_never_had_and_takes_its_batches(tmp_path: Path) -> None:
+    for start in (0, 30):  # a partition nobody wrote to, and one whose records were all deleted
+        old = replica(mk(tmp_path / f"old{start}"), "b", 3)
+        if start:
+            put(old.log, 1, start)
+            old.log.truncate_before(start)
+        old.log.begin_epoch(3)  # the last leader's epoch, begun with no batch
+        lead = replica(mk(tmp_path / f"lead{start}"), "a", 4)
+        if start:
+            lead.log.restart_at(start)
+        lead.voted_for = "a"
+        assert steps.win(lead, 4) and lead.log.epochs() == [(4, start)]
+        ack = steps.on_sync(old, "a", sync_of(lead))
+        assert isinstance(ack, protocol.Ack) and ack.epoch == 4 and old.log.end_offset == old.log.start_offset == start
+        assert old.log.epochs() == [(4, start)] and old.key == lead.key == (4, start)
+        put(lead.log, 4, 3)
+        frame = protocol.Append("t", 0, 4, start, 0, lead.log.read(start, 1 << 20))
+        assert steps.on_append(old, "a", frame) == lead.log.end_offset == start + 3
+        assert old.log.read(start, 1 << 20) == lead.log.read(start, 1 << 20)
+        old.log.close()
+        reopened = mk(tmp_path / f"old{start}")  # what a restart finds
+        assert reopened.epochs() == [(4, start)] and reopened.start_offset == start
+        assert reopened.end_offset == start + 3
+        reopened.close()
+
+
 def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) -> None:
     lead = replica(mk(tmp_path / "a"), "a", 1)
     put(lead.log, 1, 40)

@@ -113,6 +113,12 @@ class Rewrites:
         self._epochs.truncate_from_end(0)
         self.sync()
 
+    def forget_epochs_at_end(self) -> None:
+        """Forget the epochs the history begins at the log end, with no batch of them (saved before
+        returning): what ``restart_at(end_offset)`` does to an empty log, without replacing its files."""
+        self._check_open()
+        self._epochs.truncate_from_end(self.end_offset)
+
     def mend(self, data: bytes | bytearray | memoryview) -> BatchHeader:
         """Replace the stored copy of one batch with ``data``, a whole copy of the same batch from another
         replica (repair of a damaged batch in place: every other batch stays), synced before returning.

@@ -216,8 +216,8 @@ def _drop_stray_epoch(rep: Replica, frame: protocol.Sync) -> None:
                 "the last batch", rep.topic, rep.index, hist[-1][0], end)
     if end > rep.log.start_offset:
         rep.log.truncate_after(end - 1)
-    else:
-        rep.log.restart_at(end)
+    else:  # an empty log (every empty partition, when its leader changes): no batch to refetch
+        rep.log.forget_epochs_at_end()
     rep.truncated()
 
 
