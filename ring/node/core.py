@@ -12,10 +12,12 @@ their deadlines (``waiters.py``), candidacies and hand-offs
 (``elections.py``), where a produce goes and whether this broker may take
 it (``route_steps.py``), and the membership rules over gossip
 (``members.py``, stepped by ``gossip_steps.py``). Elections look at every
-replica only when the view they decide on changed (``Members.signature``);
-otherwise only at the replicas whose state changed and those waiting on a
-timer, at the moment it runs out, so an idle broker with thousands of
-partitions ticks about once a gossip round.
+replica only when the view they decide on changed (``Members.signature``:
+a peer's status, generation or clock); otherwise only at the replicas whose
+state changed, whose entries in peers' claims or behind-sets changed
+(``Members.moved``), and those waiting on a timer, at the moment it runs
+out, so an idle broker with thousands of partitions ticks about once a
+gossip round.
 
 A driver feeds it messages (``ready.py``) with ``step(now, message)``, ticks
 it with ``tick(now, wall_ms)`` no later than the ``next_tick_at`` of the
@@ -74,7 +76,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self._next_election_tick = 0.0
         self._next_gossip = 0.0
         # Elections look at every replica only when the view changed (``Members.signature``); else at
-        # the ones whose state changed since (``_dirty``) and the ones waiting on a timer (``_active``).
+        # the ones whose state changed since (``_dirty``), whose claims moved (``Members.moved``) and
+        # the ones waiting on a timer (``_active``).
         self._signature: tuple | None = None
         self._dirty: set[Key] = set()
         self._active: set[Key] = set()
@@ -132,11 +135,12 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         view = self.view()
         signature = (self.members.signature(now), self._unreachable(now))
         every = signature != self._signature
+        moved = self.members.moved()  # (taken even on a full look: they are looked at)
         if every:
             self._signature = signature
             reps = list(self.replicas())
         else:  # (the replicas waiting for a candidacy to end are looked at as one does: ``Elections._fill``)
-            keys = (self._active - self.elections.deferred.keys()) | self._dirty
+            keys = (self._active - self.elections.deferred.keys()) | self._dirty | moved
             reps = [r for k in sorted(keys) if (r := self.replica(*k)) is not None]
         self._dirty = set()
         self.elections.tick(now, reps, view, every)
@@ -206,8 +210,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
 
     def _view_moved(self, now: float) -> None:
         """Gossip brought news, the detector ticked or a leader's link came or went: if what elections
-        decide on changed, look now."""
-        if (self.members.signature(now), self._unreachable(now)) != self._signature:
+        decide on changed, look now (at every replica, or at the partitions whose claims moved)."""
+        if (self.members.signature(now), self._unreachable(now)) != self._signature or self.members.moving():
             self._election_tick(now)
 
     def view(self) -> View:

@@ -75,6 +75,7 @@ class Members:
         # usually equal, copy every round), with a counter bumped on each change: the view's signature.
         self._claims_cache: dict[str, tuple[Any, dict[Key, int], int]] = {}
         self._behind_cache: dict[str, tuple[Any, set[Key], int]] = {}
+        self._moved: set[Key] = set()  # partitions whose claims or behind-set entries changed (``moved``)
         self._published: tuple[dict[Key, int], set[Key]] | None = None
 
     def restore(self, saved: ClusterState | None, removed: dict[str, int] | None, now: float) -> None:
@@ -117,12 +118,15 @@ class Members:
         return outs, ring_changed or topics_changed, moved
 
     def _seen(self, name: str, now: float) -> tuple[Any, ...]:
-        """What elections see of broker ``name`` (its part of ``signature``)."""
+        """What elections see of broker ``name``: its part of ``signature``, and changes of its claims and
+        behind-set."""
         ep = self.gossip.state.endpoints.get(name)
         if ep is None or name == self.name:
             return ()
-        return (self.status(name, now), ep.generation, self._leads(name, ep)[2], self._behind(name, ep)[2],
-                self.clock_usable(name))
+        return (*self._status(name, ep, now), self._leads(name, ep)[2], self._behind(name, ep)[2])
+
+    def _status(self, name: str, ep: EndpointState, now: float) -> tuple[Any, ...]:
+        return (self.status(name, now), ep.generation, self.clock_usable(name))
 
     def announce(self, now: float) -> list[Outgoing]:
         """A SYN to every live peer (after a local change, not in a round or two)."""
@@ -278,7 +282,9 @@ class Members:
         raw = ep.extra.get("leads")
         cached = self._claims_cache.get(name)
         if cached is None or (cached[0] is not raw and cached[0] != raw):
-            cached = self._claims_cache[name] = (raw, leaders.decode_leads(raw), cached[2] + 1 if cached else 0)
+            leads, old = leaders.decode_leads(raw), cached[1] if cached else {}
+            self._moved.update(k for k in old.keys() | leads.keys() if old.get(k) != leads.get(k))
+            cached = self._claims_cache[name] = (raw, leads, cached[2] + 1 if cached else 0)
         return cached
 
     def behind(self, name: str) -> set[Key]:
@@ -289,15 +295,33 @@ class Members:
         raw = ep.extra.get("behind")
         cached = self._behind_cache.get(name)
         if cached is None or (cached[0] is not raw and cached[0] != raw):
-            cached = self._behind_cache[name] = (raw, leaders.decode_partitions(raw), cached[2] + 1 if cached else 0)
+            behind = leaders.decode_partitions(raw)
+            self._moved |= behind.symmetric_difference(cached[1] if cached else ())
+            cached = self._behind_cache[name] = (raw, behind, cached[2] + 1 if cached else 0)
         return cached
 
     def signature(self, now: float) -> tuple:
-        """What the view elections decide on amounts to, per broker (status, generation, changes of its
-        claims and behind-set): equal signatures, equal decisions for a replica whose own state did not
-        change."""
+        """What the view elections decide on amounts to for every replica, per broker (status, generation,
+        clock): equal signatures, equal decisions for a replica whose own state did not change and whose
+        partition is not in ``moved``."""
         return (self.clock.verdict.usable,
-                *((name, self._seen(name, now)) for name in sorted(self.gossip.state.endpoints) if name != self.name))
+                *((name, self._status(name, ep, now)) for name, ep in sorted(self.gossip.state.endpoints.items())
+                  if name != self.name))
+
+    def moved(self) -> set[Key]:
+        """The partitions whose entry in a peer's claims or behind-set changed since the last call: a
+        decision about such a replica may change without the signature changing."""
+        self.moving()
+        moved, self._moved = self._moved, set()
+        return moved
+
+    def moving(self) -> bool:
+        """Whether ``moved`` would give any partition."""
+        for name, ep in self.gossip.state.endpoints.items():
+            if name != self.name:
+                self._leads(name, ep)
+                self._behind(name, ep)
+        return bool(self._moved)
 
     def next_change(self, now: float) -> float | None:
         """When a status seen now could next change without any message arriving (a silent peer's phi
