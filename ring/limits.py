@@ -263,8 +263,8 @@ VOTE_REQUEST_TIMEOUT_S = 1.0
 # in a thousand, and a voter saves one message's ballots (an fsync each) in well under
 # VOTE_REQUEST_TIMEOUT_S.
 VOTES_PER_MESSAGE_MAX = 64
-# Candidacies one broker runs at once; the replicas whose turn to stand comes beyond it stand
-# on a later election tick, without a retry's back-off. A round's requests to a peer then fit
+# Candidacies one broker runs at once; the replicas whose turn to stand comes beyond it wait in
+# order and stand as candidacies end, without a retry's back-off. A round's requests to a peer then fit
 # in two messages, answered within VOTE_REQUEST_TIMEOUT_S even when a thousand partitions lost
 # their leader together (unbounded, a broker standing for 500 partitions at once sends its
 # voter eight messages of saves to work through, and wins none of them within a minute).
