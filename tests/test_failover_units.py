@@ -385,26 +385,33 @@ def test_a_leader_moves_its_voters_only_once_a_majority_holds_the_current_set(tm
     assert a.voters == ["d", "a", "b"]
 
 
-def test_a_broker_runs_at_most_candidacies_max_at_once_and_the_rest_stand_next_without_back_off(tmp_path) -> None:
-    """A thousand partitions losing their leader together: the candidacies beyond the limit wait for
-    a later tick instead of flooding the voters (whose answers then came after the candidacies' timeout)."""
+def _lost_leader_of(tmp_path, partitions: int):
+    """Broker b's replicas of ``partitions`` partitions whose leader a is down, its Elections, and what
+    they send."""
     import random
 
-    from ring import limits
     from ring.clock import ManualClock
     from ring.log import FsyncPolicy, LogConfig, PartitionLog
     from ring.node.elections import Elections
     from ring.replication.replica import Replica
 
     reps = {}
-    for p in range(limits.CANDIDACIES_MAX + 10):
+    for p in range(partitions):
         log = PartitionLog(tmp_path / str(p), LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
         reps[p] = Replica("t", p, log, "b", ["a", "b", "c"], epoch=1)
         reps[p].leader, reps[p].aligned = "a", True
     sent: list[tuple[str, e.VoteRequest]] = []
     el = Elections("b", random.Random(1), lambda t, p: reps.get(p), lambda dst, m: sent.append((dst, m)),
                    lambda rep: None, lambda rep: None, lambda: None)
-    down = Seen(alive=("b", "c"))
+    return reps, sent, el, Seen(alive=("b", "c"))
+
+
+def test_a_broker_runs_at_most_candidacies_max_at_once_and_the_rest_stand_next_without_back_off(tmp_path) -> None:
+    """A thousand partitions losing their leader together: the candidacies beyond the limit wait for
+    one to end instead of flooding the voters (whose answers then came after the candidacies' timeout)."""
+    from ring import limits
+
+    reps, sent, el, down = _lost_leader_of(tmp_path, limits.CANDIDACIES_MAX + 10)
     el.tick(10.0, reps.values(), down)
     first = set(el.candidacies)
     assert len(first) == limits.CANDIDACIES_MAX and len(sent) == limits.CANDIDACIES_MAX
@@ -418,23 +425,9 @@ def test_a_broker_runs_at_most_candidacies_max_at_once_and_the_rest_stand_next_w
 def test_a_candidacy_that_ends_makes_room_for_the_next_one_at_once(tmp_path) -> None:
     """A thousand partitions losing their leader together: a replica waiting beyond CANDIDACIES_MAX stands
     in the step that ends a candidacy, not on a later tick."""
-    import random
-
     from ring import limits
-    from ring.clock import ManualClock
-    from ring.log import FsyncPolicy, LogConfig, PartitionLog
-    from ring.node.elections import Elections
-    from ring.replication.replica import Replica
 
-    reps = {}
-    for p in range(limits.CANDIDACIES_MAX + 2):
-        log = PartitionLog(tmp_path / str(p), LogConfig(segment_bytes=4096, fsync=FsyncPolicy("never")), ManualClock())
-        reps[p] = Replica("t", p, log, "b", ["a", "b", "c"], epoch=1)
-        reps[p].leader, reps[p].aligned = "a", True
-    sent: list[tuple[str, e.VoteRequest]] = []
-    el = Elections("b", random.Random(1), lambda t, p: reps.get(p), lambda dst, m: sent.append((dst, m)),
-                   lambda rep: None, lambda rep: None, lambda: None)
-    down = Seen(alive=("b", "c"))
+    reps, sent, el, down = _lost_leader_of(tmp_path, limits.CANDIDACIES_MAX + 2)
     el.tick(10.0, reps.values(), down)
     assert len(el.candidacies) == limits.CANDIDACIES_MAX
     pre = sent[0][1]
