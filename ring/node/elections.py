@@ -116,12 +116,12 @@ class Elections:
                 self.deferred[key] = rep  # (one already waiting keeps its place)
                 self.watch.deferred(rep, now)
         elif action.kind == "hand_off":
-                assert action.target is not None
-                rep.frozen = True
-                log.info("%s/%d: handing leadership of epoch %d over to %s", rep.topic, rep.index, rep.epoch,
-                         action.target)
-                self.handoffs[(rep.topic, rep.index)] = Handoff(
-                    rep, action.target, rep.epoch, now + limits.HANDOFF_CATCHUP_MS / 1000)
+            assert action.target is not None
+            rep.frozen = True
+            log.info("%s/%d: handing leadership of epoch %d over to %s", rep.topic, rep.index, rep.epoch,
+                     action.target)
+            self.handoffs[(rep.topic, rep.index)] = Handoff(
+                rep, action.target, rep.epoch, now + limits.HANDOFF_CATCHUP_MS / 1000)
         else:
             self.changed(rep)
             if action.target == "voters":

@@ -72,7 +72,8 @@ class Members:
         self._down_since: dict[str, float] = {}
         self._first_exchange_s: float | None = None
         # Peers' claims and behind-sets, decoded once per change of their value (a heartbeat brings a new,
-        # usually equal, copy every round), with a counter bumped on each change: the view's signature.
+        # usually equal, copy every round), with a counter bumped on each change (news for elections),
+        # and the partitions whose entries changed gathered in ``_moved``.
         self._claims_cache: dict[str, tuple[Any, dict[Key, int], int]] = {}
         self._behind_cache: dict[str, tuple[Any, set[Key], int]] = {}
         self._moved: set[Key] = set()  # partitions whose claims or behind-set entries changed (``moved``)
