@@ -148,6 +148,11 @@ def test_two_of_three_down_refuse_quorum_and_still_serve_committed_reads(make_cl
             assert status == 200, doc
             acked[p][doc["base_offset"]] = f"p{p}-{n}"
     survivor = c[0]
+    # What the survivor serves is what it knows is committed: a follower learns a leader's high watermark
+    # with the frame after the acknowledgement, so the kill waits until it has.
+    wait_for("the survivor knows every acknowledged write is committed",
+             lambda: all(p["high_watermark"] == len(acked[p["partition"]])
+                         for p in survivor.http.describe(TOPIC)["partitions"]), 10, 0.05)
     for m in (c[1], c[2]):
         m.kill()
     c.wait_statuses({"ring-1": "down", "ring-2": "down"}, [survivor], timeout_s=ELECTED_WITHIN_S)
