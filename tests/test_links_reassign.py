@@ -71,3 +71,14 @@ def test_a_partition_dropped_while_its_probe_waits_does_not_hold_the_links_next_
     links.due(1.0)
     links.flush(1.0, [])
     assert links.next_probe() is None
+
+
+def test_a_link_whose_partition_moves_to_another_in_the_same_step_keeps_its_connection() -> None:
+    """One partition stops going to ``b`` while another starts to, in one step: ``b``'s link is the same,
+    still connected (a new one would never be told the connection is up, and nothing would go to ``b``)."""
+    links = Links("a", lambda t, p: None)
+    links.reassign({KEYS[0]: ["b"]}, 0.0)
+    b = links.links["b"]
+    b.up(0.5)
+    assert links.reassign({KEYS[0]: [], KEYS[1]: ["b"]}, 1.0) is False
+    assert links.links["b"] is b and b.connected and set(b.cursors) == {KEYS[1]}

@@ -249,7 +249,11 @@ class NodePump:
     def _relink(self, wanted: set[str]) -> None:
         for name in list(self.links):
             if name not in wanted:
-                self.links.pop(name).stop(retired=True)
+                retiring = self.links.pop(name)
+                retiring.stop(retired=True)
+                if retiring.task is not None:  # (it says so to the follower as it closes: close waits for it)
+                    self._tasks.add(retiring.task)
+                    retiring.task.add_done_callback(self._tasks.discard)
         for name in sorted(wanted):
             if name not in self.links:
                 self.links[name] = LinkDriver(self, name)

@@ -95,16 +95,14 @@ class Links:
         replicates to; none: it is not led here): the others' cursors stay as they are, unmarked, so
         a step in which a few partitions changed leader costs those, not a pass over every partition.
         Whether the set of followers changed."""
-        before = set(self.links)
+        before, emptied = set(self.links), set()
         for key in sorted(followers):
             names = followers[key]
             for name in self._followers_of.get(key, ()):
                 link = self.links.get(name)
                 if link is not None and name not in names:
                     link.drop(key)
-                    if not link.cursors:
-                        del self.links[name]
-                        self.dirty.discard(name)
+                    emptied.add(name)
             for name in names:
                 link = self.links.get(name)
                 if link is None:
@@ -114,6 +112,10 @@ class Links:
                 self._followers_of[key] = list(names)
             else:
                 self._followers_of.pop(key, None)
+        for name in emptied:  # (after every key: a link another key still wants keeps its connection)
+            if not self.links[name].cursors:
+                del self.links[name]
+                self.dirty.discard(name)
         return set(self.links) != before
 
     def link(self, follower: str) -> Link | None:

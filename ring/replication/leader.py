@@ -32,7 +32,9 @@ from ring.replication import protocol
 log = logging.getLogger("ring.replication")
 
 REPLICATE_PATH = "/peer/v1/replicate"
-RETIRE_CLOSE_S = 1.0  # how long a retired link waits for the follower to answer its close
+# How long a retired link waits for the follower to answer its close: a follower busy for longer (an
+# fsync, a full answer queue) reads the close too late to tell it from a broken link.
+RETIRE_CLOSE_S = 3.0
 
 
 def _unmasked(ws: aiohttp.ClientWebSocketResponse) -> None:
