@@ -89,6 +89,32 @@ REQUEST_HEAD_BYTES_MAX = 64 * KiB
 # it the broker stops reading from that connection until answers have gone out,
 # so a client cannot queue requests (and their bodies) without bound.
 PIPELINED_REQUESTS_MAX = 32
+# The shortest request the parser completes ("GET / HTTP/1.1" and two line ends, LF
+# alone): fed at most this many bytes per request the pipeline has room for, the
+# parser cannot complete more requests than there is room for, so the bound above
+# holds while a read is parsed, not only after it.
+REQUEST_BYTES_MIN = 16
+# What one read of a connection hands the front (asyncio's read size): when the
+# pipeline is full, the rest of the read waits unparsed, reading paused, until
+# answers have gone out; a connection never holds more unparsed bytes than this.
+CONNECTION_UNPARSED_BYTES_MAX = 256 * KiB
+# Bytes of answers one connection may have built and not yet sent (waiting their
+# turn, or in the transport's buffer): past it, or while the transport has asked
+# for no more writes, the connection runs none of its pipelined requests until
+# its client has taken what is there. A client that pipelines and never reads
+# holds this plus one answer, not an answer per request.
+CONNECTION_ANSWER_BYTES_MAX = 1 * MiB
+# The same for all client connections together: past it no connection that
+# holds an unsent answer runs its next request (their pipelines fill and reading
+# stops) until clients have taken answers, while clients that read (holding
+# nothing) go on; so CLIENT_CONNECTIONS_OPEN_MAX slow readers hold this and one
+# answer each, not CONNECTION_ANSWER_BYTES_MAX each. Fetch answers are also
+# held in FETCH_ANSWER_BYTES_IN_FLIGHT_MAX.
+FRONT_ANSWER_BYTES_IN_FLIGHT_MAX = 64 * MiB
+# A connection that holds requests it cannot run (the bound above is reached)
+# is aborted when no answer has gone out for this long: its client, or the
+# clients holding the room, do not read.
+CONNECTION_STALL_TIMEOUT_S = 60.0
 # After SIGTERM, requests in flight get this long to finish before the logs close.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -673,6 +699,8 @@ def validate() -> None:
     assert REQUEST_BODY_BYTES_IN_FLIGHT_MAX >= REQUEST_BYTES_MAX
     assert PRINCIPAL_HEADER_BYTES_MAX <= HEADER_LINE_BYTES_MAX < REQUEST_HEAD_BYTES_MAX
     assert FETCH_BYTES_MAX <= FETCH_ANSWER_BYTES_IN_FLIGHT_MAX
+    assert CONNECTION_ANSWER_BYTES_MAX <= FRONT_ANSWER_BYTES_IN_FLIGHT_MAX
+    assert CONNECTION_STALL_TIMEOUT_S * 1000 > LONG_POLL_WAIT_MS_MAX
     assert 0 < CLOCK_OFFSET_WARN_PERCENT <= 100
     assert CLOCK_SAMPLE_RTT_MS_MAX / 2 < CLOCK_OFFSET_MS_MAX_DEFAULT
     assert CLOCK_SAMPLE_RTT_MS_MAX < GOSSIP_REQUEST_TIMEOUT_S * 1000
@@ -681,6 +709,16 @@ def validate() -> None:
 
 
 validate()
+
+
+def connection_bytes_max(answer_bytes_max: int) -> int:
+    """What one client connection can make the broker hold, answers whose largest is
+    ``answer_bytes_max`` bytes: the answers built and not sent (CONNECTION_ANSWER_BYTES_MAX
+    and the one that crossed it), the rest of one read, and the requests its pipeline
+    holds, each its head twice over (as read and as decoded strings). Bodies are held in
+    REQUEST_BODY_BYTES_IN_FLIGHT_MAX."""
+    return (CONNECTION_ANSWER_BYTES_MAX + answer_bytes_max + CONNECTION_UNPARSED_BYTES_MAX
+            + PIPELINED_REQUESTS_MAX * 2 * REQUEST_HEAD_BYTES_MAX)
 
 
 def write_table(path: str) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from ring import limits
 from ring.auth import file_line
-from ring.bench.hostile import reset_peak, vm_kib
+from ring.bench.measure import reset_peak, vm_kib
 from ring.http_api import fetch_codec
 from ring.log import batch as batchfmt
 from tests.brokers import Http, TestBroker

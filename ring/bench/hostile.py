@@ -9,6 +9,9 @@ against the yardstick of the request's own bytes after decompression: the budget
 bytes. Cases over a limit are in the table too, with the answer they get and what refusing them
 cost.
 
+The pipeline case (``pipelining.py``) reports the peak RSS of 1, 4 and 64 connections pipelining
+requests without reading their answers, against the front's stated bounds.
+
 The trickle case measures the latency of a small produce, one at a time, on an idle broker (the
 yardstick), then again while 16 connections each declare a 16 MiB body and send one byte of it
 every half second: the difference is the delay the tricklers cause; the budget is 100 ms.
@@ -33,7 +36,8 @@ import msgpack
 import orjson
 
 from ring import limits
-from ring.localcluster import LocalBroker, free_port
+from ring.bench import pipelining
+from ring.bench.measure import reset_peak, start_broker, vm_kib
 from ring.log import batch as batchfmt
 
 RSS_BUDGET_RATIO = 4.0  # peak RSS rise per decompressed request byte
@@ -142,20 +146,6 @@ CASES = [
 # --- measuring ----------------------------------------------------------------------
 
 
-def vm_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def reset_peak(pid: int) -> None:
-    """Make VmHWM start again from the current RSS (Linux 4.0 on; our own child process)."""
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
-
-
 def post(url: str, path: str, body: Body, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[int, bytes, float]:
     host, port = url.removeprefix("http://").split(":")
     headers = {"Content-Type": body.ctype, **({"Content-Encoding": "gzip"} if body.gzip else {})}
@@ -169,15 +159,9 @@ def post(url: str, path: str, body: Body, timeout_s: float = REQUEST_TIMEOUT_S) 
         conn.close()
 
 
-def _start(root: Path, fsync: str) -> LocalBroker:
-    broker = LocalBroker("ring-0", root / "ring-0", free_port(), args=["--fsync", fsync, "--log-level", "warning"],
-                         log_path=root / "ring-0.log")
-    return broker.start()
-
-
 def run_case(case: Case, root: Path, fsync: str) -> dict:
     body = case.make()
-    broker = _start(root / case.id, fsync)
+    broker = start_broker(root / case.id, fsync)
     try:
         assert broker.proc is not None
         pid = broker.proc.pid
@@ -231,7 +215,7 @@ def _latencies(url: str) -> tuple[list[float], list[int]]:
 
 
 def run_trickle(root: Path, fsync: str) -> dict:
-    broker = _start(root / "trickle", fsync)
+    broker = start_broker(root / "trickle", fsync)
     try:
         assert broker.proc is not None
         _latencies(broker.url)  # warm
@@ -259,7 +243,8 @@ def run_part(fsync: str = "interval:1000", only: list[str] | None = None) -> dic
     try:
         cases = [run_case(c, root, fsync) for c in CASES if not only or c.id in only]
         trickle = run_trickle(root, fsync) if not only or "trickle" in only else None
-        return {"cases": cases, "trickle": trickle}
+        pipeline = pipelining.run(root, fsync) if not only or "pipeline" in only else []
+        return {"cases": cases, "trickle": trickle, "pipeline": pipeline}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -287,7 +272,7 @@ def report(res: dict) -> list[str]:
                   f"({'within' if t['delay_ms'] < TRICKLE_DELAY_BUDGET_MS and not t['refused'] else 'OVER'} "
                   f"budget{'' if not t['refused'] else ': refused ones never got through'}) |",
                   f"| peak RSS rise | | {t['rise_mb']:.1f} MiB |"]
-    return lines
+    return lines + pipelining.report(res.get("pipeline") or [])
 
 
 def main(argv: list[str] | None = None) -> int:

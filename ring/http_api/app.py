@@ -69,7 +69,7 @@ def get_cluster(request: Request) -> Response:
 
 
 def get_openapi(request: Request) -> Response:
-    return _json(openapi.document())
+    return Response(openapi.document_bytes())
 
 
 # --- topics ---------------------------------------------------------------------

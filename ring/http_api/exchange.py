@@ -26,7 +26,7 @@ class Exchange:
     """One request and, once there is one, its answer."""
 
     __slots__ = ("req", "response", "state", "keep_alive", "incoming", "started", "expect_continue",
-                 "head_only", "cell", "linger")
+                 "head_only", "cell", "linger", "cost")
 
     def __init__(self, req: Request, keep_alive: bool, started: float) -> None:
         self.req = req
@@ -39,6 +39,7 @@ class Exchange:
         self.head_only = req.method == "HEAD"
         self.cell: list | None = None  # auth.CURRENT's cell while this request is served
         self.linger = False  # answered early while its body still comes: read it (dropped) before closing
+        self.cost = 0  # bytes its answer is counted for, from built until sent (front.Connection.answer_bytes)
 
 
 def _status_line(status: int) -> bytes:

@@ -8,11 +8,22 @@ Theory of operation.
   there is answered at once, and its body, if the client sends it anyway, is
   read and dropped. Otherwise the body is taken piece by piece into an
   ``Incoming`` (decoded, bounded, counted).
+  A read is fed to the parser in pieces no longer than the pipeline has
+  room for (REQUEST_BYTES_MIN per request, past the body being received),
+  so the parser never completes more requests than PIPELINED_REQUESTS_MAX
+  allows; when the pipeline is full the rest of the read waits unparsed and
+  reading pauses until answers have gone out.
 * Running. A connection runs one request at a time, in the order they came:
-  pipelined requests wait their turn, parsed, up to PIPELINED_REQUESTS_MAX
-  (then reading pauses). A handler's answer is a ``Response`` (written at
-  once), a ``Later`` (written from its future's callback), or a coroutine,
-  the one case that costs a task.
+  pipelined requests wait their turn, parsed. The next one runs only while
+  the transport takes writes and the answers built and not yet sent are
+  under CONNECTION_ANSWER_BYTES_MAX for the connection and under
+  FRONT_ANSWER_BYTES_IN_FLIGHT_MAX for all of them (``server.Front``): a
+  client that does not read holds one answer past the bound, not one per
+  request. A handler's answer is a ``Response`` (written at once), a
+  ``Later`` (written from its future's callback), or a coroutine, the one
+  case that costs a task. One loop (``advance``) writes, runs and feeds in
+  turn until nothing more can be done; what calls it while it runs only
+  asks it to go round again, so no input makes the front recurse.
 * Writing. Answers leave in request order, each handed to the transport by
   the connection's ``Sending`` (``sending.py``: one write when it fits in a
   piece, else ANSWER_WRITE_CHUNK_BYTES pieces), paced by the transport's
@@ -24,7 +35,9 @@ Theory of operation.
   plain numbers, and one periodic sweep per server (``server.Front.sweep``) ends
   the connections past one. A head not complete in time, or an idle
   connection, is closed; a body not complete in time gets 408; an answer
-  the client does not take in time has its connection aborted.
+  the client does not take in time has its connection aborted, and so has
+  a connection whose requests cannot run (the answer bounds above) for
+  CONNECTION_STALL_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -51,6 +64,9 @@ access_log = logging.getLogger("ring.access")
 
 # The lower-cased names of the fields most requests carry, as clients spell them: no decode and
 # lower per field for these.
+# What an answer's head is counted for against the answer bounds, on top of its body.
+ANSWER_HEAD_BYTES = 256
+
 _HEADER_KEYS = {spelt.encode(): spelt.lower() for name in (
     "Host", "Content-Length", "Content-Type", "Accept", "User-Agent", "Connection", "Authorization",
     "Accept-Encoding", "Content-Encoding", "Transfer-Encoding", "Expect") for spelt in (name, name.lower())}
@@ -60,8 +76,9 @@ class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
                  "reading_paused", "parse_stopped", "close_when_sent", "seq", "out",
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
-                 "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
-                 "link", "_via", "_via_none", "_held", "__weakref__")
+                 "stall_deadline", "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
+                 "link", "_via", "_via_none", "_held", "_unparsed", "_pos", "_body_left", "_chunked",
+                 "_advancing", "_again", "answer_bytes", "_handed", "__weakref__")
 
     def __init__(self, front: Any) -> None:  # server.Front
         self.front = front
@@ -80,6 +97,15 @@ class Connection(asyncio.Protocol):
         self.seq = 0  # requests begun on this connection
         self.out = Sending(self)  # the answers on their way out
         self.header_deadline = self.body_deadline = self.send_deadline = self.idle_deadline = 0.0
+        self.stall_deadline = 0.0  # armed while its next request cannot run for the answer bounds
+        self._unparsed = b""  # the rest of a read the pipeline had no room for (from _pos)
+        self._pos = 0
+        self._body_left = 0  # bytes of the Content-Length body being received still to come
+        self._chunked = False  # the body being received is chunked
+        self._advancing = False  # advance is running: a call from inside it asks for another round
+        self._again = False
+        self.answer_bytes = 0  # of answers built and not yet sent (counted in front.answer_bytes too)
+        self._handed = 0  # of those, handed to the transport (sent once its buffer is empty)
         self._url = b""
         self._headers = web.Headers()
         self._head_bytes = 0
@@ -121,6 +147,9 @@ class Connection(asyncio.Protocol):
             self._drop(ex)
         self.queue.clear()
         self.out.drop()
+        self._unparsed = b""
+        self.front.release(self.answer_bytes, self)
+        self.answer_bytes = self._handed = 0
 
     def _drop(self, ex: Exchange) -> None:
         if ex.incoming is not None:
@@ -139,7 +168,7 @@ class Connection(asyncio.Protocol):
         if self.out.ex is None:
             self.send_deadline = 0.0
         self.out.confirm()
-        self._pump()
+        self.advance()
 
     def close(self) -> None:
         if not self.closed:
@@ -150,6 +179,8 @@ class Connection(asyncio.Protocol):
         """The sweep's visit: end what is past its deadline."""
         if self.out.unconfirmed:
             self.out.confirm()
+        if self._handed and self._sent():
+            self.advance()
         if self.send_deadline and now > self.send_deadline:
             log.info("aborting a connection whose client did not take its answer within %g s",
                      self.front.send_timeout_s)
@@ -163,12 +194,18 @@ class Connection(asyncio.Protocol):
             self._body_timed_out()
         elif self.idle_deadline and now > self.idle_deadline:
             self.close()
+        elif self.stall_deadline and now > self.stall_deadline:
+            log.info("aborting a connection whose requests could not run for %g s: answers built for it, or "
+                     "for all connections, were not taken", limits.CONNECTION_STALL_TIMEOUT_S)
+            self.transport.abort()
+            self.connection_lost(None)
 
     def _body_timed_out(self) -> None:
         self.body_deadline = 0.0
         ex = self.receiving
         self.receiving = None
         self.parse_stopped = True  # the parser is inside a body that will not end: nothing more is read
+        self._unparsed = b""
         self.close_when_sent = True
         if ex is None or ex.response is not None:
             self.close()
@@ -183,16 +220,62 @@ class Connection(asyncio.Protocol):
             return
         if self.out.unconfirmed:
             self.out.confirm()
+        if self._unparsed:  # (a transport may hand over what it had read before it paused)
+            self._unparsed = self._unparsed[self._pos:] + data
+        else:
+            self._unparsed = data
+        self._pos = 0
+        self.advance()
+
+    def _feed(self) -> bool:
+        """Parse the next piece of what was read, as much as the pipeline has room for; False when
+        nothing could be fed (nothing read, or no room: then reading pauses until there is)."""
+        data = self._unparsed
+        if not data or self.parse_stopped or self.closed:
+            return False
+        room = limits.PIPELINED_REQUESTS_MAX - len(self.queue)
+        if room <= 0:
+            if not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+            self._held = True  # the rest waits: it was read before the answers written meanwhile
+            return False
+        pos = self._pos
+        # No more bytes than can complete ``room`` requests past the body being received: a chunked
+        # body can end only at a line "0..." (the last chunk), so up to each "\n0" it is fed whole.
+        end = pos + room * limits.REQUEST_BYTES_MIN + self._body_left
+        if self._chunked:
+            nl0 = data.find(b"\n0", max(pos - 1, 0))
+            end = len(data) if nl0 < 0 else max(end, nl0 + 2 + room * limits.REQUEST_BYTES_MIN)
+        end = min(end, len(data))
         began_in_head = self._in_head
+        if end == len(data):
+            self._unparsed, self._pos = b"", 0
+        else:
+            self._pos = end
+        self._parse(memoryview(data)[pos:end] if pos or end < len(data) else data)
+        if self._in_head and not self.parse_stopped:
+            # Raw bytes of a head not complete yet: the pieces fed while inside it (the first may hold
+            # the end of the previous request), so a head of many short lines counts what it sent, and
+            # is refused at most one piece past the bound.
+            self._head_fed = self._head_fed + end - pos if began_in_head else 0
+            if self._head_fed > limits.REQUEST_HEAD_BYTES_MAX:
+                self._protocol_error(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+        if not self._unparsed and not self.closed:
+            self._held = self.reading_paused  # what is read next may have waited in the kernel
+            if self.reading_paused:
+                self.reading_paused = False
+                self.transport.resume_reading()
+        return True
+
+    def _parse(self, piece: Any) -> None:
         try:
-            self.parser.feed_data(data)
-            self._held = False
+            self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
             self.parse_stopped = True  # no upgrades here: what follows the head is not HTTP; answer and close
+            self._unparsed = b""
             self.close_when_sent = True
-            if self.queue:
-                self._pump()
-            else:
+            if not self.queue:
                 self.close()
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
@@ -203,21 +286,11 @@ class Connection(asyncio.Protocol):
                 self._protocol_error(500, "internal error; the broker log has the details")
         except httptools.HttpParserError as exc:
             self._protocol_error(400, str(exc) or type(exc).__name__)
-        else:
-            if self._in_head:
-                # Bytes of a head that is not complete yet: only whole reads fed while inside it count
-                # (the first may hold the end of the previous request), so a head is at most one read
-                # over the bound before it is refused.
-                self._head_fed = self._head_fed + len(data) if began_in_head else 0
-                if self._head_fed > limits.REQUEST_HEAD_BYTES_MAX:
-                    self._protocol_error(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
-            if len(self.queue) > limits.PIPELINED_REQUESTS_MAX and not self.reading_paused:
-                self.reading_paused = True
-                self.transport.pause_reading()
 
     def _protocol_error(self, status: int, message: str) -> None:
         """The bytes are not a request we can read: answer (after the answers owed) and close."""
         self.parse_stopped = True
+        self._unparsed = b""
         self.close_when_sent = True
         self.header_deadline = self.body_deadline = 0.0
         log.debug("protocol error %d: %s", status, message)
@@ -228,7 +301,7 @@ class Connection(asyncio.Protocol):
             self.receiving = None
             ex.keep_alive = ex.linger = False
             if ex in self.queue:
-                self._pump()
+                self.advance()
             else:
                 self.close()
             return
@@ -294,6 +367,8 @@ class Connection(asyncio.Protocol):
         self.queue.append(ex)
         self.receiving = ex
         has_body = dict.get(headers, "content-length", "0") != "0" or "transfer-encoding" in headers
+        self._chunked = coding is not None
+        self._body_left = 0 if coding is not None else req.content_length or 0
         expect = has_body and dict.get(headers, "expect", "").lower() == "100-continue"
         try:
             handling.admit(self.app, ex, has_body)
@@ -307,9 +382,11 @@ class Connection(asyncio.Protocol):
             self.body_deadline = self._begun + limits.BODY_READ_TIMEOUT_S
             if expect and ex.state == RECEIVING:
                 ex.expect_continue = True
-                self._pump()
+                self.advance()
 
     def on_body(self, data: bytes) -> None:
+        if self._body_left:
+            self._body_left -= len(data)
         ex = self.receiving
         if ex is None or ex.incoming is None:
             return
@@ -324,6 +401,8 @@ class Connection(asyncio.Protocol):
         ex = self.receiving
         self.receiving = None
         self.body_deadline = 0.0
+        self._body_left = 0
+        self._chunked = False
         if ex is None:
             return
         if ex.incoming is not None:
@@ -338,21 +417,55 @@ class Connection(asyncio.Protocol):
                 return
         if ex.state == RECEIVING:
             ex.state = READY
-            self._run_next()
+            self.advance()
         elif ex.linger and self.close_when_sent and ex not in self.queue:
             self.close()  # its early answer is written; the body it was owed is in: now it may close
 
     # --- running ---------------------------------------------------------------------------
 
-    def _run_next(self) -> None:
-        """Start the first request not answered yet, if it is ready and nothing else runs."""
+    def advance(self) -> None:
+        """Write what is due, run the next request, parse more of what was read: round after round
+        until none of them can go on. A call made while it runs (an answer made synchronously, a
+        request completed by the parser) only asks for another round."""
+        if self._advancing:
+            self._again = True
+            return
+        self._advancing = True
+        try:
+            while not self.closed:
+                self._again = False
+                progressed = self._pump()
+                progressed = self._run_next() or progressed
+                progressed = self._feed() or progressed
+                if not (progressed or self._again):
+                    break
+        finally:
+            self._advancing = False
+        if not self.queue and not self._in_head and self.receiving is None and not self.closed:
+            self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
+
+    def _run_next(self) -> bool:
+        """Start the first request not answered yet, if it is ready, nothing else runs and the
+        answers not yet sent leave room (else the connection waits, under its stall deadline)."""
         for ex in self.queue:
             if ex.state == ANSWERED:
                 continue
-            if ex.state == READY:
-                self._run(ex)
-            break
-        self._pump()
+            if ex.state != READY:
+                return False
+            front = self.front
+            # Over the broker's bound only the connections that hold unsent answers wait: one whose
+            # client has taken everything (a client that reads) runs on, adding one answer at most.
+            if (self.paused or self.answer_bytes >= limits.CONNECTION_ANSWER_BYTES_MAX
+                    or (self.answer_bytes and front.answer_bytes >= limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX)):
+                if not self.stall_deadline:
+                    self.stall_deadline = front.now + limits.CONNECTION_STALL_TIMEOUT_S
+                if not self.paused and self.answer_bytes < limits.CONNECTION_ANSWER_BYTES_MAX:
+                    front.stalled.add(self)  # woken when the answers of others are sent
+                return False
+            self.stall_deadline = 0.0
+            self._run(ex)
+            return True
+        return False
 
     def _run(self, ex: Exchange) -> None:
         ex.state = RUNNING
@@ -413,15 +526,20 @@ class Connection(asyncio.Protocol):
         if self.closed:
             resp.release()
             return
+        ex.cost = len(resp.body) + ANSWER_HEAD_BYTES
+        self.answer_bytes += ex.cost
+        self.front.answer_bytes += ex.cost
         if not ex.keep_alive:
             self.close_when_sent = True
-        self._run_next()
+        self.advance()
 
     # --- writing ---------------------------------------------------------------------------
 
-    def _pump(self) -> None:
-        """Write the answers that are due, in request order, as far as the transport takes them."""
+    def _pump(self) -> bool:
+        """Write the answers that are due, in request order, as far as the transport takes them;
+        True when one was handed over whole."""
         queue = self.queue
+        progressed = False
         while queue and not self.paused and not self.closed:
             ex = queue[0]
             if ex.state != ANSWERED:
@@ -430,20 +548,29 @@ class Connection(asyncio.Protocol):
                     self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 break
             if not self.out.write(ex):
-                return
+                break
             queue.popleft()
+            progressed = True
+            self._handed += ex.cost
             if not ex.keep_alive or (self.close_when_sent and not queue):
                 self.close_when_sent = True
                 if ex is self.receiving and ex.linger:
-                    return  # its body is still coming: closing now could reset the answer away
+                    break  # its body is still coming: closing now could reset the answer away
                 self.close()
-                return
-        if self.reading_paused and len(queue) <= limits.PIPELINED_REQUESTS_MAX // 2 and not self.closed:
-            self.reading_paused = False
-            self.transport.resume_reading()
-            self._held = True
-        if not queue and not self._in_head and self.receiving is None and not self.closed:
-            self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
+                return True
+        if self._handed and not self.closed:
+            self._sent()
+        return progressed
+
+    def _sent(self) -> bool:
+        """Whether the answers handed to the transport have all left its buffer (then they no
+        longer count against the answer bounds)."""
+        if self.transport.get_write_buffer_size():
+            return False
+        self.answer_bytes -= self._handed
+        self.front.release(self._handed, self)
+        self._handed = 0
+        return True
 
     def written_through(self, seq: int) -> bool:
         """Whether the answer to this connection's request ``seq`` (and every one before) has left

@@ -10,6 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from ring import __version__, limits, metrics
 from ring.http_api import access, admin, cluster_api, groups_openapi, ranges_api
 
@@ -186,6 +188,12 @@ Ring-High-Watermark headers are always set. With wait_ms the request long-polls 
 @lru_cache(maxsize=1)
 def document() -> dict[str, Any]:
     return access.describe_security(_with_head_bounds(_document()))
+
+
+@lru_cache(maxsize=1)
+def document_bytes() -> bytes:
+    """The document as served: serialised once, not per request (it is tens of KB, and the route is open)."""
+    return orjson.dumps(document())
 
 
 def _with_head_bounds(doc: dict[str, Any]) -> dict[str, Any]:

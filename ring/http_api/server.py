@@ -176,6 +176,11 @@ class Front:
         self.connections_max = connections_max
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task] = set()  # handlers that are coroutines, while they run
+        # Bytes of answers built and not yet sent, all connections together, and the connections
+        # waiting for them to fall under FRONT_ANSWER_BYTES_IN_FLIGHT_MAX to run their next request.
+        self.answer_bytes = 0
+        self.stalled: set[Connection] = set()
+        self._waking = False
         self.closing = False
         self.next_id = 0
         self.now = self.loop.time()
@@ -196,11 +201,27 @@ class Front:
         """Once per interval: the deadlines of every connection, the Date header, written answers."""
         self.now = now = self.loop.time()
         self._tick_date()
+        if self.stalled:
+            self._wake()
         for conn in list(self.connections):
             conn.check(now)
         if self._sweeper is not None:
             self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
         self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
+
+    def release(self, size: int, conn: Connection) -> None:
+        """``conn``'s answers of ``size`` bytes are sent (or dropped): waiting connections may run."""
+        self.answer_bytes -= size
+        self.stalled.discard(conn)
+        if self.stalled and not self._waking and self.answer_bytes < limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
+            self._waking = True
+            self.loop.call_soon(self._wake)  # not from inside the connection that released
+
+    def _wake(self) -> None:
+        self._waking = False
+        while self.stalled and self.answer_bytes < limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
+            conn = self.stalled.pop()
+            conn.advance()
 
     def _stopped(self) -> bool:
         return self.closing and not self.connections
