@@ -89,10 +89,11 @@ REQUEST_HEAD_BYTES_MAX = 64 * KiB
 # it the broker stops reading from that connection until answers have gone out,
 # so a client cannot queue requests (and their bodies) without bound.
 PIPELINED_REQUESTS_MAX = 32
-# The shortest request the parser completes ("GET / HTTP/1.1" and two line ends, LF
-# alone): fed at most this many bytes per request the pipeline has room for, the
-# parser cannot complete more requests than there is room for, so the bound above
-# holds while a read is parsed, not only after it.
+# At most the shortest request the parser completes ("GET / HTTP/1.1" and two
+# CRLFs, 18 bytes; 16 if line ends were LF alone; an HTTP/0.9 "GET /" is 9, but
+# the parser takes nothing after it): fed at most this many bytes per
+# request the pipeline has room for, the parser cannot complete more requests than
+# there is room for, so the bound above holds while a read is parsed, not after.
 REQUEST_BYTES_MIN = 16
 # What one read of a connection hands the front (asyncio's read size): when the
 # pipeline is full, the rest of the read waits unparsed, reading paused, until

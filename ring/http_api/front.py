@@ -8,11 +8,9 @@ Theory of operation.
   there is answered at once, and its body, if the client sends it anyway, is
   read and dropped. Otherwise the body is taken piece by piece into an
   ``Incoming`` (decoded, bounded, counted).
-  A read is fed to the parser in pieces no longer than the pipeline has
-  room for (REQUEST_BYTES_MIN per request, past the body being received),
-  so the parser never completes more requests than PIPELINED_REQUESTS_MAX
-  allows; when the pipeline is full the rest of the read waits unparsed and
-  reading pauses until answers have gone out.
+  A read is fed to the parser in pieces that cannot complete more requests
+  than the pipeline (PIPELINED_REQUESTS_MAX) has room for (``pieces.py``);
+  when it is full the rest of the read waits and reading pauses.
 * Running. A connection runs one request at a time, in the order they came:
   pipelined requests wait their turn, parsed. The next one runs only while
   the transport takes writes and the answers built and not yet sent are
@@ -56,6 +54,7 @@ from ring.http_api import handling, web
 from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING, Exchange, HeadError,
                                     answer_head, origin_path)
 from ring.http_api.link import Link, Via
+from ring.http_api.pieces import Unparsed
 from ring.http_api.sending import Sending
 from ring.http_api.web import Later, Request, Response
 
@@ -77,7 +76,7 @@ class Connection(asyncio.Protocol):
                  "reading_paused", "parse_stopped", "close_when_sent", "seq", "out",
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
                  "stall_deadline", "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
-                 "link", "_via", "_via_none", "_held", "_unparsed", "_pos", "_body_left", "_chunked",
+                 "link", "_via", "_via_none", "_held", "unparsed",
                  "_advancing", "_again", "answer_bytes", "_handed", "__weakref__")
 
     def __init__(self, front: Any) -> None:  # server.Front
@@ -98,10 +97,7 @@ class Connection(asyncio.Protocol):
         self.out = Sending(self)  # the answers on their way out
         self.header_deadline = self.body_deadline = self.send_deadline = self.idle_deadline = 0.0
         self.stall_deadline = 0.0  # armed while its next request cannot run for the answer bounds
-        self._unparsed = b""  # the rest of a read the pipeline had no room for (from _pos)
-        self._pos = 0
-        self._body_left = 0  # bytes of the Content-Length body being received still to come
-        self._chunked = False  # the body being received is chunked
+        self.unparsed = Unparsed()  # what was read and not parsed yet
         self._advancing = False  # advance is running: a call from inside it asks for another round
         self._again = False
         self.answer_bytes = 0  # of answers built and not yet sent (counted in front.answer_bytes too)
@@ -147,7 +143,7 @@ class Connection(asyncio.Protocol):
             self._drop(ex)
         self.queue.clear()
         self.out.drop()
-        self._unparsed = b""
+        self.unparsed.drop()
         self.front.release(self.answer_bytes, self)
         self.answer_bytes = self._handed = 0
 
@@ -205,7 +201,7 @@ class Connection(asyncio.Protocol):
         ex = self.receiving
         self.receiving = None
         self.parse_stopped = True  # the parser is inside a body that will not end: nothing more is read
-        self._unparsed = b""
+        self.unparsed.drop()
         self.close_when_sent = True
         if ex is None or ex.response is not None:
             self.close()
@@ -220,18 +216,13 @@ class Connection(asyncio.Protocol):
             return
         if self.out.unconfirmed:
             self.out.confirm()
-        if self._unparsed:  # (a transport may hand over what it had read before it paused)
-            self._unparsed = self._unparsed[self._pos:] + data
-        else:
-            self._unparsed = data
-        self._pos = 0
+        self.unparsed.add(data)  # (to a rest only if a transport hands over what it read before it paused)
         self.advance()
 
     def _feed(self) -> bool:
         """Parse the next piece of what was read, as much as the pipeline has room for; False when
         nothing could be fed (nothing read, or no room: then reading pauses until there is)."""
-        data = self._unparsed
-        if not data or self.parse_stopped or self.closed:
+        if not self.unparsed or self.parse_stopped or self.closed:
             return False
         room = limits.PIPELINED_REQUESTS_MAX - len(self.queue)
         if room <= 0:
@@ -240,28 +231,17 @@ class Connection(asyncio.Protocol):
                 self.transport.pause_reading()
             self._held = True  # the rest waits: it was read before the answers written meanwhile
             return False
-        pos = self._pos
-        # No more bytes than can complete ``room`` requests past the body being received: a chunked
-        # body can end only at a line "0..." (the last chunk), so up to each "\n0" it is fed whole.
-        end = pos + room * limits.REQUEST_BYTES_MIN + self._body_left
-        if self._chunked:
-            nl0 = data.find(b"\n0", max(pos - 1, 0))
-            end = len(data) if nl0 < 0 else max(end, nl0 + 2 + room * limits.REQUEST_BYTES_MIN)
-        end = min(end, len(data))
         began_in_head = self._in_head
-        if end == len(data):
-            self._unparsed, self._pos = b"", 0
-        else:
-            self._pos = end
-        self._parse(memoryview(data)[pos:end] if pos or end < len(data) else data)
+        piece = self.unparsed.piece(room)
+        self._parse(piece)
         if self._in_head and not self.parse_stopped:
             # Raw bytes of a head not complete yet: the pieces fed while inside it (the first may hold
             # the end of the previous request), so a head of many short lines counts what it sent, and
             # is refused at most one piece past the bound.
-            self._head_fed = self._head_fed + end - pos if began_in_head else 0
+            self._head_fed = self._head_fed + len(piece) if began_in_head else 0
             if self._head_fed > limits.REQUEST_HEAD_BYTES_MAX:
                 self._protocol_error(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
-        if not self._unparsed and not self.closed:
+        if not self.unparsed and not self.closed:
             self._held = self.reading_paused  # what is read next may have waited in the kernel
             if self.reading_paused:
                 self.reading_paused = False
@@ -273,7 +253,7 @@ class Connection(asyncio.Protocol):
             self.parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
             self.parse_stopped = True  # no upgrades here: what follows the head is not HTTP; answer and close
-            self._unparsed = b""
+            self.unparsed.drop()
             self.close_when_sent = True
             if not self.queue:
                 self.close()
@@ -290,7 +270,7 @@ class Connection(asyncio.Protocol):
     def _protocol_error(self, status: int, message: str) -> None:
         """The bytes are not a request we can read: answer (after the answers owed) and close."""
         self.parse_stopped = True
-        self._unparsed = b""
+        self.unparsed.drop()
         self.close_when_sent = True
         self.header_deadline = self.body_deadline = 0.0
         log.debug("protocol error %d: %s", status, message)
@@ -367,8 +347,7 @@ class Connection(asyncio.Protocol):
         self.queue.append(ex)
         self.receiving = ex
         has_body = dict.get(headers, "content-length", "0") != "0" or "transfer-encoding" in headers
-        self._chunked = coding is not None
-        self._body_left = 0 if coding is not None else req.content_length or 0
+        self.unparsed.body(req.content_length, coding is not None)
         expect = has_body and dict.get(headers, "expect", "").lower() == "100-continue"
         try:
             handling.admit(self.app, ex, has_body)
@@ -385,8 +364,7 @@ class Connection(asyncio.Protocol):
                 self.advance()
 
     def on_body(self, data: bytes) -> None:
-        if self._body_left:
-            self._body_left -= len(data)
+        self.unparsed.took(len(data))
         ex = self.receiving
         if ex is None or ex.incoming is None:
             return
@@ -401,8 +379,7 @@ class Connection(asyncio.Protocol):
         ex = self.receiving
         self.receiving = None
         self.body_deadline = 0.0
-        self._body_left = 0
-        self._chunked = False
+        self.unparsed.ended()
         if ex is None:
             return
         if ex.incoming is not None:
