@@ -26,7 +26,7 @@ class Exchange:
     """One request and, once there is one, its answer."""
 
     __slots__ = ("req", "response", "state", "keep_alive", "incoming", "started", "expect_continue",
-                 "head_only", "cell", "linger", "cost")
+                 "head_only", "cell", "linger", "cost", "http10")
 
     def __init__(self, req: Request, keep_alive: bool, started: float) -> None:
         self.req = req
@@ -40,6 +40,7 @@ class Exchange:
         self.cell: list | None = None  # auth.CURRENT's cell while this request is served
         self.linger = False  # answered early while its body still comes: read it (dropped) before closing
         self.cost = 0  # bytes its answer is counted for, from built until sent (front.Connection.answer_bytes)
+        self.http10 = False  # an HTTP/1.0 request: a keep-alive answer says so
 
 
 def _status_line(status: int) -> bytes:
@@ -97,6 +98,22 @@ class HttpError(RingError):
 class HeadError(HttpError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(status, message)
+
+
+def check_framing(headers: dict[str, str], version: str) -> None:
+    """What RFC 9112 requires of a request's head before its body can be read: a Transfer-Encoding
+    that ends with chunked, once (else its length cannot be known, 6.3: 400) and names no coding this
+    front does not undo (6.1: 501, not a body stored still encoded); one Host, and one at all in
+    HTTP/1.1 (3.2: 400)."""
+    coding = dict.get(headers, "transfer-encoding")
+    if coding is not None:
+        codings = [c.strip().lower() for c in coding.split(",")]
+        if codings[-1] != "chunked" or "chunked" in codings[:-1]:
+            raise HeadError(400, "a request's Transfer-Encoding must end with chunked, once")
+        if len(codings) > 1:
+            raise HeadError(501, f"Transfer-Encoding {coding[:60]!r}: only chunked is supported")
+    if version == "1.1" and dict.get(headers, "host") is None:
+        raise HeadError(400, "an HTTP/1.1 request must carry a Host header field")
 
 
 def origin_path(target: str) -> str:

@@ -52,7 +52,7 @@ from ring import auth, limits
 from ring.errors import BodyTimeout, RingError
 from ring.http_api import handling, web
 from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING, Exchange, HeadError,
-                                    answer_head, origin_path)
+                                    answer_head, check_framing, origin_path)
 from ring.http_api.link import Link, Via
 from ring.http_api.pieces import Unparsed
 from ring.http_api.sending import Sending
@@ -77,7 +77,7 @@ class Connection(asyncio.Protocol):
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
                  "stall_deadline", "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
                  "link", "_via", "_via_none", "_held", "unparsed",
-                 "_advancing", "_again", "answer_bytes", "_handed", "__weakref__")
+                 "_advancing", "_again", "answer_bytes", "_handed", "_eof", "__weakref__")
 
     def __init__(self, front: Any) -> None:  # server.Front
         self.front = front
@@ -102,6 +102,7 @@ class Connection(asyncio.Protocol):
         self._again = False
         self.answer_bytes = 0  # of answers built and not yet sent (counted in front.answer_bytes too)
         self._handed = 0  # of those, handed to the transport (sent once its buffer is empty)
+        self._eof = False  # the client sent its last byte (a half-close): close once it has its answers
         self._url = b""
         self._headers = web.Headers()
         self._head_bytes = 0
@@ -153,6 +154,13 @@ class Connection(asyncio.Protocol):
             ex.incoming = None
         if ex.response is not None:
             ex.response.release()
+
+    def eof_received(self) -> bool:
+        """The client shut its sending side: the requests it completed are answered, then the
+        connection closes (True keeps the transport open for those answers)."""
+        self._eof = True
+        self.advance()
+        return not self.closed
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -320,9 +328,13 @@ class Connection(asyncio.Protocol):
         self._head_bytes += size
         if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
             raise HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+        if not self._in_head:
+            return  # a trailer field of a chunked body: counted with the head, never taken as a header
         headers = self._headers
         key = _HEADER_KEYS.get(name) or name.decode("latin-1").lower()
         old = dict.get(headers, key)
+        if old is not None and key == "host":
+            raise HeadError(400, "a request must carry one Host header field, not more")
         text = value.decode("latin-1")
         headers[key] = text if old is None else old + ", " + text  # repeated fields join (RFC 9110 5.3)
 
@@ -331,10 +343,10 @@ class Connection(asyncio.Protocol):
         self.header_deadline = 0.0
         front = self.front
         headers = self._headers
+        version = self.parser.get_http_version()
+        check_framing(headers, version)  # 400 or 501 before anything is decided on its head
         coding = dict.get(headers, "transfer-encoding")
-        if coding is not None and coding.rsplit(",", 1)[-1].strip().lower() != "chunked":
-            # Its body's length cannot be known (RFC 9112 6.3): 400 before anything is decided on its head.
-            raise HeadError(400, "a request's Transfer-Encoding must end with chunked")
+        http10 = version == "1.0"
         path, _, query = self._url.decode("latin-1").partition("?")
         if not path.startswith("/"):
             path = origin_path(path)
@@ -343,12 +355,16 @@ class Connection(asyncio.Protocol):
         req = Request(method, path, query, headers, self.app, self, self.seq)
         req.via = self._via
         self.seq += 1
-        ex = Exchange(req, self.parser.should_keep_alive() and not front.closing, self._begun)
+        # An HTTP/1.0 body framed by Transfer-Encoding may be framed wrong: close after it (RFC 9112 6.1).
+        keep_alive = self.parser.should_keep_alive() and not front.closing and not (http10 and coding is not None)
+        ex = Exchange(req, keep_alive, self._begun)
+        ex.http10 = http10
         self.queue.append(ex)
         self.receiving = ex
         has_body = dict.get(headers, "content-length", "0") != "0" or "transfer-encoding" in headers
         self.unparsed.body(req.content_length, coding is not None)
-        expect = has_body and dict.get(headers, "expect", "").lower() == "100-continue"
+        # (an HTTP/1.0 client does not wait for 100 Continue: RFC 9110 10.1.1)
+        expect = has_body and not http10 and dict.get(headers, "expect", "").lower() == "100-continue"
         try:
             handling.admit(self.app, ex, has_body)
         except RingError as exc:
@@ -418,6 +434,9 @@ class Connection(asyncio.Protocol):
                     break
         finally:
             self._advancing = False
+        if self._eof and not self.closed and not self.unparsed and all(ex.state == RECEIVING for ex in self.queue):
+            self.close()  # nothing more will come, and nothing is owed: a request begun will not end
+            return
         if not self.queue and not self._in_head and self.receiving is None and not self.closed:
             self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
 

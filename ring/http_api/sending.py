@@ -65,6 +65,8 @@ class Sending:
             size = len(body)
             close = not ex.keep_alive or (wire.close_when_sent and len(wire.queue) == 1)
             head = answer_head(resp, size, close, wire.front.date)
+            if ex.http10 and not close:
+                head = head[:-2] + b"Connection: keep-alive\r\n\r\n"  # HTTP/1.0 closes unless told
             if ex.head_only or resp.status in NO_BODY_STATUSES:
                 if resp.before_last is not None:
                     resp.before_last()

@@ -204,7 +204,7 @@ Handler = Callable[[Request], Answer]
 # Codes of statuses the front answers itself, in the vocabulary of ring.errors.
 HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
               413: "payload_too_large", 414: "uri_too_long", 415: "unsupported_media_type",
-              431: "request_header_fields_too_large", 500: "internal"}
+              431: "request_header_fields_too_large", 500: "internal", 501: "not_implemented"}
 
 
 def error(status: int, body: dict[str, Any], retry_after_s: float | None = None,
