@@ -43,12 +43,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from functools import partial
 from typing import Any
 
 import httptools
 
-from ring import auth, limits
+from ring import limits
 from ring.errors import BodyTimeout, RingError
 from ring.http_api import handling, web
 from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING, Exchange, HeadError,
@@ -56,7 +55,7 @@ from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING
 from ring.http_api.link import Link, Via
 from ring.http_api.pieces import Unparsed
 from ring.http_api.sending import Sending
-from ring.http_api.web import Later, Request, Response
+from ring.http_api.web import Request, Response
 
 log = logging.getLogger("ring.http")
 access_log = logging.getLogger("ring.access")
@@ -448,56 +447,15 @@ class Connection(asyncio.Protocol):
                 continue
             if ex.state != READY:
                 return False
-            front = self.front
-            # Over the broker's bound only the connections that hold unsent answers wait: one whose
-            # client has taken everything (a client that reads) runs on, adding one answer at most.
-            if (self.paused or self.answer_bytes >= limits.CONNECTION_ANSWER_BYTES_MAX
-                    or (self.answer_bytes and front.answer_bytes >= limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX)):
+            if not self.front.may_run(self):
                 if not self.stall_deadline:
-                    self.stall_deadline = front.now + limits.CONNECTION_STALL_TIMEOUT_S
-                if not self.paused and self.answer_bytes < limits.CONNECTION_ANSWER_BYTES_MAX:
-                    front.stalled.add(self)  # woken when the answers of others are sent
+                    self.stall_deadline = self.front.now + limits.CONNECTION_STALL_TIMEOUT_S
                 return False
             self.stall_deadline = 0.0
-            self._run(ex)
+            ex.state = RUNNING
+            handling.run(ex, self._answer, self.front)
             return True
         return False
-
-    def _run(self, ex: Exchange) -> None:
-        ex.state = RUNNING
-        req = ex.req
-        reset = None
-        if req.principal is not None:
-            ex.cell = [req.principal]
-            reset = auth.CURRENT.set(ex.cell)  # tasks this request starts act for its client
-        try:
-            result = req.route.handler(req)  # type: ignore[union-attr]
-            if type(result) is Response:
-                self._answer(ex, result)
-            elif type(result) is Later:
-                fut = result.future
-                if fut.done():
-                    self._later(ex, result.make, fut)
-                else:
-                    fut.add_done_callback(partial(self._later, ex, result.make))
-            else:
-                task = self.front.loop.create_task(self._await(ex, result))
-                self.front.tasks.add(task)
-                task.add_done_callback(self.front.tasks.discard)
-        except RingError as exc:
-            self._answer(ex, handling.error_answer(req, exc))
-        except Exception:
-            log.exception("unexpected error in %s %s", req.method, req.path)
-            self._answer(ex, web.http_error(500, "internal error; the broker log has the details"))
-        finally:
-            if reset is not None:
-                auth.CURRENT.reset(reset)
-
-    def _later(self, ex: Exchange, make: Any, fut: asyncio.Future) -> None:
-        self._answer(ex, handling.later_answer(ex.req, make, fut))
-
-    async def _await(self, ex: Exchange, pending: Any) -> None:
-        self._answer(ex, await handling.awaited_answer(ex, pending))
 
     def _answer(self, ex: Exchange, resp: Response) -> None:
         """``ex`` has its answer: count it, give its body's bytes back, and write what is due."""

@@ -6,22 +6,25 @@ access (``access.Guard``), runs the route's ``prepare`` (its query and
 headers) and bounds the body (declared size, the body budget), so a request
 refused there costs no body bytes. A handler answers with a ``Response``, a
 ``Later`` (its future's outcome made into one: ``later_answer``) or a
-coroutine (``awaited_answer``); a ``RingError`` becomes its JSON answer, and
-anything else a logged 500. The connection (``front.Connection``) writes
-whatever comes out.
+coroutine (``awaited_answer``); ``run`` calls the handler and hands whatever
+comes out, when it comes, to the connection's ``answer`` (``front.Connection``
+writes it). A ``RingError`` becomes its JSON answer, and anything else a
+logged 500.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
+from ring import auth
 from ring.errors import PayloadTooLarge, RingError
 from ring.http_api import web
 from ring.http_api.exchange import Exchange, HttpError
 from ring.http_api.incoming import Incoming
-from ring.http_api.web import Request, Response
+from ring.http_api.web import Later, Request, Response
 
 log = logging.getLogger("ring.http")
 
@@ -52,6 +55,46 @@ def admit(app: Any, ex: Exchange, has_body: bool) -> None:
     # A route's prepare may name a line bound for its body (NDJSON produce): refused as the bytes come.
     line_max = getattr(req.state, "line_bytes_max", None)
     ex.incoming = Incoming(limit, hold, req.headers.get("content-encoding"), line_max)
+
+
+def run(ex: Exchange, answer: Callable[[Exchange, Response], None], front: Any) -> None:
+    """Call ``ex``'s handler, acting for its client; ``answer(ex, response)`` once there is one
+    (now, from a future's callback, or from a task of ``front``'s, the one case that costs one)."""
+    req = ex.req
+    reset = None
+    if req.principal is not None:
+        ex.cell = [req.principal]
+        reset = auth.CURRENT.set(ex.cell)  # tasks this request starts act for its client
+    try:
+        result = req.route.handler(req)  # type: ignore[union-attr]
+        if type(result) is Response:
+            answer(ex, result)
+        elif type(result) is Later:
+            fut = result.future
+            if fut.done():
+                answer(ex, later_answer(req, result.make, fut))
+            else:
+                fut.add_done_callback(partial(_later, ex, answer, result.make))
+        else:
+            task = front.loop.create_task(_awaited(ex, answer, result))
+            front.tasks.add(task)
+            task.add_done_callback(front.tasks.discard)
+    except RingError as exc:
+        answer(ex, error_answer(req, exc))
+    except Exception:
+        log.exception("unexpected error in %s %s", req.method, req.path)
+        answer(ex, web.http_error(500, "internal error; the broker log has the details"))
+    finally:
+        if reset is not None:
+            auth.CURRENT.reset(reset)
+
+
+def _later(ex: Exchange, answer: Callable[[Exchange, Response], None], make: Any, fut: asyncio.Future) -> None:
+    answer(ex, later_answer(ex.req, make, fut))
+
+
+async def _awaited(ex: Exchange, answer: Callable[[Exchange, Response], None], pending: Any) -> None:
+    answer(ex, await awaited_answer(ex, pending))
 
 
 def error_answer(req: Request, exc: RingError) -> Response:

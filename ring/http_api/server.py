@@ -209,6 +209,17 @@ class Front:
             self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
         self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
 
+    def may_run(self, conn: Connection) -> bool:
+        """Whether ``conn`` may run its next request: its transport takes writes, and its answers
+        not yet sent are under CONNECTION_ANSWER_BYTES_MAX; over FRONT_ANSWER_BYTES_IN_FLIGHT_MAX,
+        only if it holds none (a client that reads runs on, adding one answer at most)."""
+        if conn.paused or conn.answer_bytes >= limits.CONNECTION_ANSWER_BYTES_MAX:
+            return False  # its own writes wake it (resume_writing, the sweep)
+        if conn.answer_bytes and self.answer_bytes >= limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
+            self.stalled.add(conn)  # woken when the answers of others are sent
+            return False
+        return True
+
     def release(self, size: int, conn: Connection) -> None:
         """``conn``'s answers of ``size`` bytes are sent (or dropped): waiting connections may run."""
         self.answer_bytes -= size
