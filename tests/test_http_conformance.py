@@ -584,3 +584,21 @@ async def test_the_end_of_an_answer_is_reported_on_its_connection(served) -> Non
     await c.answer()
     assert conn.written_through(1) and server.connections == {conn}
     c.close()
+
+
+async def test_a_connection_whose_requests_cannot_run_is_aborted_at_its_stall_deadline(served, monkeypatch) -> None:
+    """A connection holding requests the answer bounds keep from running has a deadline too, and a
+    connection that ran what it held has none of it left."""
+    _, server = served
+    monkeypatch.setattr(limits, "CONNECTION_STALL_TIMEOUT_S", 0.5)
+    c = await Client.open(server.port)
+    await c.send(_request_bytes("GET", "/v1/status"))
+    assert (await c.answer()).status == 200
+    conn = await _one_connection(server)
+    assert conn.stall_deadline == 0.0
+    monkeypatch.setattr(limits, "CONNECTION_ANSWER_BYTES_MAX", 0)  # no answer fits: nothing runs
+    await c.send(_request_bytes("GET", "/v1/status"))
+    await _until(lambda: conn.stall_deadline > 0)
+    data = await asyncio.wait_for(c.reader.read(), 5)  # to EOF: aborted, never answered
+    assert data == b"" and conn not in server.connections
+    c.close()

@@ -55,7 +55,7 @@ class Settings:
     single_records: int = 200_000
     spark_records: int = 300_000
     profile_s: float = 10.0
-    hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle"); empty: all
+    hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle", "pipeline"); empty: all
     cpu_s: float = 5.0
 
     @classmethod

@@ -445,16 +445,17 @@ class Connection(asyncio.Protocol):
         for ex in self.queue:
             if ex.state == ANSWERED:
                 continue
-            if ex.state != READY:
-                return False
-            if not self.front.may_run(self):
-                if not self.stall_deadline:
-                    self.stall_deadline = self.front.now + limits.CONNECTION_STALL_TIMEOUT_S
-                return False
-            self.stall_deadline = 0.0
-            ex.state = RUNNING
-            handling.run(ex, self._answer, self.front)
-            return True
+            if ex.state == READY:
+                if not self.front.may_run(self):
+                    if not self.stall_deadline:
+                        self.stall_deadline = self.front.now + limits.CONNECTION_STALL_TIMEOUT_S
+                    return False
+                self.stall_deadline = 0.0
+                ex.state = RUNNING
+                handling.run(ex, self._answer, self.front)
+                return True
+            break
+        self.stall_deadline = 0.0  # nothing waits for the answer bounds
         return False
 
     def _answer(self, ex: Exchange, resp: Response) -> None:
