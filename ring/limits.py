@@ -716,10 +716,10 @@ def connection_bytes_max(answer_bytes_max: int) -> int:
     """What one client connection can make the broker hold, answers whose largest is
     ``answer_bytes_max`` bytes: the answers built and not sent (CONNECTION_ANSWER_BYTES_MAX
     and the one that crossed it), the rest of one read, and the requests its pipeline
-    holds, each its head twice over (as read and as decoded strings). Bodies are held in
-    REQUEST_BODY_BYTES_IN_FLIGHT_MAX."""
+    holds and the one whose head is arriving, each head twice over (as read and as
+    decoded strings). Bodies are held in REQUEST_BODY_BYTES_IN_FLIGHT_MAX."""
     return (CONNECTION_ANSWER_BYTES_MAX + answer_bytes_max + CONNECTION_UNPARSED_BYTES_MAX
-            + PIPELINED_REQUESTS_MAX * 2 * REQUEST_HEAD_BYTES_MAX)
+            + (PIPELINED_REQUESTS_MAX + 1) * 2 * REQUEST_HEAD_BYTES_MAX)
 
 
 def write_table(path: str) -> None:
