@@ -138,7 +138,7 @@ def report(rows: list[dict]) -> list[str]:
                  f"in one write each and reading nothing; each case on a fresh broker. The bound is the "
                  f"front's: per connection CONNECTION_ANSWER_BYTES_MAX "
                  f"({limits.CONNECTION_ANSWER_BYTES_MAX >> 20} MiB) and one answer, the rest of one read, "
-                 f"{limits.PIPELINED_REQUESTS_MAX} parsed heads; for all, FRONT_ANSWER_BYTES_IN_FLIGHT_MAX "
+                 f"{limits.PIPELINED_REQUESTS_MAX} parsed heads and one arriving; for all, FRONT_ANSWER_BYTES_IN_FLIGHT_MAX "
                  f"({limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX >> 20} MiB) and one answer each; plus "
                  f"{ALLOCATOR_SLACK_BYTES >> 20} MiB of allocator slack.", "",
              "| connections | sent each | answers made | RSS before | peak rise | bound | within | "
