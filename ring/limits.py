@@ -85,6 +85,10 @@ HEADER_LINE_BYTES_MAX = 8 * KiB
 # short header lines add up too. Far above what any client sends (a few hundred
 # bytes; a client token and a carried identity a few KiB).
 REQUEST_HEAD_BYTES_MAX = 64 * KiB
+# Header fields of one request (trailers included), else 431: each is an entry of
+# the request's headers, so a head of thousands of short fields would cost many
+# times its bytes in objects. Apache's LimitRequestFields; clients send a dozen.
+REQUEST_HEADER_FIELDS_MAX = 100
 # Requests one connection may have parsed and not yet answered (pipelined): beyond
 # it the broker stops reading from that connection until answers have gone out,
 # so a client cannot queue requests (and their bodies) without bound.

@@ -122,3 +122,16 @@ def test_a_client_that_half_closes_gets_the_answers_it_asked_for(broker: TestBro
         while chunk := s.recv(65536):
             got += chunk
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", got) == [b"200", b"200"], got
+
+
+def test_a_head_of_more_fields_than_the_limit_is_431(broker: TestBroker) -> None:
+    """Each field costs the broker an entry of the request's headers: their number is bounded too, so
+    what a parsed head holds stays in proportion to its bytes (``limits.connection_bytes_max``)."""
+    def head(n: int) -> bytes:  # Host and n more fields
+        return b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"".join(b"f%d:\r\n" % i for i in range(n)) + b"\r\n"
+
+    assert len(head(limits.REQUEST_HEADER_FIELDS_MAX)) < limits.REQUEST_HEAD_BYTES_MAX // 8
+    [(status, _, _)], closed = _exchange(broker, head(limits.REQUEST_HEADER_FIELDS_MAX))
+    assert status == 431 and closed
+    [(status, _, _)], _ = _exchange(broker, head(limits.REQUEST_HEADER_FIELDS_MAX - 1))
+    assert status == 200

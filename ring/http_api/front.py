@@ -74,7 +74,7 @@ class Connection(asyncio.Protocol):
     __slots__ = ("front", "app", "id", "transport", "parser", "queue", "receiving", "closed", "paused",
                  "reading_paused", "parse_stopped", "close_when_sent", "seq", "out",
                  "header_deadline", "body_deadline", "send_deadline", "idle_deadline",
-                 "stall_deadline", "_url", "_headers", "_head_bytes", "_in_head", "_head_fed", "_begun",
+                 "stall_deadline", "_url", "_headers", "_head_bytes", "_fields", "_in_head", "_head_fed", "_begun",
                  "link", "_via", "_via_none", "_held", "unparsed",
                  "_advancing", "_again", "answer_bytes", "_handed", "_eof", "__weakref__")
 
@@ -105,6 +105,7 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers = web.Headers()
         self._head_bytes = 0
+        self._fields = 0  # header (and trailer) fields of the request being received
         self._in_head = False
         self._head_fed = 0
         self._begun = 0.0  # loop time of the first byte of the request being received
@@ -303,7 +304,7 @@ class Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._in_head = True
         self._head_fed = 0
-        self._head_bytes = 0
+        self._head_bytes = self._fields = 0
         self._url = b""
         self._headers = web.Headers()
         self.idle_deadline = 0.0
@@ -327,6 +328,9 @@ class Connection(asyncio.Protocol):
         self._head_bytes += size
         if self._head_bytes > limits.REQUEST_HEAD_BYTES_MAX:
             raise HeadError(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
+        self._fields += 1
+        if self._fields > limits.REQUEST_HEADER_FIELDS_MAX:
+            raise HeadError(431, f"request head over {limits.REQUEST_HEADER_FIELDS_MAX} header fields")
         if not self._in_head:
             return  # a trailer field of a chunked body: counted with the head, never taken as a header
         headers = self._headers

@@ -204,7 +204,8 @@ def _with_head_bounds(doc: dict[str, Any]) -> dict[str, Any]:
                 responses = op.setdefault("responses", {})
                 responses.setdefault("414", _err(f"request target over {limits.HEADER_LINE_BYTES_MAX} bytes"))
                 responses.setdefault("431", _err(f"a header line over {limits.HEADER_LINE_BYTES_MAX} bytes, or "
-                                                 f"the request head over {limits.REQUEST_HEAD_BYTES_MAX}"))
+                                                 f"the request head over {limits.REQUEST_HEAD_BYTES_MAX} or "
+                                                 f"{limits.REQUEST_HEADER_FIELDS_MAX} fields"))
     return doc
 
 
