@@ -460,6 +460,7 @@ class Broker:
         url = f"{self.config.tls.scheme}://{self.config.advertise or self.config.host}:{self.config.port}"
         return {"brokers": [{"name": self.config.name, "token": token, "status": "up", "phi": 0.0,
                              "client_url": url, "peer_url": None, "generation": None,
+                             "host": self.config.failure_host, "zone": self.config.zone,
                              "load": {"partitions_led": sum(len(p) for p in self._parts.values())}}],
                 "self": self.config.name}
 

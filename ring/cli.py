@@ -98,6 +98,14 @@ def parse_duration_ms(text: str) -> float:
     return value
 
 
+def parse_label(text: str) -> str:
+    """A host or zone name: 1 to 64 printable ASCII characters, no spaces."""
+    if not text or len(text) > 64 or not all(33 <= ord(c) < 127 for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a host or zone name (1-64 printable characters, "
+                                         "no spaces)")
+    return text
+
+
 def parse_fsync(text: str):
     from ring.log.fsync import FsyncPolicy
 
@@ -144,6 +152,12 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advertise", default=_env("ADVERTISE", "") or None,
                    help="host other brokers and clients reach this broker at; default the listen host "
                         "(env RING_ADVERTISE)")
+    p.add_argument("--host", dest="host_label", type=parse_label, default=_env("HOST", "") or None,
+                   help="the failure domain this broker runs on: no two replicas of a partition share one while "
+                        "there are enough hosts (env RING_HOST; default the machine's hostname)")
+    p.add_argument("--zone", type=parse_label, default=_env("ZONE", "") or None,
+                   help="the zone (rack, availability zone) of this broker's host: replicas go to distinct zones "
+                        "while there are enough zones (env RING_ZONE; default none)")
 
 
 def _interval_arguments(p: argparse.ArgumentParser) -> None:
@@ -303,7 +317,8 @@ def _broker_config(args: argparse.Namespace, tls):
     return BrokerConfig(tls=tls, name=args.name, data_dir=args.data_dir or Path(_env("DATA_DIR", f"./var/{args.name}")),
                         host=host, port=port, fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
                         peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
-                        token=args.token, advertise=args.advertise, down_grace_s=args.down_grace_s,
+                        token=args.token, advertise=args.advertise, host_label=args.host_label, zone=args.zone,
+                        down_grace_s=args.down_grace_s,
                         repair_interval_s=args.repair_interval_s,
                         auto_partitions_grace_s=args.auto_partitions_grace_s,
                         retention_interval_s=args.retention_interval_s, max_clock_offset_ms=args.max_clock_offset,

@@ -6,6 +6,7 @@ it. Defaults and bounds come from ``ring.limits``.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,10 @@ class BrokerConfig:
     cluster_secret: str | None = None
     token: int | None = None  # None: from the name's ordinal suffix
     advertise: str | None = None  # host other brokers and clients use; None: the listen host
+    # Failure domains for placement (gossiped): no two replicas of a partition on one host while there are
+    # enough hosts, and distinct zones while there are enough zones. None: the machine's hostname; no zone.
+    host_label: str | None = None
+    zone: str | None = None
     tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
     down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
     repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds
@@ -37,3 +42,8 @@ class BrokerConfig:
     max_clock_offset_ms: float = limits.CLOCK_OFFSET_MS_MAX_DEFAULT  # beyond it the wall clock is not used
     range_interval_s: float = limits.RANGE_INTERVAL_S_DEFAULT  # leaders cut, copy and trim ranges this often
     disk_free_min_bytes: int = limits.DISK_FREE_BYTES_MIN_DEFAULT  # below it this broker takes no new range
+
+    @property
+    def failure_host(self) -> str:
+        """The host this broker runs on, for placement: ``--host``, or the machine's hostname."""
+        return self.host_label or socket.gethostname()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -347,9 +348,11 @@ def test_three_brokers_a_topic_made_on_one_page_shows_on_another_and_a_killed_br
         assert leaders == {"ring-0", "ring-1", "ring-2"}
         for i in range(3):  # gossiped load: each broker leads a third and follows the rest
             cells = second.broker_row(f"ring-{i}").locator("td")
-            expect(cells.nth(8)).to_have_text("4")
-            expect(cells.nth(9)).to_have_text("8")
+            expect(cells.nth(9)).to_have_text("4")
+            expect(cells.nth(10)).to_have_text("8")
             expect(second.broker_row(f"ring-{i}").locator(".broker-clock")).to_have_text("ok")
+            # Its failure domain: the host it gossips (the machine's name here), no zone.
+            expect(second.broker_row(f"ring-{i}").locator(".broker-host")).to_have_text(socket.gethostname())
         # The charts add up every broker's samples: the 60 records went in through ring-2, not this page's broker.
         expect(second.locator(f'.topic-chart[data-topic="{name}"]')).to_have_attribute(
             "data-in-records", "60", timeout=CHART_WAIT_MS)
@@ -413,7 +416,7 @@ def test_where_a_partitions_ranges_live_and_each_brokers_disk(browser: Any, make
         for h, n in counts.items():
             expect(cell.locator(f'[data-holder="{h}"]')).to_contain_text(f"×{n}")
         for m in c:  # every broker holds ranges, shown beside its own logs and its free disk
-            expect(p.broker_row(m.name).locator("td").nth(6)).not_to_have_text("0 B", timeout=WAIT_MS)
+            expect(p.broker_row(m.name).locator("td").nth(7)).not_to_have_text("0 B", timeout=WAIT_MS)
         assert not p.errors, p.errors
     finally:
         p.close()

@@ -135,6 +135,8 @@ class ClusterBroker(Broker):
         seeds = [s.strip() for s in self.config.seeds if s.strip()]
         members = Members(me, seeds, random.Random(self.rng.random()), self.config.down_grace_s,
                           self.config.max_clock_offset_ms)
+        members.set_extra("host", self.config.failure_host)
+        members.set_extra("zone", self.config.zone)
         self.core = NodeCore(self.name, self.replica, self.replicas, self.config.fsync.mode != "always",
                              random.Random(self.rng.random()), members)
         self.membership = Membership(members, self.clock, self.data_dir, self.step, tls=self.config.tls)

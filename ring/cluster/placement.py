@@ -26,20 +26,31 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ring.catalog import TopicConfig
 from ring.errors import BadRequest
 from ring.gossip.state import EndpointState
-from ring.hashing import Ring, partition_replicas
+from ring.hashing import Domain, Ring, partition_replicas
 
 log = logging.getLogger("ring.cluster")
 
 RING_STATUSES = ("joining", "normal", "leaving")
 
 
+def domain(ep: EndpointState) -> Domain | None:
+    """The host and zone a broker gossips (``extra``: "host", "zone"); None from a broker that gossips
+    no host (it is placed as a host of its own)."""
+    host, zone = ep.extra.get("host"), ep.extra.get("zone")
+    if type(host) is not str or not host:
+        return None
+    return Domain(host, zone if type(zone) is str and zone else None)
+
+
 def placement_ring(endpoints: Iterable[EndpointState], removed: Iterable[str] = ()) -> Ring:
-    """The ring of every broker that is joining, normal or leaving, down or not, and not removed.
+    """The ring of every broker that is joining, normal or leaving, down or not, and not removed, each on
+    the host and in the zone it gossips.
 
     Two brokers claiming one token cannot both be placed: the one with the
     smaller name keeps it (every broker picks the same) and the clash is logged.
     """
     by_token: dict[int, str] = {}
+    domains: dict[str, Domain] = {}
     gone = set(removed)
     for ep in sorted(endpoints, key=lambda e: e.name):
         if ep.status not in RING_STATUSES or ep.name in gone:
@@ -49,7 +60,10 @@ def placement_ring(endpoints: Iterable[EndpointState], removed: Iterable[str] = 
             log.error("brokers %s and %s claim token %d; %s is left off the ring", other, ep.name, ep.token, ep.name)
             continue
         by_token[ep.token] = ep.name
-    return Ring((name, token) for token, name in by_token.items())
+        dom = domain(ep)
+        if dom is not None:
+            domains[ep.name] = dom
+    return Ring(((name, token) for token, name in by_token.items()), domains)
 
 
 def preference_lists(ring: Ring, cfg: TopicConfig) -> list[list[str]]:

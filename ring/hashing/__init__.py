@@ -6,13 +6,14 @@ same membership.
 
 from ring.hashing.jump import jump_hash, partition_for_key
 from ring.hashing.murmur import RING_SIZE, TOKEN_MAX, TOKEN_MIN, token
-from ring.hashing.ring import Ring, partition_replicas
+from ring.hashing.ring import Domain, Ring, partition_replicas
 from ring.hashing.tokens import broker_token, ordinal_from_name, partition_token
 
 __all__ = [
     "RING_SIZE",
     "TOKEN_MAX",
     "TOKEN_MIN",
+    "Domain",
     "Ring",
     "broker_token",
     "jump_hash",

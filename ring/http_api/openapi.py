@@ -102,6 +102,7 @@ _CLUSTER = {
             "status": {"enum": ["up", "suspect", "down", "joining", "leaving", "removed"]},
             "phi": {"type": "number"}, "client_url": {"type": "string"}, "peer_url": {"type": ["string", "null"]},
             "generation": {"type": ["integer", "null"]}, "load": {"type": "object"},
+            "host": {"type": ["string", "null"]}, "zone": {"type": ["string", "null"]},
             "clock": {"type": "object", "properties": {
                 "state": {"enum": ["unknown", "ok", "warning", "out_of_bounds", None]},
                 "offset_ms": {"type": ["integer", "null"]}, "measured_offset_ms": {"type": ["integer", "null"]}}}}}},

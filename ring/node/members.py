@@ -160,7 +160,8 @@ class Members:
     def ring_changed(self) -> bool:
         eps = self.gossip.state.endpoints.values()
         self._removed = placement.removed_brokers(eps, [leaders.decode_removed(e.extra.get("removed")) for e in eps])
-        key = (tuple(sorted((e.name, e.token, e.status) for e in eps)), tuple(sorted(self._removed)))
+        key = (tuple(sorted((e.name, e.token, e.status, placement.domain(e)) for e in eps)),
+               tuple(sorted(self._removed)))
         if key == self._ring_key:
             return False
         self._ring_key = key

@@ -371,6 +371,7 @@ function renderBrokers() {
     return el("tr", { dataset: { broker: b.name, status: b.status } },
       el("td", {}, brokerChip(b.name), b.name === state.self ? el("span", { class: "muted" }, " (this page)") : null),
       el("td", { class: "addr" }, b.client_url || "—"),
+      el("td", { class: "broker-host" }, b.host ? (b.zone ? `${b.host} · ${b.zone}` : b.host) : "—"),
       el("td", { class: "broker-status" }, statusChip(b.status)),
       el("td", { class: "num" }, fmtPhi(b.phi)),
       el("td", { class: "broker-clock" }, clockCell(b.clock)),
