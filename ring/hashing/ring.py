@@ -78,8 +78,9 @@ class Ring:
             zones.append(zone_ids.setdefault(dom.zone if dom else None, len(zone_ids)))
         self._hosts: tuple[int, ...] = tuple(hosts)
         self._zones: tuple[int, ...] = tuple(zones)
-        # Every broker on a host of its own and one zone: the plain walk over the next brokers.
-        self._spread = len(host_ids) < len(self._names) or len(zone_ids) > 1
+        # Every broker on a host of its own, or all on one host, in one zone: every pass takes the next
+        # brokers clockwise, so the plain walk gives the same lists.
+        self._spread = 1 < len(host_ids) < len(self._names) or len(zone_ids) > 1
 
     # --- lookups -------------------------------------------------------------
 
