@@ -140,6 +140,9 @@ class Broker:
             self._tasks.append(asyncio.create_task(self.commits.interval_loop(self._all_replicas), name="fsync"))
             self._tasks.append(asyncio.create_task(self.commits.writeback_loop(self._all_replicas), name="writeback"))
 
+    async def hand_over(self) -> None:
+        """Controlled shutdown's first step; a broker alone has nobody to hand its partitions to."""
+
     def begin_shutdown(self) -> None:
         """Stop waiting: long-polls answer with what they have, new produces get 503."""
         self._closing = True

@@ -28,9 +28,10 @@ secret. A stopped broker is reported down by the others about 4-13 s after
 it stopped (phi accrual, threshold 8, 1 s gossip), up again within a gossip
 round or two of its return.
 
-SIGTERM or SIGINT stops a broker cleanly: it stops accepting, gives requests
-in flight ``SHUTDOWN_GRACE_S`` to finish, closes every log (leaving the
-clean-shutdown marker) and exits 0.
+SIGTERM or SIGINT stops a broker cleanly: it hands every partition it leads
+to a caught-up follower (``STOP_HANDOVER_MS_MAX`` at most, still serving),
+stops accepting, gives requests in flight ``SHUTDOWN_GRACE_S`` to finish,
+closes every log (leaving the clean-shutdown marker) and exits 0.
 """
 
 from __future__ import annotations
@@ -394,6 +395,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
     await stop.wait()
     log.info("%s shutting down", config.name)
+    await broker.hand_over()  # (controlled shutdown: still serving, so what moved is forwarded)
     broker.begin_shutdown()
     for s in started:
         await s.stop()

@@ -315,6 +315,12 @@ HANDOFF_MIN_LEAD_MS = 3_000
 HANDOFF_CATCHUP_MS = 2_000
 # After a handover that did not happen, the next try waits this long.
 HANDOFF_RETRY_MS = 10_000
+# A broker told to stop (SIGTERM) first hands every partition it leads to a caught-up follower, as
+# Kafka's controlled shutdown does, so a rolling restart pauses a partition for one hand-off (about
+# an election round) instead of a failure detection (4-13 s). A hand-off takes at most
+# HANDOFF_CATCHUP_MS and is retried at once while stopping; past this the broker stops anyway and
+# what it still leads fails over as after a crash.
+STOP_HANDOVER_MS_MAX = 10_000
 # Leader-epoch history entries sent in a sync frame: years of failovers; an
 # older follower epoch than these is treated as sharing nothing (refetched).
 LEADER_EPOCHS_SENT_MAX = 1_000

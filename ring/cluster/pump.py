@@ -40,7 +40,7 @@ from ring.errors import BadRequest
 from ring.gossip.core import Ack, Ack2, Syn
 from ring.node.core import NodeCore
 from ring.node.elections import Transfer
-from ring.node.ready import Announce, Ready, TransferAnswered, VoteAnswered
+from ring.node.ready import Announce, HandOver, Ready, TransferAnswered, VoteAnswered
 from ring.replication import election, protocol
 from ring.replication.leader import LinkDriver
 from ring.replication.replica import Replica
@@ -190,6 +190,18 @@ class NodePump:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return
+            await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    async def hand_over(self, timeout_s: float) -> list[Replica]:
+        """Controlled shutdown: hand every partition led here to a caught-up follower; return once none
+        is led here that has another voter to take it, or after ``timeout_s``, with those still led."""
+        self.step(HandOver())
+        deadline = self.clock.monotonic() + timeout_s
+        while True:
+            led = [r for r in self.core.replicas() if r.is_leader and len(r.voters) > 1]
+            remaining = deadline - self.clock.monotonic()
+            if not led or remaining <= 0:
+                return led
             await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     async def _announce(self) -> None:

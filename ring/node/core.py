@@ -104,7 +104,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
             msg.VoteRequested: self._vote_requested, msg.VoteAnswered: self._vote_answered,
             msg.TransferRequested: self._transfer_requested, msg.TransferAnswered: self._transfer_answered,
             msg.GossipIn: self._gossip_in, msg.Announce: self._announce_msg, msg.PutTopic: self._put_topic,
-            msg.DeleteTopic: self._delete_topic, msg.RemoveBroker: self._remove_broker,
+            msg.DeleteTopic: self._delete_topic, msg.RemoveBroker: self._remove_broker, msg.HandOver: self._hand_over,
             msg.Damaged: self._damaged, msg.Repaired: self._repaired, msg.StartMoved: self._start_moved,
             msg.LeadStart: self._lead_start, msg.ClockRead: self._clock_read, msg.LeaderLink: self._leader_link,
         }
@@ -201,6 +201,16 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
                     wakes.append(since + CLAIM_GRACE_S)
             self._active.add(key)
         return wakes
+
+    def _hand_over(self, now: float, m: msg.HandOver) -> None:
+        """Controlled shutdown: every partition led here moves to a caught-up follower (the election
+        tick starts the hand-offs, looking at once)."""
+        self.elections.watch.stopping = True
+        led = [(r.topic, r.index) for r in self.replicas() if r.is_leader]
+        log.info("%s is stopping: handing %d partitions over", self.name, len(led))
+        for key in led:
+            self._look_soon(key)
+        self._election_tick(now)
 
     def _look_soon(self, key: Key | None = None) -> None:
         """Have the next election tick come within ELECTION_TICK_MS (and look at ``key`` then)."""

@@ -251,6 +251,11 @@ class RemoveBroker(NamedTuple):
     name: str
 
 
+class HandOver(NamedTuple):
+    """This broker is stopping (controlled shutdown): hand every partition it leads to a caught-up follower,
+    and stand for none."""
+
+
 # --- damage -----------------------------------------------------------------------------------
 
 

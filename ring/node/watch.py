@@ -105,6 +105,9 @@ class Watch:
     rng: random.Random
     settings: Settings = field(default_factory=Settings)
     timers: dict[Key, Timers] = field(default_factory=dict)
+    # The broker is stopping (controlled shutdown): it hands every partition it leads to a caught-up
+    # follower at once, and neither stands nor takes a partition over.
+    stopping: bool = False
 
     def timer(self, rep: Replica, now: float) -> Timers:
         key = (rep.topic, rep.index)
@@ -188,6 +191,8 @@ class Watch:
         t.stand_at = None if delay is None else t.leaderless_since + delay
         if t.standing or now < t.next_try or self.name not in rep.voters or not view.clock_usable(self.name):
             return  # (a broker whose clock is out of bounds never stands, not even as the last resort)
+        if self.stopping:
+            return  # it hands its partitions over: it takes none
         if t.voted_at is not None and now - t.voted_at < self.settings.claim_grace_s:
             return  # we just voted: give that candidate time to win and sync us
         if rep.key < rep.vote_key:
@@ -218,15 +223,24 @@ class Watch:
             rep.set_voters(voters)
             steps.save_state(rep)
             out.append(Action("changed", rep, target="voters"))
-        if t.handing or now < t.handoff_next or not rep.voters_committed():
+        if t.handing or (now < t.handoff_next and not self.stopping) or not rep.voters_committed():
             return  # (a successor needs a majority of the voters to know them: hand over once it does)
         must_go = rep.damaged_at is not None or not view.clock_usable(self.name)
-        if settled and rep.replicas[0] == self.name and not must_go:
+        if settled and rep.replicas[0] == self.name and not must_go and not self.stopping:
             return  # the natural leader, placed, undamaged, its clock in bounds: nobody to hand over to
-        target = self._handoff_target(rep, t, view, now, must_go)
+        target = self._stopping_target(rep, view) if self.stopping and not must_go else \
+            self._handoff_target(rep, t, view, now, must_go)
         if target is not None:
             t.handing = True
             out.append(Action("hand_off", rep, target))
+
+    def _stopping_target(self, rep: Replica, view: View) -> str | None:
+        """Stopping: the first voter in preference order that is up, eligible and holds everything
+        committed (the hand-off then waits, appends frozen, until it holds the whole log)."""
+        committed = max(rep.hw, rep.epoch_start)
+        return next((r for r in election.candidate_order(rep.replicas, rep.voters)
+                     if r != self.name and view.up(r) and self.eligible(rep, r, view)
+                     and (rep.follower_ends.get(r) or 0) >= committed), None)
 
     def _handoff_target(self, rep: Replica, t: Timers, view: View, now: float, must_go: bool) -> str | None:
         acked = rep.follower_ends.get
@@ -299,7 +313,7 @@ class Watch:
         while our own copy is damaged or cut back for repair: the sender's count of our log is older)."""
         t = self.timer(rep, now)
         if rep.leader != sender or rep.epoch != epoch or not rep.aligned or not rep.caught_up or t.standing \
-                or rep.damaged_at is not None:
+                or rep.damaged_at is not None or self.stopping:
             return False
         t.standing = True
         return True
