@@ -180,7 +180,7 @@ def test_the_pod_runs_as_the_images_user(sts: dict, container: dict) -> None:
     grace = sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     from ring import limits
 
-    assert grace > limits.SHUTDOWN_GRACE_S + 5
+    assert grace > limits.STOP_HANDOVER_MS_MAX / 1000 + limits.SHUTDOWN_GRACE_S + 5  # hand over, finish, close
 
 
 # --- systemd ----------------------------------------------------------------------------------
