@@ -193,16 +193,16 @@ class NodePump:
             await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     async def hand_over(self, timeout_s: float) -> list[Replica]:
-        """Controlled shutdown: hand every partition led here to a caught-up follower; return once none
-        is led here that has another voter to take it, or after ``timeout_s``, with those still led."""
+        """Controlled shutdown: hand every partition led here to a caught-up follower; return once nothing
+        more can move (none led here has a follower to take it) or after ``timeout_s``, with the
+        partitions still led here."""
         self.step(HandOver())
         deadline = self.clock.monotonic() + timeout_s
         while True:
-            led = [r for r in self.core.replicas() if r.is_leader and len(r.voters) > 1]
-            remaining = deadline - self.clock.monotonic()
-            if not led or remaining <= 0:
-                return led
-            await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+            now = self.clock.monotonic()
+            if not self.core.handing_over(now) or now >= deadline:
+                return [r for r in self.core.replicas() if r.is_leader and len(r.voters) > 1]
+            await self.changed(min(deadline - now, limits.ELECTION_TICK_MS / 1000))
 
     async def _announce(self) -> None:
         await asyncio.sleep(ANNOUNCE_DELAY_S)

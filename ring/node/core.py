@@ -206,11 +206,21 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         """Controlled shutdown: every partition led here moves to a caught-up follower (the election
         tick starts the hand-offs, looking at once)."""
         self.elections.watch.stopping = True
+        self.members.set_extra("stopping", True)  # peers hand nothing to us (``View.up``) from now on
+        self._announce()
         led = [(r.topic, r.index) for r in self.replicas() if r.is_leader]
         log.info("%s is stopping: handing %d partitions over", self.name, len(led))
         for key in led:
             self._look_soon(key)
         self._election_tick(now)
+
+    def handing_over(self, now: float) -> list[Replica]:
+        """Stopping: the partitions still led here that are being handed over or that a follower could
+        take now (none: nothing more will move, the broker may stop)."""
+        view = self.members.view(now, self._unreachable(now))
+        watch, handoffs = self.elections.watch, self.elections.handoffs
+        return [r for r in self.replicas() if r.is_leader and len(r.voters) > 1 and (
+            (r.topic, r.index) in handoffs or watch.stopping_target(r, view) is not None)]
 
     def _look_soon(self, key: Key | None = None) -> None:
         """Have the next election tick come within ELECTION_TICK_MS (and look at ``key`` then)."""

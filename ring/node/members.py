@@ -361,8 +361,13 @@ class View:
         return self._once(self._alive, name, lambda n: self._m.alive(n, self._now))
 
     def up(self, name: str) -> bool:
-        return self._once(self._up, name, lambda n: n == self._m.name or (
-            n in self._m.gossip.state.endpoints and self._m.status(n, self._now) == "up"))
+        """Reported up and not stopping (a broker in controlled shutdown gossips "stopping"): a broker a
+        partition may be handed to."""
+        def up(n: str) -> bool:
+            ep = self._m.gossip.state.endpoints.get(n)
+            return n == self._m.name or (ep is not None and self._m.status(n, self._now) == "up"
+                                         and not ep.extra.get("stopping"))
+        return self._once(self._up, name, up)
 
     def generation(self, name: str | None) -> int | None:
         def gen(n: str | None) -> int | None:

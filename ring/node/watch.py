@@ -50,7 +50,7 @@ class View(Protocol):
 
     def alive(self, name: str) -> bool: ...  # not reported down (ourselves always)
 
-    def up(self, name: str) -> bool: ...  # reported up (not even suspect)
+    def up(self, name: str) -> bool: ...  # reported up (not even suspect) and not stopping: a hand-off target
 
     def generation(self, name: str | None) -> int | None: ...
 
@@ -228,13 +228,13 @@ class Watch:
         must_go = rep.damaged_at is not None or not view.clock_usable(self.name)
         if settled and rep.replicas[0] == self.name and not must_go and not self.stopping:
             return  # the natural leader, placed, undamaged, its clock in bounds: nobody to hand over to
-        target = self._stopping_target(rep, view) if self.stopping and not must_go else \
+        target = self.stopping_target(rep, view) if self.stopping and not must_go else \
             self._handoff_target(rep, t, view, now, must_go)
         if target is not None:
             t.handing = True
             out.append(Action("hand_off", rep, target))
 
-    def _stopping_target(self, rep: Replica, view: View) -> str | None:
+    def stopping_target(self, rep: Replica, view: View) -> str | None:
         """Stopping: the first voter in preference order that is up, eligible and holds everything
         committed (the hand-off then waits, appends frozen, until it holds the whole log)."""
         committed = max(rep.hw, rep.epoch_start)
