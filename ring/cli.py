@@ -107,6 +107,15 @@ def parse_label(text: str) -> str:
     return text
 
 
+def parse_members(text: str) -> int:
+    """``auto`` (one per core this process may run on) or a count from 1 to MEMBERS_PER_HOST_MAX."""
+    if text.strip().lower() == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    if not text.strip().isdigit() or not 1 <= int(text) <= limits.MEMBERS_PER_HOST_MAX:
+        raise argparse.ArgumentTypeError(f"--members must be auto or 1..{limits.MEMBERS_PER_HOST_MAX}, not {text!r}")
+    return int(text)
+
+
 def parse_fsync(text: str):
     from ring.log.fsync import FsyncPolicy
 
@@ -156,6 +165,14 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", dest="host_label", type=parse_label, default=_env("HOST", "") or None,
                    help="the failure domain this broker runs on: no two replicas of a partition share one while "
                         "there are enough hosts (env RING_HOST; default the machine's hostname)")
+    p.add_argument("--members", type=parse_members, default=_env("MEMBERS", "1"),
+                   help="N | auto: run N brokers (members) on this host, one per core with auto, each its own "
+                        "process, data directory and ports, all accepting on the --listen port too (env "
+                        "RING_MEMBERS; default 1). See docs/OPERATIONS.md")
+    p.add_argument("--member-ports", type=int, default=int(_env("MEMBER_PORTS", "0") or 0),
+                   help="with --members: member i listens for clients on BASE+2i and for peers on BASE+2i+1 "
+                        "(env RING_MEMBER_PORTS; default the --listen port + 10)")
+    p.add_argument("--shared-port", type=int, default=None, help=argparse.SUPPRESS)  # set by --members
     p.add_argument("--zone", type=parse_label, default=_env("ZONE", "") or None,
                    help="the zone (rack, availability zone) of this broker's host: replicas go to distinct zones "
                         "while there are enough zones (env RING_ZONE; default none)")
@@ -259,6 +276,11 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
+    if args.members > 1:
+        from ring.supervisor import run_members
+
+        return run_members(args)
+    _catch_early_signals()
     try:
         polar = _parse_serve_arguments(args)
         from ring.tls import TlsConfig
@@ -319,6 +341,7 @@ def _broker_config(args: argparse.Namespace, tls):
                         host=host, port=port, fsync=args.fsync, auto_create=args.auto_create, peer_host=peer_host,
                         peer_port=peer_port, seeds=args.seeds, cluster_secret=args.cluster_secret,
                         token=args.token, advertise=args.advertise, host_label=args.host_label, zone=args.zone,
+                        shared_port=args.shared_port,
                         down_grace_s=args.down_grace_s,
                         repair_interval_s=args.repair_interval_s,
                         auto_partitions_grace_s=args.auto_partitions_grace_s,
@@ -365,6 +388,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     app = make_app(broker, tokens)
     server = Server(app, config.host, config.port, access_log=access_log,
                     ssl_context=config.tls.client_port_context())
+    server.shared_port = config.shared_port
     listeners = None
     if polar is not None:
         from ring.http_api.groups_api import GROUPS_KEY
@@ -379,6 +403,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     if started is None:
         return 1
     broker.bind(server.port, peer_server.port)
+    stop = _stop_on_signals()  # a SIGTERM while starting stops the broker cleanly once it has started
     try:
         broker.open()
     except (RingError, OSError) as exc:
@@ -390,7 +415,6 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
     # collector's way, whose full passes would otherwise walk all of it, stalling every request ~25 ms.
     gc.freeze()
-    stop = _stop_on_signals()  # before the line that says it listens: a SIGTERM right after it counts
     polar_urls = f"; PolarStreams {' '.join(listeners.urls)}" if listeners is not None else ""
     print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
     await stop.wait()
@@ -404,12 +428,24 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     return 0
 
 
+_early_stop: list[int] = []  # signals that came before the event loop's handlers were installed
+
+
+def _catch_early_signals() -> None:
+    """From the start of ``ring serve``: a SIGTERM or SIGINT before the broker's loop runs is kept, and
+    stops it cleanly once it has started (a supervisor may stop a member that is still starting)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: _early_stop.append(signum))
+
+
 def _stop_on_signals() -> asyncio.Event:
-    """An event SIGTERM and SIGINT set from now on."""
+    """An event SIGTERM and SIGINT set from now on (set already if one came since ``_catch_early_signals``)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if _early_stop:
+        stop.set()
     return stop
 
 
@@ -447,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    args.serve_argv = argv  # (``serve --members`` starts each member with the same flags and its own)
     return args.func(args, rest)
 
 

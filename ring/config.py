@@ -34,6 +34,8 @@ class BrokerConfig:
     # enough hosts, and distinct zones while there are enough zones. None: the machine's hostname; no zone.
     host_label: str | None = None
     zone: str | None = None
+    # ``ring serve --members``: the host's one client port, which every member also accepts on (SO_REUSEPORT).
+    shared_port: int | None = None
     tls: TlsConfig = PLAINTEXT  # --tls-cert, --tls-key, --peer-ca (ring.tls)
     down_grace_s: float = limits.DOWN_GRACE_S_DEFAULT  # a broker down this long is taken off the ring
     repair_interval_s: float = limits.REPAIR_INTERVAL_S_DEFAULT  # anti-entropy rounds

@@ -315,6 +315,15 @@ HANDOFF_MIN_LEAD_MS = 3_000
 HANDOFF_CATCHUP_MS = 2_000
 # After a handover that did not happen, the next try waits this long.
 HANDOFF_RETRY_MS = 10_000
+# Members one `ring serve --members` runs on a host: one per core of the largest common servers; each
+# member holds its own ports, data directory and gossip entry.
+MEMBERS_PER_HOST_MAX = 256
+# A member that exits on its own is started again after this long, doubling on each exit within
+# MEMBER_RESTART_RESET_S of its start up to MEMBER_RESTART_MS_MAX (a member that cannot start does
+# not spin).
+MEMBER_RESTART_MS = 1_000
+MEMBER_RESTART_MS_MAX = 30_000
+MEMBER_RESTART_RESET_S = 60.0
 # A broker told to stop (SIGTERM) first hands every partition it leads to a caught-up follower, as
 # Kafka's controlled shutdown does, so a rolling restart pauses a partition for one hand-off (about
 # an election round) instead of a failure detection (4-13 s). A hand-off takes at most

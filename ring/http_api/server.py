@@ -317,9 +317,15 @@ class PeerServer(_Listening):
 
 class Server(_Listening):
     """The client API on one listening socket, served by the front: ``start`` returns once it
-    accepts, ``stop`` lets requests in flight finish (up to SHUTDOWN_GRACE_S) and closes."""
+    accepts, ``stop`` lets requests in flight finish (up to SHUTDOWN_GRACE_S) and closes.
+
+    ``shared_port``: a second port the same front accepts on with SO_REUSEPORT, which every member of
+    one host listens on too (``ring serve --members``): the kernel spreads the connections over them
+    and each forwards what it does not lead."""
 
     front: Any = None
+    shared_port: int | None = None
+    _shared: asyncio.base_events.Server | None = None
 
     @property
     def connections(self) -> set:
@@ -330,10 +336,17 @@ class Server(_Listening):
         self.front = Front(self.app, self._header_timeout_s, self._send_timeout_s, self._connections_max,
                            self._access_log)
         try:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
             self._server = await loop.create_server(self.front.protocol, self.host, self.port, reuse_address=True,
-                                                    family=socket.AF_INET6 if ":" in self.host else socket.AF_INET,
-                                                    **self._tls())
+                                                    family=family, **self._tls())
+            if self.shared_port is not None:
+                self._shared = await loop.create_server(self.front.protocol, self.host, self.shared_port,
+                                                        reuse_address=True, reuse_port=True, family=family,
+                                                        **self._tls())
         except BaseException:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
             self.front.stop_sweeping()
             self.front = None
             raise
@@ -345,6 +358,9 @@ class Server(_Listening):
         if self._server is not None:
             self._server.close()  # no new connections; open ones drain below
             self._server = None
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
         front = self.front
         if front is not None:
             front.closing = True

@@ -242,6 +242,8 @@ class Elections:
         h = self.handoffs.pop(key)
         if h.rep.is_leader:
             h.rep.frozen = False
+            if self.watch.stopping:
+                self.watch.refused.add((key, h.target))  # did not happen: try another follower, or none
         self.watch.handed(h.rep, now)
         self.changed(h.rep)  # produces waiting for the hand-off go on, here or at the new leader
 

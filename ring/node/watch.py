@@ -108,6 +108,9 @@ class Watch:
     # The broker is stopping (controlled shutdown): it hands every partition it leads to a caught-up
     # follower at once, and neither stands nor takes a partition over.
     stopping: bool = False
+    # Stopping: the (partition, follower) hand-offs that did not happen (refused, or not caught up in
+    # time): not tried again during this shutdown, so a stop ends once nothing more can move.
+    refused: set[tuple[Key, str]] = field(default_factory=set)
 
     def timer(self, rep: Replica, now: float) -> Timers:
         key = (rep.topic, rep.index)
@@ -237,9 +240,9 @@ class Watch:
     def stopping_target(self, rep: Replica, view: View) -> str | None:
         """Stopping: the first voter in preference order that is up, eligible and holds everything
         committed (the hand-off then waits, appends frozen, until it holds the whole log)."""
-        committed = max(rep.hw, rep.epoch_start)
+        committed, key = max(rep.hw, rep.epoch_start), (rep.topic, rep.index)
         return next((r for r in election.candidate_order(rep.replicas, rep.voters)
-                     if r != self.name and view.up(r) and self.eligible(rep, r, view)
+                     if r != self.name and (key, r) not in self.refused and view.up(r) and self.eligible(rep, r, view)
                      and (rep.follower_ends.get(r) or 0) >= committed), None)
 
     def _handoff_target(self, rep: Replica, t: Timers, view: View, now: float, must_go: bool) -> str | None:
