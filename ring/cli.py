@@ -277,8 +277,9 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
     if args.members > 1:
-        from ring.supervisor import run_members
+        from ring.commands.members import run_members
 
+        args.listen = args.listen or parse_listen(LISTEN_DEFAULT)
         return run_members(args)
     _catch_early_signals()
     try:

@@ -1,4 +1,4 @@
-"""``ring serve --members N``: one command runs N brokers on a host (ring/supervisor.py).
+"""``ring serve --members N``: one command runs N brokers on a host (ring/commands/members.py).
 
 The members' names, ports, data directories, seeds and host label from the
 host's flags (unit), and on real processes: both members join as one host,
@@ -21,7 +21,7 @@ import pytest
 
 from ring.cli import build_parser
 from ring.localcluster import free_port
-from ring.supervisor import members_of
+from ring.commands.members import members_of
 from tests.brokers import REPO_ROOT
 from tests.support import Http, wait_for
 
@@ -51,10 +51,10 @@ def test_members_take_names_ports_data_directories_and_seeds_from_the_hosts_flag
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--name", "broker"], "ordinal"),
-    (["--name", "ring-0", "--token", "5"], "--token"),
+    (["--name", "broker", "--listen", "127.0.0.1:9250"], "ordinal"),
+    (["--name", "ring-0", "--listen", "127.0.0.1:9250", "--token", "5"], "--token"),
     (["--name", "ring-0", "--listen", "127.0.0.1:0"], "fixed --listen port"),
-    (["--name", "ring-0", "--seeds", "10.1.1.1:9251"], "secret"),
+    (["--name", "ring-0", "--listen", "127.0.0.1:9250", "--seeds", "10.1.1.1:9251"], "secret"),
     (["--name", "ring-0", "--listen", "127.0.0.1:9250", "--member-ports", "9249"], "--member-ports"),
 ])
 def test_flags_that_cannot_make_members_are_refused(flags: list[str], message: str) -> None:

@@ -1,5 +1,6 @@
 """The client subcommands of ``ring``: ``topics``, ``produce``, ``consume``,
-``groups`` and ``cluster`` (``ring.cli`` registers them beside ``serve``).
+``groups`` and ``cluster`` (``ring.cli`` registers them beside ``serve``),
+and ``members``, which runs ``ring serve --members N``'s brokers.
 
 They follow shell habits: records in on stdin and out on stdout, one per
 line; people get sentences and aligned tables, ``--json`` gives machines

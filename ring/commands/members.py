@@ -46,7 +46,7 @@ from ring import limits, logging_setup
 from ring.clock import SystemClock
 from ring.hashing import ordinal_from_name
 
-log = logging.getLogger("ring.supervisor")
+log = logging.getLogger("ring.members")
 
 # A member told to stop hands its partitions over (STOP_HANDOVER_MS_MAX), lets requests finish
 # (SHUTDOWN_GRACE_S) and closes its logs; past this it is killed.
@@ -54,7 +54,7 @@ MEMBER_STOP_S_MAX = limits.STOP_HANDOVER_MS_MAX / 1000 + limits.SHUTDOWN_GRACE_S
 
 
 @dataclass(frozen=True)
-class Member:
+class MemberProcess:
     name: str
     client_port: int
     peer_port: int
@@ -62,10 +62,9 @@ class Member:
     env: dict[str, str]  # its whole environment
 
 
-def members_of(args: argparse.Namespace, argv: list[str]) -> list[Member]:
+def members_of(args: argparse.Namespace, argv: list[str]) -> list[MemberProcess]:
     """The members ``ring serve --members N`` runs, from its parsed flags and its command line ``argv``
     (``serve`` and its flags); ValueError when the flags cannot make members."""
-    from ring.cli import LISTEN_DEFAULT, parse_listen
 
     n = args.members
     ordinal = ordinal_from_name(args.name)
@@ -75,7 +74,7 @@ def members_of(args: argparse.Namespace, argv: list[str]) -> list[Member]:
                         ("--polarstreams", args.polarstreams)):
         if given:
             raise ValueError(f"{flag} cannot be used with --members (each member gets its own)")
-    host, port = args.listen or parse_listen(LISTEN_DEFAULT)
+    host, port = args.listen  # (the command line's default filled in)
     if port == 0:
         raise ValueError("--members needs a fixed --listen port: every member of the host accepts on it")
     base = args.member_ports or port + 10
@@ -99,7 +98,7 @@ def members_of(args: argparse.Namespace, argv: list[str]) -> list[Member]:
         own = ["--members", "1", "--name", name, "--listen", f"{_addr(host)}:{base + 2 * i}",
                "--peer-listen", f"{_addr(host)}:{base + 2 * i + 1}", "--data-dir", str(data / name),
                "--shared-port", str(port), "--seeds", ",".join(seeds), "--host", label]
-        out.append(Member(name, base + 2 * i, base + 2 * i + 1, [sys.executable, "-m", "ring", *argv, *own], env))
+        out.append(MemberProcess(name, base + 2 * i, base + 2 * i + 1, [sys.executable, "-m", "ring", *argv, *own], env))
     return out
 
 
@@ -119,7 +118,7 @@ def run_members(args: argparse.Namespace) -> int:
 
 
 class Supervisor:
-    def __init__(self, members: list[Member]) -> None:
+    def __init__(self, members: list[MemberProcess]) -> None:
         self.members = members
         self.clock = SystemClock()
         self.stop = asyncio.Event()
@@ -137,7 +136,7 @@ class Supervisor:
             log.error("members that did not stop cleanly: %s", failed)
         return 1 if failed else 0
 
-    async def _keep(self, m: Member) -> int:
+    async def _keep(self, m: MemberProcess) -> int:
         """Run ``m``, starting it again whenever it exits on its own, until told to stop; its exit code."""
         delay_s = limits.MEMBER_RESTART_MS / 1000
         while True:
@@ -163,7 +162,7 @@ class Supervisor:
                 pass
             delay_s = min(2 * delay_s, limits.MEMBER_RESTART_MS_MAX / 1000)
 
-    async def _stop(self, m: Member, proc: asyncio.subprocess.Process) -> int:
+    async def _stop(self, m: MemberProcess, proc: asyncio.subprocess.Process) -> int:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
             try:
