@@ -141,6 +141,11 @@ def _extra_parts(bench: Any) -> list[str]:
         from ring.bench import hostile
 
         out += ["#### Hostile input: broker memory and trickling clients", "", *hostile.report(bench.extra["hostile"]), ""]
+    if bench.extra.get("members"):
+        from ring.bench import members
+
+        text = members.report(bench.extra["members"], bench.args.command).splitlines()
+        out += ["#### One host, many members", "", *text, ""]
     if bench.extra.get("spark"):
         from ring.bench import spark
 

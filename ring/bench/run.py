@@ -57,12 +57,13 @@ class Settings:
     profile_s: float = 10.0
     hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle", "pipeline"); empty: all
     cpu_s: float = 5.0
+    members_s: float = 5.0
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
                    ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0, cpu_s=1.0,
-                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"))
+                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"), members_s=1.0)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -394,6 +395,16 @@ class Bench:
             self.failed_parts.append(f"hostile part failed: {exc}")
             self.note(self.failed_parts[-1])
 
+    def run_members(self) -> None:
+        from ring.bench import members
+
+        self.say("members part: one host's throughput with 1, 2 and auto members, direct and through one port")
+        try:
+            self.extra["members"] = members.run_part(self.settings.members_s, fsync=self.args.fsync)
+        except Exception as exc:  # a failed part is reported; the figures already measured are kept
+            self.failed_parts.append(f"members part failed: {exc}")
+            self.note(self.failed_parts[-1])
+
     # --- all of it -------------------------------------------------------------------
 
     def run(self) -> int:
@@ -415,6 +426,8 @@ class Bench:
             self.run_single()
         if "hostile" in self.groups:
             self.run_hostile()
+        if "members" in self.groups:
+            self.run_members()
         if "spark" in self.groups:
             self.run_spark()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -492,7 +492,8 @@ class ClusterBroker(Broker):
         if doc["status"] == "ok" and (self.membership is None or not self.membership.joined):
             doc["status"] = "joining"
         doc.update({"token": self.token, "client_addr": self.client_addr, "peer_addr": self.peer_addr,
-                    "cluster_secret_set": bool(self.config.cluster_secret)})
+                    "cluster_secret_set": bool(self.config.cluster_secret),
+                    "produces_forwarded": self.peers.forwards if self.peers is not None else 0})
         if self.pump is not None:
             doc["replication"] = self.pump.describe()
         reps = self.replicas()

@@ -117,6 +117,7 @@ class PeerClient:
         self.session = session if session is not None else make_session(secret, tls, name=name)
         self.control = make_session(secret, tls, limits.GOSSIP_REQUEST_TIMEOUT_S, CONTROL_CONNECTIONS_MAX, name)
         self.forwards_in_flight = 0
+        self.forwards = 0  # produces forwarded to their leader since start (GET /v1/status)
 
     async def close(self) -> None:
         await self.control.close()
@@ -167,6 +168,7 @@ class PeerClient:
             raise Overloaded(f"{self.forwards_in_flight} produces are being forwarded to leaders already; "
                              "retry later", topic=topic, partition=partition)
         self.forwards_in_flight += 1
+        self.forwards += 1
         try:
             return await self._forward_produce(leader, peer_url, topic, partition, level, batches)
         finally:
