@@ -52,6 +52,7 @@ FAULT_MARKS = {  # what each scenario's events must show, so a scenario that inj
     "clock-skew": "with its clock ",
     "consumer-kill": "kill consumer", "range-holder-kill": "SIGKILL", "range-holder-isolate": "isolate",
     "range-bit-flip": "bit flip on", "range-join-decommission": "decommission",
+    "host-kill": "power loss", "zone-kill": "power loss",
 }
 
 
@@ -87,6 +88,9 @@ def test_short_scenario_at_quorum_keeps_what_quorum_promises(name: str, tmp_path
         assert r["group_delivered"] > 0 and r["committed_undelivered"] == 0, why
     if name == "none":
         assert r["availability"] == 1.0 and r["failed"] == r["unknown"] == 0, why
+    if SCENARIOS[name].hosts:  # a whole failure domain lost power together, and writes resumed within 10 s
+        assert sum("power loss on" in what for _, what in res["events"]) == 2, why
+        assert r["longest_outage_s"] <= 10.0, why
     if SCENARIOS[name].ranges:  # the replicas kept only a tail: the drain from offset 0 went through ranges
         starts = [p["local_start_offset"] for parts in res["meta"]["partitions"].values() for p in parts or []
                   if p.get("local_start_offset")]

@@ -20,7 +20,7 @@ import asyncio
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 import orjson
@@ -60,9 +60,15 @@ def decode_batches(data: bytes, from_offset: int = 0) -> tuple[list[tuple[int, s
     return records, ids
 
 
+def _domain(args: list[str], name: str) -> str:
+    flags = dict(zip(args[::2], args[1::2]))
+    return flags.get("--zone") or flags.get("--host") or name
+
+
 class ChaosCluster:
     def __init__(self, root: Path, network: Network, fsync: str, extra_args: tuple[str, ...] = (),
-                 spare: int = 0) -> None:
+                 spare: int = 0, domain_args: Callable[[int], list[str]] = lambda i: []) -> None:
+        """``domain_args``: broker i's ``--host``/``--zone`` flags (its failure domain)."""
         self.root, self.network, self.fsync = Path(root), network, fsync
         self.secret = secrets.token_hex(16)
         places = network.places
@@ -70,7 +76,7 @@ class ChaosCluster:
         self.brokers: list[LocalBroker] = []
         for i, place in enumerate(places):
             args = ["--peer-listen", f"{place.host}:{place.peer_port}", "--seeds", seeds, "--fsync", fsync,
-                    *extra_args]
+                    *extra_args, *domain_args(i)]
             if place.advertise:
                 args += ["--advertise", place.advertise]
             name = f"ring-{i}"
@@ -78,6 +84,8 @@ class ChaosCluster:
                 name, self.root / name, place.client_port, host=place.host, args=args,
                 env={"PYTHONPATH": str(REPO_ROOT), "RING_CLUSTER_SECRET": self.secret},
                 log_path=self.root / f"{name}.log", prefix=place.prefix))
+        # Broker i's failure domain as a fault sees it: its zone, else its host, else itself alone.
+        self.domains = [_domain(domain_args(i), b.name) for i, b in enumerate(self.brokers)]
         self.paused: set[int] = set()
         self.session: aiohttp.ClientSession | None = None
         self.members: list[int] = list(range(len(self.brokers) - spare))  # started, and not decommissioned

@@ -313,15 +313,32 @@ class Faults:
 
     async def torn_kill(self, i: int) -> None:
         """Power loss on broker i: stop, kill, cut each partition's unsynced tail, restart."""
+        await self._power_loss([i])
+
+    async def torn_kill_domain(self, i: int) -> None:
+        """Power loss on every broker of broker i's failure domain (its zone, else its host), together."""
+        domain = self.cluster.domains[i]
+        await self._power_loss([j for j in self.cluster.members if self.cluster.domains[j] == domain])
+
+    async def _power_loss(self, victims: list[int]) -> None:
+        """Stop every victim at once, kill them, cut each one's unsynced tails, restart them."""
         policy = FsyncPolicy.parse(self.cluster.fsync)
-        own_view = await self.cluster.describe(self.topic, i)
-        self.pause(i)
+        views = {i: await self.cluster.describe(self.topic, i) for i in victims}
+        for i in victims:
+            self.pause(i)
         stopped_at = time.monotonic()
         await asyncio.sleep(PAUSE_BEFORE_KILL_S)
-        floors = await self._durable_floors(i, own_view) if policy.mode == "always" else {}
+        floors = {i: await self._durable_floors(i, views[i]) if policy.mode == "always" else {} for i in victims}
         interval_s = (policy.interval_ms or 0) / 1000
         before = self.sampler.at(stopped_at - interval_s - INTERVAL_MARGIN_S) if self.sampler else {}
-        await self.kill(i)
+        for i in victims:
+            await self.kill(i)
+        for i in victims:
+            self._cut_unsynced(i, policy, floors[i], before)
+        for i in victims:
+            await self.restart(i)
+
+    def _cut_unsynced(self, i: int, policy: FsyncPolicy, floors: dict[int, int], before: dict) -> None:
         cuts = []
         for p in range(self.partitions):
             seg = last_segment(self.cluster.partition_dir(i, self.topic, p))
@@ -340,7 +357,6 @@ class Faults:
                 os.truncate(seg, cut)
             cuts.append(f"{p}:{seg.name}@{cut}/{len(data)} (floor {floor})")
         self.event(f"power loss on {self.name(i)} ({self.cluster.fsync}): cut " + ", ".join(cuts))
-        await self.restart(i)
 
     # --- bit rot -----------------------------------------------------------------------------
 

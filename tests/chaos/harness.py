@@ -95,7 +95,8 @@ async def run(spec: RunSpec) -> dict[str, Any]:
     now = lambda: time.monotonic() - t0  # noqa: E731
     history = History(meta={"spec": asdict(spec), "fsync": scenario.fsync,
                             "wall_ms_at_start": int(time.time() * 1000) - int((time.monotonic() - t0) * 1000)})
-    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync, scenario.args, scenario.spare)
+    cluster = ChaosCluster(root / "brokers", _network(spec), scenario.fsync, scenario.args, scenario.spare,
+                           scenario.domain_args)
     result: dict[str, Any] = {"spec": asdict(spec), "scenario": scenario.what, "fsync": scenario.fsync,
                               "network": cluster.network.name, "seconds": spec.seconds, "error": "",
                               "drained": False}

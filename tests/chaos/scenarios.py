@@ -54,6 +54,13 @@ class Scenario:
     brokers: int = 3  # started at the beginning
     spare: int = 0  # made but not started: they join during the run
     ranges: bool = False  # the topic keeps a local tail; the rest is in ranges (ring.ranges), read back from 0
+    # Failure domains: broker i runs on host ``hosts[i]`` and in zone ``zones[i]`` (``ring serve --host/--zone``);
+    # empty: every broker on this machine's host, no zone.
+    hosts: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+
+    def domain_args(self, i: int) -> list[str]:
+        return ([*("--host", self.hosts[i])] if self.hosts else []) + ([*("--zone", self.zones[i])] if self.zones else [])
 
 
 async def no_faults(ctx: Ctx) -> None:
@@ -152,6 +159,21 @@ async def torn_kill(ctx: Ctx) -> None:
         began = time.monotonic()
         victim, _ = await ctx.faults.a_leader()
         await ctx.faults.torn_kill(victim)
+        if ctx.short:
+            return
+        await ctx.sleep(10.0 - (time.monotonic() - began))
+
+
+async def domain_kill(ctx: Ctx) -> None:
+    """Every 10 s: power loss on every broker of the failure domain (host, or zone when the brokers have
+    zones) of a random partition's leader, together (restarted together); once in the short run."""
+    await ctx.sleep(WARMUP_S + 1)
+    for _ in range(100):
+        if ctx.left_s < 3:
+            return
+        began = time.monotonic()
+        victim, _ = await ctx.faults.a_leader()
+        await ctx.faults.torn_kill_domain(victim)
         if ctx.short:
             return
         await ctx.sleep(10.0 - (time.monotonic() - began))
@@ -290,6 +312,12 @@ async def range_join_decommission(ctx: Ctx) -> None:
 
 
 RANGE_ARGS = ("--range-interval-s", "0.5", "--repair-interval-s", "2")
+# Six brokers ring-0..5 sit clockwise in the order 0, 3, 1, 4, 2, 5. Hosts (zones) of two brokers that are
+# neighbours on the ring: a walk over the next three brokers would put two replicas of many partitions on
+# one host, so these scenarios lose acknowledged writes unless placement keeps replicas on distinct hosts.
+_CLOCKWISE_6 = (0, 3, 1, 4, 2, 5)
+HOSTS_OF_TWO = tuple(f"host-{_CLOCKWISE_6.index(i) // 2}" for i in range(6))
+ZONES_OF_TWO = tuple(f"zone-{_CLOCKWISE_6.index(i) // 2}" for i in range(6))
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("none", "no faults", no_faults, short_s=8.0),
@@ -303,6 +331,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              torn_kill, short_s=10.0),
     Scenario("torn-interval", "power loss on a leader every 10 s, tail cut in the last fsync interval "
              "(fsync interval:1000)", torn_kill, fsync="interval:1000", short_s=10.0),
+    Scenario("host-kill", "3 hosts of 2 brokers: power loss on both brokers of a leader's host every 10 s, their "
+             "tails cut in the last fsync interval (fsync interval:1000)", domain_kill, fsync="interval:1000",
+             short_s=12.0, brokers=6, hosts=HOSTS_OF_TWO),
+    Scenario("zone-kill", "3 zones of 2 hosts: power loss on both brokers of a leader's zone every 10 s, their "
+             "tails cut in the last fsync interval (fsync interval:1000)", domain_kill, fsync="interval:1000",
+             short_s=12.0, brokers=6, hosts=tuple(f"host-{i}" for i in range(6)), zones=ZONES_OF_TWO),
     Scenario("bit-flip", "one bit flipped in a closed segment of one replica (full run: then kill, restart)",
              bit_flip, short_s=10.0),
     Scenario("clock-skew", "a leader restarted with its clock 8 days off, then 60 s off the other way, then right "
