@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -238,15 +239,34 @@ def test_every_variable_the_unit_and_examples_set_is_one_ring_serve_reads() -> N
     assert not missing, f"ring serve reads no {sorted(missing)}"
 
 
+def _member_ports(n: int) -> tuple[int, int]:
+    """A free client port and a base with ``2n`` free ports after it."""
+    for _ in range(200):
+        base = free_port()
+        if all(_bindable(port) for port in range(base, base + 2 * n)):
+            return free_port(), base
+    raise AssertionError("no free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def test_the_example_environment_starts_a_real_broker(tmp_path: Path) -> None:
-    """ring serve --name %i with the unit's defaults and the example files (ports and paths made local)."""
+    """ring serve --name %i with the unit's defaults and the example files (ports and paths made local): one
+    member per core, all answering on the host's one client port."""
     unit = _unit()
     env = {k: v for k, _, v in (e.partition("=") for e in unit["Environment"])}
+    assert env["RING_MEMBERS"] == "auto"
     env |= _env_file(SYSTEMD / "ring.env.example") | _env_file(SYSTEMD / "ring-0.env.example")
-    client, peer = free_port(), free_port()
+    client, base = _member_ports(len(os.sched_getaffinity(0)))
     env |= {"RING_DATA_DIR": str(tmp_path / "ring-0"), "RING_LISTEN": f"127.0.0.1:{client}",
-            "RING_PEER_LISTEN": f"127.0.0.1:{peer}", "RING_ADVERTISE": "127.0.0.1",
-            "RING_SEEDS": f"127.0.0.1:{peer}"}
+            "RING_MEMBER_PORTS": str(base), "RING_ADVERTISE": "127.0.0.1", "RING_SEEDS": f"127.0.0.1:{base + 1}"}
     env = {k: v.replace("%i", "ring-0") for k, v in env.items()}
     argv = shlex.split(unit["ExecStart"][0].replace("%i", "ring-0"))[1:]
     log_path = tmp_path / "ring-0.log"
@@ -267,12 +287,14 @@ def test_the_example_environment_starts_a_real_broker(tmp_path: Path) -> None:
             except OSError:
                 time.sleep(0.1)
         assert doc is not None, log_path.read_text()
-        assert doc["name"] == "ring-0"
+        members = [f"ring-{i}" for i in range(len(os.sched_getaffinity(0)))]
+        assert doc["name"] in members  # whichever member the kernel handed the connection
         assert doc.get("cluster_secret_set") is True
-        assert (tmp_path / "ring-0").is_dir()
+        for name in members:  # each member's own directory under the instance's
+            assert (tmp_path / "ring-0" / name).is_dir()
     finally:
         proc.terminate()
-        code = proc.wait(15)
+        code = proc.wait(60)
     assert code == 0, log_path.read_text()
     lines = [ln for ln in log_path.read_text().splitlines() if ln.startswith("{")]
     if "log_format" in (REPO_ROOT / "ring" / "cli.py").read_text():
