@@ -230,3 +230,24 @@ def test_make_cluster_stop_leaves_a_process_that_is_not_its_broker_alone(tmp_pat
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_the_two_hosts_example_runs_two_members_on_each_host() -> None:
+    """deploy/compose/hosts.yml: each container is a host of two members, parsed by the real command line."""
+    from ring.commands.members import members_of
+
+    doc = yaml.safe_load((REPO_ROOT / "deploy" / "compose" / "hosts.yml").read_text())
+    names, hosts = [], set()
+    for svc in doc["services"].values():
+        argv = svc["command"]
+        args, rest = cli.build_parser().parse_known_args(argv)
+        assert rest == [] and args.members == 2 and svc["environment"][SECRET_ENV].startswith("${")
+        args.cluster_secret = "from-the-environment"  # (as RING_CLUSTER_SECRET gives it in the container)
+        members = members_of(args, argv)
+        names += [m.name for m in members]
+        hosts.add(args.host_label)
+        for m in members:  # each member's seeds reach the other host's first member
+            own, _ = cli.build_parser().parse_known_args(m.argv[3:])
+            assert {"host-0:9261", "host-1:9261"} <= set(own.seeds) | {f"{args.advertise}:{m.peer_port}"}
+        assert svc["stop_grace_period"] == "40s" and svc["healthcheck"]["test"][-1].count("9250") == 1
+    assert names == ["ring-0", "ring-1", "ring-2", "ring-3"] and hosts == {"host-0", "host-1"}
