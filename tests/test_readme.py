@@ -30,6 +30,8 @@ UNRUN = {
     ("OPERATIONS.md", "python3 -m venv /opt/ring/venv"): "installs a systemd unit as root on the host "
                                                         "(tests/test_deploy_k8s.py checks the unit and its "
                                                         "environment files)",
+    ("OPERATIONS.md", "ring serve --members auto --name ring-0"): "a synopsis of two hosts' commands; "
+                                                                   "tests/test_members.py runs a host of members",
     ("SECURITY.md", "ring serve --tls-cert broker.pem"): "a synopsis of the flags; the same command runs in "
                                                           "the security-example block",
     ("SECURITY.md", "python -m tests.soak --seconds 300"): "five minutes of load; tests/test_soak.py runs 30 s",
