@@ -8,10 +8,21 @@ directory with ``dumps``/``loads`` and an atomic file replace; gossip carries
 each topic's JSON between brokers, last writer wins. ``base_partitions`` (the
 count at creation) is written by the broker only: placement keeps it, so a
 grown topic's older partitions stay where they were.
+
+A topic's ``id`` names this incarnation of the name, as Kafka's topic ids do:
+16 random bytes (22 characters of unpadded base64url) drawn by the broker that
+creates the topic (``encode_id``), a new one when the name is created again,
+so nothing kept for the old topic (a group's committed offsets, a client's
+cache) is taken for the new one. A config stored by a release without ids
+gets one derived from its name and creation time (``derived_id``): the same
+on every broker, and different for every incarnation those two tell apart.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
@@ -30,8 +41,11 @@ _FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retentio
 # What a change to an existing topic may set (``TopicConfig.changed``); the others are fixed at creation.
 CHANGEABLE = ("partitions", "auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency",
               "local_retention_bytes")
-# Written by the broker only: the partition count the topic was created with (placement keeps it).
-_STORED_FIELDS = ("base_partitions",)
+# Written by the broker only: the partition count the topic was created with (placement keeps it),
+# and the id of this incarnation of the name.
+_STORED_FIELDS = ("base_partitions", "id")
+TOPIC_ID_BYTES = 16  # as Kafka's topic ids: a random collision is out of reach
+_TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 # Per-request consistency levels; a topic's ``consistency`` is the default of its produces.
 CONSISTENCY_LEVELS = ("one", "quorum", "all")
 CONSISTENCY_DEFAULT = "quorum"
@@ -61,6 +75,28 @@ def validate_topic_name(name: object) -> str:
             "A-Z a-z 0-9 . _ - (not '.' or '..')"
         )
     return name
+
+
+def encode_id(raw: bytes) -> str:
+    """A topic id from ``TOPIC_ID_BYTES`` bytes: unpadded base64url, as Kafka shows its topic ids."""
+    assert len(raw) == TOPIC_ID_BYTES, len(raw)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def derived_id(name: str, created_ms: int) -> str:
+    """The id of a topic stored without one (by a release without ids): a hash of its name and creation
+    time, so every broker derives the same one."""
+    digest = hashlib.blake2b(f"{name}\x00{created_ms}".encode(), digest_size=TOPIC_ID_BYTES).digest()
+    return encode_id(digest)
+
+
+def _topic_id(body: dict[str, Any]) -> str:
+    value = body.get("id")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not _TOPIC_ID.fullmatch(value):
+        raise BadRequest("id must be 22 characters of base64url", field="id")
+    return value
 
 
 def _int_field(body: dict[str, Any], field: str, default: int, lo: int, hi: int) -> int:
@@ -108,10 +144,13 @@ class TopicConfig:
     # Bytes of closed segments a partition's replicas keep once they are safe as ranges on other
     # brokers (ring.ranges); -1 keeps everything local and makes no ranges.
     local_retention_bytes: int = -1
+    id: str = ""  # this incarnation of the name (empty: derived from the name and ``created_ms``)
 
     def __post_init__(self) -> None:
         if not self.base_partitions:
             object.__setattr__(self, "base_partitions", self.partitions)
+        if not self.id:
+            object.__setattr__(self, "id", derived_id(self.name, self.created_ms))
 
     @classmethod
     def from_request(cls, body: object, now_ms: int, stored: bool = False) -> TopicConfig:
@@ -143,6 +182,7 @@ class TopicConfig:
             compression=compression,
             consistency=consistency,
             created_ms=now_ms,
+            id=_topic_id(body) if stored else "",
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -213,7 +253,7 @@ class Catalog:
 
     def replace(self, config: TopicConfig) -> None:
         """A changed config of a topic in the catalogue (same incarnation)."""
-        assert self._topics[config.name].created_ms == config.created_ms, config.name
+        assert self._topics[config.name].id == config.id, config.name
         self._topics[config.name] = config
         self.version += 1
 

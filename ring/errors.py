@@ -20,6 +20,7 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     |   +-- UnknownTopic            404
     |   +-- UnknownPartition        404
     +-- Conflict                    409  (topic exists, stale generation ...)
+    |   +-- TopicRecreated          409  a group member's topic was deleted and created again
     +-- PayloadTooLarge             413  a record, a line or a request over a limit
     +-- OffsetOutOfRange            416  names earliest/latest offsets
     +-- Overloaded                  429  a bounded queue is full (Retry-After)
@@ -108,6 +109,13 @@ class UnknownPartition(NotFound):
 class Conflict(RingError):
     status = 409
     code = "conflict"
+
+
+class TopicRecreated(Conflict):
+    """A consumer-group member reads a topic that was deleted and created again since it was assigned
+    it: names the topic, its id now (``topic_id``) and the one the member had (``stale_topic_id``)."""
+
+    code = "topic_recreated"
 
 
 class PayloadTooLarge(RingError):

@@ -34,7 +34,10 @@ received already, so a failover does not deliver the last poll again.
 A rebalance (another member joined or left) makes the coordinator answer 409;
 the consumer joins again and goes on with its new partitions, telling the
 ``listener`` (``on_partitions_revoked``/``on_partitions_assigned``, plain or
-async) what changed. Subscribing by ``pattern`` follows the topics whose name
+async) what changed. A topic deleted and created again (409 ``topic_recreated``)
+is a new topic: the consumer forgets what it knew of the old one (its
+partitions are revoked) and joins again, reading the new one by its reset
+policy. Subscribing by ``pattern`` follows the topics whose name
 matches it, checked every ``metadata_max_age_ms``. A request that finds no
 broker answering, a 503 (a coordinator failing over) or a 504 (its change not
 on a quorum in time: any group request may be sent again), is tried again on the
@@ -116,6 +119,7 @@ class AsyncGroupConsumer:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.generation: int | None = None
         self.rejoins = 0
+        self._topic_ids: dict[str, str] = {}  # topic -> its id as the last join gave it
         # polls, records, commits, rejoins, redelivered_dropped, lag_records (at the last lag refresh)
         self.stats: Counter[str] = Counter()
         self._url = self.urls[0]
@@ -231,6 +235,14 @@ class AsyncGroupConsumer:
             "session_timeout_ms": self.session_timeout_ms, "client": socket.gethostname()})
         doc = reply.json()
         self.generation = doc["generation"]
+        # A topic whose id changed was deleted and created again: nothing known of the old one (records
+        # received, positions, commits) applies to the new one, so its partitions are revoked first.
+        ids = doc.get("topic_ids") or {}
+        recreated = {t for t, i in ids.items() if self._topic_ids.get(t, i) != i}
+        self._topic_ids = dict(ids)
+        if recreated:
+            revoked, _ = self._pos.assign(tp for tp in self._pos.assignment if tp[0] not in recreated)
+            await self._tell("on_partitions_revoked", revoked)
         revoked, added = self._pos.assign((a["topic"], a["partition"]) for a in doc["assignment"])
         await self._tell("on_partitions_revoked", revoked)
         await self._tell("on_partitions_assigned", added)
@@ -249,6 +261,9 @@ class AsyncGroupConsumer:
             raise exc
         self.rejoins += 1
         self.stats["rejoins"] += 1
+        if isinstance(exc, errors.TopicRecreated):  # the join forgets the old topic (``_join``)
+            log.warning("group %s: topic %s was deleted and created again (id %s, was %s); reading it anew",
+                        self.group, exc.extra.get("topic"), exc.extra.get("topic_id"), exc.extra.get("stale_topic_id"))
         await self._join()  # a rebalance: new generation, maybe other partitions
 
     async def _follow_pattern(self, force: bool = False) -> None:

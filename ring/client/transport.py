@@ -58,6 +58,7 @@ _BY_CODE: dict[str, type[errors.RingError]] = {
     "unknown_topic": errors.UnknownTopic, "unknown_partition": errors.UnknownPartition,
     "invalid_topic_name": errors.InvalidTopicName, "corrupt_batch": errors.CorruptBatch,
     "not_enough_replicas": errors.NotEnoughReplicas, "storage_error": errors.StorageError,
+    "topic_recreated": errors.TopicRecreated,
 }
 
 

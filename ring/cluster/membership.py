@@ -244,8 +244,9 @@ class Membership:
     def topics(self) -> dict[str, dict[str, Any]]:
         return self.members.gossip.topics()
 
-    def put_topic(self, name: str, config: dict[str, Any]) -> None:
-        self.step(PutTopic(name, config, self.clock.wall_ms()))
+    def put_topic(self, name: str, config: dict[str, Any], wall_ms: int | None = None) -> None:
+        """Gossip a topic's config, stamped ``wall_ms`` (default: now; last writer wins)."""
+        self.step(PutTopic(name, config, self.clock.wall_ms() if wall_ms is None else wall_ms))
 
     def delete_topic(self, name: str) -> None:
         self.step(DeleteTopic(name, self.clock.wall_ms()))

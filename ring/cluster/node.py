@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -47,7 +48,7 @@ import msgpack
 
 from ring import limits
 from ring.broker import Broker, changed_config
-from ring.catalog import TopicConfig, validate_topic_name
+from ring.catalog import TOPIC_ID_BYTES, TopicConfig, encode_id, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.cluster import placement
@@ -142,8 +143,11 @@ class ClusterBroker(Broker):
         self.membership = Membership(members, self.clock, self.data_dir, self.step, tls=self.config.tls)
         self._clock_changed(members.clock.verdict)
         if not self.membership.topics():
-            for cfg in self.catalog:  # topics on disk while gossip's saved state holds none: they join it
-                self.membership.put_topic(cfg.name, cfg.to_json())
+            # Topics on disk while gossip's saved state holds none: they join it, stamped with their
+            # creation time, so a delete or a re-creation gossiped while this broker was down wins
+            # (stamped now, the old topic would come back over both).
+            for cfg in self.catalog:
+                self.membership.put_topic(cfg.name, cfg.to_json(), cfg.created_ms)
         self._hw_saved = self._load_hws()
         self._starting = True
         try:
@@ -404,6 +408,7 @@ class ClusterBroker(Broker):
             raise Conflict(f"topic {cfg.name!r} already exists", topic=cfg.name)
         if len(self.catalog) >= limits.TOPICS_MAX:
             raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
+        cfg = replace(cfg, id=encode_id(self.rng.randbytes(TOPIC_ID_BYTES)))  # this incarnation's (the simulation's seed)
         self.membership.put_topic(cfg.name, cfg.to_json())
         await self._reconcile()
         await self.membership.announce()  # returns once live peers have opened their replicas

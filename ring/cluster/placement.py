@@ -117,7 +117,7 @@ class CatalogChange:
 def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str, Any]]) -> CatalogChange:
     """What the local catalogue must do to match the gossiped live topics.
 
-    A topic whose gossiped config has another ``created_ms`` is a new
+    A topic whose gossiped config has another ``id`` is a new
     incarnation (deleted and created again while this broker was away): the
     old one's data goes. A config that does not validate (a buggy or newer
     peer) is skipped and logged, and the local topic of that name is kept as
@@ -140,7 +140,7 @@ def catalog_change(local: Mapping[str, TopicConfig], live: Mapping[str, dict[str
             continue
         wanted[name] = cfg
     remove = sorted(n for n, cfg in local.items() if n not in unreadable
-                    and (n not in wanted or wanted[n].created_ms != cfg.created_ms))
+                    and (n not in wanted or wanted[n].id != cfg.id))
     add = [wanted[n] for n in sorted(wanted) if n not in local or n in remove]
     update: list[TopicConfig] = []
     regrow: list[TopicConfig] = []

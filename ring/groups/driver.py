@@ -21,7 +21,17 @@ them. One change at a time per partition keeps memory in log order; if an
 append fails or its outcome is unknown the shard is dropped and reloaded from
 the log on the next request. The timer (``GROUP_TICK_MS``) expires members
 whose session ran out, rebalances groups whose topics changed partition
-count, writes due checkpoints, and grows ``auto`` topics. Reading records for
+count, forgets the committed offsets of deleted topics, writes due
+checkpoints, and grows ``auto`` topics.
+
+Deleted topics. The timer compares the catalogue's topic ids with the ones it
+saw on its last tick: a topic gone, or there with another id (deleted and
+created again), had its old id deleted, and every group loaded here forgets
+its offsets committed for that id (a ``Forget`` event, persisted like any
+change; proposing it again changes nothing). A group not loaded here then (or
+a coordinator down meanwhile) keeps them in the log, where they never apply:
+before each use the group is told the catalogue's ids (``Group.see_topics``)
+and an offset committed for another id is not used. Reading records for
 polls is ``poller.Poller``'s.
 
 Every record appended is stamped by this broker's wall clock, and checkpoints
@@ -35,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ring import limits
 from ring.catalog import OFFSETS_TOPIC, TopicConfig
@@ -87,6 +97,7 @@ class Coordinator:
         self._timer: asyncio.Task[None] | None = None
         self._rebalanced: dict[str, asyncio.Future[None]] = {}  # group -> resolved at its next rebalance
         self.growth = AutoGrowth(round(broker.config.auto_partitions_grace_s * 1000))
+        self._topic_ids: dict[str, str] | None = None  # the catalogue's topic ids at the last tick
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -245,7 +256,16 @@ class Coordinator:
         cfg = await self.ensure_topic()
         p = self.partition_of(name, cfg)
         shard = await self.shard(p)
-        return p, shard, shard.groups.get(name)
+        g = shard.groups.get(name)
+        if g is not None:
+            self.see_topics(g)
+        return p, shard, g
+
+    def see_topics(self, g: Group, more: Iterable[str] = ()) -> None:
+        """Tell ``g`` the catalogue's id of each topic it reads or has offsets in (and of ``more``)."""
+        catalog = self.broker.catalog
+        topics = g.subscribed() | {t for t, _ in g.committed} | set(more)
+        g.see_topics({t: catalog.get(t).id for t in topics if t in catalog})
 
     async def change(self, name: str, propose: Callable[[Group], Sequence[Event] | Event | None]) -> list[Event]:
         """Propose events on the group's current state, persist them, apply them; the events."""
@@ -257,6 +277,7 @@ class Coordinator:
             if existing is None and len(shard.groups) >= limits.GROUPS_PER_PARTITION_MAX:
                 raise Overloaded(f"offsets partition {p} already holds {limits.GROUPS_PER_PARTITION_MAX} groups")
             g = existing or Group(name)
+            self.see_topics(g)
             proposed = propose(g)
             events = [] if proposed is None else [proposed] if not isinstance(proposed, (list, tuple)) else list(proposed)
             if not events:
@@ -264,6 +285,7 @@ class Coordinator:
             await self._append(p, shard.records_for(name, events, self.clock.wall_ms()))
             shard.written(len(events))
             g = shard.group(name)
+            self.see_topics(g)
             now = self.clock.monotonic()
             for e in events:
                 g.apply(e, now)
@@ -321,6 +343,7 @@ class Coordinator:
     async def tick(self) -> None:
         if getattr(self.broker, "clock_refusal", None) is not None:
             return  # expiries and checkpoints would be stamped, and groups forgotten, by a clock not to be used
+        await self._forget_deleted_topics()
         for p in list(self._loaded):
             loaded = self._current(p)
             if loaded is None:
@@ -334,6 +357,23 @@ class Coordinator:
             if shard.checkpoint_due(now_ms):
                 await self.checkpoint(p)
         await self._grow_auto_topics()
+
+    async def _forget_deleted_topics(self) -> None:
+        """Topic ids deleted since the last tick: every group loaded here forgets its offsets of them."""
+        now_ids = {cfg.name: cfg.id for cfg in self.broker.catalog}
+        before, self._topic_ids = self._topic_ids, now_ids
+        gone = [] if before is None else [(t, tid) for t, tid in before.items() if now_ids.get(t) != tid]
+        if not gone:
+            return
+        log.info("topics deleted: %s; forgetting their committed offsets", ", ".join(f"{t} ({i})" for t, i in gone))
+        now_ms = self.clock.wall_ms()
+        for shard in self.loaded_shards():
+            for name, g in list(shard.groups.items()):
+                if g.propose_forget(gone, now_ms) is not None:
+                    try:
+                        await self.change(name, lambda g: g.propose_forget(gone, self.clock.wall_ms()))
+                    except RingError as exc:  # the topic id check still keeps them from applying
+                        log.warning("group %s: forgetting offsets of deleted topics: %s", name, exc.message)
 
     async def _grow_auto_topics(self) -> None:
         """Grow ``auto`` topics some group here has had more members than partitions of, for the grace."""

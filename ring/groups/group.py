@@ -11,6 +11,19 @@ coordinator that replays the log (``codec``) ends in the state the old one had:
   which also drops every member's uncommitted read position there).
 * ``State``: the whole group at once (checkpoints; see ``coordinator``).
 * ``Drop``: the group is forgotten (empty and unused for too long).
+* ``Forget``: a topic was deleted: its committed offsets go (as Kafka's do).
+
+Topic ids. A topic deleted and created again is a new topic with a new id
+(``ring.catalog``). ``Commit`` and ``State`` record the id each topic's
+offsets were committed for, ``Members`` and ``State`` the ids the assignment
+was made for. The coordinator tells the group the catalogue's ids
+(``see_topics``, not persisted) before each use, and a committed offset of
+another id never applies (``committed_at``: the member starts by its reset
+policy), however the delete was missed. A member assigned an older id of a
+topic is refused with 409 ``topic_recreated`` (``rejoin``) until it joins
+again, which rebalances it onto the new topic with fresh positions. Offsets
+committed by a release without ids carry none: they are taken for the
+topic as it is when first read, and a ``Forget`` of the topic drops them.
 
 Every change a client asks for is first *proposed* (``propose_*``: validate
 against the current state, return the event or None when nothing changes);
@@ -42,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
 from ring import limits
-from ring.errors import BadRequest, Conflict, Overloaded
+from ring.errors import BadRequest, Conflict, Overloaded, TopicRecreated
 from ring.groups.assignment import TopicPartition, assign
 from ring.groups.delivery import Answer
 
@@ -70,6 +83,7 @@ class Members:
     members: tuple[MemberSpec, ...]
     partitions: tuple[tuple[str, int], ...]  # topic -> partition count the assignment was made for
     ts_ms: int
+    ids: tuple[tuple[str, str], ...] = ()  # topic -> the id the assignment was made for
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class Commit:
     offsets: tuple[tuple[str, int, int], ...]  # (topic, partition, next offset to read)
     ts_ms: int
     reset: bool = False
+    ids: tuple[tuple[str, str], ...] = ()  # topic -> the id its offsets are committed for
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,8 @@ class State:
     partitions: tuple[tuple[str, int], ...]
     committed: tuple[tuple[str, int, int], ...]
     ts_ms: int  # when the group was last used (a commit or a membership change)
+    ids: tuple[tuple[str, str], ...] = ()  # topic -> the id its committed offsets are for
+    assigned_ids: tuple[tuple[str, str], ...] = ()  # topic -> the id the assignment was made for
 
 
 @dataclass(frozen=True)
@@ -93,7 +110,15 @@ class Drop:
     ts_ms: int
 
 
-Event = Union[Members, Commit, State, Drop]
+@dataclass(frozen=True)
+class Forget:
+    """Topics deleted: (topic, id) pairs whose committed offsets go."""
+
+    topics: tuple[tuple[str, str], ...]
+    ts_ms: int
+
+
+Event = Union[Members, Commit, State, Drop, Forget]
 
 
 # --- live state ----------------------------------------------------------------------------
@@ -109,6 +134,8 @@ class Member:
     # state knows (a replayed member: from the generation replay found it in).
     since: dict[TopicPartition, int] = field(default_factory=dict)
     answers: dict[str, Answer] = field(default_factory=dict)  # token -> poll answer not acknowledged, oldest first
+    # topic -> the id of the topic it was given (at its join, or when an assignment first gave it the topic)
+    ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -125,6 +152,9 @@ class Group:
         self.members: dict[str, Member] = {}
         self.partitions: dict[str, int] = {}  # what the current assignment was made for
         self.committed: dict[TopicPartition, int] = {}
+        self.topic_ids: dict[str, str] = {}  # topic -> the id its committed offsets are for (none: unknown)
+        self.assigned_ids: dict[str, str] = {}  # topic -> the id the assignment was made for
+        self.current_ids: dict[str, str] = {}  # topic -> its id in the catalogue now (``see_topics``)
         self.used_ms = 0  # wall time of the last persisted change
         self.dropped = False
         self.resets = 0  # resets applied here: a poll token names the state it was handed out in
@@ -133,6 +163,10 @@ class Group:
 
     def apply(self, event: Event, now: float) -> None:
         if isinstance(event, Commit):
+            for topic, tid in event.ids:
+                if self.topic_ids.get(topic, tid) != tid:  # another topic of that name: its offsets go
+                    self._drop_topic(topic)
+                self.topic_ids[topic] = tid
             for topic, p, offset in event.offsets:
                 self.committed[(topic, p)] = offset
                 if event.reset:
@@ -143,39 +177,91 @@ class Group:
                 for m in self.members.values():
                     m.answers.clear()
         elif isinstance(event, Members):
-            self._set_members(event.generation, event.members, event.partitions, now)
+            self._set_members(event.generation, event.members, event.partitions, event.ids, now)
         elif isinstance(event, State):
-            self._set_members(event.generation, event.members, event.partitions, now)
+            self._set_members(event.generation, event.members, event.partitions, event.assigned_ids, now)
             self.committed = {(t, p): o for t, p, o in event.committed}
+            self.topic_ids = dict(event.ids)
+        elif isinstance(event, Forget):
+            for topic, tid in event.topics:
+                if self.topic_ids.get(topic, tid) == tid:
+                    self._drop_topic(topic)
         else:
             assert isinstance(event, Drop), event
             self.members, self.partitions, self.committed = {}, {}, {}  # the generation stays: never reused
+            self.topic_ids, self.assigned_ids = {}, {}
             self.used_ms, self.dropped = event.ts_ms, True
             return
         self.dropped = False
         self.used_ms = max(self.used_ms, event.ts_ms)
 
+    def _drop_topic(self, topic: str) -> None:
+        """Every committed offset and read position of ``topic`` goes (it was deleted)."""
+        self.committed = {tp: o for tp, o in self.committed.items() if tp[0] != topic}
+        self.topic_ids.pop(topic, None)
+        for m in self.members.values():
+            m.positions = {tp: o for tp, o in m.positions.items() if tp[0] != topic}
+
     def _set_members(self, generation: int, specs: Iterable[MemberSpec], partitions: Iterable[tuple[str, int]],
-                     now: float) -> None:
+                     ids: Iterable[tuple[str, str]], now: float) -> None:
         old = self.members
+        ids = dict(ids)
+        # A topic created again since the last assignment: nothing read of the old one carries over.
+        recreated = {t for t, tid in ids.items() if self.assigned_ids.get(t, tid) != tid}
         self.members = {}
         for spec in specs:
             prev = old.get(spec.id)
             if prev is None:
-                self.members[spec.id] = Member(spec, now, since={tp: generation for tp in spec.assignment})
+                self.members[spec.id] = Member(spec, now, since={tp: generation for tp in spec.assignment},
+                                               ids={t: ids[t] for t in spec.topics if t in ids})
                 continue
-            kept = set(spec.assignment) & set(prev.spec.assignment)
+            kept = {tp for tp in set(spec.assignment) & set(prev.spec.assignment) if tp[0] not in recreated}
             positions = {tp: o for tp, o in prev.positions.items() if tp in kept}
             since = {tp: prev.since.get(tp, generation) if tp in kept else generation for tp in spec.assignment}
-            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling, since, prev.answers)
+            answers = {} if recreated else prev.answers
+            told = {t: prev.ids.get(t, ids.get(t)) for t in spec.topics if t in prev.ids or t in ids}
+            self.members[spec.id] = Member(spec, prev.last_seen, positions, prev.polling, since, answers,
+                                           {t: i for t, i in told.items() if i is not None})
         self.generation = generation
         self.partitions = dict(partitions)
+        self.assigned_ids = ids
 
     def snapshot(self, ts_ms: int | None = None) -> State:
         return State(self.generation, tuple(m.spec for m in self.members.values()),
                      tuple(sorted(self.partitions.items())),
                      tuple(sorted((t, p, o) for (t, p), o in self.committed.items())),
-                     self.used_ms if ts_ms is None else ts_ms)
+                     self.used_ms if ts_ms is None else ts_ms,
+                     tuple(sorted(self.topic_ids.items())), tuple(sorted(self.assigned_ids.items())))
+
+    # --- topic ids ------------------------------------------------------------------------
+
+    def see_topics(self, ids: Mapping[str, str]) -> None:
+        """The catalogue's id of each topic (those it holds): what committed offsets and assignments are
+        checked against. Not persisted: the coordinator says it before each use."""
+        self.current_ids = dict(ids)
+
+    def _ids_of(self, topics: Iterable[str]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((t, self.current_ids[t]) for t in set(topics) if t in self.current_ids))
+
+    def _stale(self, ids: Mapping[str, str], topic: str) -> bool:
+        """``ids`` names another topic of that name than the catalogue now holds (unknown: not stale)."""
+        held, now = ids.get(topic), self.current_ids.get(topic)
+        return held is not None and now is not None and held != now
+
+    def committed_at(self, tp: TopicPartition) -> int | None:
+        """The committed offset of ``tp``, unless it was committed for another topic of that name."""
+        return None if self._stale(self.topic_ids, tp[0]) else self.committed.get(tp)
+
+    def rejoined(self, m: Member) -> None:
+        """``m`` joined again and is told the topics as the assignment has them: its next request is not
+        refused for a topic created again before."""
+        m.ids = {t: self.assigned_ids[t] for t in m.spec.topics if t in self.assigned_ids}
+
+    def propose_forget(self, gone: Iterable[tuple[str, str]], now_ms: int) -> Forget | None:
+        """Forget the offsets of deleted topics ((topic, id) pairs); None when the group holds none."""
+        held = {t for t, _ in self.committed}
+        topics = tuple(sorted((t, tid) for t, tid in gone if t in held and self.topic_ids.get(t, tid) == tid))
+        return Forget(topics, now_ms) if topics else None
 
     # --- membership proposals -------------------------------------------------------------
 
@@ -188,6 +274,8 @@ class Group:
         if current is not None:
             current.last_seen = now
             if current.spec.topics == topics_t and current.spec.session_timeout_ms == session_timeout_ms:
+                if any(self._stale(self.assigned_ids, t) or self._stale(current.ids, t) for t in topics_t):
+                    return self._rebalance({m.id: m.spec for m in self.members.values()}, partitions, now_ms)
                 return self.propose_refresh(partitions, now_ms)
         elif len(self.members) >= limits.GROUP_MEMBERS_MAX:
             raise Overloaded(f"group {self.name!r} already has {limits.GROUP_MEMBERS_MAX} members",
@@ -231,7 +319,7 @@ class Group:
         result = assign({i: s.topics for i, s in specs.items()}, counts, previous)
         members = tuple(MemberSpec(s.id, s.topics, s.session_timeout_ms, s.client, s.reset, tuple(result[i]))
                         for i, s in sorted(specs.items()))
-        return Members(self.generation + 1, members, tuple(sorted(counts.items())), now_ms)
+        return Members(self.generation + 1, members, tuple(sorted(counts.items())), now_ms, self._ids_of(topics))
 
     # --- checks and offsets ---------------------------------------------------------------
 
@@ -247,6 +335,14 @@ class Group:
                            f"{self.generation}; join again", group=self.name, consumer=member_id,
                            generation=self.generation, reason="stale_generation", rejoin=True)
         m.last_seen = now
+        for t in m.spec.topics:
+            if self._stale(m.ids, t):
+                old, new = m.ids[t], self.current_ids[t]
+                raise TopicRecreated(f"topic {t!r} was deleted and created again: {member_id!r} of group "
+                                     f"{self.name!r} was assigned topic id {old}, the topic is now {new}; join "
+                                     "again to read the new topic from the start (its reset policy)",
+                                     group=self.name, consumer=member_id, generation=self.generation, topic=t,
+                                     topic_id=new, stale_topic_id=old, rejoin=True)
         return m
 
     def holding(self, member_id: str, generation: int | None, tps: Iterable[TopicPartition], now: float) -> Member:
@@ -280,15 +376,15 @@ class Group:
         for t, p, o in items:
             if type(o) is not int or o < 0 or type(p) is not int or p < 0:
                 raise BadRequest(f"bad offset {o!r} for {t}/{p}: offsets and partitions are non-negative integers")
-        return Commit(items, now_ms)
+        return Commit(items, now_ms, ids=self._ids_of(t for t, _, _ in items))
 
     def propose_poll_commit(self, m: Member, now_ms: int) -> Commit | None:
         """``m``'s positions (what it acknowledged), where they are past what is committed
         (an implicit commit never moves an offset back: an explicit commit or a reset may have)."""
         held = set(m.spec.assignment)
         moves = tuple(sorted((t, p, o) for (t, p), o in m.positions.items()
-                             if (t, p) in held and o > self.committed.get((t, p), -1)))
-        return Commit(moves, now_ms) if moves else None
+                             if (t, p) in held and o > (self.committed_at((t, p)) or -1)))
+        return Commit(moves, now_ms, ids=self._ids_of(t for t, _, _ in moves)) if moves else None
 
     def hand_out(self, m: Member, answer: Answer) -> None:
         """``answer`` went out to ``m``: kept until acknowledged, or until newer ones push it out of
@@ -324,7 +420,8 @@ class Group:
         return True
 
     def propose_reset(self, offsets: Iterable[tuple[str, int, int]], now_ms: int) -> Commit:
-        return Commit(tuple(offsets), now_ms, reset=True)
+        items = tuple(offsets)
+        return Commit(items, now_ms, reset=True, ids=self._ids_of(t for t, _, _ in items))
 
     def seek(self, member_id: str, generation: int | None, positions: Iterable[tuple[str, int, int]],
              now: float) -> Member:
@@ -346,7 +443,7 @@ class Group:
         """Where ``m`` reads ``tp`` next: its position, else the committed offset, else None (its reset policy)."""
         if tp in m.positions:
             return m.positions[tp]
-        return self.committed.get(tp)
+        return self.committed_at(tp)
 
     def forgettable(self, now_ms: int) -> bool:
         """Empty and unused for ``GROUP_OFFSETS_RETENTION_MS``: the next checkpoint leaves it out."""

@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable
 
 from ring import limits
 from ring.catalog import validate_topic_name
-from ring.errors import BadRequest, RingError, UnknownPartition
+from ring.errors import BadRequest, RingError, TopicRecreated, UnknownPartition
 from ring.groups.driver import Coordinator
-from ring.groups.group import RESET_POLICIES, Commit, Group
+from ring.groups.group import RESET_POLICIES, Commit, Group, Members
 from ring.groups.poller import Polled, Poller
 from ring.metrics import GroupLag
 
@@ -50,14 +50,21 @@ class Groups:
         if reset not in RESET_POLICIES:
             raise BadRequest(f"reset must be one of {', '.join(RESET_POLICIES)}")
         clock = self.coord.clock
-        await self.coord.change(group, lambda g: g.propose_join(
-            consumer, topics, session_timeout_ms, client, reset, self.coord.partitions_of(topics),
-            clock.monotonic(), clock.wall_ms()))
+
+        def propose(g: Group) -> Members | None:
+            self.coord.see_topics(g, topics)  # the assignment is made for the topics' ids now
+            return g.propose_join(consumer, topics, session_timeout_ms, client, reset,
+                                  self.coord.partitions_of(topics), clock.monotonic(), clock.wall_ms())
+
+        await self.coord.change(group, propose)
         g = await self.coord.existing(group)
+        m = g.members.get(consumer)
+        if m is not None:
+            g.rejoined(m)
         m = g.member(consumer, None, clock.monotonic())
         doc: dict[str, Any] = {"group": group, "consumer": consumer, "generation": g.generation,
                                "assignment": _tps(m.spec.assignment), "members": len(g.members),
-                               "session_timeout_ms": m.spec.session_timeout_ms}
+                               "session_timeout_ms": m.spec.session_timeout_ms, "topic_ids": dict(m.ids)}
         if not m.spec.assignment:
             total = sum(self.coord.partitions_of(topics).values())
             doc["idle"] = True
@@ -69,7 +76,10 @@ class Groups:
         """With ``commit``, first commit what the member acknowledged (``token`` names an answer it got)."""
         clock = self.coord.clock
         _, _, g = await self.coord.group(group)
-        (g or Group(group)).member(consumer, None, clock.monotonic())  # 409 when not a member
+        try:
+            (g or Group(group)).member(consumer, None, clock.monotonic())  # 409 when not a member
+        except TopicRecreated:
+            commit = False  # what it read was of the old topic: nothing of it is committed for the new one
         committed: list[Any] = []
         if commit:
             committed = await self.commit_positions(group, consumer, None, token)
@@ -132,7 +142,7 @@ class Groups:
         g = g or Group(group)
         m = g.member(consumer, None, self.coord.clock.monotonic())
         return {"group": group, "consumer": consumer, "generation": g.generation, "positions": [
-            {"topic": t, "partition": p, "position": g.start_offset(m, (t, p)), "committed": g.committed.get((t, p))}
+            {"topic": t, "partition": p, "position": g.start_offset(m, (t, p)), "committed": g.committed_at((t, p))}
             for t, p in m.spec.assignment]}
 
     def _check_offsets(self, offsets: list[tuple[str, int, int]], what: str) -> None:
@@ -186,6 +196,7 @@ class Groups:
 
     async def describe_group(self, g: Group) -> dict[str, Any]:
         now = self.coord.clock.monotonic()
+        self.coord.see_topics(g)
         members = [{"member": m.id, "consumer": m.id, "client": m.spec.client, "topics": list(m.spec.topics),
                     "assignment": _tps(m.spec.assignment), "session_timeout_ms": m.spec.session_timeout_ms,
                     "idle_ms": int((now - m.last_seen) * 1000), "reset": m.spec.reset}
@@ -194,7 +205,7 @@ class Groups:
         owners = {tp: m.id for m in g.members.values() for tp in m.spec.assignment}
         offsets = []
         for t, p in sorted(tps):
-            committed = g.committed.get((t, p))
+            committed = g.committed_at((t, p))  # none for an offset of an older topic of that name
             hw = await self._high_watermark(t, p) if t in self.broker.catalog else None
             lag = None if hw is None else max(0, hw - (committed or 0))
             offsets.append({"topic": t, "partition": p, "committed": committed, "high_watermark": hw,
@@ -221,10 +232,11 @@ class Groups:
         replica = getattr(self.broker, "replica", lambda t, p: None)
         for shard in self.coord.loaded_shards():
             for g in shard.groups.values():
+                self.coord.see_topics(g)
                 for t, p in sorted(self._partitions_read(g)):
                     rep = replica(t, p)
                     if rep is not None:
-                        rows.append(GroupLag(g.name, t, p, g.committed.get((t, p)), rep.hw, len(g.members)))
+                        rows.append(GroupLag(g.name, t, p, g.committed_at((t, p)), rep.hw, len(g.members)))
         return rows
 
     async def list_local(self) -> list[dict[str, Any]]:

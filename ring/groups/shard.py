@@ -70,7 +70,7 @@ class Shard:
             if key is None:
                 raise CorruptBatch("a record without a group name")
             name = key.decode("utf-8")
-            event = codec.decode(value)
+            event = codec.decode(value, headers)
         except (CorruptBatch, UnicodeDecodeError) as exc:
             log.error("offsets partition %d: record %d skipped: %s", self.partition, offset, exc)
             self.skipped += 1
@@ -90,9 +90,14 @@ class Shard:
     # --- writing ----------------------------------------------------------------------------
 
     def records_for(self, name: str, events: list[Event], now_ms: int) -> list[RecordIn]:
-        headers = None if self.checkpoint is None else [(codec.CHECKPOINT_HEADER, str(self.checkpoint).encode())]
+        pointer = [] if self.checkpoint is None else [(codec.CHECKPOINT_HEADER, str(self.checkpoint).encode())]
         key = name.encode("utf-8")
-        return [(now_ms, key, codec.encode(e), headers) for e in events]
+        out: list[RecordIn] = []
+        for e in events:
+            ids = codec.ids_header(e)
+            headers = pointer + ([ids] if ids is not None else [])
+            out.append((now_ms, key, codec.encode(e), headers or None))
+        return out
 
     def written(self, count: int) -> None:
         self.since_checkpoint += count

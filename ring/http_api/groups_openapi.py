@@ -38,7 +38,10 @@ _TOPIC = _param("topic", "path", {"type": "string", "pattern": _anchored(limits.
                 "topic name")
 _BAD = _err("malformed request")
 _STALE = _err("stale generation, unknown member or a partition not held: the body has rejoin: true, the "
-              "group's generation and a reason (unknown_member, stale_generation, not_assigned); join again")
+              "group's generation and a reason (unknown_member, stale_generation, not_assigned); join again. "
+              "error topic_recreated: a topic of the member was deleted and created again since it was given "
+              "it (the body names topic, topic_id, the topic's id now, and stale_topic_id); joining again "
+              "reads the new topic by the reset policy")
 _DOWN = _err("the group's coordinator is down or moving, or too few replicas of the offsets partition are "
              "alive, or the coordinator's clock may not be used (clock_unusable); retry after Retry-After")
 _TP = {"type": "object", "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"}}}
@@ -126,6 +129,9 @@ OPENAPI_PATHS: dict[str, Any] = {
                                  "group has more consumers than partitions", {"type": "object", "properties": {
                                      "generation": {"type": "integer"},
                                      "assignment": {"type": "array", "items": _TP},
+                                     "topic_ids": {"type": "object", "additionalProperties": {"type": "string"},
+                                                   "description": "the id of each topic the consumer reads: "
+                                                                  "one that changes was created again"},
                                      "idle": {"type": "boolean"}, "message": {"type": "string"}}}),
                       "400": _BAD, "429": _err("the group is full"), "503": _DOWN}}},
     "/v1/groups/{group}/members/{consumer}/poll": {"post": {

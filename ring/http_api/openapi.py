@@ -72,9 +72,15 @@ _TOPIC_CONFIG = {
     },
 }
 
-# A topic as GET /v1/topics lists it: its settings, and whether the cluster keeps it for itself.
+# A topic as GET /v1/topics lists it: its settings, its id, and whether the cluster keeps it for itself.
+_TOPIC_ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$", "readOnly": True,
+             "description": "this incarnation of the name (16 random bytes, unpadded base64url), fixed at "
+                            "creation: a topic deleted and created again has a new id, and nothing kept for the "
+                            "old one (a group's committed offsets) applies to it"}
 _TOPIC_LISTED = {**_TOPIC_CONFIG, "properties": {
     **_TOPIC_CONFIG["properties"],
+    "id": _TOPIC_ID,
+    "created_ms": {"type": "integer", "readOnly": True, "description": "when the topic was created (wall ms)"},
     "internal": {"type": "boolean", "description": "a topic the cluster keeps for itself (__offsets: consumer "
                                                   "groups' committed offsets): readable, not changeable"}}}
 
@@ -265,12 +271,12 @@ def _topic_paths() -> dict[str, Any]:
             "parameters": [_TOPIC],
             "get": {"summary": "Describe a topic and its partitions", "operationId": "describeTopic",
                     "description": _DESCRIBE_DOC,
-                    "responses": {"200": _ok("settings, internal, and partitions: [{partition, earliest_offset, "
+                    "responses": {"200": _ok("settings, id, internal, and partitions: [{partition, earliest_offset, "
                                              "local_start_offset (where the replica's own log starts; below "
                                              "it, down to earliest_offset, the offsets are in ranges), "
                                              "end_offset, high_watermark, leader, replicas, epoch, "
                                              "replica_end_offsets}]",
-                                             {"type": "object"}),
+                                             {"type": "object", "properties": {"id": _TOPIC_ID}}),
                                   "400": _BAD, "404": _NOT_FOUND}},
             "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",
                       "description": _CHANGE_DOC,

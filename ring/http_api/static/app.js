@@ -413,6 +413,7 @@ function renderTopics() {
       : health["under-replicated"] ? el("span", { class: "warn" }, `${health["under-replicated"]} under-replicated`)
       : el("span", { class: "good" }, "ok");
     const toggle = el("button", { class: "link", "aria-expanded": open ? "true" : "false",
+      title: `topic id ${t.id} (new when the topic is created again)`,
       onclick: () => { open ? state.expanded.delete(t.name) : state.expanded.add(t.name); state.ringTopic = t.name; refreshNow(); render(); } },
       `${open ? "▾" : "▸"} ${t.name}`);
     rows.push(el("tr", { class: `topic-row${t.internal ? " internal" : ""}`, dataset: { topic: t.name } },

@@ -1,0 +1,138 @@
+"""A topic deleted and created again is a new topic: a consumer group reads it from its reset policy,
+never from the offsets it committed on the old one (real brokers).
+
+Each test: a group reads topic T (10 records) and commits offset 10; T is deleted and created
+again and 15 records go to the new T. The group's next member reads all 15 (its reset policy,
+earliest by default) and the group's lag is the truth. Variants: the coordinator restarted between
+the delete and the re-creation (no coordinator sees the delete, so only the topic id stops the stale
+offset), and a member
+that polls and commits across the re-creation (409 ``topic_recreated``, then it joins again).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, TypeVar
+
+import pytest
+
+from tests.brokers import TestCluster
+from tests.support import wait_for
+from tests.test_groups_cluster import describe, join, poll, produce_to
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 30.0
+T = TypeVar("T")
+
+
+def read_all(m: Any, group: str, consumer: str, want: int) -> list[int]:
+    """Poll until ``want`` records came (bounded by ``WAIT_S``); their values."""
+    got: list[int] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < want and time.monotonic() < deadline:
+        r = poll(m, group, consumer, wait_ms=300, max_records=50)
+        if r.status == 503:  # the coordinator moving (back to the restarted broker): asked again
+            continue
+        assert r.status == 200, r.body
+        got.extend(rec["value"] for rec in r.json()["records"])
+    return got
+
+
+def recreate(c: TestCluster, topic: str, creator: int = 0) -> dict[str, Any]:
+    """Delete ``topic`` and create it again (its files may still be going: 503 until then)."""
+    old = c[creator].http.describe(topic)
+    assert c[creator].http.delete(f"/v1/topics/{topic}").status in (200, 204)
+    wait_for("topic created again", lambda: c[creator].http.create_topic(topic, partitions=1).status == 201,
+             WAIT_S)
+    new = c[creator].http.describe(topic)
+    assert len(new["id"]) == 22 and new["id"] != old["id"], (old["id"], new["id"])
+    return new
+
+
+def first_group(c: TestCluster, topic: str, group: str) -> None:
+    """``group`` reads the 10 records of ``topic`` and commits offset 10."""
+    assert c[0].http.create_topic(topic, partitions=1).status == 201
+    produce_to(c[0], topic, 0, list(range(10)))
+    join(c[1], group, "first", [topic])
+    assert sorted(read_all(c[1], group, "first", 10)) == list(range(10))
+    r = c[2].http.delete(f"/v1/groups/{group}/members/first", query={"commit": "true", "token": _token(group)})
+    assert r.status == 200, r.body
+    assert {(o["topic"], o["committed"]) for o in describe(c[0], group)["offsets"]} == {(topic, 10)}
+
+
+def _token(group: str) -> str:
+    from tests.test_groups_cluster import TOKENS
+
+    return TOKENS[(group, "first")]
+
+
+def settled(what: str, call: Callable[[], T]) -> T:
+    """``call``'s answer once the group's coordinator answers (503 while it moves)."""
+    return wait_for(what, call, WAIT_S, errors=(AssertionError,))
+
+
+def second_member_reads_the_new_topic(c: TestCluster, topic: str, group: str) -> None:
+    produce_to(c[0], topic, 0, list(range(100, 115)))
+    doc = settled("the group described", lambda: describe(c[2], group))
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(None, 15)], doc
+    settled("joined", lambda: join(c[2], group, "second", [topic]))
+    assert sorted(read_all(c[0], group, "second", 15)) == list(range(100, 115))
+    settled("committed", lambda: poll(c[0], group, "second", wait_ms=0).status == 200)  # the last poll's records
+    doc = settled("the group described", lambda: describe(c[1], group))
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(15, 0)], doc
+
+
+def test_a_group_reads_a_recreated_topic_from_its_reset_policy(shared_cluster: TestCluster, topic: str) -> None:
+    c, group = shared_cluster, "rt-" + topic
+    first_group(c, topic, group)
+    recreate(c, topic)
+    second_member_reads_the_new_topic(c, topic, group)
+
+
+def test_a_coordinator_restarted_between_the_delete_and_the_recreation(make_cluster, topic: str) -> None:
+    """The coordinator is down while the topic is deleted, so no coordinator holding the group sees
+    the delete (the broker that takes the offsets partition over loads the group only later, from
+    records that hold offset 10 for the old topic); it is back before the topic is created again.
+    Its saved catalogue must not bring the old topic back, and only the topic id stops the old offset."""
+    c: TestCluster = make_cluster(3)
+    group = "rt-" + topic
+    first_group(c, topic, group)
+    coordinator = c.member(describe(c[0], group)["coordinator"])
+    coordinator.kill()
+    up = next(m for m in c if m is not coordinator)
+    old_id = up.http.describe(topic)["id"]
+    assert up.http.delete(f"/v1/topics/{topic}").status in (200, 204)
+    coordinator.restart()
+    c.wait_statuses({m.name: "up" for m in c})
+    wait_for("the delete known everywhere", lambda: all(m.http.get(f"/v1/topics/{topic}").status == 404 for m in c),
+             WAIT_S)
+    wait_for("topic created again", lambda: up.http.create_topic(topic, partitions=1).status == 201, WAIT_S)
+    wait_for("the new topic known everywhere", lambda: all(
+        m.http.get(f"/v1/topics/{topic}").status == 200 and m.http.describe(topic)["id"] != old_id for m in c),
+        WAIT_S)
+    second_member_reads_the_new_topic(c, topic, group)
+
+
+def test_a_member_polling_across_the_recreation_is_told_and_starts_over(shared_cluster: TestCluster,
+                                                                         topic: str) -> None:
+    c, group = shared_cluster, "rt-" + topic
+    assert c[0].http.create_topic(topic, partitions=1).status == 201
+    old_id = c[0].http.describe(topic)["id"]
+    produce_to(c[0], topic, 0, list(range(10)))
+    join(c[1], group, "stale", [topic])
+    assert sorted(read_all(c[1], group, "stale", 10)) == list(range(10))
+    assert poll(c[1], group, "stale", wait_ms=0).status == 200  # commits offset 10
+    new_id = recreate(c, topic)["id"]
+    produce_to(c[0], topic, 0, list(range(100, 115)))
+    for request in (lambda: poll(c[2], group, "stale", wait_ms=0),
+                    lambda: c[0].http.post(f"/v1/groups/{group}/offsets", json_body={
+                        "consumer": "stale", "offsets": [{"topic": topic, "partition": 0, "offset": 12}]})):
+        r = request()
+        assert r.status == 409, r.body
+        body = r.json()
+        assert body["error"] == "topic_recreated" and body["rejoin"] is True, body
+        assert (body["topic"], body["topic_id"], body["stale_topic_id"]) == (topic, new_id, old_id), body
+        assert topic in body["message"] and new_id in body["message"] and old_id in body["message"], body
+    join(c[1], group, "stale", [topic])  # joining again starts it over on the new topic
+    assert sorted(read_all(c[2], group, "stale", 15)) == list(range(100, 115))
