@@ -136,3 +136,61 @@ def test_a_member_polling_across_the_recreation_is_told_and_starts_over(shared_c
         assert topic in body["message"] and new_id in body["message"] and old_id in body["message"], body
     join(c[1], group, "stale", [topic])  # joining again starts it over on the new topic
     assert sorted(read_all(c[2], group, "stale", 15)) == list(range(100, 115))
+
+
+def test_the_python_consumer_starts_over_on_a_recreated_topic(shared_cluster: TestCluster, topic: str) -> None:
+    """A consumer that stays in the group across the re-creation: what it received and committed of
+    the old topic (offsets 0-9) hides nothing of the new one; it reads all 15 new records."""
+    from ring.client import GroupConsumer
+
+    c, group = shared_cluster, "rt-" + topic
+    assert c[0].http.create_topic(topic, partitions=1).status == 201
+    produce_to(c[0], topic, 0, list(range(10)))
+    with GroupConsumer([m.url for m in c], group, topic, wait_ms=200) as consumer:
+        got: list[int] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < 10 and time.monotonic() < deadline:
+            got.extend(r.json() for r in consumer.poll())
+        assert sorted(got) == list(range(10))
+        consumer.commit()
+        recreate(c, topic)
+        produce_to(c[0], topic, 0, list(range(100, 115)))
+        got = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < 15 and time.monotonic() < deadline:
+            got.extend(r.json() for r in consumer.poll())
+        assert sorted(got) == list(range(100, 115))
+        consumer.commit()
+    doc = describe(c[1], group)
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(15, 0)], doc
+
+
+def test_ring_consume_following_a_group_starts_over_on_a_recreated_topic(shared_cluster: TestCluster,
+                                                                         topic: str) -> None:
+    """``ring consume --group --follow`` running across the re-creation prints the old topic's 10
+    records and then the new one's 5, and commits 5 for the new topic: nothing it printed of the old
+    one (up to offset 10) is committed for the new one."""
+    import threading
+
+    from tests.test_cli_commands import Ran, cli
+
+    c, group = shared_cluster, "rt-" + topic
+    assert c[0].http.create_topic(topic, partitions=1).status == 201
+    produce_to(c[0], topic, 0, list(range(10)))
+    ran: list[Ran] = []
+    reader = threading.Thread(target=lambda: ran.append(cli(c[1].url, "consume", topic, "--group", group,
+                                                           "--follow", "-n", "15")), daemon=True)
+    reader.start()
+
+    def committed_10() -> bool:
+        r = c[2].http.get(f"/v1/groups/{group}")
+        return r.status == 200 and [o["committed"] for o in r.json()["offsets"]] == [10]
+
+    wait_for("the command read and committed the old topic", committed_10, WAIT_S)
+    recreate(c, topic)
+    produce_to(c[0], topic, 0, list(range(100, 105)))
+    reader.join(WAIT_S)
+    assert not reader.is_alive() and ran and ran[0].returncode == 0, ran
+    assert [int(v) for v in ran[0].stdout.split()] == list(range(10)) + list(range(100, 105)), ran[0]
+    doc = describe(c[1], group)
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(5, 0)], doc

@@ -209,16 +209,23 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
     member = f"/v1/groups/{group}/members/{quote(consumer)}"
     join_doc = {"consumer": consumer, "topics": [args.topic], "reset": start.kind, "client": "ring consume"}
 
-    def join() -> int:
-        doc = api.call("POST", f"/v1/groups/{group}/members", doc=join_doc, repeatable=True)
-        if doc.get("idle") and doc.get("message"):
-            ctx.note(f"{ctx.prog}: {doc['message']}")
-        return int(doc.get("generation", 0))
-
     out = ctx.stdout.buffer
     remaining = args.max if args.max is not None else -1
     progress = _progress(ctx, f"reading {args.topic} as {args.group}", None)
     printed: dict[tuple[str, int], int] = {}  # next offset after the last record written out
+    ids: dict[str, str] = {}  # topic -> its id as the last join gave it
+
+    def join() -> int:
+        doc = api.call("POST", f"/v1/groups/{group}/members", doc=join_doc, repeatable=True)
+        new_ids = doc.get("topic_ids") or {}
+        recreated = {t for t, i in new_ids.items() if ids.get(t, i) != i}
+        ids.update(new_ids)
+        for tp in [tp for tp in printed if tp[0] in recreated]:  # of the old topic: never committed for the new
+            del printed[tp]
+        if doc.get("idle") and doc.get("message"):
+            ctx.note(f"{ctx.prog}: {doc['message']}")
+        return int(doc.get("generation", 0))
+
     generation = join()
     rejoins = 0
     token = None  # of the last answer read: the next poll acknowledges it
@@ -231,10 +238,14 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
                 query["token"] = token
             try:
                 got = api.call("POST", f"{member}/poll", query=query, repeatable=True)
-            except errors.Conflict:  # a rebalance: join the new generation and go on
+            except errors.Conflict as exc:  # a rebalance: join the new generation and go on
                 rejoins += 1
                 if rejoins > REJOINS_MAX:
                     raise
+                if isinstance(exc, errors.TopicRecreated):  # joining starts it over on the new topic
+                    ctx.note(f"{ctx.prog}: topic {exc.extra.get('topic')} was deleted and created again; "
+                             "reading it anew")
+                    token = None
                 generation = join()
                 continue
             rejoins = 0

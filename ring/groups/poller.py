@@ -177,7 +177,10 @@ class Poller:
                 g.member(member_id, gen, clock.monotonic()), clock.wall_ms())))
         m.polling += 1
         try:
-            tps = [tp for tp in m.spec.assignment if only is None or only(tp)]
+            # A topic deleted since the assignment is not read (nor an error): the rebalance its
+            # delete brings ends the wait, and a re-created one is the member's to join again.
+            catalog = self.broker.catalog
+            tps = [tp for tp in m.spec.assignment if (only is None or only(tp)) and tp[0] in catalog]
             read = await self._committing(commit, self._read(slot, g, tps, m, max_records, wait_ms, batches))
         finally:
             m.polling -= 1
