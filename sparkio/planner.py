@@ -9,9 +9,10 @@ the same pieces with offsets in Kafka's JSON shape, ``{"topic": {"0": 42}}``:
 Spark stores that dict in the checkpoint and gives it back through JSON, so
 partition numbers are strings there and ints everywhere else. Beside the
 topics the dict holds ``"@created_ms": {"topic": ms}``, when each topic read
-was created: a topic deleted and created again under a query has the same
-name and offsets that start over, and only its creation time tells the two
-apart (``sparkio.stream_offsets``).
+was created, and ``"@topic_id": {"topic": id}``, its id: a topic deleted and
+created again under a query has the same name and offsets that start over,
+and only its id (or its creation time, in offsets written before ids) tells
+the two apart (``sparkio.stream_offsets``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class PartitionState:
     latest: int  # the high watermark
     urls: tuple[str, ...] = ()  # replicas' client URLs, leader first, when known
     created_ms: int = 0  # when the topic was created: which incarnation of the name this is
+    topic_id: str = ""  # the incarnation's id ("": a broker without topic ids)
 
 
 def _replica_urls(doc: Mapping[str, Any], by_name: Mapping[str, str]) -> tuple[str, ...]:
@@ -73,14 +75,14 @@ def partition_states(client: BrokerClient, sub: Subscription, *, missing_ok: boo
             if missing_ok or sub.pattern is not None:
                 continue  # a pattern match deleted since the listing
             raise errors.UnknownTopic(f"topic {topic!r} does not exist", topic=topic) from None
-        created = int(doc.get("created_ms") or 0)
+        created, topic_id = int(doc.get("created_ms") or 0), str(doc.get("id") or "")
         asked: dict[str, dict[str, Any]] = {}
         for p in doc.get("partitions", []):
             if p.get("earliest_offset") is None or p.get("high_watermark") is None:
                 p = _from_replica(client, topic, p, by_name, asked)
             key = (topic, int(p["partition"]))
             out[key] = PartitionState(topic, key[1], int(p["earliest_offset"]), int(p["high_watermark"]),
-                                      _replica_urls(p, by_name), created)
+                                      _replica_urls(p, by_name), created, topic_id)
     if sub.assign:
         missing = [tp for tp in sub.assign if tp not in out and not missing_ok]
         if missing:
@@ -213,23 +215,27 @@ def resolve_loss(st: PartitionState, start: int, end: int, fail_on_data_loss: bo
 # --- streaming offsets: {"topic": {"0": 42}, "@created_ms": {"topic": ms}} ----------------
 
 CREATED = "@created_ms"  # not a topic name: "@" is not allowed in one
+TOPIC_ID = "@topic_id"
 
 
-def to_json_offsets(offsets: Mapping[PartitionKey, int],
-                    created_ms: Mapping[str, int] | None = None) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def to_json_offsets(offsets: Mapping[PartitionKey, int], created_ms: Mapping[str, int] | None = None,
+                    topic_ids: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for (t, p), off in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(off)
     marks = {t: int(ms) for t, ms in sorted((created_ms or {}).items()) if t in out}
+    ids = {t: str(i) for t, i in sorted((topic_ids or {}).items()) if t in out and i}
     if marks:
         out[CREATED] = marks
+    if ids:
+        out[TOPIC_ID] = ids
     return out
 
 
 def from_json_offsets(doc: Mapping[str, Mapping[Any, Any]] | None) -> dict[PartitionKey, int]:
     out: dict[PartitionKey, int] = {}
     for t, parts in (doc or {}).items():
-        if t == CREATED:
+        if t in (CREATED, TOPIC_ID):
             continue
         for p, off in parts.items():
             out[(str(t), int(p))] = int(off)
@@ -241,8 +247,17 @@ def created_of(doc: Mapping[str, Any] | None) -> dict[str, int]:
     return {str(t): int(ms) for t, ms in ((doc or {}).get(CREATED) or {}).items()}
 
 
+def ids_of(doc: Mapping[str, Any] | None) -> dict[str, str]:
+    """The id of each topic of a streaming offset (absent in offsets written without ids)."""
+    return {str(t): str(i) for t, i in ((doc or {}).get(TOPIC_ID) or {}).items()}
+
+
 def created_ms(states: Iterable[PartitionState]) -> dict[str, int]:
     return {st.topic: st.created_ms for st in states}
+
+
+def topic_ids(states: Iterable[PartitionState]) -> dict[str, str]:
+    return {st.topic: st.topic_id for st in states if st.topic_id}
 
 
 def initial_offsets(client: BrokerClient, opts: ReadOptions) -> dict[str, Any]:
@@ -257,7 +272,7 @@ def initial_offsets(client: BrokerClient, opts: ReadOptions) -> dict[str, Any]:
             raise errors.BadRequest(f"option {start_at.option}: {start} of {st.topic}/{st.partition} is beyond "
                                     f"its high watermark {st.latest}")
         out[key] = resolve_loss(st, start, st.latest, opts.fail_on_data_loss)
-    return to_json_offsets(out, created_ms(states.values()))
+    return to_json_offsets(out, created_ms(states.values()), topic_ids(states.values()))
 
 
 def stream_ranges(client: BrokerClient, opts: ReadOptions, start_doc: Mapping[str, Any],

@@ -147,7 +147,7 @@ class RingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with BrokerClient(opts.brokers) as client:
             states = planner.partition_states(client, opts.subscription, missing_ok=True)
         self.target = planner.to_json_offsets(planner.latest_offsets(states.values()),
-                                              planner.created_ms(states.values()))
+                                              planner.created_ms(states.values()), planner.topic_ids(states.values()))
 
     @plain_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:

@@ -8,7 +8,8 @@ plus one it cannot make:
 
 - a partition the query read is gone (its topic deleted): Kafka's "are gone";
 - a topic was created again under the same name since the previous batch: its
-  creation time differs from the one the offset recorded. Kafka notices only
+  id (or, in an offset written without ids, its creation time) differs from
+  the one the offset recorded. Kafka notices only
   when the new topic's offsets are still below the old ones ("offset was
   changed"); ring always does, so a query that read offsets 0-9 of the old
   topic does not skip offsets 0-9 of the new one;
@@ -44,12 +45,13 @@ class NextBatch:
     latest: dict[PartitionKey, int]  # how far there is to read, before read limits
     created_ms: dict[str, int]  # when each topic read was created
     lost: list[str] = field(default_factory=list)  # what failOnDataLoss=false let through
+    topic_ids: dict[str, str] = field(default_factory=dict)  # the id of each topic read
 
     def backlog(self) -> int:
         return sum(max(0, self.latest[tp] - self.begin[tp]) for tp in self.latest)
 
     def to_json(self, end: Mapping[PartitionKey, int] | None = None) -> dict[str, Any]:
-        return planner.to_json_offsets(self.latest if end is None else end, self.created_ms)
+        return planner.to_json_offsets(self.latest if end is None else end, self.created_ms, self.topic_ids)
 
 
 def _names(tps: list[PartitionKey], start: Mapping[PartitionKey, int]) -> str:
@@ -59,9 +61,19 @@ def _names(tps: list[PartitionKey], start: Mapping[PartitionKey, int]) -> str:
 
 def stale(start_doc: Mapping[str, Any], states: Mapping[PartitionKey, PartitionState]) -> list[PartitionKey]:
     """Partitions whose high watermark is below what the query read: ask again before judging."""
-    start, created = planner.from_json_offsets(start_doc), planner.created_of(start_doc)
+    start = planner.from_json_offsets(start_doc)
     return [tp for tp, off in start.items() if tp in states and states[tp].latest < off
-            and created.get(tp[0]) in (None, states[tp].created_ms)]
+            and not _recreated(start_doc, tp[0], states[tp])]
+
+
+def _recreated(doc: Mapping[str, Any] | None, topic: str, st: PartitionState) -> bool:
+    """``doc`` recorded another incarnation of ``topic`` than ``st``'s: by id where both have one,
+    else by creation time (unknown: not another)."""
+    was_id = planner.ids_of(doc).get(topic)
+    if was_id and st.topic_id:
+        return was_id != st.topic_id
+    was = planner.created_of(doc).get(topic)
+    return was is not None and was != st.created_ms
 
 
 def plan_next(start_doc: Mapping[str, Any], states: Mapping[PartitionKey, PartitionState], *,
@@ -73,17 +85,19 @@ def plan_next(start_doc: Mapping[str, Any], states: Mapping[PartitionKey, Partit
     """
     start, was = planner.from_json_offsets(start_doc), planner.created_of(start_doc)
     now = planner.created_ms(states.values())
+    first = {st.topic: st for st in states.values()}  # every partition of a topic tells its incarnation
     lost: list[str] = []
     gone = sorted(tp for tp in start if tp not in states)
     if gone:
         lost.append(f"partitions {_names(gone, start)} are gone: their topic was deleted, so records not read "
                     "from them may have been missed")
-    again = sorted({t for t, _ in start if t in was and t in now and was[t] != now[t]})
+    again = sorted({t for t, _ in start if t in first and _recreated(start_doc, t, first[t])})
     for t in again:
         tps = sorted(tp for tp in start if tp[0] == t)
         lost.append(f"topic {t} was deleted and created again after the query read {_names(tps, start)}: "
                     "records of the old topic not yet read are lost")
-    back = sorted(tp for tp in start if tp in states and tp[0] not in was and states[tp].latest < start[tp])
+    known = was.keys() | planner.ids_of(start_doc).keys()
+    back = sorted(tp for tp in start if tp in states and tp[0] not in known and states[tp].latest < start[tp])
     for tp in back:
         lost.append(f"the offset of {tp[0]}/{tp[1]} went back from {start[tp]} to {states[tp].latest} "
                     "(its topic was probably deleted and created again)")
@@ -98,16 +112,16 @@ def plan_next(start_doc: Mapping[str, Any], states: Mapping[PartitionKey, Partit
     restart = set(back) | {tp for tp in states if tp[0] in again}
     begin: dict[PartitionKey, int] = {}
     latest: dict[PartitionKey, int] = {}
-    cap, cap_created = planner.from_json_offsets(target), planner.created_of(target)
+    cap = planner.from_json_offsets(target)
     for tp, st in states.items():
         fresh = tp not in start or tp in restart
         begin[tp] = st.earliest if fresh else start[tp]
         # Never plan backwards within one topic: a lower watermark is an older view.
         latest[tp] = max(st.latest, begin[tp])
         if target is not None:
-            if tp not in cap or cap_created.get(tp[0], st.created_ms) != st.created_ms:
+            if tp not in cap or _recreated(target, tp[0], st):
                 latest[tp] = begin[tp]  # born after the query started: not part of "now"
             else:
                 latest[tp] = max(begin[tp], min(latest[tp], cap[tp]))
-    return NextBatch(begin, latest, now, lost)
+    return NextBatch(begin, latest, now, lost, planner.topic_ids(states.values()))
 

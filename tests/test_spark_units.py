@@ -299,6 +299,27 @@ def test_a_topic_created_again_is_data_loss_even_when_its_offsets_are_higher(fai
     assert created_of(nxt.to_json()) == {"t": 2}
 
 
+def test_a_topic_created_again_in_the_same_millisecond_is_told_apart_by_its_id():
+    """The creation time cannot tell two incarnations created in one millisecond apart; the id can.
+    Offsets written before ids (no "@topic_id") are judged by creation time alone."""
+    from sparkio.fetch import DataLoss
+    from sparkio.stream_offsets import plan_next, stale
+
+    start = to_json_offsets({("t", 0): 10}, {"t": 1}, {"t": "A" * 22})
+    assert start["@topic_id"] == {"t": "A" * 22} and from_json_offsets(start) == {("t", 0): 10}
+    same = {("t", 0): PartitionState("t", 0, 0, 15, (), 1, "A" * 22)}
+    assert plan_next(start, same, fail_on_data_loss=True).begin == {("t", 0): 10}
+    again = {("t", 0): PartitionState("t", 0, 0, 15, (), 1, "B" * 22)}
+    with pytest.raises(DataLoss, match="t was deleted and created again"):
+        plan_next(start, again, fail_on_data_loss=True)
+    nxt = plan_next(start, again, fail_on_data_loss=False)
+    assert nxt.begin == {("t", 0): 0} and nxt.to_json()["@topic_id"] == {"t": "B" * 22}
+    below = {("t", 0): PartitionState("t", 0, 0, 5, (), 1, "B" * 22)}
+    assert stale(start, below) == []  # another topic, not an older view of this one
+    old = to_json_offsets({("t", 0): 10}, {"t": 1})  # written without ids
+    assert plan_next(old, again, fail_on_data_loss=True).begin == {("t", 0): 10}
+
+
 def test_gone_partitions_went_back_offsets_and_late_partitions():
     from sparkio.fetch import DataLoss
     from sparkio.stream_offsets import plan_next

@@ -340,7 +340,7 @@ class Group:
                 old, new = m.ids[t], self.current_ids[t]
                 raise TopicRecreated(f"topic {t!r} was deleted and created again: {member_id!r} of group "
                                      f"{self.name!r} was assigned topic id {old}, the topic is now {new}; join "
-                                     "again to read the new topic from the start (its reset policy)",
+                                     "again to read the new topic from where its reset policy says",
                                      group=self.name, consumer=member_id, generation=self.generation, topic=t,
                                      topic_id=new, stale_topic_id=old, rejoin=True)
         return m
