@@ -267,8 +267,10 @@ class Coordinator:
         topics = g.subscribed() | {t for t, _ in g.committed} | set(more)
         g.see_topics({t: catalog.get(t).id for t in topics if t in catalog})
 
-    async def change(self, name: str, propose: Callable[[Group], Sequence[Event] | Event | None]) -> list[Event]:
-        """Propose events on the group's current state, persist them, apply them; the events."""
+    async def change(self, name: str, propose: Callable[[Group], Sequence[Event] | Event | None],
+                     topics: Iterable[str] = ()) -> list[Event]:
+        """Propose events on the group's current state, persist them, apply them; the events. The group
+        knows the ids of ``topics`` (those the change names) besides its own."""
         cfg = await self.ensure_topic()
         p = self.partition_of(name, cfg)
         async with self._lock(p):
@@ -277,7 +279,7 @@ class Coordinator:
             if existing is None and len(shard.groups) >= limits.GROUPS_PER_PARTITION_MAX:
                 raise Overloaded(f"offsets partition {p} already holds {limits.GROUPS_PER_PARTITION_MAX} groups")
             g = existing or Group(name)
-            self.see_topics(g)
+            self.see_topics(g, topics)
             proposed = propose(g)
             events = [] if proposed is None else [proposed] if not isinstance(proposed, (list, tuple)) else list(proposed)
             if not events:
@@ -285,7 +287,7 @@ class Coordinator:
             await self._append(p, shard.records_for(name, events, self.clock.wall_ms()))
             shard.written(len(events))
             g = shard.group(name)
-            self.see_topics(g)
+            self.see_topics(g, topics)
             now = self.clock.monotonic()
             for e in events:
                 g.apply(e, now)

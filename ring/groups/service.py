@@ -16,7 +16,7 @@ from ring import limits
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, RingError, TopicRecreated, UnknownPartition
 from ring.groups.driver import Coordinator
-from ring.groups.group import RESET_POLICIES, Commit, Group, Members
+from ring.groups.group import RESET_POLICIES, Commit, Group
 from ring.groups.poller import Polled, Poller
 from ring.metrics import GroupLag
 
@@ -50,13 +50,9 @@ class Groups:
         if reset not in RESET_POLICIES:
             raise BadRequest(f"reset must be one of {', '.join(RESET_POLICIES)}")
         clock = self.coord.clock
-
-        def propose(g: Group) -> Members | None:
-            self.coord.see_topics(g, topics)  # the assignment is made for the topics' ids now
-            return g.propose_join(consumer, topics, session_timeout_ms, client, reset,
-                                  self.coord.partitions_of(topics), clock.monotonic(), clock.wall_ms())
-
-        await self.coord.change(group, propose)
+        await self.coord.change(group, lambda g: g.propose_join(
+            consumer, topics, session_timeout_ms, client, reset, self.coord.partitions_of(topics),
+            clock.monotonic(), clock.wall_ms()), topics)  # the assignment is made for the topics' ids now
         g = await self.coord.existing(group)
         m = g.members.get(consumer)
         if m is not None:
@@ -112,7 +108,8 @@ class Groups:
         self._check_offsets(offsets, "offsets")
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_commit(consumer, generation, offsets,
-                                                                  clock.monotonic(), clock.wall_ms()))
+                                                                  clock.monotonic(), clock.wall_ms()),
+                                {t for t, _, _ in offsets})  # committed for the topics' ids now
         g = await self.coord.existing(group)
         return {"group": group, "generation": g.generation,
                 "committed": [{"topic": t, "partition": p, "offset": g.committed[(t, p)]} for t, p, _ in offsets]}
@@ -179,7 +176,7 @@ class Groups:
             doc = await self.broker.offsets(topic, p, where)
             offsets.append((topic, p, int(doc["offset"])))
         clock = self.coord.clock
-        await self.coord.change(group, lambda g: g.propose_reset(offsets, clock.wall_ms()))
+        await self.coord.change(group, lambda g: g.propose_reset(offsets, clock.wall_ms()), [topic])
         return {"group": group, "topic": topic, "to": to,
                 "offsets": [{"partition": p, "offset": o} for _, p, o in offsets]}
 
