@@ -16,6 +16,8 @@ from typing import Any, Callable, TypeVar
 
 import pytest
 
+from ring import limits
+from ring.hashing import partition_for_key
 from tests.brokers import TestCluster
 from tests.support import wait_for
 from tests.test_groups_cluster import describe, join, poll, produce_to
@@ -98,6 +100,13 @@ def test_a_coordinator_restarted_between_the_delete_and_the_recreation(make_clus
     c: TestCluster = make_cluster(3)
     group = "rt-" + topic
     first_group(c, topic, group)
+    # A second group with the same coordinator, whose offset an operator committed (no member).
+    same = partition_for_key(group.encode(), limits.OFFSETS_TOPIC_PARTITIONS)
+    admin = next(g for g in (f"{group}-admin{i}" for i in range(1000))
+                 if partition_for_key(g.encode(), limits.OFFSETS_TOPIC_PARTITIONS) == same)
+    r = c[0].http.post(f"/v1/groups/{admin}/offsets", json_body={
+        "offsets": [{"topic": topic, "partition": 0, "offset": 7}]})
+    assert r.status == 200, r.body
     coordinator = c.member(describe(c[0], group)["coordinator"])
     coordinator.kill()
     up = next(m for m in c if m is not coordinator)
@@ -112,6 +121,8 @@ def test_a_coordinator_restarted_between_the_delete_and_the_recreation(make_clus
         m.http.get(f"/v1/topics/{topic}").status == 200 and m.http.describe(topic)["id"] != old_id for m in c),
         WAIT_S)
     second_member_reads_the_new_topic(c, topic, group)
+    doc = settled("the operator's group described", lambda: describe(c[2], admin))
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(None, 15)], doc
 
 
 def test_a_member_polling_across_the_recreation_is_told_and_starts_over(shared_cluster: TestCluster,
