@@ -195,14 +195,22 @@ class NodePump:
     async def hand_over(self, timeout_s: float) -> list[Replica]:
         """Controlled shutdown: hand every partition led here to a caught-up follower; return once nothing
         more can move (none led here has a follower to take it) or after ``timeout_s``, with the
-        partitions still led here."""
+        partitions still led here (logged)."""
         self.step(HandOver())
-        deadline = self.clock.monotonic() + timeout_s
+        started = self.clock.monotonic()
         while True:
             now = self.clock.monotonic()
-            if not self.core.handing_over(now) or now >= deadline:
-                return [r for r in self.core.replicas() if r.is_leader and len(r.voters) > 1]
-            await self.changed(min(deadline - now, limits.ELECTION_TICK_MS / 1000))
+            if not self.core.handing_over(now) or now >= started + timeout_s:
+                break
+            await self.changed(min(started + timeout_s - now, limits.ELECTION_TICK_MS / 1000))
+        kept = [r for r in self.core.replicas() if r.is_leader and len(r.voters) > 1]
+        name, took = self.core.name, self.clock.monotonic() - started
+        if kept:
+            log.warning("%s stops still leading %d partitions (no caught-up follower took them within %.1f s): "
+                        "they fail over as after a crash", name, len(kept), took)
+        else:
+            log.info("%s handed every partition it led over in %.2f s", name, took)
+        return kept
 
     async def _announce(self) -> None:
         await asyncio.sleep(ANNOUNCE_DELAY_S)
