@@ -278,7 +278,7 @@ class Broker:
         return {"partition": part.index, "earliest_offset": part.log.start_offset,
                 "end_offset": part.log.end_offset, "high_watermark": part.hw,
                 "leader": part.leader, "replicas": list(part.replicas), "epoch": part.epoch,
-                "replica_end_offsets": part.replica_ends()}
+                "replica_end_offsets": part.replica_ends(), "lost_state": part.lost_voters()}
 
     def replica(self, topic: str, partition: int) -> Replica | None:
         """This broker's replica of a partition, if it holds one."""
@@ -464,6 +464,7 @@ class Broker:
         return {"brokers": [{"name": self.config.name, "token": token, "status": "up", "phi": 0.0,
                              "client_url": url, "peer_url": None, "generation": None,
                              "host": self.config.failure_host, "zone": self.config.zone,
+                             "incarnation": self.dir.incarnation,
                              "load": {"partitions_led": sum(len(p) for p in self._parts.values())}}],
                 "self": self.config.name}
 

@@ -28,6 +28,8 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     +-- Unavailable                 503  generic: shutting down, no leader ...
     |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
     |   +-- NotLeader               503  this broker does not lead the partition (now); names the leader
+    |   +-- NoEligibleLeader        503  no live replica may lead: the ones holding what was acknowledged
+    |                                    are gone; names the replicas that lost their state
     +-- RequestTimeout              504  outcome unknown
     +-- StorageError                500  the local disk failed (local's fault)
     +-- InsufficientStorage         507  a broker low on disk takes no new range
@@ -156,6 +158,13 @@ class NotLeader(Unavailable):
     """This broker does not lead the partition (now): nothing was written; ``leader`` hints where to go."""
 
     code = "not_leader"
+
+
+class NoEligibleLeader(Unavailable):
+    """A partition whose only voters holding what was acknowledged are gone (down, or their disks lost)
+    elects nobody rather than a replica missing acknowledged records; ``lost_state`` names the
+    replicas known to have lost their state."""
+    code = "no_eligible_leader"
 
 
 class RequestTimeout(RingError):

@@ -294,6 +294,9 @@ VOTE_REQUEST_TIMEOUT_S = 1.0
 # in a thousand, and a voter saves one message's ballots (an fsync each) in well under
 # VOTE_REQUEST_TIMEOUT_S.
 VOTES_PER_MESSAGE_MAX = 64
+# A data directory's incarnation id as a vote, a sync or an ack carries it: ring makes 16 hex
+# digits (ring.log.datadir); the room above that is for ids an operator or a later release sets.
+INCARNATION_CHARS_MAX = 64
 # Candidacies one broker runs at once; the replicas whose turn to stand comes beyond it wait in
 # order and stand as candidacies end, without a retry's back-off. A round's requests to a peer then fit
 # in two messages, answered within VOTE_REQUEST_TIMEOUT_S even when a thousand partitions lost

@@ -226,7 +226,8 @@ class Membership:
                         "clock": self.members.clock_of(name, now),
                         "client_url": f"{self.tls.scheme}://{ep.client_addr}",
                         "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
-                        "host": ep.extra.get("host"), "zone": ep.extra.get("zone"), "load": dict(ep.load)})
+                        "host": ep.extra.get("host"), "zone": ep.extra.get("zone"),
+                        "incarnation": ep.extra.get("incarnation"), "load": dict(ep.load)})
         return out
 
     def removed(self) -> set[str]:

@@ -119,6 +119,7 @@ class ClusterBroker(Broker):
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
         self._starting = False  # open(): the partitions this broker votes for open too, placed here or not
+        self._opened_ms = 0  # wall clock when open() began (a new data directory was made then)
 
     def bind(self, client_port: int, peer_port: int) -> None:
         """The ports actually listened on (port 0 picks one): what gossip advertises. Before open()."""
@@ -129,6 +130,7 @@ class ClusterBroker(Broker):
     # --- lifecycle -------------------------------------------------------------------
 
     def open(self) -> None:
+        self._opened_ms = self.clock.wall_ms()
         self._open_dir()
         self.ranges.open()
         me = EndpointState(self.name, self.token, self.client_addr, self.peer_addr,
@@ -140,6 +142,7 @@ class ClusterBroker(Broker):
         members.set_extra("zone", self.config.zone)
         self.core = NodeCore(self.name, self.replica, self.replicas, self.config.fsync.mode != "always",
                              random.Random(self.rng.random()), members)
+        members.set_extra("incarnation", self.dir.incarnation)  # (its data directory's: see _open_partition)
         self.membership = Membership(members, self.clock, self.data_dir, self.step, tls=self.config.tls)
         self._clock_changed(members.clock.verdict)
         if not self.membership.topics():
@@ -225,12 +228,20 @@ class ClusterBroker(Broker):
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         rep = super()._open_partition(cfg, p, replicas)
-        steps.restore(rep, rep.log.clean_shutdown and self.previous_shutdown_clean)
+        rep.incarnation = self.dir.incarnation
+        # A data directory made at this start (empty or replaced) for a topic older than it: whatever
+        # this broker held of the partition is gone. The margin is the clock offset brokers may have,
+        # so a topic created just after this start on another broker is not taken for an old one.
+        lost = self.dir.fresh and cfg.created_ms < self._opened_ms - self.config.max_clock_offset_ms
+        steps.restore(rep, rep.log.clean_shutdown and self.previous_shutdown_clean, lost)
+        if rep.blank:
+            log.warning("%s/%d: this broker's data directory is new (incarnation %s) and the partition is older: "
+                        "it grants no vote until it has caught up from a leader", cfg.name, p, rep.incarnation)
         assert self.core is not None
         self.core.adopt(rep)
         if rep.damaged_at is not None and self.pump is not None:
             self.damaged(rep, rep.damaged_at)  # (before the pump runs, ``start`` does it)
-        if not rep.caught_up:
+        if not rep.caught_up and not rep.blank:
             log.info("%s/%d came back from an unclean shutdown: not electable until it has caught up",
                      cfg.name, p)
         return rep
@@ -448,11 +459,12 @@ class ClusterBroker(Broker):
             if rep.serves_from > rep.log.start_offset:  # a new leader moving up to its voters' start
                 doc["earliest_offset"] = rep.serves_from
             doc["local_start_offset"] = rep.log.start_offset
+            doc["no_eligible_leader"] = leader is None and bool(doc["lost_state"])
             return doc
         replicas = self.preference_list(cfg, p)
         return {"partition": p, "earliest_offset": None, "end_offset": None, "high_watermark": None,
                 "local_start_offset": None, "leader": leader, "replicas": replicas, "epoch": None,
-                "replica_end_offsets": {r: None for r in replicas}}
+                "replica_end_offsets": {r: None for r in replicas}, "lost_state": [], "no_eligible_leader": False}
 
     # --- asked of this broker's own replicas (by other brokers, and the group coordinator) -----
 

@@ -43,7 +43,7 @@ from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient, Relayed
 from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
-from ring.errors import NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
+from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.ranges.manager import Ranges
@@ -172,11 +172,26 @@ class Router:
                 hint = hint if hint != leader else None
                 why = exc.message
             remaining = deadline - host.clock.monotonic()
+            self._check_eligible(cfg.name, p, to is None and hint is None, remaining <= 0)
             if remaining <= 0:
                 raise Unavailable(f"{why} (an election may be running); retry", topic=cfg.name, partition=p,
                                   leader=leader)
             if hint is None:
                 await host.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    def _check_eligible(self, topic: str, p: int, leaderless: bool, waited: bool) -> None:
+        """NoEligibleLeader for a produce to a partition that has no leader and cannot elect one: an
+        election here found voters that lost their state (at once), or this replica lost its own and no
+        leader came within the wait (another majority could still elect one meanwhile)."""
+        rep = self.host.replica(topic, p)
+        if not leaderless or rep is None or rep.is_leader:
+            return
+        lost = rep.lost_voters()
+        if rep.lost_state or lost and waited:
+            raise NoEligibleLeader(
+                f"{topic}/{p} has no eligible leader: {', '.join(lost)} lost their state (a new data directory), "
+                "and no majority of the voters that hold what was acknowledged is alive; it waits for one of "
+                "them to return", topic=topic, partition=p, lost_state=lost)
 
     async def _forward(self, leader: str, topic: str, p: int, level: str, batches: list[bytearray]) -> ProduceResult:
         """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the

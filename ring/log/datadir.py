@@ -2,7 +2,10 @@
 trash deleted topics wait in.
 
 Layout: ``<data_dir>/lock`` (held with ``flock`` while a broker runs, so two
-brokers never share a directory), ``catalog.json``, ``clean-shutdown`` (left
+brokers never share a directory), ``incarnation`` (a random id made when the
+directory is first used, so an empty or replaced directory is known to be a
+new replica, not the one that voted and acknowledged before: see
+``ring.replication.steps``), ``catalog.json``, ``clean-shutdown`` (left
 by a clean close, removed at open), ``topics/<topic>/<p>/`` (one
 ``PartitionLog`` each) and ``trash/`` (a deleted topic's files, moved there
 at once and removed in the background; emptied at open).
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from ring.log.fsync import fsync_dir, write_atomically
 
 CATALOG_FILE = "catalog.json"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+INCARNATION_FILE = "incarnation"
+INCARNATION_BYTES = 8  # random bytes of an incarnation id: two directories never share one by chance
 LOCK_FILE = "lock"
 TOPICS_DIR = "topics"
 TRASH_DIR = "trash"  # deleted topics wait here for rmtree; outside the topic namespace
@@ -30,6 +36,8 @@ class DataDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock_fd: int | None = None
+        self.incarnation = ""  # this directory's id (set by ``open``)
+        self.fresh = False  # ``open`` found nothing here: no catalogue, no incarnation (a new or wiped disk)
 
     def open(self) -> tuple[Catalog | None, bool]:
         """Lock the directory and empty its trash; the saved catalogue (None: none yet) and whether the
@@ -49,10 +57,26 @@ class DataDir:
         if catalog_path.exists():
             catalog = Catalog.loads(catalog_path.read_bytes())
             clean = marker.exists()
+        self.incarnation = self._incarnation(fresh=catalog is None)
         if marker.exists():
             marker.unlink()
             fsync_dir(self.path)
         return catalog, clean
+
+    def _incarnation(self, fresh: bool) -> str:
+        """The directory's incarnation id, made (and synced) the first time; a directory that held a
+        catalogue but no id (written by an older release) gets one too, and is not fresh."""
+        path = self.path / INCARNATION_FILE
+        try:
+            found = path.read_text().strip()
+        except FileNotFoundError:
+            found = ""
+        if found:
+            return found
+        self.fresh = fresh
+        made = secrets.token_hex(INCARNATION_BYTES)
+        write_atomically(path, made.encode())
+        return made
 
     def close(self, clean: bool) -> None:
         """Leave the clean-shutdown marker if ``clean``, and unlock."""

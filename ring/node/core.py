@@ -384,10 +384,13 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         link = self.links.link(m.follower)
         rep = self.replica(m.frame.topic, m.frame.partition)
         leaving = len(rep.leaving) if rep is not None else 0
+        recorded = rep is not None and rep.is_leader and steps.note_incarnation(rep, m.follower, m.frame)
         got = link.answer(now, m.frame) if link is not None else None
         if got is None:
             return
         rep, newer = got
+        if steps.note_incarnation(rep, m.follower, m.frame) or recorded:
+            self._resync_rep(rep)  # the followers keep the leader's record of the voters' incarnations
         if len(rep.leaving) != leaving:
             self._relink.add((rep.topic, rep.index))  # a voter removed knows it now: its link may go
         if newer is not None and steps.adopt_epoch(rep, newer):

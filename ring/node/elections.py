@@ -162,8 +162,8 @@ class Elections:
         req = steps.vote_request(rep, pre=pre, transfer=transfer)
         if not pre:
             self.changed(rep)
-        c = self.candidacies[key] = Candidacy(rep, req, election.Tally(self.name, voters, req.epoch, req.pre),
-                                              now + VOTE_TIMEOUT_S)
+        tally = election.Tally(self.name, voters, req.epoch, req.pre, known=dict(rep.incarnations))
+        c = self.candidacies[key] = Candidacy(rep, req, tally, now + VOTE_TIMEOUT_S)
         for v in sorted(voters - {self.name}):
             if view.alive(v):
                 c.waiting.add(v)
@@ -198,7 +198,7 @@ class Elections:
             del self.candidacies[key]
             self._round(now, rep, view, pre=False)  # the real round (the pre-vote passed)
         elif tally.won:
-            won = steps.win(rep, c.req.epoch, tally.log_start)
+            won = steps.win(rep, c.req.epoch, tally.log_start, tally.learned)
             if won:
                 self.changed(rep)
                 self.resync(rep)
@@ -209,6 +209,15 @@ class Elections:
 
     def _end(self, key: Key, now: float, won: bool, view: View) -> None:
         c = self.candidacies.pop(key)
+        lost_state = frozenset(c.tally.lost_state)
+        # (a round that found none, with voters not answering, keeps what the last whole one found)
+        if not won and (lost_state or not c.waiting) and lost_state != c.rep.lost_state \
+                and self.replica(*key) is c.rep:
+            if lost_state:  # (logged when it changes, not on every round)
+                log.error("%s/%d: no eligible leader: %s lost their state, and without them no majority of "
+                          "voters holding what was acknowledged is alive; waiting for one of them to return", c.rep.topic, c.rep.index, ",".join(sorted(lost_state)))
+            steps.no_eligible_leader(c.rep, lost_state)
+            self.changed(c.rep)
         self.watch.stood(c.rep, won, now)
         if not c.req.pre:
             self.counts["won" if won else "lost"] += 1

@@ -93,4 +93,5 @@ class FollowerSteps:
             rep.set_durable(end)
         else:
             self._ready.add("persist", (rep, end))
-        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq)
+        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq,
+                            rep.incarnation)

@@ -20,7 +20,9 @@ catching up), decides on each ``tick``:
 
 A broker whose clock is out of bounds (``View.clock_usable``) never stands
 and is never a target of a hand-over; nor does a replica a repair cut back
-below what it acknowledged (``Replica.vote_key``), until it holds that again.
+below what it acknowledged (``Replica.vote_key``), until it holds that again,
+nor one whose data directory lost its state (``Replica.blank``), until it has
+caught up from a leader.
 
 It changes replicas only through ``steps`` (adopting an epoch, saving voters)
 and returns what to do: stand, hand over, or carry out a change
@@ -200,6 +202,8 @@ class Watch:
             return  # we just voted: give that candidate time to win and sync us
         if rep.key < rep.vote_key:
             return  # cut below what we acknowledged (repair): our own vote would refuse us, even as last resort
+        if rep.blank:
+            return  # our state was lost: we may lack what was acknowledged, and nobody would count our vote
         if t.stand_at is None or now < t.stand_at:
             return
         if sum(1 for v in rep.voters if view.alive(v)) < election.majority(len(rep.voters)):

@@ -106,8 +106,7 @@ class Appending:
 
 
 def ack_timeout(rep: Replica, base: int, end: int, needed: int, level: str) -> RequestTimeout:
-    have = protocol.replicas_reaching(
-        [e if e is not None else 0 for r, e in rep.replica_ends().items() if r in rep.voters], end)
+    have = protocol.replicas_reaching(rep.voter_ends(), end)
     return RequestTimeout(
         f"{rep.topic}/{rep.index}: {have} of {needed} replicas acknowledged offsets {base}-{end - 1} "
         f"within {limits.REPLICATION_ACK_TIMEOUT_MS} ms (consistency={level}); the outcome is unknown",

@@ -17,6 +17,15 @@ offset) is at least its own, compared lexicographically (``up_to_date``), and
 persists the grant before answering. A majority of the voter set, the
 candidate included, makes it the leader of the new epoch (``Tally``).
 
+A voter's durable state can be lost with its disk: a replica that forgot its
+ballot and what it acknowledged must not vote as if it were whole. Every
+data directory carries an incarnation id, every reply names the voter's,
+and a candidate counts a vote only from a voter whose incarnation matches
+the one it recorded (``Tally.known``; a voter it has no record of, on a new
+partition or state written by an older release, is learned from its
+reply). A granted vote from another incarnation is a replica that lost its
+state (``Tally.lost_state``): it counts as refused.
+
 Any message with a higher epoch makes a replica adopt that epoch; a leader
 that adopts one steps down at once and stops acknowledging. A leadership
 transfer (the current leader hands a partition back to its natural leader,
@@ -25,7 +34,10 @@ transfer (the current leader hands a partition back to its natural leader,
 Wire forms are msgpack arrays::
 
     ["vote", topic, partition, epoch, candidate, last_epoch, end_offset, flags]   flags: 1 pre-vote, 2 transfer
-    ["voted", topic, partition, epoch, voter, granted, reason, pre]
+    ["voted", topic, partition, epoch, voter, granted, reason, pre, log_start, incarnation]
+
+(the last two appended: a reply without them, from an older release, still
+decodes, and counts as from an unknown incarnation).
 
 A reply names whether it answers a pre-vote, so a late pre-vote reply is
 never counted as a vote.
@@ -48,7 +60,10 @@ ALREADY_VOTED = "already_voted"  # the voter granted this epoch to another candi
 BEHIND = "behind"  # the candidate's log is less up to date than the voter's
 LEADER_ALIVE = "leader_alive"  # pre-vote: the voter still follows a live leader
 NOT_A_VOTER = "not_a_voter"  # the candidate is not in the voter's voter set (or the voter holds no replica)
-REASONS = (GRANTED, STALE_EPOCH, ALREADY_VOTED, BEHIND, LEADER_ALIVE, NOT_A_VOTER)
+# The voter lost its state (a new data directory) and has not caught up since: it votes for nobody.
+# (A broker of an older release takes this reply as malformed, which counts as no answer: no vote.)
+LOST_STATE = "lost_state"
+REASONS = (GRANTED, STALE_EPOCH, ALREADY_VOTED, BEHIND, LEADER_ALIVE, NOT_A_VOTER, LOST_STATE)
 
 PRE_VOTE = 1
 TRANSFER = 2
@@ -106,10 +121,11 @@ class VoteReply:
     # The voter's log start offset: a winner moves up to the largest of its voters' (a truncate is
     # answered once a majority holds its start, so one of them does).
     log_start: int = 0
+    incarnation: str = ""  # the voter's data directory's incarnation ("": an older release's reply)
 
     def to_wire(self) -> list[Any]:
         return ["voted", self.topic, self.partition, self.epoch, self.voter, self.granted, self.reason, self.pre,
-                self.log_start]
+                self.log_start, self.incarnation]
 
 
 def _int(v: Any, what: str, lo: int, hi: int) -> int:
@@ -136,13 +152,17 @@ def request_from_wire(w: Any) -> VoteRequest:
 
 
 def reply_from_wire(w: Any) -> VoteReply:
-    if type(w) is not list or len(w) not in (8, 9) or w[0] != "voted":  # 8: from a broker that sends no start
+    # 8: from a broker that sends no start; 9: no incarnation
+    if type(w) is not list or len(w) not in (8, 9, 10) or w[0] != "voted":
         raise BadRequest("malformed vote: not a vote reply array")
     if type(w[1]) is not str or not w[1] or type(w[5]) is not bool or w[6] not in REASONS or type(w[7]) is not bool:
         raise BadRequest("malformed vote: topic, granted, reason or pre")
-    log_start = _int(w[8], "log_start", 0, _INT64_MAX) if len(w) == 9 else 0
+    log_start = _int(w[8], "log_start", 0, _INT64_MAX) if len(w) >= 9 else 0
+    incarnation = w[9] if len(w) == 10 else ""
+    if type(incarnation) is not str or len(incarnation) > limits.INCARNATION_CHARS_MAX:
+        raise BadRequest(f"malformed vote: incarnation must be a string of at most {limits.INCARNATION_CHARS_MAX} characters")
     return VoteReply(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
-                     _name(w[4], "voter"), w[5], w[6], w[7], log_start)
+                     _name(w[4], "voter"), w[5], w[6], w[7], log_start, incarnation)
 
 
 def messages(votes: Mapping[str, Sequence[VoteRequest]]) -> Iterator[tuple[str, tuple[VoteRequest, ...]]]:
@@ -220,6 +240,10 @@ class Tally:
     refused: set[str] = field(default_factory=set)
     newest_epoch: int = 0  # the highest epoch a voter answered with
     log_start: int = 0  # the largest log start offset a voter that granted its vote holds
+    # Each voter's incarnation as the candidate recorded it (absent: none recorded, learned from its reply).
+    known: Mapping[str, str] = field(default_factory=dict)
+    learned: dict[str, str] = field(default_factory=dict)  # incarnations of granting voters not recorded
+    lost_state: set[str] = field(default_factory=set)  # voters that answered from another incarnation
 
     def __post_init__(self) -> None:
         assert self.me in self.voters, (self.me, self.voters)
@@ -229,7 +253,16 @@ class Tally:
         if reply.voter not in self.voters or reply.voter == self.me or reply.pre != self.pre:
             return
         self.newest_epoch = max(self.newest_epoch, reply.epoch)
+        recorded = self.known.get(reply.voter)
+        if reply.reason == LOST_STATE or reply.incarnation and recorded is not None and reply.incarnation != recorded:
+            # Its disk was lost or replaced: what it acknowledged and voted is gone, so is its vote.
+            self.lost_state.add(reply.voter)
+            self.granted.discard(reply.voter)
+            self.refused.add(reply.voter)
+            return
         if reply.granted and reply.epoch <= self.epoch:
+            if reply.incarnation and recorded is None:
+                self.learned[reply.voter] = reply.incarnation
             self.granted.add(reply.voter)
             self.refused.discard(reply.voter)
             self.log_start = max(self.log_start, reply.log_start)

@@ -15,10 +15,10 @@ link that does not name it, so brokers that speak different frames never
 exchange one (a frame of another shape would be refused as malformed)::
 
     leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters,
-                         voters_seq]
+                         voters_seq, incarnations]
                         ["append", topic, partition, epoch, prev_end, hw, data]
                         ["hw", topic, partition, epoch, hw, log_start]
-    follower -> leader  ["ack", topic, partition, epoch, end_offset, log_start, voters_seq]
+    follower -> leader  ["ack", topic, partition, epoch, end_offset, log_start, voters_seq, incarnation]
                         ["reject", topic, partition, epoch, end_offset, reason]
 
 A follower answers every sync and append frame exactly once, in the order
@@ -42,6 +42,16 @@ step further only once a majority of it does (Raft's rule: a configuration
 is committed before the next change), else a majority of the set before could
 still elect a leader the set after never heard of.
 
+A sync also carries the incarnation of each voter as the leader records it
+("name=id" lines), and every ack the follower's own data directory's id:
+the leader learns each follower's, the followers keep the leader's record
+(a candidate counts votes only from the incarnations it recorded,
+``election.Tally``), and a follower acking from an incarnation other than
+the recorded one lost its state: it does not count for acknowledgements or
+the high watermark until it has caught up (``Replica.renewed``). Both are
+appended to their arrays, so a frame from an older release, without them,
+still decodes (and names no incarnation).
+
 The partition's log start offset is the leader's to move (retention,
 truncation) and travels like the high watermark: in the sync and hw frames
 (an hw frame goes out when either moved), never above the high watermark,
@@ -60,6 +70,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 
 import msgpack
 
+from ring import limits
 from ring.catalog import CONSISTENCY_DEFAULT, CONSISTENCY_LEVELS as LEVELS
 from ring.errors import BadRequest, NotEnoughReplicas
 
@@ -172,11 +183,13 @@ class Sync:
     history: tuple[tuple[int, int], ...]  # the leader's (epoch, first offset), oldest first
     voters: tuple[str, ...]
     voters_seq: int = 0  # which of the leader's voter sets in its epoch ``voters`` is (it counts changes)
+    incarnations: tuple[tuple[str, str], ...] = ()  # (voter, incarnation) as the leader records them
 
     def to_wire(self) -> list[Any]:
         packed = b"".join(_HISTORY_ENTRY.pack(e, o) for e, o in self.history)
         return ["sync", self.topic, self.partition, self.epoch, self.hw, self.epoch_start, self.log_start,
-                self.log_end, packed, "\n".join(self.voters), self.voters_seq]
+                self.log_end, packed, "\n".join(self.voters), self.voters_seq,
+                "\n".join(f"{v}={i}" for v, i in self.incarnations)]
 
 
 @dataclass(frozen=True)
@@ -212,9 +225,11 @@ class Ack:
     end_offset: int
     log_start: int = 0  # the follower's log start offset
     voters_seq: int = 0  # the voter set of the leader's sync it follows (``Sync.voters_seq``)
+    incarnation: str = ""  # the follower's data directory's incarnation ("": an older release's ack)
 
     def to_wire(self) -> list[Any]:
-        return ["ack", self.topic, self.partition, self.epoch, self.end_offset, self.log_start, self.voters_seq]
+        return ["ack", self.topic, self.partition, self.epoch, self.end_offset, self.log_start, self.voters_seq,
+                self.incarnation]
 
 
 @dataclass(frozen=True)
@@ -230,7 +245,8 @@ class Reject:
 
 
 Frame = Union[Sync, Append, Hw, Ack, Reject]
-_ARITY = {"sync": 11, "append": 7, "hw": 6, "ack": 7, "reject": 6}
+# Frame lengths accepted; sync and ack may lack their last field (an older release's).
+_ARITY = {"sync": (11, 12), "append": (7,), "hw": (6,), "ack": (7, 8), "reject": (6,)}
 _HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
 _VOTERS_BYTES_MAX = 64 * 1024
 # An append frame's fields before its data: the tag, a topic name (at most 249 bytes,
@@ -308,10 +324,10 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
         return fast
     try:
         w = msgpack.unpackb(raw, raw=False, max_bin_len=max_bytes, max_str_len=_VOTERS_BYTES_MAX,
-                            max_array_len=11, max_map_len=0, max_ext_len=0)
+                            max_array_len=12, max_map_len=0, max_ext_len=0)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadRequest(f"malformed replication frame: {exc}") from None
-    if type(w) is not list or not w or type(w[0]) is not str or _ARITY.get(w[0]) != len(w):
+    if type(w) is not list or not w or type(w[0]) is not str or len(w) not in _ARITY.get(w[0], ()):
         raise BadRequest("malformed replication frame: not a sync, append, hw, ack or reject array")
     kind, topic = w[0], w[1]
     if type(topic) is not str or not topic:
@@ -327,7 +343,7 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
         return Hw(topic, partition, epoch, _int(w[4], "hw"), _int(w[5], "log_start"))
     if kind == "ack":
         return Ack(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"),
-                   _int(w[6], "voters_seq"))
+                   _int(w[6], "voters_seq"), _incarnation(w[7]) if len(w) == 8 else "")
     if w[5] not in REASONS:
         raise BadRequest("malformed replication frame: unknown reject reason")
     return Reject(topic, partition, epoch, _int(w[4], "end_offset", -1), w[5])
@@ -349,8 +365,23 @@ def _sync(topic: str, partition: int, epoch: int, w: list[Any]) -> Sync:
         raise BadRequest("malformed replication frame: voters must name distinct brokers")
     if not log_start <= log_end or hw > log_end or epoch_start > log_end:
         raise BadRequest("malformed replication frame: sync offsets out of order")
+    incarnations: tuple[tuple[str, str], ...] = ()
+    if len(w) == 12:
+        if type(w[11]) is not str or len(w[11]) > _VOTERS_BYTES_MAX:
+            raise BadRequest("malformed replication frame: incarnations must be a string")
+        pairs = [line.partition("=") for line in w[11].split("\n") if line]
+        incarnations = tuple((v, _incarnation(i)) for v, eq, i in pairs if eq and v in voters)
+        if len(incarnations) != len(pairs) or len({v for v, _ in incarnations}) != len(incarnations):
+            raise BadRequest("malformed replication frame: incarnations must be voter=id lines, one per voter")
     return Sync(topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters,
-                _int(w[10], "voters_seq"))
+                _int(w[10], "voters_seq"), incarnations)
+
+
+def _incarnation(v: Any) -> str:
+    if type(v) is not str or len(v) > limits.INCARNATION_CHARS_MAX:
+        raise BadRequest(f"malformed replication frame: an incarnation is a string of at most "
+                         f"{limits.INCARNATION_CHARS_MAX} characters")
+    return v
 
 
 # -- the follower's rule ---------------------------------------------------

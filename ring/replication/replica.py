@@ -19,6 +19,17 @@ that its log start may be below the one its leader set while this broker was
 down, so its reads go to the leader. ``caught_up`` is False after an unclean shutdown until the
 replica has reached a leader's log end: such a replica is not elected before.
 
+A replica also knows the incarnation of its own data directory
+(``incarnation``) and of each voter as last recorded (``incarnations``,
+saved with the ballot): a voter answering from another incarnation lost its
+disk. On a leader such a follower is ``renewed``: it is replicated to but
+counts for neither acknowledgements nor the high watermark until it has
+caught up, and is then recorded with its new incarnation. A replica that
+knows its own state is gone (``blank``: opened empty in a new data directory
+for a partition older than it) grants no vote until it has caught up from
+a leader. ``lost_state`` names the voters an election here found to have
+lost their state (what a partition that cannot elect says).
+
 The broker's event loop is the only caller. Long-polls wait on ``waiter``
 (resolved when hw moves). Produces waiting until enough replicas hold their
 batches are kept in ``ack_waiters`` and released by the node core's
@@ -42,7 +53,8 @@ class Replica:
                  "epoch_start", "aligned", "caught_up", "catch_up_to", "durable", "hw", "follower_ends",
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
-                 "leaving", "vouched", "catalogue", "appends", "follower_starts", "start_waiters")
+                 "leaving", "vouched", "catalogue", "appends", "follower_starts", "start_waiters", "incarnation",
+                 "incarnations", "renewed", "blank", "lost_state")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -97,6 +109,11 @@ class Replica:
         self.vouched: LogKey | None = None
         self.catalogue: object | None = None  # the partition's ranges (ring.ranges), loaded when first needed
         self.appends: list | None = None  # produces waiting for this loop turn's write (appends.TurnAppends)
+        self.incarnation = ""  # this broker's data directory's (ring.log.datadir)
+        self.incarnations: dict[str, str] = {}  # each voter's, as recorded (saved with the ballot)
+        self.renewed: dict[str, str] = {}  # leader: followers acking from an unrecorded incarnation -> it
+        self.blank = False  # its own state was lost: it grants no vote until it has caught up
+        self.lost_state: frozenset[str] = frozenset()  # voters an election here found without their state
 
     # --- placement and leadership -----------------------------------------------------
 
@@ -199,6 +216,13 @@ class Replica:
             return {r: (self.durable if r == self.self_name else None) for r in self.members()}
         return {r: (self.durable if r == self.self_name else self.follower_ends.get(r)) for r in self.members()}
 
+    def lost_voters(self) -> list[str]:
+        """The voters known here to have lost their state: on a leader the followers still catching up
+        from a new data directory, elsewhere those an election found, and this replica if it is blank."""
+        if self.is_leader:
+            return sorted(self.renewed)
+        return sorted(self.lost_state | ({self.self_name} if self.blank else set()))
+
     # --- progress -------------------------------------------------------------------
 
     def set_durable(self, end: int) -> None:
@@ -228,8 +252,10 @@ class Replica:
             self.refresh()
 
     def voter_ends(self) -> list[int]:
-        """The durable end of each voter as known here (this replica's own first)."""
-        return [self.durable] + [self.follower_ends.get(r, 0) for r in self.voters if r != self.self_name]
+        """The durable end of each voter as known here (this replica's own first); a voter that lost its
+        state counts as holding nothing until it has caught up (``renewed``)."""
+        return [self.durable] + [0 if r in self.renewed else self.follower_ends.get(r, 0)
+                                 for r in self.voters if r != self.self_name]
 
     def refresh(self) -> None:
         if self.is_leader:

@@ -10,8 +10,12 @@ anything in the leader's epoch. They never await: the node core
 alike. A caller must not run a step beside an
 fsync of the same log (``GroupCommit.idle`` first).
 
-The ballot and the voter set live in ``replica-state`` in the partition
-directory (JSON, replaced atomically with an fsync).
+The ballot, the voter set and each voter's incarnation as recorded live in
+``replica-state`` in the partition directory (JSON, replaced atomically with
+an fsync). A record absent (a new partition, or a file an older release
+wrote) is learned from the voter's first vote or ack; once recorded, a voter
+answering from another incarnation lost its state (``election.Tally``,
+``note_incarnation``).
 """
 
 from __future__ import annotations
@@ -42,21 +46,29 @@ STATE_FILE = "replica-state"
 
 def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None]:
     """The saved ballot, voter set (None: never saved) and vouched log key; a damaged file counts as none."""
+    ballot, voters, vouched, _ = load_full_state(directory)
+    return ballot, voters, vouched
+
+
+def load_full_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None,
+                                              dict[str, str]]:
+    """``load_state`` and the voters' incarnations as recorded (empty: none recorded)."""
     try:
         doc = orjson.loads((directory / STATE_FILE).read_bytes())
         epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
-        vouched = doc.get("vouched")
+        vouched, incarnations = doc.get("vouched"), doc.get("incarnations", {})
         if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
                 and type(voters) is list and voters and all(type(v) is str for v in voters) \
                 and (vouched is None or type(vouched) is list and len(vouched) == 2
-                     and all(type(x) is int for x in vouched)):
-            return election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None
+                     and all(type(x) is int for x in vouched)) \
+                and type(incarnations) is dict and all(type(i) is str for i in incarnations.values()):
+            return election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None, incarnations
         log.error("ignoring malformed %s", directory / STATE_FILE)
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
-    return election.Ballot(0, None), None, None
+    return election.Ballot(0, None), None, None, {}
 
 
 def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
@@ -70,13 +82,19 @@ def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
     return sorted(p for p in found if p < partitions and name in (load_state(topic_dir / str(p))[1] or ()))
 
 
-def restore(rep: Replica, clean: bool) -> None:
+def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
     """A clustered replica as it opens: its saved ballot and voters, no leader (elected, never assumed:
     it may have lost a tail or missed an election), not caught up after an unclean shutdown, nor while
-    a repair has not brought back what it vouched for; damaged where recovery kept a damaged batch."""
-    ballot, voters, vouched = load_state(rep.log.directory)
+    a repair has not brought back what it vouched for; damaged where recovery kept a damaged batch.
+    ``lost``: the broker knows this partition held state here that its data directory lost (a new
+    directory, the partition older than it): with no saved state, it is ``blank``."""
+    ballot, voters, vouched, incarnations = load_full_state(rep.log.directory)
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
     rep.voters = voters if voters else list(rep.replicas)
+    rep.incarnations = {v: i for v, i in incarnations.items() if v != rep.self_name}
+    if rep.incarnation:
+        rep.incarnations[rep.self_name] = rep.incarnation
+    rep.blank = lost and voters is None
     # Recovery cut damage inside the log (not a torn tail): what it took may have been acknowledged,
     # so it is vouched for as after a repair's cut (saved with the ballot before the log forgets it).
     lost = recovery.damaged_key(rep.log.directory)
@@ -88,7 +106,7 @@ def restore(rep: Replica, clean: bool) -> None:
         recovery.forget_damaged_key(rep.log.directory)
     rep.leader = None
     rep.aligned = False
-    rep.caught_up = clean and rep.vouched is None
+    rep.caught_up = clean and rep.vouched is None and not rep.blank
     # Damage recovery kept inside the log (whole batches follow it): never served from here, mended in
     # place from another replica's copy (the broker steps ``Damaged`` once it runs).
     rep.damaged_at = rep.log.recovered_damage
@@ -103,9 +121,11 @@ def close(rep: Replica, exc: BaseException) -> None:
 
 
 def save_state(rep: Replica) -> None:
-    doc = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
+    doc: dict = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
     if rep.vouched is not None:
         doc["vouched"] = list(rep.vouched)
+    if rep.incarnations:
+        doc["incarnations"] = rep.incarnations
     write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
 
 
@@ -148,10 +168,14 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
         return _reject(rep, frame.topic, frame.partition, frame.epoch, verdict)
     adopt_epoch(rep, frame.epoch)
     rep.leader = sender
-    if list(frame.voters) != rep.voters:
-        rep.set_voters(list(frame.voters), frame.voters_seq)
+    known = _known_from(rep, frame.incarnations)
+    if list(frame.voters) != rep.voters or known != rep.incarnations:
+        if list(frame.voters) != rep.voters:
+            rep.set_voters(list(frame.voters), frame.voters_seq)
+        rep.incarnations = known
         save_state(rep)
     rep.voters_seq = frame.voters_seq
+    rep.lost_state = frozenset()
     cut = divergence_point(rep.log.epochs(), rep.log.end_offset, frame.history, frame.log_end)
     if cut < rep.log.end_offset:
         log.warning("%s/%d: dropping offsets %d-%d, which diverge from leader %s (epoch %d)", rep.topic,
@@ -169,9 +193,19 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
     return ack(rep)
 
 
+def _known_from(rep: Replica, sent: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The voters' incarnations a follower keeps after its leader's sync: the leader's record (an older
+    leader sends none: ours stays), and its own directory's, which it knows better."""
+    known = dict(sent) if sent else {v: i for v, i in rep.incarnations.items() if v in rep.voters}
+    if rep.incarnation:
+        known[rep.self_name] = rep.incarnation
+    return known
+
+
 def ack(rep: Replica) -> protocol.Ack:
-    """A follower's answer: its durable end and its log start offset."""
-    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset, rep.voters_seq)
+    """A follower's answer: its durable end, its log start offset and its incarnation."""
+    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset, rep.voters_seq,
+                        rep.incarnation)
 
 
 def follow_start(rep: Replica, log_start: int) -> bool:
@@ -229,6 +263,7 @@ def _progress(rep: Replica) -> None:
         rep.log.begin_epoch(rep.epoch)
     if not rep.caught_up and rep.catch_up_to is not None and end >= rep.catch_up_to:
         rep.caught_up = True
+        rep.blank = False  # it holds what a leader elected without it held: it may vote again
         log.info("%s/%d caught up with leader %s at offset %d", rep.topic, rep.index, rep.leader, end)
     if rep.vouched is not None and rep.key >= rep.vouched:
         rep.vouched = None  # it holds what it vouched for again (or a newer leader's log past it)
@@ -309,8 +344,9 @@ def lead_start(rep: Replica) -> bool:
 def sync_frame(rep: Replica) -> protocol.Sync:
     assert rep.is_leader
     history = tuple(rep.log.epochs()[-limits.LEADER_EPOCHS_SENT_MAX:])
+    incarnations = tuple((v, rep.incarnations[v]) for v in rep.voters if v in rep.incarnations)
     return protocol.Sync(rep.topic, rep.index, rep.epoch, rep.hw, rep.epoch_start, rep.log.start_offset,
-                         rep.log.end_offset, history, tuple(rep.voters), rep.voters_seq)
+                         rep.log.end_offset, history, tuple(rep.voters), rep.voters_seq, incarnations)
 
 
 def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: protocol.Frame,
@@ -338,6 +374,41 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
     raise BadRequest(f"{follower} sent a leader's frame")
 
 
+def note_incarnation(rep: Replica, follower: str, frame: protocol.Frame) -> bool:
+    """Leader: a follower's ack names its incarnation. Unrecorded: learn it. Another than recorded: the
+    follower lost its state; it is ``renewed`` (what it acknowledged from its old directory is
+    forgotten, and it counts for nothing) until it holds everything committed in this epoch (where
+    ``placement.next_voters`` admits a new replica), then recorded with its new incarnation. Whether
+    the record changed (saved here; the caller syncs the followers again, so they keep the same
+    record). The caller steps it before the ack is counted (so a renewed follower's end never counts)
+    and after (so it is admitted on the ack that fills it)."""
+    if not isinstance(frame, protocol.Ack) or not frame.incarnation or frame.epoch != rep.epoch \
+            or follower not in rep.voters:
+        return False
+    recorded = rep.incarnations.get(follower)
+    if recorded == frame.incarnation:
+        return False
+    if recorded is not None:
+        if rep.renewed.get(follower) != frame.incarnation:
+            rep.renewed[follower] = frame.incarnation
+            rep.follower_ends.pop(follower, None)  # acknowledged by a directory that is gone
+            rep.follower_starts.pop(follower, None)
+            log.warning("%s/%d: %s answers from a new data directory (incarnation %s, was %s): it lost its "
+                        "state, and counts for nothing until it has caught up", rep.topic, rep.index, follower,
+                        frame.incarnation, recorded)
+            rep.refresh()
+            return False
+        if rep.follower_ends.get(follower, -1) < max(rep.hw, rep.epoch_start):
+            return False
+        log.info("%s/%d: %s caught up from its new data directory (incarnation %s): a voter again", rep.topic,
+                 rep.index, follower, frame.incarnation)
+    rep.renewed.pop(follower, None)
+    rep.incarnations[follower] = frame.incarnation
+    save_state(rep)
+    rep.refresh()
+    return True
+
+
 # --- elections -------------------------------------------------------------------------------
 
 
@@ -352,6 +423,10 @@ def vote_request(rep: Replica, pre: bool, transfer: bool = False) -> election.Vo
         rep.unlead(None, stepped_down(rep, epoch))
         if was_leader:
             log.info("%s/%d: %s stands again for epoch %d", rep.topic, rep.index, rep.self_name, epoch)
+    if rep.incarnation and rep.incarnations.get(rep.self_name) != rep.incarnation:
+        rep.incarnations[rep.self_name] = rep.incarnation
+        if not pre:
+            save_state(rep)
     last_epoch, end = rep.key
     return election.VoteRequest(rep.topic, rep.index, rep.epoch + 1 if pre else rep.epoch, rep.self_name,
                                 last_epoch, end, pre, transfer)
@@ -359,6 +434,9 @@ def vote_request(rep: Replica, pre: bool, transfer: bool = False) -> election.Vo
 
 def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool) -> election.VoteReply:
     """Judge a vote; the ballot is saved (and a leader steps down) before the reply is returned."""
+    if rep.blank:  # its state is gone: whatever it would say, it may have said otherwise before
+        return election.VoteReply(req.topic, req.partition, rep.epoch, rep.self_name, False, election.LOST_STATE,
+                                  req.pre, rep.log.start_offset, rep.incarnation)
     me = election.Voter(rep.self_name, rep.ballot, rep.vote_key, frozenset(rep.voters), leader_alive,
                         rep.is_leader)
     verdict = election.judge_vote(me, req)
@@ -371,10 +449,19 @@ def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool)
             if was_leader:
                 log.warning("%s/%d: %s steps down for %s's candidacy in epoch %d", rep.topic, rep.index,
                             rep.self_name, req.candidate, rep.epoch)
-    return dataclasses.replace(verdict.reply, log_start=rep.log.start_offset)
+    return dataclasses.replace(verdict.reply, log_start=rep.log.start_offset, incarnation=rep.incarnation)
 
 
-def win(rep: Replica, epoch: int, voters_start: int = 0) -> bool:
+def no_eligible_leader(rep: Replica, lost_state: frozenset[str]) -> None:
+    """A candidacy found voters that lost their state (``election.Tally.lost_state``), so no leader holding
+    what was acknowledged can be elected now: the replica follows nobody (its lost leader is not named as
+    if it led) and says why until a leader syncs it or it wins."""
+    rep.lost_state = lost_state
+    if lost_state and not rep.is_leader and rep.leader is not None:
+        rep.unlead(None, stepped_down(rep, rep.epoch))
+
+
+def win(rep: Replica, epoch: int, voters_start: int = 0, learned: dict[str, str] | None = None) -> bool:
     """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile.
     ``voters_start``: the largest log start offset a voter that granted its vote holds. A truncate
     was answered once a majority held its start, and a majority voted, so one of the voters holds it:
@@ -382,6 +469,11 @@ def win(rep: Replica, epoch: int, voters_start: int = 0) -> bool:
     log there (after this step: files go, and an fsync may be running)."""
     if rep.epoch != epoch or rep.voted_for != rep.self_name or rep.leader is not None:
         return False
+    if learned:  # incarnations of voters that elected it, not recorded before: recorded from now on
+        rep.incarnations.update({v: i for v, i in learned.items() if v not in rep.incarnations})
+        save_state(rep)
+    rep.renewed = {}
+    rep.lost_state = frozenset()
     rep.log.sync()  # (see _progress)
     rep.log.begin_epoch(epoch)
     rep.lead()
