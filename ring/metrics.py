@@ -350,6 +350,9 @@ class BrokerCollector:
         start = _gauge("ring_partition_earliest_offset", "First offset still kept", labels)
         epoch = _gauge("ring_partition_leader_epoch", "Leader epoch of the local replica", labels)
         leader = _gauge("ring_partition_is_leader", "1 where this broker leads the partition", labels)
+        stuck = _gauge("ring_partition_no_eligible_leader",
+                       "1 where the partition cannot elect a leader holding what was acknowledged (its voters "
+                       "that hold it are gone, the others lost their state)", labels)
         lag = _gauge("ring_replication_lag_records",
                      "Leader's end offset minus the follower's acked end (leaders only)", [*labels, "replica"])
         urp = _gauge("ring_under_replicated_partitions",
@@ -371,6 +374,7 @@ class BrokerCollector:
                     epoch.add_metric(lv, p["epoch"])
                 is_leader = p.get("leader") == me
                 leader.add_metric(lv, 1.0 if is_leader else 0.0)
+                stuck.add_metric(lv, 1.0 if p.get("no_eligible_leader") else 0.0)
                 if not is_leader:
                     continue
                 ends = p.get("replica_end_offsets") or {}
@@ -385,7 +389,7 @@ class BrokerCollector:
                         behind = True
                 under += behind
         urp.add_metric([], under)
-        yield from (hw, end, start, epoch, leader, lag, urp)
+        yield from (hw, end, start, epoch, leader, stuck, lag, urp)
 
     def _groups(self) -> Iterator[Metric]:
         lag = _gauge("ring_group_lag_records", "High watermark minus the group's committed offset",

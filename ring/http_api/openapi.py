@@ -107,7 +107,8 @@ _CLUSTER = {
             "name": {"type": "string"}, "token": {"type": ["integer", "null"]},
             "status": {"enum": ["up", "suspect", "down", "joining", "leaving", "removed"]},
             "phi": {"type": "number"}, "client_url": {"type": "string"}, "peer_url": {"type": ["string", "null"]},
-            "generation": {"type": ["integer", "null"]}, "load": {"type": "object"},
+            "generation": {"type": ["integer", "null"]}, "incarnation": {"type": ["string", "null"]},
+            "load": {"type": "object"},
             "host": {"type": ["string", "null"]}, "zone": {"type": ["string", "null"]},
             "clock": {"type": "object", "properties": {
                 "state": {"enum": ["unknown", "ok", "warning", "out_of_bounds", None]},
@@ -121,14 +122,19 @@ A down broker keeps its place on the ring; its partitions run on their other rep
 own judgement of its wall clock against most of its peers' (state ok, warning, out_of_bounds, or unknown before
 it has measured; offset_ms its clock minus the cluster's, in steps of 100 ms; null for a broker that gossips
 none) and measured_offset_ms, the answering broker's own last measurement of that broker's clock minus its own.
-A broker whose clock is out_of_bounds (ring serve --max-clock-offset) leads no partition and stamps no record."""
+A broker whose clock is out_of_bounds (ring serve --max-clock-offset) leads no partition and stamps no record.
+incarnation is the id of the broker's data directory (made when the directory is first used): a broker back
+with another one lost its disk, and its replicas count for no vote or acknowledgement until they caught up."""
 
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
 replica's acknowledged end offset (authoritative); on a follower only its own (others null) and its
 high_watermark is the leader's as last told (it may lag a little); where the broker holds no replica of a
 partition, the offsets are null. Ask the leader (see leader and GET /v1/cluster) for the authoritative view.
 leader is the elected leader as this broker knows it (its own replica's, else the newest claim gossip carries);
-null while an election runs. epoch is the leader epoch this replica is in."""
+null while an election runs. epoch is the leader epoch this replica is in. lost_state names the replicas
+known here to have lost their state (an empty or replaced data directory: on the leader, followers still
+catching up, which count for nothing until they have); no_eligible_leader is true where the partition has no
+leader and cannot elect one holding what was acknowledged (produces get 503 no_eligible_leader)."""
 
 _CHANGE_DOC = """Settings not named stay as they are. A new retention applies at once (records past it go at the
 leader's next retention check, and from every follower as the leader's earliest offset reaches it). More partitions: the new ones are placed between the
@@ -275,7 +281,7 @@ def _topic_paths() -> dict[str, Any]:
                                              "local_start_offset (where the replica's own log starts; below "
                                              "it, down to earliest_offset, the offsets are in ranges), "
                                              "end_offset, high_watermark, leader, replicas, epoch, "
-                                             "replica_end_offsets}]",
+                                             "replica_end_offsets, lost_state, no_eligible_leader}]",
                                              {"type": "object", "properties": {"id": _TOPIC_ID}}),
                                   "400": _BAD, "404": _NOT_FOUND}},
             "patch": {"summary": "Change a topic's settings", "operationId": "changeTopic",
