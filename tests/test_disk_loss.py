@@ -128,6 +128,17 @@ def test_stale_follower_and_wiped_follower_elect_nobody(make_cluster) -> None:
         f1.resume()
     f2.local.wait_ready()
     assert_never_elected_without_the_records([f1, f2], f2, acked)
+    # The old leader comes back with its disk: it holds everything, and is elected with the stale
+    # replica's vote; both others catch up from it.
+    lead.local.start()
+    assert wait_for("the returned leader leads", lambda: leader_seen_by(list(c)) == lead.name, 60,
+                    errors=(OSError,))
+    status, doc = produce(f1, ["back"])
+    assert status == 200, doc
+    acked[doc["base_offset"]] = "back"
+    for m in c:
+        got = m.http.read_all(TOPIC, 0, end=max(acked) + 1)
+        assert {o: got.get(o) for o in acked} == acked, m.name
 
 
 def test_wiped_follower_restarting_first_elects_nobody(make_cluster) -> None:

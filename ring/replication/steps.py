@@ -46,29 +46,41 @@ STATE_FILE = "replica-state"
 
 def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None]:
     """The saved ballot, voter set (None: never saved) and vouched log key; a damaged file counts as none."""
-    ballot, voters, vouched, _ = load_full_state(directory)
-    return ballot, voters, vouched
+    saved = load_full_state(directory)
+    return saved.ballot, saved.voters, saved.vouched
 
 
-def load_full_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None,
-                                              dict[str, str]]:
-    """``load_state`` and the voters' incarnations as recorded (empty: none recorded)."""
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """What ``replica-state`` holds (``load_full_state``)."""
+
+    ballot: election.Ballot = election.Ballot(0, None)
+    voters: list[str] | None = None  # None: never saved
+    vouched: election.LogKey | None = None
+    incarnations: dict[str, str] = dataclasses.field(default_factory=dict)  # each voter's, as recorded
+    blank: bool = False  # its state was lost and it has not caught up since
+
+
+def load_full_state(directory: Path) -> Saved:
+    """Everything ``replica-state`` holds; a damaged file counts as none."""
     try:
         doc = orjson.loads((directory / STATE_FILE).read_bytes())
         epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
-        vouched, incarnations = doc.get("vouched"), doc.get("incarnations", {})
+        vouched, incarnations, blank = doc.get("vouched"), doc.get("incarnations", {}), doc.get("blank", False)
         if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
                 and type(voters) is list and voters and all(type(v) is str for v in voters) \
                 and (vouched is None or type(vouched) is list and len(vouched) == 2
                      and all(type(x) is int for x in vouched)) \
-                and type(incarnations) is dict and all(type(i) is str for i in incarnations.values()):
-            return election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None, incarnations
+                and type(incarnations) is dict and all(type(i) is str for i in incarnations.values()) \
+                and type(blank) is bool:
+            return Saved(election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None,
+                         incarnations, blank)
         log.error("ignoring malformed %s", directory / STATE_FILE)
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
-    return election.Ballot(0, None), None, None, {}
+    return Saved()
 
 
 def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
@@ -88,13 +100,16 @@ def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
     a repair has not brought back what it vouched for; damaged where recovery kept a damaged batch.
     ``lost``: the broker knows this partition held state here that its data directory lost (a new
     directory, the partition older than it): with no saved state, it is ``blank``."""
-    ballot, voters, vouched, incarnations = load_full_state(rep.log.directory)
+    saved = load_full_state(rep.log.directory)
+    ballot, voters, vouched = saved.ballot, saved.voters, saved.vouched
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
     rep.voters = voters if voters else list(rep.replicas)
-    rep.incarnations = {v: i for v, i in incarnations.items() if v != rep.self_name}
+    rep.incarnations = {v: i for v, i in saved.incarnations.items() if v != rep.self_name}
     if rep.incarnation:
         rep.incarnations[rep.self_name] = rep.incarnation
-    rep.blank = lost and voters is None
+    rep.blank = saved.blank or lost and voters is None
+    if rep.blank and not saved.blank:
+        save_state(rep)  # (so it stays blank if it restarts before it caught up)
     # Recovery cut damage inside the log (not a torn tail): what it took may have been acknowledged,
     # so it is vouched for as after a repair's cut (saved with the ballot before the log forgets it).
     lost = recovery.damaged_key(rep.log.directory)
@@ -126,6 +141,8 @@ def save_state(rep: Replica) -> None:
         doc["vouched"] = list(rep.vouched)
     if rep.incarnations:
         doc["incarnations"] = rep.incarnations
+    if rep.blank:
+        doc["blank"] = True  # (a restart before it caught up must not make it whole)
     write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
 
 
@@ -263,7 +280,9 @@ def _progress(rep: Replica) -> None:
         rep.log.begin_epoch(rep.epoch)
     if not rep.caught_up and rep.catch_up_to is not None and end >= rep.catch_up_to:
         rep.caught_up = True
-        rep.blank = False  # it holds what a leader elected without it held: it may vote again
+        if rep.blank:
+            rep.blank = False  # it holds what a leader elected without it held: it may vote again
+            save_state(rep)
         log.info("%s/%d caught up with leader %s at offset %d", rep.topic, rep.index, rep.leader, end)
     if rep.vouched is not None and rep.key >= rep.vouched:
         rep.vouched = None  # it holds what it vouched for again (or a newer leader's log past it)

@@ -224,6 +224,8 @@ function partitionView(topic, p) {
 
 function partitionHealth(p) {
   const replicas = p.replicas || [];
+  // No replica holding what was acknowledged can be elected: the others lost their disks (lost_state).
+  if (p.no_eligible_leader) return "no eligible leader";
   if (!p.leader || !LIVE.has(brokerStatus(p.leader))) return "leaderless";
   const ends = p.replica_end_offsets || {};
   const behind = replicas.some((r) => !LIVE.has(brokerStatus(r)) ||
@@ -288,7 +290,7 @@ function renderSummary() {
     for (const p of doc.partitions || []) {
       const h = partitionHealth(partitionView(doc.name, p));
       if (h === "under-replicated") under++;
-      if (h === "leaderless") leaderless++;
+      if (h === "leaderless" || h === "no eligible leader") leaderless++;
     }
   }
   const chips = [
@@ -397,7 +399,7 @@ function renderTopics() {
     const doc = state.details.get(t.name);
     const open = state.expanded.has(t.name);
     let records = null;
-    const health = { ok: 0, "under-replicated": 0, leaderless: 0 };
+    const health = { ok: 0, "under-replicated": 0, leaderless: 0, "no eligible leader": 0 };
     if (doc) {
       records = 0;
       for (const p0 of doc.partitions || []) {
@@ -409,6 +411,7 @@ function renderTopics() {
       }
     }
     const healthCell = !doc ? el("span", { class: "muted" }, "—")
+      : health["no eligible leader"] ? el("span", { class: "bad" }, `${health["no eligible leader"]} with no eligible leader`)
       : health.leaderless ? el("span", { class: "bad" }, `${health.leaderless} leaderless`)
       : health["under-replicated"] ? el("span", { class: "warn" }, `${health["under-replicated"]} under-replicated`)
       : el("span", { class: "good" }, "ok");
@@ -463,7 +466,8 @@ function partitionsTable(topic, doc) {
       el("td", { class: "num" }, fmtNum(p.earliest_offset)),
       el("td", { class: "num" }, fmtNum(p.end_offset)),
       el("td", { class: "num" }, fmtNum(p.high_watermark)),
-      el("td", {}, el("span", { class: health === "ok" ? "good" : health === "leaderless" ? "bad" : "warn" }, health)),
+      el("td", {}, el("span", { class: health === "ok" ? "good" : health === "under-replicated" ? "warn" : "bad" },
+        health === "no eligible leader" ? `${health} (lost their state: ${(p.lost_state || []).join(", ")})` : health)),
       ...(ranged ? [el("td", { class: "num" }, fmtNum(p.local_start_offset)),
         el("td", {}, rangesCell(state.ranges.get(topic).get(p.partition)))] : []));
   });
