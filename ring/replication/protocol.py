@@ -74,8 +74,9 @@ from ring import limits
 from ring.catalog import CONSISTENCY_DEFAULT, CONSISTENCY_LEVELS as LEVELS
 from ring.errors import BadRequest, NotEnoughReplicas
 
-# The websocket subprotocol of replication links: the version of the frames below.
-SUBPROTOCOL = "ring-replication.3"
+# The websocket subprotocol of replication links: the version of the frames below (.4: syncs carry the
+# voters' incarnations and acks the follower's; this release still decodes .3's frames without them).
+SUBPROTOCOL = "ring-replication.4"
 # The WebSocket close code of a link its leader closes on purpose (it leads nothing the follower
 # replicates any more): the follower does not take the leader for lost, as it does when a link breaks.
 LINK_RETIRED = 4000
