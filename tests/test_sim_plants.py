@@ -14,10 +14,10 @@ from tests.test_sim import problems
 
 # plant, the seed that catches it, what the checks report
 CAUGHT = [
-    ("two_votes_per_epoch", 40, "two leaders in one epoch"),
-    ("ack_before_durable", 488, "lost="),
-    ("sync_keeps_divergent_tail", 6, "divergent_partitions="),
-    ("quorum_one_short", 10, "lost="),
+    ("two_votes_per_epoch", 0, "two leaders in one epoch"),
+    ("ack_before_durable", 26, "lost="),
+    ("sync_keeps_divergent_tail", 3, "divergent_partitions="),
+    ("quorum_one_short", 0, "lost="),
 ]
 
 

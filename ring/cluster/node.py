@@ -61,7 +61,7 @@ from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.http_api import answer
-from ring.log.datadir import TOPICS_DIR
+from ring.log.datadir import TOPICS_DIR, partition_lost
 from ring.log.fsync import write_atomically
 from ring.ranges.manager import Ranges
 from ring.cluster.pump import NodePump
@@ -229,10 +229,7 @@ class ClusterBroker(Broker):
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         rep = super()._open_partition(cfg, p, replicas)
         rep.incarnation = self.dir.incarnation
-        # A data directory made at this start (empty or replaced) for a topic older than it: whatever
-        # this broker held of the partition is gone. The margin is the clock offset brokers may have,
-        # so a topic created just after this start on another broker is not taken for an old one.
-        lost = self.dir.fresh and cfg.created_ms < self._opened_ms - self.config.max_clock_offset_ms
+        lost = partition_lost(self.dir.fresh, cfg.created_ms, self._opened_ms, self.config.max_clock_offset_ms)
         steps.restore(rep, rep.log.clean_shutdown and self.previous_shutdown_clean, lost)
         if rep.blank:
             log.warning("%s/%d: this broker's data directory is new (incarnation %s) and the partition is older: "

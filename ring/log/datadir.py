@@ -64,18 +64,7 @@ class DataDir:
         return catalog, clean
 
     def _incarnation(self, fresh: bool) -> str:
-        """The directory's incarnation id, made (and synced) the first time; a directory that held a
-        catalogue but no id (written by an older release) gets one too, and is not fresh."""
-        path = self.path / INCARNATION_FILE
-        try:
-            found = path.read_text().strip()
-        except FileNotFoundError:
-            found = ""
-        if found:
-            return found
-        self.fresh = fresh
-        made = secrets.token_hex(INCARNATION_BYTES)
-        write_atomically(path, made.encode())
+        made, self.fresh = incarnation(self.path, fresh)
         return made
 
     def close(self, clean: bool) -> None:
@@ -101,3 +90,27 @@ class DataDir:
             os.replace(self.path / TOPICS_DIR / name, doomed)
             fsync_dir(self.path / TOPICS_DIR)
         return doomed
+
+
+def incarnation(path: Path, empty: bool) -> tuple[str, bool]:
+    """The incarnation id of the data directory ``path``, made (and synced) the first time, and whether the
+    directory is fresh: it had no id and held nothing else (``empty``; a directory an older release
+    wrote, with data and no id, gets one and is not fresh)."""
+    file = path / INCARNATION_FILE
+    try:
+        found = file.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found, False
+    made = secrets.token_hex(INCARNATION_BYTES)
+    write_atomically(file, made.encode())
+    return made, empty
+
+
+def partition_lost(fresh: bool, topic_created_ms: int, opened_ms: int, clock_offset_ms_max: float) -> bool:
+    """Whether a partition's replica opened in a data directory lost what this broker held of it: the
+    directory is fresh (made at this start, ``opened_ms``) and the topic is older than it, by more than
+    the offset brokers' clocks may have (so a topic created just after this start, on a broker whose
+    clock is behind, is not taken for an old one)."""
+    return fresh and topic_created_ms < opened_ms - clock_offset_ms_max

@@ -20,6 +20,7 @@ forwarded produce's ``not_leader`` does.
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from ring.gossip.core import Ack2, Syn
 from ring.gossip.state import EndpointState
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as batchfmt
+from ring.log import datadir
 from ring.log.fsync import write_atomically
 from ring.node import ready as m
 from ring.node.core import NodeCore
@@ -61,6 +63,7 @@ class SimBroker:
         self.running = False
         self.paused = False
         self.generation = 0
+        self.incarnation, self.fresh, self.opened_ms = "", False, 0  # its data directory's (set by start)
         net.nodes[name] = self
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -76,6 +79,8 @@ class SimBroker:
         self.tick_at: float | None = None
         self.catalog: dict[str, TopicConfig] = {}
         self.parts: dict[str, dict[int, Replica]] = {}
+        self.opened_ms = self.world.clock.wall_ms()
+        self.incarnation, self.fresh = datadir.incarnation(self.dir, not any(self.dir.iterdir()))
         rng = random.Random(self.world.rng.random())
         me = EndpointState(self.name, self.token, self.name, self.name, generation=self.world.clock.wall_ms(),
                            status="joining")
@@ -96,6 +101,14 @@ class SimBroker:
         for rep in self.replicas():
             rep.log.abandon()
         self.world.log(f"{self.name} crashes")
+
+    def lose_disk(self) -> None:
+        """Crash, and the data directory is gone: the broker starts again on an empty one."""
+        self.crash()  # (its logs abandoned: nothing more is written to them)
+        if self.generation:
+            shutil.rmtree(self.dir)
+            self.dir.mkdir()
+            self.world.log(f"{self.name} loses its disk")
 
     def pause(self) -> None:
         if self.running:
@@ -161,7 +174,9 @@ class SimBroker:
                             LogConfig(segment_bytes=2048, index_interval_bytes=256, fsync=FsyncPolicy("never")),
                             self.world.clock)
         rep = Replica(cfg.name, p, plog, self.name, replicas, hw=0)
-        steps.restore(rep, plog.clean_shutdown)
+        rep.incarnation = self.incarnation
+        lost = datadir.partition_lost(self.fresh, cfg.created_ms, self.opened_ms, limits.CLOCK_OFFSET_MS_MAX_DEFAULT)
+        steps.restore(rep, plog.clean_shutdown, lost)
         self.core.adopt(rep)
         self.parts[cfg.name][p] = rep
         if rep.damaged_at is not None:  # damage recovery kept inside the log: mend it

@@ -16,7 +16,9 @@ what it had synced), pauses (SIGSTOP, then SIGCONT with the queued
 messages), cuts between brokers both ways or one way, spells of message
 loss (which also break replication links), and bit flips in a committed
 batch of one replica (found by a read or a scrub round, never served,
-repaired from the leader). Then everything heals, the
+repaired from the leader); with ``RING_SIM_DISK_LOSS=1``, in a third of the
+seeds one broker also loses its disk (it starts again later on an empty
+directory: see ``DISK_LOSS``). Then everything heals, the
 producers go on for a while (the cluster must be writable again), stop, and
 once every partition has one leader that every replica has caught up with,
 each broker's log is read to its high watermark (the final drain) and every
@@ -28,6 +30,8 @@ ever had two leaders.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -230,6 +234,29 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], j
     return plan
 
 
+# With RING_SIM_DISK_LOSS=1, one seed in DISK_LOSS_SEEDS also loses a broker's disk. Off by default: a
+# disk lost beside another fault can rightly leave a partition refusing writes for good (no voter that
+# kept its state and knows the current voter set can be elected), and the checks here count a partition
+# that never settles as a failure; they do not yet tell refused from acknowledged-and-lost.
+DISK_LOSS = os.environ.get("RING_SIM_DISK_LOSS") == "1"
+DISK_LOSS_SEEDS = 3
+
+
+def schedule_disk_loss(seed: int, world: World, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
+    """One broker loses its disk (it restarts empty later), in one seed of DISK_LOSS_SEEDS when DISK_LOSS
+    is on. Drawn from a source of its own, so the other faults of every seed stay what they were."""
+    rng = random.Random(f"disk-loss-{seed}")
+    if not DISK_LOSS or rng.randrange(DISK_LOSS_SEEDS):
+        return []
+    victim = rng.choice(NAMES if joins else FIRST)
+    at = WARMUP_S + rng.uniform(0, FAULTS_S - 2)
+    length = rng.uniform(0.5, 6.0)
+    b = brokers[victim]
+    world.at(at, b.lose_disk)
+    world.at(at + length, lambda: b.start() if not b.running and b.generation else None)
+    return [f"{at:.2f} disk {victim} {length:.2f}s"]
+
+
 def heal(net: Network, brokers: dict[str, SimBroker], joined: set[str]) -> None:
     net.heal()
     net.loss = 0.0
@@ -339,6 +366,7 @@ def run(seed: int, trace: bool = False) -> Outcome:
             joined.add("s-3")
             faults.append(f"{at:.2f} s-3 joins")
         faults += schedule_faults(world, net, brokers, joins)
+        faults += schedule_disk_loss(seed, world, brokers, joins)
         faults.sort(key=lambda line: float(line.split()[0]) if line[0].isdigit() else -1.0)
         heal_at = WARMUP_S + FAULTS_S
         world.run_until(heal_at)
