@@ -109,6 +109,10 @@ def assert_never_elected_without_the_records(live: list[Member], wiped: Member, 
         time.sleep(0.3)
     for m in live:
         assert m.http.describe(TOPIC)["partitions"][0]["leader"] is None, m.name
+        # A read of an acknowledged offset this replica does not hold says why it cannot be answered.
+        r = m.http.fetch(TOPIC, 0, offset=max(acked), wait_ms=0)
+        assert r.status == 503 and r.json()["error"] == "no_eligible_leader", (m.name, r.status, r.body)
+        assert wiped.name in r.json()["lost_state"], r.body
         got = m.http.read_all(TOPIC, 0, timeout_s=5)
         assert all(acked[o] == v for o, v in got.items() if o in acked), (m.name, got)
         assert not [v for o, v in got.items() if o not in acked], (m.name, got)

@@ -19,7 +19,7 @@ import pytest
 from ring.errors import BadRequest
 from ring.log.datadir import DataDir
 from ring.replication import election as e
-from ring.replication import protocol, steps
+from ring.replication import protocol, state, steps
 from tests.test_repair_units import mk, put, replica
 
 VOTERS = frozenset({"a", "b", "c"})
@@ -117,7 +117,7 @@ def test_a_leader_counts_a_wiped_follower_for_nothing_until_it_caught_up(tmp_pat
     assert a.renewed == {"b": "ib-new"} and a.lost_voters() == ["b"] and a.follower_ends["b"] == 0  # not its old 5
     assert _ack(a, "b", 8, "ib-new")  # it has everything committed (hw is 5): admitted on that ack
     assert a.renewed == {} and a.incarnations["b"] == "ib-new"
-    assert steps.load_full_state(a.log.directory).incarnations["b"] == "ib-new"
+    assert state.load_full_state(a.log.directory).incarnations["b"] == "ib-new"
     assert a.hw == 8
 
 
@@ -141,7 +141,7 @@ def test_a_follower_keeps_its_leaders_record_and_its_own_incarnation(tmp_path: P
     b.incarnation = "ib-new"
     steps.on_sync(b, "a", steps.sync_frame(a))
     assert b.incarnations == {"a": "ia", "b": "ib-new", "c": "ic"}
-    assert steps.load_full_state(b.log.directory).incarnations == b.incarnations
+    assert state.load_full_state(b.log.directory).incarnations == b.incarnations
 
 
 def test_a_blank_replica_grants_nothing_until_it_caught_up(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_a_blank_replica_grants_nothing_until_it_caught_up(tmp_path: Path) -> No
     assert b.blank  # synced, not yet caught up
     end = steps.on_append(b, "a", protocol.Append("t", 0, a.epoch, 0, a.hw, a.log.read(0, 1 << 20, upto=None)))
     assert end == a.log.end_offset and not b.blank and b.caught_up
-    assert not steps.load_full_state(b.log.directory).blank
+    assert not state.load_full_state(b.log.directory).blank
     assert steps.on_vote_request(b, e.VoteRequest("t", 0, 5, "c", 1, end), leader_alive=False).granted
 
 
@@ -168,16 +168,16 @@ def test_a_blank_replica_stays_blank_across_a_restart_until_it_caught_up(tmp_pat
     again = replica(b.log, "b", 0)  # restarted: the directory is no longer new
     again.incarnation = "ib-new"
     steps.restore(again, clean=True, lost=False)
-    assert again.blank and steps.load_full_state(b.log.directory).blank
+    assert again.blank and state.load_full_state(b.log.directory).blank
 
 
 def test_a_saved_state_without_incarnations_loads_and_one_with_them_round_trips(tmp_path: Path) -> None:
     b = replica(mk(tmp_path / "b"), "b", 3)
-    steps.save_state(b)
-    assert steps.load_full_state(b.log.directory).incarnations == {}
+    state.save_state(b)
+    assert state.load_full_state(b.log.directory).incarnations == {}
     b.incarnations = {"a": "ia", "b": "ib"}
-    steps.save_state(b)
-    assert steps.load_full_state(b.log.directory).incarnations == {"a": "ia", "b": "ib"}
+    state.save_state(b)
+    assert state.load_full_state(b.log.directory).incarnations == {"a": "ia", "b": "ib"}
     b.incarnation = "ib"
     steps.restore(b, clean=True)
     assert b.incarnations == {"a": "ia", "b": "ib"} and not b.blank

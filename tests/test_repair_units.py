@@ -23,7 +23,7 @@ from ring.log import batch as B
 from ring.log import recovery
 from ring.repair import divergence as d
 from ring.repair import entropy, mend
-from ring.replication import protocol, steps
+from ring.replication import protocol, state, steps
 from ring.replication.replica import Replica
 from ring.errors import StorageError
 
@@ -262,7 +262,7 @@ def test_a_vote_is_saved_and_survives_a_reopen(tmp_path: Path) -> None:
 
     r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "a", -1, 0), leader_alive=False)
     assert r.granted and rep.ballot == election.Ballot(4, "a")
-    assert steps.load_state(tmp_path / "a") == (election.Ballot(4, "a"), ["a", "b", "c"], None)
+    assert state.load_state(tmp_path / "a") == (election.Ballot(4, "a"), ["a", "b", "c"], None)
     r = steps.on_vote_request(rep, election.VoteRequest("t", 0, 4, "c", -1, 0), leader_alive=False)
     assert not r.granted and r.reason == election.ALREADY_VOTED
 
@@ -280,7 +280,7 @@ def test_a_replica_cut_back_for_repair_votes_as_if_it_still_held_what_it_acknowl
     short = election.VoteRequest("t", 0, 2, "c", 1, rep.log.end_offset)
     r = steps.on_vote_request(rep, short, leader_alive=False)
     assert not r.granted and r.reason == election.BEHIND
-    _, _, vouched = steps.load_state(tmp_path / "b")
+    _, _, vouched = state.load_state(tmp_path / "b")
     assert vouched == (1, 40)
     log.close()
     again = replica(mk(tmp_path / "b"), "b", 1)
@@ -290,7 +290,7 @@ def test_a_replica_cut_back_for_repair_votes_as_if_it_still_held_what_it_acknowl
     assert r.granted  # a candidate holding it all
     put(again.log, 1, 40 - again.log.end_offset)
     steps._progress(again)
-    assert again.vouched is None and steps.load_state(tmp_path / "b")[2] is None
+    assert again.vouched is None and state.load_state(tmp_path / "b")[2] is None
     again.log.close()
 
 

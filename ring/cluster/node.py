@@ -70,7 +70,7 @@ from ring.node.core import NodeCore
 from ring.node.members import Members
 from ring.node.ready import Ready
 from ring.repair.driver import Repair
-from ring.replication import steps
+from ring.replication import state, steps
 from ring.replication.intake import ProduceResult
 from ring.replication.replica import Replica
 
@@ -219,7 +219,7 @@ class ClusterBroker(Broker):
         now = self.clock.monotonic()
         kept = [p for p, rep in self._parts.get(cfg.name, {}).items() if self.core.keep(rep, now)]
         if self._starting:
-            kept += steps.voting_here(self.data_dir / TOPICS_DIR / cfg.name, self.name, cfg.partitions)
+            kept += state.voting_here(self.data_dir / TOPICS_DIR / cfg.name, self.name, cfg.partitions)
         return placement.held_here(self.membership.ring, cfg, self.name, kept)
 
     def preference_list(self, cfg: TopicConfig, p: int) -> list[str]:

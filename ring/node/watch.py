@@ -39,7 +39,7 @@ from typing import Iterable, Protocol
 
 from ring import limits
 from ring.cluster import leaders, placement
-from ring.replication import election, steps
+from ring.replication import election, state, steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
@@ -228,7 +228,7 @@ class Watch:
         if voters != rep.voters:
             log.info("%s/%d: voters %s -> %s", rep.topic, rep.index, ",".join(rep.voters), ",".join(voters))
             rep.set_voters(voters)
-            steps.save_state(rep)
+            state.save_state(rep)
             out.append(Action("changed", rep, target="voters"))
         if t.handing or (now < t.handoff_next and not self.stopping) or not rep.voters_committed():
             return  # (a successor needs a majority of the voters to know them: hand over once it does)

@@ -10,12 +10,11 @@ anything in the leader's epoch. They never await: the node core
 alike. A caller must not run a step beside an
 fsync of the same log (``GroupCommit.idle`` first).
 
-The ballot, the voter set and each voter's incarnation as recorded live in
-``replica-state`` in the partition directory (JSON, replaced atomically with
-an fsync). A record absent (a new partition, or a file an older release
-wrote) is learned from the voter's first vote or ack; once recorded, a voter
-answering from another incarnation lost its state (``election.Tally``,
-``note_incarnation``).
+The ballot, the voter set and each voter's incarnation as recorded are saved
+in ``replica-state`` (``ring.replication.state``). A record absent (a new
+partition, or a file an older release wrote) is learned from the voter's
+first vote or ack; once recorded, a voter answering from another incarnation
+lost its state (``election.Tally``, ``note_incarnation``).
 """
 
 from __future__ import annotations
@@ -23,75 +22,19 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-from pathlib import Path
-
-import orjson
 
 from ring import limits
 from ring.errors import BadRequest, RequestTimeout, StorageError
 from ring.log import batch as batchfmt
 from ring.log import recovery
-from ring.log.fsync import write_atomically
 from ring.repair.divergence import divergence_point
 from ring.replication import election, protocol
 from ring.replication.replica import Replica
+from ring.replication.state import load_full_state, save_state
 
 log = logging.getLogger("ring.replication")
 
-STATE_FILE = "replica-state"
-
-
-# --- the persisted ballot and voters ---------------------------------------------------
-
-
-def load_state(directory: Path) -> tuple[election.Ballot, list[str] | None, election.LogKey | None]:
-    """The saved ballot, voter set (None: never saved) and vouched log key; a damaged file counts as none."""
-    saved = load_full_state(directory)
-    return saved.ballot, saved.voters, saved.vouched
-
-
-@dataclasses.dataclass(frozen=True)
-class Saved:
-    """What ``replica-state`` holds (``load_full_state``)."""
-
-    ballot: election.Ballot = election.Ballot(0, None)
-    voters: list[str] | None = None  # None: never saved
-    vouched: election.LogKey | None = None
-    incarnations: dict[str, str] = dataclasses.field(default_factory=dict)  # each voter's, as recorded
-    blank: bool = False  # its state was lost and it has not caught up since
-
-
-def load_full_state(directory: Path) -> Saved:
-    """Everything ``replica-state`` holds; a damaged file counts as none."""
-    try:
-        doc = orjson.loads((directory / STATE_FILE).read_bytes())
-        epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
-        vouched, incarnations, blank = doc.get("vouched"), doc.get("incarnations", {}), doc.get("blank", False)
-        if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
-                and type(voters) is list and voters and all(type(v) is str for v in voters) \
-                and (vouched is None or type(vouched) is list and len(vouched) == 2
-                     and all(type(x) is int for x in vouched)) \
-                and type(incarnations) is dict and all(type(i) is str for i in incarnations.values()) \
-                and type(blank) is bool:
-            return Saved(election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None,
-                         incarnations, blank)
-        log.error("ignoring malformed %s", directory / STATE_FILE)
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.error("ignoring unreadable %s: %s", directory / STATE_FILE, exc)
-    return Saved()
-
-
-def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
-    """The partitions of a topic whose replica saved under ``topic_dir`` counts broker ``name`` among its
-    voters: a broker that starts opens them, placed on it or not, since its leader's elections may need
-    that vote (``NodeCore.keep`` closes them once a leader that leaves it out has claimed them)."""
-    try:
-        found = [int(d.name) for d in topic_dir.iterdir() if d.name.isdigit()]
-    except FileNotFoundError:
-        return []
-    return sorted(p for p in found if p < partitions and name in (load_state(topic_dir / str(p))[1] or ()))
+# --- opening and closing a replica -----------------------------------------------------------
 
 
 def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
@@ -133,17 +76,6 @@ def close(rep: Replica, exc: BaseException) -> None:
     rep.deleted = True
     rep.wake()
     rep.fail_waiters(exc)
-
-
-def save_state(rep: Replica) -> None:
-    doc: dict = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
-    if rep.vouched is not None:
-        doc["vouched"] = list(rep.vouched)
-    if rep.incarnations:
-        doc["incarnations"] = rep.incarnations
-    if rep.blank:
-        doc["blank"] = True  # (a restart before it caught up must not make it whole)
-    write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
 
 
 def stepped_down(rep: Replica, epoch: int) -> RequestTimeout:

@@ -39,7 +39,7 @@ from ring.node import ready as m
 from ring.node.core import NodeCore
 from ring.node.elections import Transfer
 from ring.node.members import Members
-from ring.replication import election, protocol, steps
+from ring.replication import election, protocol, state, steps
 from ring.replication.replica import Replica
 from tests.sim.disk import Disk, Repair
 from tests.sim.links import LINK_CHECK_S, Links
@@ -155,7 +155,7 @@ class SimBroker:
             open_ = self.parts.setdefault(cfg.name, {})
             kept = [p for p, r in open_.items() if self.core.keep(r, self.world.now)]
             if starting:
-                kept += steps.voting_here(self.dir / "topics" / cfg.name, self.name, cfg.partitions)
+                kept += state.voting_here(self.dir / "topics" / cfg.name, self.name, cfg.partitions)
             plan = placement.replacement(placement.held_here(members.ring, cfg, self.name, kept),
                                          {p: r.replicas for p, r in open_.items()})
             for p in plan.close:
