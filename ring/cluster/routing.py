@@ -43,7 +43,8 @@ from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient, Relayed
 from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
-from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable, UnknownPartition
+from ring.errors import (NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable,
+                         UnknownPartition)
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.ranges.manager import Ranges

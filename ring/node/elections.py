@@ -215,7 +215,8 @@ class Elections:
                 and self.replica(*key) is c.rep:
             if lost_state:  # (logged when it changes, not on every round)
                 log.error("%s/%d: no eligible leader: %s lost their state, and without them no majority of "
-                          "voters holding what was acknowledged is alive; waiting for one of them to return", c.rep.topic, c.rep.index, ",".join(sorted(lost_state)))
+                          "voters holding what was acknowledged is alive; waiting for one of them to return",
+                          c.rep.topic, c.rep.index, ",".join(sorted(lost_state)))
             steps.no_eligible_leader(c.rep, lost_state)
             self.changed(c.rep)
         self.watch.stood(c.rep, won, now)

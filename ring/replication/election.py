@@ -160,7 +160,8 @@ def reply_from_wire(w: Any) -> VoteReply:
     log_start = _int(w[8], "log_start", 0, _INT64_MAX) if len(w) >= 9 else 0
     incarnation = w[9] if len(w) == 10 else ""
     if type(incarnation) is not str or len(incarnation) > limits.INCARNATION_CHARS_MAX:
-        raise BadRequest(f"malformed vote: incarnation must be a string of at most {limits.INCARNATION_CHARS_MAX} characters")
+        raise BadRequest("malformed vote: incarnation must be a string of at most "
+                         f"{limits.INCARNATION_CHARS_MAX} characters")
     return VoteReply(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 0, _INT32_MAX),
                      _name(w[4], "voter"), w[5], w[6], w[7], log_start, incarnation)
 

@@ -143,9 +143,11 @@ def on_sync(rep: Replica, sender: str, frame: protocol.Sync) -> protocol.Frame:
 
 
 def _known_from(rep: Replica, sent: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """The voters' incarnations a follower keeps after its leader's sync: the leader's record (an older
-    leader sends none: ours stays), and its own directory's, which it knows better."""
-    known = dict(sent) if sent else {v: i for v, i in rep.incarnations.items() if v in rep.voters}
+    """The voters' incarnations a follower keeps after its leader's sync: ours, where the leader's record
+    (none from an older leader) says otherwise the leader's, and its own directory's, which it knows
+    better."""
+    known = {v: i for v, i in rep.incarnations.items() if v in rep.voters}
+    known.update(sent)
     if rep.incarnation:
         known[rep.self_name] = rep.incarnation
     return known
