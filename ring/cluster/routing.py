@@ -321,18 +321,19 @@ class Router:
             raise Unavailable(f"{rep.topic}/{rep.index}: its new leader {name} moves its log start up to "
                               f"{rep.serves_from}, which a replica holds (offsets below are deleted); retry",
                               topic=rep.topic, partition=rep.index, leader=name)
+        lost = [] if rep.is_leader or rep.leader is not None or offset is None or offset < rep.hw \
+            else rep.lost_voters()
+        if lost:  # at or past what is committed here, where no leader can be elected to tell the rest
+            raise NoEligibleLeader(
+                f"{rep.topic}/{rep.index} has no eligible leader: {', '.join(lost)} lost their state (a new data "
+                f"directory); this replica serves what was committed below offset {rep.hw}, and only a returning "
+                "replica that kept its state can tell what lies beyond", topic=rep.topic, partition=rep.index,
+                lost_state=lost)
         if rep.is_leader or (rep.synced and (offset is None or offset <= max(rep.log.end_offset, rep.leader_hw))):
             return None
         leader = self.host.leader_of(rep.topic, rep.index)
         url = self.host.proxy.leader_url(leader)
         if not url:
-            lost = rep.lost_voters()
-            if lost and leader is None:
-                raise NoEligibleLeader(
-                    f"{rep.topic}/{rep.index} has no eligible leader: {', '.join(lost)} lost their state (a new data "
-                    f"directory); this replica serves what it holds below offset {min(rep.hw, rep.log.end_offset)}, "
-                    "and only a returning replica that kept its state can tell what lies beyond",
-                    topic=rep.topic, partition=rep.index, lost_state=lost)
             why = (f"here ends at offset {rep.log.end_offset} and no live leader is known to tell whether offset "
                    f"{offset} is committed" if rep.synced else "here has not heard from its leader since this "
                    "broker started, and no live leader is known to tell where the partition starts")
