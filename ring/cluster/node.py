@@ -44,7 +44,6 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
-import msgpack
 
 from ring import limits
 from ring.broker import Broker, changed_config
@@ -52,6 +51,7 @@ from ring.catalog import TOPIC_ID_BYTES, TopicConfig, encode_id, validate_topic_
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.cluster import placement
+from ring.cluster.checkpoints import HighWatermarks
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
 from ring.cluster.proxy import Proxy
@@ -62,7 +62,6 @@ from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.http_api import answer
 from ring.log.datadir import TOPICS_DIR, partition_lost
-from ring.log.fsync import write_atomically
 from ring.ranges.manager import Ranges
 from ring.cluster.pump import NodePump
 from ring.node import ready as msg
@@ -76,7 +75,6 @@ from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
 
-HW_FILE = "high-watermarks"  # in the data directory: every replica's high watermark, saved now and then
 
 
 def token_of(config: BrokerConfig) -> int:
@@ -115,7 +113,7 @@ class ClusterBroker(Broker):
         self.ranges = Ranges(self)
         self.proxy = Proxy(self, lambda: answer.budget_of(self))  # reads asked of other brokers
         self.router: Router = Router(self)  # where produces and reads go: here, the leader, a replica
-        self._hw_saved: dict[tuple[str, int], int] = {}
+        self._hws = HighWatermarks(self.data_dir)  # every replica's high watermark, saved now and then
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_task: asyncio.Task[None] | None = None
         self._starting = False  # open(): the partitions this broker votes for open too, placed here or not
@@ -151,7 +149,7 @@ class ClusterBroker(Broker):
             # (stamped now, the old topic would come back over both).
             for cfg in self.catalog:
                 self.membership.put_topic(cfg.name, cfg.to_json(), cfg.created_ms)
-        self._hw_saved = self._load_hws()
+        self._hws.load()
         self._starting = True
         try:
             for cfg in self.catalog:  # what gossip deleted or replaced meanwhile goes in the first reconcile
@@ -244,7 +242,7 @@ class ClusterBroker(Broker):
         return rep
 
     def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
-        return None if len(replicas) == 1 else self._hw_saved.get((topic, p), 0)
+        return None if len(replicas) == 1 else self._hws.saved.get((topic, p), 0)
 
     def _cluster_changed(self) -> None:
         if self._closing:
@@ -367,25 +365,8 @@ class ClusterBroker(Broker):
 
     # --- high watermark checkpoints ------------------------------------------------------
 
-    def _load_hws(self) -> dict[tuple[str, int], int]:
-        try:
-            doc = msgpack.unpackb((self.data_dir / HW_FILE).read_bytes(), raw=False)
-            return {(t, int(p)): int(hw) for t, parts in doc.items() for p, hw in parts.items()}
-        except (OSError, ValueError, TypeError, AttributeError, msgpack.UnpackException):
-            return {}
-
     def _save_hws(self) -> None:
-        hws = {(t, p): r.hw for t, ps in self._parts.items() for p, r in ps.items() if r.rf > 1}
-        if hws == self._hw_saved:
-            return
-        doc: dict[str, dict[str, int]] = {}
-        for (t, p), hw in hws.items():
-            doc.setdefault(t, {})[str(p)] = hw
-        try:
-            write_atomically(self.data_dir / HW_FILE, msgpack.packb(doc))
-            self._hw_saved = hws
-        except OSError as exc:
-            log.error("saving high watermarks: %s", exc)
+        self._hws.save({(t, p): r.hw for t, ps in self._parts.items() for p, r in ps.items() if r.rf > 1})
 
     async def _hw_checkpoint_loop(self) -> None:
         while True:
