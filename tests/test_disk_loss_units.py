@@ -171,6 +171,15 @@ def test_a_blank_replica_stays_blank_across_a_restart_until_it_caught_up(tmp_pat
     assert again.blank and state.load_full_state(b.log.directory).blank
 
 
+def test_a_replica_that_is_its_partitions_only_voter_is_never_blank(tmp_path: Path) -> None:
+    """RF 1, or a broker alone: nobody else holds the partition, so there is nobody to wait for."""
+    b = replica(mk(tmp_path / "b"), "b", 0)
+    b.replicas = ["b"]
+    b.incarnation = "ib-new"
+    steps.restore(b, clean=True, lost=True)
+    assert not b.blank and b.caught_up and not state.load_full_state(b.log.directory).blank
+
+
 def test_a_saved_state_without_incarnations_loads_and_one_with_them_round_trips(tmp_path: Path) -> None:
     b = replica(mk(tmp_path / "b"), "b", 3)
     state.save_state(b)

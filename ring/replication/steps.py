@@ -42,7 +42,7 @@ def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
     it may have lost a tail or missed an election), not caught up after an unclean shutdown, nor while
     a repair has not brought back what it vouched for; damaged where recovery kept a damaged batch.
     ``lost``: the broker knows this partition held state here that its data directory lost (a new
-    directory, the partition older than it): with no saved state, it is ``blank``."""
+    directory, the partition older than it): with no saved state, and other voters, it is ``blank``."""
     saved = load_full_state(rep.log.directory)
     ballot, voters, vouched = saved.ballot, saved.voters, saved.vouched
     rep.epoch, rep.voted_for = ballot.epoch, ballot.voted_for
@@ -50,7 +50,9 @@ def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
     rep.incarnations = {v: i for v, i in saved.incarnations.items() if v != rep.self_name}
     if rep.incarnation:
         rep.incarnations[rep.self_name] = rep.incarnation
-    rep.blank = saved.blank or lost and voters is None
+    # (A partition this replica alone votes for has nobody to catch up from and no other vote to
+    # protect: what its directory lost is lost, and it leads what is left.)
+    rep.blank = (saved.blank or lost and voters is None) and rep.voters != [rep.self_name]
     if rep.blank and not saved.blank:
         save_state(rep)  # (so it stays blank if it restarts before it caught up)
     # Recovery cut damage inside the log (not a torn tail): what it took may have been acknowledged,
