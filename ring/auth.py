@@ -8,6 +8,14 @@ SHA-256 digests, never tokens, one grant a line (``#`` starts a comment)::
     sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824  alice  produce,consume  orders,clicks-*
     sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  ops    admin            *
 
+A line may end with quotas, as Kafka's client quotas (``ring.quotas``)::
+
+    sha256:...  bulk  produce  logs-*  produce_bytes_per_s=1048576 requests_per_s=200
+
+``produce_bytes_per_s``, ``fetch_bytes_per_s`` and ``requests_per_s``, each
+optional; they bound every token of that name together (give them once per
+name: lines that disagree are refused). A token without any has no quota.
+
 Permissions are ``produce``, ``consume`` and ``admin`` (which includes the
 other two). Topics are names, or prefixes ending in ``*`` (topic names
 cannot contain ``*``), or ``*`` alone for every topic. A token may have
@@ -37,6 +45,7 @@ import orjson
 
 from ring import limits
 from ring.errors import BadRequest
+from ring.quotas import Quota
 
 PRODUCE = "produce"
 CONSUME = "consume"
@@ -87,6 +96,8 @@ class Principal:
     name: str
     grants: tuple[Grant, ...] = ()
     everything: bool = False
+    # From the tokens file; never carried to another broker: the broker a client called enforces it.
+    quota: Quota | None = None
 
     def allows(self, permission: str, topic: str | None = None) -> bool:
         """May do ``permission`` on ``topic`` (None: on some topic, for cluster-wide routes)."""
@@ -160,15 +171,17 @@ class TokenTable:
     def parse(cls, text: str, source: str = "tokens file") -> TokenTable:
         names: dict[bytes, str] = {}
         grants: dict[bytes, list[Grant]] = {}
+        quotas: dict[str, tuple[Quota, str]] = {}  # name -> its quota and the line that gave it
         for lineno, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             where = f"{source}:{lineno}"
             fields = line.split()
-            if len(fields) != 4:
-                raise ValueError(f"{where}: expected 'sha256:HEX NAME PERMISSIONS TOPICS', got {len(fields)} fields")
-            raw_digest, name, perms, topics = fields
+            if len(fields) < 4:
+                raise ValueError(f"{where}: expected 'sha256:HEX NAME PERMISSIONS TOPICS [QUOTA=N ...]', "
+                                 f"got {len(fields)} fields")
+            raw_digest, name, perms, topics = fields[:4]
             if not raw_digest.startswith(DIGEST_PREFIX):
                 raise ValueError(f"{where}: the token must be given as sha256:HEX (its digest, not the token)")
             try:
@@ -183,11 +196,23 @@ class TokenTable:
                 raise ValueError(f"{where}: this token already has the name {names[key]!r}")
             try:
                 grants.setdefault(key, []).append(_grant(perms.split(","), topics.split(",")))
+                quota = Quota.parse(fields[4:]) if len(fields) > 4 else None
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
+            if quota is not None and quotas.setdefault(name, (quota, where))[0] != quota:
+                raise ValueError(f"{where}: {name!r} has other quotas at {quotas[name][1]}: "
+                                 f"a name's quotas are given once")
         if len(names) > limits.AUTH_TOKENS_MAX:
             raise ValueError(f"{source}: more than {limits.AUTH_TOKENS_MAX} tokens")
-        return cls([(k, Principal(names[k], tuple(grants[k]))) for k in names])
+        return cls([(k, Principal(names[k], tuple(grants[k]), quota=quotas.get(names[k], (None,))[0]))
+                    for k in names])
+
+    def replace(self, other: TokenTable) -> None:
+        """Take ``other``'s tokens (a reloaded file): every guard holding this table sees them at once."""
+        self.entries = other.entries
+
+    def names(self) -> set[str]:
+        return {principal.name for _, principal in self.entries}
 
     def authenticate(self, token: str | bytes) -> Principal | None:
         """The principal of ``token``, or None. Compares with every entry, matched or not."""
@@ -212,9 +237,11 @@ def parse_bearer(header: str | None) -> str | None:
     return token.strip()
 
 
-def file_line(token: str, name: str, permissions: str, topics: str) -> str:
+def file_line(token: str, name: str, permissions: str, topics: str, *quotas: str) -> str:
+    """A tokens-file line; ``quotas``: fields such as ``produce_bytes_per_s=1048576``."""
     _grant(permissions.split(","), topics.split(","))  # refuse what parse would refuse
-    return f"{DIGEST_PREFIX}{digest(token).hex()}  {name}  {permissions}  {topics}"
+    Quota.parse(list(quotas))
+    return "  ".join([f"{DIGEST_PREFIX}{digest(token).hex()}", name, permissions, topics, *quotas])
 
 
 def main(argv: list[str] | None = None) -> int:

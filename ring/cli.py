@@ -6,7 +6,7 @@ Every ``serve`` flag can also come from the environment (``RING_NAME``,
 ``RING_LOG_LEVEL``, ``RING_LOG_FORMAT``, and for the cluster ``RING_PEER_LISTEN``, ``RING_SEEDS``,
 ``RING_CLUSTER_SECRET``, ``RING_TOKEN``, ``RING_ADVERTISE``, ``RING_DOWN_GRACE_S``,
 ``RING_REPAIR_INTERVAL_S``, ``RING_RETENTION_INTERVAL_S``, ``RING_RANGE_INTERVAL_S``, ``RING_DISK_FREE_MIN_BYTES``,
-``RING_MAX_CLOCK_OFFSET``, and for security
+``RING_MAX_CLOCK_OFFSET``, ``RING_LOOP_LAG_MS_MAX``, ``RING_REQUESTS_RUNNING_MAX``, and for security
 ``RING_TLS_CERT``, ``RING_TLS_KEY``, ``RING_PEER_CA``, ``RING_AUTH_TOKENS``, and for
 PolarStreams' API ``RING_POLARSTREAMS``, ``RING_POLARSTREAMS_PORTS``); a flag on the
 command line wins. Prefer the environment for the secret: a command line is
@@ -27,6 +27,10 @@ a name without one and no ``--token`` is refused at start. The peer port
 secret. A stopped broker is reported down by the others about 4-13 s after
 it stopped (phi accrual, threshold 8, 1 s gossip), up again within a gossip
 round or two of its return.
+
+SIGHUP reads the ``--auth-tokens`` file again: its tokens, grants and quotas
+apply to the requests that arrive next (a file that cannot be read or parsed
+is logged and the old tokens stay).
 
 SIGTERM or SIGINT stops a broker cleanly: it hands every partition it leads
 to a caught-up follower (``STOP_HANDOVER_MS_MAX`` at most, still serving),
@@ -204,6 +208,13 @@ def _interval_arguments(p: argparse.ArgumentParser) -> None:
                    default=int(_env("DISK_FREE_MIN_BYTES", str(limits.DISK_FREE_BYTES_MIN_DEFAULT))),
                    help="below this much free disk the broker takes no new range (appends go on) "
                         f"(env RING_DISK_FREE_MIN_BYTES; default {limits.DISK_FREE_BYTES_MIN_DEFAULT})")
+    p.add_argument("--loop-lag-ms-max", type=int, default=int(_env("LOOP_LAG_MS_MAX", str(limits.LOOP_LAG_MS_MAX))),
+                   help="refuse new produces, fetches and group polls (429) while the event loop runs this late "
+                        f"(env RING_LOOP_LAG_MS_MAX; default {limits.LOOP_LAG_MS_MAX}; docs/OPERATIONS.md)")
+    p.add_argument("--requests-running-max", type=int,
+                   default=int(_env("REQUESTS_RUNNING_MAX", str(limits.REQUESTS_RUNNING_MAX))),
+                   help="refuse new produces, fetches and group polls (429) while this many run "
+                        f"(env RING_REQUESTS_RUNNING_MAX; default {limits.REQUESTS_RUNNING_MAX}; docs/OPERATIONS.md)")
     p.add_argument("--max-clock-offset", type=parse_duration_ms,
                    default=_env("MAX_CLOCK_OFFSET", f"{limits.CLOCK_OFFSET_MS_MAX_DEFAULT}ms"),
                    help="beyond this offset from most peers' clocks a broker stops leading partitions, stamping "
@@ -306,7 +317,9 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
         uvloop = None
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop else None)
     with runner:
-        return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens, polar=polar))
+        return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens, polar=polar,
+                                bounds=(args.loop_lag_ms_max, args.requests_running_max),
+                                tokens_path=args.auth_tokens))
 
 
 def _parse_serve_arguments(args: argparse.Namespace):
@@ -320,6 +333,8 @@ def _parse_serve_arguments(args: argparse.Namespace):
                         ("max_clock_offset", parse_duration_ms)):
         if isinstance(getattr(args, name), str):
             setattr(args, name, parse(getattr(args, name)))
+    if args.loop_lag_ms_max <= 0 or args.requests_running_max <= 0:
+        raise ValueError("--loop-lag-ms-max and --requests-running-max must be above 0")
     polar = None
     if args.polarstreams:
         from ring.http_api.polar_api import Ports
@@ -366,9 +381,10 @@ def _load_tokens(path: Path | None):
     return table
 
 
-async def serve(config, access_log: bool = False, tokens=None, polar=None) -> int:
+async def serve(config, access_log: bool = False, tokens=None, polar=None, bounds=None, tokens_path=None) -> int:
     """Run one broker until SIGTERM/SIGINT; returns the exit code. ``polar``: PolarStreams' ports
-    (``polar_api.Ports``) to serve its API on too."""
+    (``polar_api.Ports``) to serve its API on too; ``bounds``: the admission's (loop lag ms, requests
+    running); ``tokens_path``: the file ``tokens`` came from, read again on SIGHUP."""
     import random
 
     from ring.clock import SystemClock
@@ -387,6 +403,8 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
                          access_log=access_log, ssl_context=config.tls.peer_port_context(),
                          connections_max=limits.PEER_CONNECTIONS_OPEN_MAX)
     app = make_app(broker, tokens)
+    if bounds is not None:
+        app.admission.lag_ms_max, app.admission.running_max = bounds
     server = Server(app, config.host, config.port, access_log=access_log,
                     ssl_context=config.tls.client_port_context())
     server.shared_port = config.shared_port
@@ -416,6 +434,9 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None) -> in
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
     # collector's way, whose full passes would otherwise walk all of it, stalling every request ~25 ms.
     gc.freeze()
+    if tokens is not None and tokens_path is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_tokens, tokens_path, tokens,
+                                                      app.admission)
     polar_urls = f"; PolarStreams {' '.join(listeners.urls)}" if listeners is not None else ""
     print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
     await stop.wait()
@@ -437,6 +458,18 @@ def _catch_early_signals() -> None:
     stops it cleanly once it has started (a supervisor may stop a member that is still starting)."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: _early_stop.append(signum))
+
+
+def _reload_tokens(path: Path, tokens, admission) -> None:
+    """SIGHUP: the tokens file again, into the table every guard holds; the old one stays if it is unusable."""
+    try:
+        fresh = _load_tokens(path)
+    except ValueError as exc:
+        log.error("kept the client tokens: %s", exc)
+        return
+    tokens.replace(fresh)
+    admission.reloaded(tokens.names())
+    log.info("client tokens reloaded from %s: %d tokens", path, len(tokens))
 
 
 def _stop_on_signals() -> asyncio.Event:

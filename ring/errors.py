@@ -23,7 +23,8 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     |   +-- TopicRecreated          409  a group member's topic was deleted and created again
     +-- PayloadTooLarge             413  a record, a line or a request over a limit
     +-- OffsetOutOfRange            416  names earliest/latest offsets
-    +-- Overloaded                  429  a bounded queue is full (Retry-After)
+    +-- Overloaded                  429  a bounded queue is full, or the loop is late (Retry-After)
+    |   +-- QuotaExceeded           429  the client's token is over its quota (Retry-After: the wait)
     +-- NotEnoughReplicas           503  too few live replicas (Retry-After)
     +-- Unavailable                 503  generic: shutting down, no leader ...
     |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
@@ -134,6 +135,16 @@ class Overloaded(RingError):
     status = 429
     code = "overloaded"
     retry_after_s = 1.0
+
+
+class QuotaExceeded(Overloaded):
+    """The token is over one of its quotas (``ring.quotas``): retry after ``retry_after_s``."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, retry_after_s: float, **extra: Any) -> None:
+        super().__init__(message, retry_after_ms=max(1, round(retry_after_s * 1000)), **extra)
+        self.retry_after_s = retry_after_s
 
 
 class NotEnoughReplicas(RingError):

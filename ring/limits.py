@@ -671,6 +671,45 @@ GROUP_POLL_BATCHES_BYTES_MAX = 4 * MiB
 PROXIED_FETCH_WAIT_MS_MAX = int(PEER_REQUEST_TIMEOUT_S * 1000) // 2
 
 
+# --- admission and quotas ------------------------------------------------------
+
+# How often the client port's front checks how late the event loop runs (one
+# timer per listening socket, comparing when it ran with when it was due): a
+# loop saturated for longer than this is seen, and refusing stops this soon
+# after it catches up, well inside the second the issue of recovery allows.
+LOOP_LAG_PROBE_INTERVAL_S = 0.05
+# A new produce, fetch or group poll/commit is refused (429, Retry-After) while
+# the loop was this late at each of the last LOOP_LAG_PROBES_LATE probes: every
+# request it holds waits that long before a byte of it is handled. A healthy
+# broker's loop is late by a few ms (a full GC pass of the unfrozen heap is
+# ~25 ms); 100 ms, probe after probe, is only reached when work arrives faster
+# than the loop can do it. ``ring serve --loop-lag-ms-max``.
+LOOP_LAG_MS_MAX = 100
+# Probes in a row that must all be late past LOOP_LAG_MS_MAX before new work is
+# refused: one heavy request (a 16 MiB body decoded and appended) makes one
+# probe late and must not turn away the requests behind it; a loop that stays
+# behind for three probes (150 ms and more) is overloaded. One probe on time
+# ends the refusals.
+LOOP_LAG_PROBES_LATE = 3
+# Produces, fetches and group polls/commits admitted and not answered yet, less
+# the long-polls parked waiting for data (idle, not work), above which a new
+# one is refused (429, Retry-After). Little's law: a broker acking ~10k
+# produces/s at quorum in ~20 ms runs ~200 at once; five times that is a queue
+# whose requests wait longer than they run. ``ring serve --requests-running-max``.
+REQUESTS_RUNNING_MAX = 1024
+# A token's quota bucket holds this many seconds of its rate: a client may
+# send a second's worth at once (as Kafka's quota windows of about a second
+# allow) and is held to the rate over longer spans.
+QUOTA_BURST_S = 1.0
+# Longest Retry-After a throttled client is told, whatever its debt: a single
+# maximal request against a small quota would otherwise be told hours; it is
+# refused again, with the rest of the wait, when it comes back early.
+QUOTA_WAIT_S_MAX = 30.0
+# Per-token quota rates given in a tokens file must be below this: a typo of
+# extra digits is an error, not silently no quota (1 TiB/s is no limit anyway).
+QUOTA_RATE_MAX = 1 << 40
+
+
 def markdown_table() -> str:
     """The limits table of docs/LIMITS.md: every UPPER_CASE constant with its why-comment."""
     import ast
@@ -728,6 +767,8 @@ def validate() -> None:
     assert CLOCK_SAMPLE_RTT_MS_MAX / 2 < CLOCK_OFFSET_MS_MAX_DEFAULT
     assert CLOCK_SAMPLE_RTT_MS_MAX < GOSSIP_REQUEST_TIMEOUT_S * 1000
     assert GROUP_SESSION_TIMEOUT_MS_MIN <= POLAR_SESSION_TIMEOUT_MS <= GROUP_SESSION_TIMEOUT_MS_MAX
+    assert 0 < LOOP_LAG_PROBE_INTERVAL_S * 1000 < LOOP_LAG_MS_MAX
+    assert 0 < QUOTA_BURST_S <= QUOTA_WAIT_S_MAX and LOOP_LAG_PROBES_LATE >= 1
     assert FETCH_RECORDS_MAX <= 0xFFFF  # a PolarStreams binary poll answer counts its items in a uint16
 
 

@@ -98,6 +98,18 @@ RULES: dict[tuple[str, str], str] = {
 # HEAD is answered beside every GET route as GET would be, so it needs what GET needs.
 
 
+def plane_of(method: str, template: str, rule: str) -> str:
+    """The data-plane kind of a route, for admission and quotas (``admission``): "produce" for a
+    produce, "fetch" for reading records and offsets and for group polls and commits, "" for the
+    control plane (status, metrics, topics, groups' membership, the admin page), never refused by load."""
+    if rule == TOPIC_PRODUCE:
+        return "produce"
+    if (rule == TOPIC_CONSUME and method == "GET") or (
+            rule == SOME_CONSUME and method == "POST" and template.endswith(("/poll", "/offsets", "/commit"))):
+        return "fetch"
+    return ""
+
+
 def rule_for(method: str, path: str) -> str:
     if method == "HEAD":
         method = "GET"

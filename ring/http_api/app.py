@@ -15,6 +15,7 @@ from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.errors import BadRequest
 from ring.http_api import access, admin, answer, cluster_api, codec, fetch_codec, groups_api, openapi, ranges_api, web
+from ring.http_api.admission import AdmissionCollector, admission_of
 from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.web import Request, Response
@@ -60,6 +61,7 @@ def _partition(request: Request) -> int:
 
 def get_status(request: Request) -> Response:
     doc = _broker(request).status()
+    doc["admission"] = request.app.admission.snapshot()  # load, refusals and throttling: see docs/OPERATIONS.md
     # Not ready while joining: readiness probes and launchers wait for the cluster.
     return _json(doc, status=503 if doc["status"] == "joining" else 200)
 
@@ -268,6 +270,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
     """The client API; ``tokens`` (from --auth-tokens) turns client authentication on."""
     app = web.App()
     app.body_budget = body_budget_of(broker)  # shared with /metrics
+    app.admission = admission_of(broker)  # shared with PolarStreams' ports
     app[BROKER_KEY] = broker
     app[BUDGET_KEY] = answer.budget_of(broker)
     if tokens is not None:
@@ -276,6 +279,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
         app.router.add(method, path, handler, **BODIES.get(handler, {}))
     admin.install(app, broker)  # the admin page at /
     broker.metrics = metrics.install(app, broker)  # GET /metrics, and counts every request
+    broker.metrics.registry.register(AdmissionCollector(app.admission))
     groups_api.register(app)  # consumer groups
     cluster_api.register(app)  # membership changes (decommission)
     ranges_api.register(app)  # where a partition's ranges live

@@ -467,13 +467,13 @@ class Connection(asyncio.Protocol):
         if ex.state == ANSWERED:  # an early answer already stands; a later one is not sent
             resp.release()
             return
-        ex.state = ANSWERED
-        ex.response = resp
+        running, ex.state, ex.response = ex.state == RUNNING, ANSWERED, resp
         if ex.cell is not None:
             ex.cell[0] = None  # tasks the request started act as the broker from now on
-        metrics = self.app.metrics
+        metrics, now = self.app.metrics, self.front.loop.time()
         if metrics is not None and ex.req.method:
-            metrics.observe(ex.req, resp, self.front.loop.time() - ex.started)
+            metrics.observe(ex.req, resp, now - ex.started)
+        self.app.admission.answered(ex.req, resp, now, running)  # (its running count, its quota's bytes)
         if self.front.access_log:
             req = ex.req
             access_log.info('%s "%s %s HTTP/1.1" %d %d', req.remote, req.method, req.path_qs, resp.status,

@@ -2,7 +2,7 @@
 and the answer its handler's outcome makes.
 
 ``admit`` runs when a request's head is complete: it finds the route, checks
-access (``access.Guard``), runs the route's ``prepare`` (its query and
+access (``access.Guard``) and admission (``admission.Admission``: load and quotas), runs the route's ``prepare`` (its query and
 headers) and bounds the body (declared size, the body budget), so a request
 refused there costs no body bytes. A handler answers with a ``Response``, a
 ``Later`` (its future's outcome made into one: ``later_answer``) or a
@@ -41,6 +41,7 @@ def admit(app: Any, ex: Exchange, has_body: bool) -> None:
     req.match_info = params
     if app.guard is not None:
         app.guard.check(req)
+    app.admission.check(req, ex.started)  # 429 for new data-plane work while behind, or over a quota
     if route.prepare is not None:
         route.prepare(req)
     if not has_body:
@@ -65,6 +66,7 @@ def run(ex: Exchange, answer: Callable[[Exchange, Response], None], front: Any) 
     if req.principal is not None:
         ex.cell = [req.principal]
         reset = auth.CURRENT.set(ex.cell)  # tasks this request starts act for its client
+    front.app.admission.ran(req)
     try:
         result = req.route.handler(req)  # type: ignore[union-attr]
         if type(result) is Response:

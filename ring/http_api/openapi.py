@@ -247,7 +247,8 @@ def _broker_paths() -> dict[str, Any]:
             "summary": "Broker status", "operationId": "status",
             "responses": {"200": _ok("name, version, status, uptime_s, topics, clean_shutdown, retention_sweeps, "
                                      "clock (a clustered broker: state, offset_ms, uncertainty_ms, max_offset_ms, "
-                                     "warn_offset_ms, message, and peers: each measured peer's offset), ...",
+                                     "warn_offset_ms, message, and peers: each measured peer's offset), admission (loop_lag_ms, "
+                                     "requests_running, refused by reason, throttled per token name), ...",
                                      {"type": "object"}),
                           "503": _ok("the same document while status is joining: the broker has not yet "
                                      "seen the cluster (readiness)", {"type": "object"})}}},
@@ -330,6 +331,10 @@ def _produce_path() -> dict[str, Any]:
                                       "(and matches none it remembers), or half a retry: nothing was written"),
                           "413": _err("body, line or record too large"),
                           "415": _err("unsupported Content-Type"),
+                          "429": _err("overloaded (the broker's loop is late, too many requests are running, "
+                                      "or request bodies fill its budget) or quota_exceeded (the token is over "
+                                      "its quota; the body's retry_after_ms says how long); nothing was "
+                                      "written; retry after Retry-After"),
                           "503": _err("too few live replicas for the consistency level (the body says how many "
                                       "are alive and needed; nothing was written), the partition has no leader "
                                       "(an election runs: about 4-13 s after a leader stops), not_leader (the "
@@ -371,8 +376,9 @@ def _fetch_path() -> dict[str, Any]:
                 }},
                 "400": _BAD, "404": _NOT_FOUND,
                 "416": _err("offset out of range; the body names earliest and latest"),
-                "429": _err("too many long-polls open, or too many fetch answers not yet taken by "
-                            "their clients; retry after Retry-After")}}},
+                "429": _err("too many long-polls open, too many fetch answers not yet taken by their "
+                            "clients, the broker overloaded, or the token over its quota (quota_exceeded); "
+                            "retry after Retry-After")}}},
     }
 
 

@@ -41,6 +41,7 @@ from ring.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, R
 from ring.hashing import ordinal_from_name
 from ring.http_api import access, codec, polar_codec, polar_consumer, web
 from ring.http_api import budget as body_budget
+from ring.http_api.admission import admission_of
 from ring.http_api.keys import BROKER_KEY, POLAR_PORTS_KEY
 from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
@@ -182,6 +183,7 @@ def make_apps(broker: Any, groups: Any, ports: Ports, tokens: auth.TokenTable | 
         app = web.App()
         app.answer_error = partial(_polar_error, role)
         app.body_budget = body_budget.body_budget_of(broker)
+        app.admission = admission_of(broker)
         if tokens is not None:
             app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
         app[ROLE_KEY], app[POLAR_PORTS_KEY], app[BROKER_KEY], app[GROUPS_KEY] = role, ports, broker, groups

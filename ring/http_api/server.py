@@ -189,7 +189,12 @@ class Front:
         self._tick_date()
         self.sweep_interval_s = min(1.0, max(0.05, min(header_timeout_s, send_timeout_s,
                                                       limits.KEEPALIVE_TIMEOUT_S) / 4))
-        self._sweeper: asyncio.TimerHandle | None = self.loop.call_later(self.sweep_interval_s, self.sweep)
+        # The sweep's timer also measures how late the loop runs (the admission's loop lag), more often
+        # than the connections need visiting: those are visited once per sweep_interval_s.
+        self.probe_interval_s = min(self.sweep_interval_s, limits.LOOP_LAG_PROBE_INTERVAL_S)
+        self._visit_at = self.now + self.sweep_interval_s
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._arm(self.now)
 
     def _tick_date(self) -> None:
         second = int(time.time())
@@ -197,17 +202,29 @@ class Front:
             self._second = second
             self.date = f"Date: {formatdate(second, usegmt=True)}\r\n".encode()
 
-    def sweep(self) -> None:
-        """Once per interval: the deadlines of every connection, the Date header, written answers."""
+    def _arm(self, now: float) -> None:
+        due = now + self.probe_interval_s
+        self._sweeper = self.loop.call_at(due, self.sweep, due)
+
+    def sweep(self, due: float | None = None) -> None:
+        """Run by its timer (``due``: when it was due) every probe interval: how late the loop ran it,
+        and once per sweep interval (or whenever called out of turn) the deadlines of every
+        connection, the Date header, written answers."""
         self.now = now = self.loop.time()
         self._tick_date()
-        if self.stalled:
-            self._wake()
-        for conn in list(self.connections):
-            conn.check(now)
+        if due is not None:
+            self.app.admission.lagged(max(0.0, now - due))
+        if due is None or now >= self._visit_at:
+            self._visit_at = now + self.sweep_interval_s
+            if self.stalled:
+                self._wake()
+            for conn in list(self.connections):
+                conn.check(now)
         if self._sweeper is not None:
             self._sweeper.cancel()  # (a sweep run out of turn keeps one timer, not two)
-        self._sweeper = self.loop.call_later(self.sweep_interval_s, self.sweep) if not self._stopped() else None
+            self._sweeper = None
+        if not self._stopped():
+            self._arm(now)
 
     def may_run(self, conn: Connection) -> bool:
         """Whether ``conn`` may run its next request: its transport takes writes, and its answers

@@ -233,7 +233,7 @@ def http_error(status: int, message: str | None = None, headers: dict[str, str] 
 
 
 class Route:
-    __slots__ = ("method", "template", "handler", "parts", "rule", "body_max", "prepare", "stats")
+    __slots__ = ("method", "template", "handler", "parts", "rule", "body_max", "prepare", "stats", "plane")
 
     def __init__(self, method: str, template: str, handler: Handler, body_max: int | None,
                  prepare: Callable[[Request], None] | None, rule: str) -> None:
@@ -245,6 +245,7 @@ class Route:
         self.body_max = body_max  # None: the route reads no body (one is received and dropped)
         self.prepare = prepare
         self.stats: Any = None  # metrics.RouteStats, set when metrics are installed
+        self.plane = ""  # "produce", "fetch", or "" off the data plane (access.plane_of, for admission)
 
 
 class Router:
@@ -261,6 +262,7 @@ class Router:
         from ring.http_api import access
 
         route = Route(method, template, handler, body_max, prepare, access.rule_for(method, template))
+        route.plane = access.plane_of(method, template, route.rule)
         if "{" not in template:
             methods = self._static.setdefault(template, {})
         else:
@@ -329,11 +331,13 @@ class App:
     request-body budget, how errors are answered, and what to close when the server stops."""
 
     def __init__(self) -> None:
+        from ring.http_api.admission import Admission
         from ring.http_api.budget import BodyBudget
 
         self.router = Router()
         self.guard: Any = None  # access.Guard when client authentication is on
         self.body_budget = BodyBudget()
+        self.admission = Admission()  # the broker's own (admission_of) once the app serves one
         self.metrics: Any = None
         # How a RingError is answered: ring's JSON (PolarStreams' ports answer theirs as text).
         self.answer_error: Callable[[RingError], Response] = ring_error

@@ -1,0 +1,126 @@
+"""Admission control and per-token quotas on real broker processes: past a bound a new produce or
+fetch is refused 429 with Retry-After at once, status and metrics still answer, service returns
+when the work drains; a token over its quota is refused with the time to wait, another token is
+not, and a quota changed in the tokens file applies after SIGHUP, without a restart."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from pathlib import Path
+
+import orjson
+
+from ring.auth import file_line
+from tests.brokers import TestBroker, TestCluster
+from tests.support import wait_for
+
+
+def _send_produce(member, topic: str, consistency: str) -> socket.socket:
+    """A produce sent on a raw connection whose answer is read later."""
+    body = b'{"value": 1}'
+    sock = socket.create_connection((member.local.host, member.local.port), timeout=30)
+    sock.sendall(f"POST /v1/topics/{topic}/messages?consistency={consistency} HTTP/1.1\r\nHost: x\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def _status_line(sock: socket.socket) -> bytes:
+    got = b""
+    while b"\r\n" not in got:
+        piece = sock.recv(4096)
+        assert piece, got
+        got += piece
+    return got.split(b"\r\n", 1)[0]
+
+
+def _metric(member, line_start: str) -> float:
+    text = member.http.get("/metrics").body.decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
+
+
+def test_past_the_running_bound_new_work_is_refused_at_once_and_served_again_once_it_drains(
+        make_cluster, topic: str) -> None:
+    cluster: TestCluster = make_cluster(3, "--requests-running-max", "2", "--fsync", "interval:100")
+    first = cluster[0].http
+    assert first.create_topic(topic, partitions=1, replication_factor=3).status == 201
+    leader_name = wait_for("a leader", lambda: first.describe(topic)["partitions"][0].get("leader"))
+    leader = next(m for m in cluster.members if m.name == leader_name)
+    assert leader.http.produce(topic, [1], consistency="all").status == 200
+    followers = [m for m in cluster.members if m is not leader]
+    for m in followers:
+        m.pause()  # produces at consistency=all now wait for their acks: queued work on the leader
+    try:
+        held = [_send_produce(leader, topic, "all") for _ in range(2)]
+        wait_for("two produces running", lambda: leader.http.status()["admission"]["requests_running"] >= 2,
+                 timeout_s=10, interval_s=0.02)
+        refused = leader.http.produce(topic, [2])
+        assert refused.status == 429, refused.body
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"] == "overloaded" and refused.json()["reason"] == "requests_running"
+        fetch = leader.http.fetch(topic, 0, offset=0)
+        assert fetch.status == 429 and fetch.json()["reason"] == "requests_running", fetch.body
+        status = leader.http.get("/v1/status")  # the control plane still answers, and shows the overload
+        assert status.status == 200 and status.json()["admission"]["refused"]["requests_running"] == 2
+        assert _metric(leader, 'ring_admission_refused_total{reason="requests_running"}') == 2
+        assert _metric(leader, "ring_requests_running ") >= 2
+    finally:
+        for m in followers:
+            m.resume()
+    assert [_status_line(s) for s in held] == [b"HTTP/1.1 200 OK"] * 2  # acked once the followers came back
+    for s in held:
+        s.close()
+    assert leader.http.produce(topic, [3], consistency="all").status == 200  # service is back
+    assert leader.http.status()["admission"]["requests_running"] == 0
+
+
+def _tokens(path: Path, alice_quota: list[str], bob_quota: list[str]) -> None:
+    path.write_text("\n".join([file_line("t-admin", "ops", "admin", "*"),
+                               file_line("t-alice", "alice", "produce,consume", "*", *alice_quota),
+                               file_line("t-bob", "bob", "produce,consume", "*", *bob_quota)]) + "\n")
+
+
+def _produce(b: TestBroker, token: str, topic: str, nbytes: int):
+    body = orjson.dumps({"value": "x" * nbytes})
+    return b.http.with_token(token).produce(topic, body)
+
+
+def test_a_token_over_its_quota_waits_another_does_not_and_a_new_quota_applies_on_sighup(
+        make_broker, tmp_path: Path, topic: str) -> None:
+    tokens = tmp_path / "tokens"
+    _tokens(tokens, ["produce_bytes_per_s=100"], [])
+    b = make_broker("--auth-tokens", str(tokens))
+    assert b.http.with_token("t-admin").create_topic(topic, partitions=1).status == 201
+    assert _produce(b, "t-alice", topic, 2500).status == 200  # the burst is 100 bytes: ~24 s of debt now
+    refused = _produce(b, "t-alice", topic, 10)
+    assert refused.status == 429, refused.body
+    doc = refused.json()
+    assert doc["error"] == "quota_exceeded" and doc["quota"] == "produce"
+    assert 20_000 < doc["retry_after_ms"] <= 25_000, doc  # the debt at 100 bytes a second
+    assert refused.headers["Retry-After"] == str(-(-doc["retry_after_ms"] // 1000))
+    fetch = b.http.with_token("t-alice").fetch(topic, 0, offset=0)
+    assert fetch.status == 200, fetch.body  # no fetch quota: reading goes on
+    for _ in range(5):
+        assert _produce(b, "t-bob", topic, 5000).status == 200  # bob has no quota
+    text = b.http.with_token("t-admin").get("/metrics").body.decode()
+    assert 'ring_quota_throttled_total{principal="alice",quota="produce"} 1.0' in text, text[-3000:]
+    status = b.http.get("/v1/status").json()["admission"]
+    assert status["throttled"] == {"alice": {"produce": 1}}
+
+    # Raise alice's quota and give bob one, in the file; SIGHUP; no restart.
+    _tokens(tokens, ["produce_bytes_per_s=100000000"], ["produce_bytes_per_s=100"])
+    before = b.log_text().count("client tokens reloaded")
+    b.signal(signal.SIGHUP)
+    wait_for("the tokens file read again", lambda: b.log_text().count("client tokens reloaded") > before,
+             timeout_s=10, interval_s=0.05)
+    assert _produce(b, "t-alice", topic, 5000).status == 200  # its debt is paid at the new rate at once
+    assert _produce(b, "t-bob", topic, 5000).status == 200
+    assert _produce(b, "t-bob", topic, 10).status == 429
+
+    # A file that does not parse keeps the tokens there are.
+    tokens.write_text(tokens.read_text() + "sha256:nothex bad produce *\n")
+    b.signal(signal.SIGHUP)
+    wait_for("the unusable file refused", lambda: "kept the client tokens" in b.log_text(),
+             timeout_s=10, interval_s=0.05)
+    assert _produce(b, "t-alice", topic, 10).status == 200
+    assert b.pid and b.http.get("/v1/status").status == 200
