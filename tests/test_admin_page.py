@@ -60,8 +60,10 @@ def browser() -> Iterator[Any]:
 class Page:
     """A browser tab on one broker's admin page, recording page errors and API answers."""
 
-    def __init__(self, browser: Any, url: str) -> None:
+    def __init__(self, browser: Any, url: str, token: str | None = None) -> None:
         self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        if token is not None:  # kept as the page keeps the one typed in, before its first call
+            self.context.add_init_script(f"localStorage.setItem('ring.admin.token', {token!r})")
         self.page = self.context.new_page()
         self.page.set_default_timeout(WAIT_MS)
         self.errors: list[str] = []
@@ -420,3 +422,28 @@ def test_where_a_partitions_ranges_live_and_each_brokers_disk(browser: Any, make
         assert not p.errors, p.errors
     finally:
         p.close()
+
+
+def test_the_load_panel_shows_the_loop_lag_refusals_and_the_tokens_throttled(browser: Any, make_broker: Any,
+                                                                              tmp_path: Path) -> None:
+    from ring.auth import file_line
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(file_line("t-admin", "ops", "admin", "*") + "\n"
+                      + file_line("t-slow", "slow", "produce", "*", "produce_bytes_per_s=10") + "\n")
+    b = make_broker("--auth-tokens", str(tokens))
+    name = _name()
+    assert b.http.with_token("t-admin").create_topic(name, partitions=1).status == 201
+    slow = b.http.with_token("t-slow")
+    assert slow.produce(name, b'{"value": "' + b"x" * 500 + b'"}').status == 200
+    assert slow.produce(name, [1]).status == 429  # ~50 s of debt at 10 bytes a second
+    page = Page(browser, b.url + "/", token="t-admin")
+    try:
+        expect(page.locator("#load .load-lag")).to_contain_text("loop lag")
+        expect(page.locator("#load .load-running")).to_contain_text("0 running")
+        expect(page.locator("#load .load-refused")).to_have_text("refused: loop lag 0, requests running 0")
+        row = page.locator('#load tr[data-principal="slow"][data-quota="produce"]')
+        expect(row).to_have_text("slowproduce1")
+        assert not page.errors, page.errors
+    finally:
+        page.close()

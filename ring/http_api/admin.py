@@ -48,6 +48,7 @@ FILES = {
     "dialogs.js": _JS,
     "dom.js": _JS,
     "groups.js": _JS,
+    "load.js": _JS,
     "ring.js": _JS,
     "tokens.js": _JS,
     "trends.js": _JS,

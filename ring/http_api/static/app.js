@@ -9,6 +9,7 @@ import { api, TOKEN_KEY } from "./api.js";
 import { clearMessage, confirmAction, showMessage } from "./dialogs.js";
 import { $, el, fmtBytes, fmtMs, fmtNum, fmtOffset, fmtPhi } from "./dom.js";
 import { memberRows, offsetRows } from "./groups.js";
+import { renderLoad } from "./load.js";
 import { drawRing } from "./ring.js";
 import { partitionToken, toBig } from "./tokens.js";
 import { loadTrends, merge, renderActivity } from "./trends.js";
@@ -278,6 +279,7 @@ function render() {
   renderRing();
   renderBrokers();
   renderTopics();
+  renderLoad(state.status);
   renderGroups();
 }
 
