@@ -403,3 +403,24 @@ def test_the_ranges_measurement_runs_on_a_small_cluster(tmp_path: Path) -> None:
     assert loop["record_bytes"] == r["records"] * (ranges.RECORD_BYTES - 15)
     assert abs(sum(loop["served_share"].values()) - 1) < 0.01 and loop["brokers_serving"] >= 3
     assert "| replica |" in ranges.markdown(r)
+
+
+def test_overload_report_checks_each_figure_against_the_issues_target():
+    from ring.bench import overload
+
+    lat = lambda p99: {"n": 10, "p50": p99 / 2, "p99": p99, "p999": p99, "max": p99}  # noqa: E731
+    tally = lambda ok_per_s, p99, refused=0: {"seconds": 5.0, "ok": 1, "ok_per_s": ok_per_s,  # noqa: E731
+                                              "refused": refused, "other": 0, "last_other": "",
+                                              "ok_lat_ms": lat(p99), "refused_lat_ms": lat(2.0)}
+    res = {"record_bytes": 1024, "body_bytes": 1026, "seconds": 5.0, "quota_bytes_per_s": 102_600.0,
+           "max_per_s": 1000.0, "rss_before": 50 << 20, "rss_peak": 60 << 20, "rss_after": 55 << 20,
+           "overload": tally(950.0, 40.0, refused=5000), "recovery": tally(500.0, 5.0), "recovery_s": 0.2,
+           "quiet_alone": tally(250.0, 10.0), "quiet_beside": tally(250.0, 20.0), "noisy": tally(100.0, 5.0),
+           "loadgen_cpu_share": 0.5}
+    rows = {line.split(" | ")[0].lstrip("| "): line.rsplit(" | ", 1)[1].rstrip(" |")
+            for line in overload.report(res) if line.startswith("| ") and "---" not in line}
+    assert rows["goodput at 2x the maximum"] == "yes"
+    assert rows["refusals (429), p50 / p99 from their send"] == "yes"
+    assert rows["admitted requests, p99 from their scheduled start"] == "yes"
+    assert rows["quiet tenant's p99 beside noisy (5x its quota) / alone"] == "no"  # 2x its p99 alone
+    assert rows["noisy tenant's goodput / its quota"] == "yes"

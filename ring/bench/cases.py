@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-GROUPS = ("produce", "latency", "consume", "e2e", "ceiling", "cpu", "single", "hostile", "members", "spark")
+GROUPS = ("produce", "latency", "consume", "e2e", "ceiling", "cpu", "single", "hostile", "members", "overload",
+          "spark")
 PEERS = ("nats", "rabbitmq")
 E2E_RATE_PER_S = 200  # a steady trickle: delivery latency, not throughput
 

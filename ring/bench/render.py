@@ -146,6 +146,11 @@ def _extra_parts(bench: Any) -> list[str]:
 
         text = members.report(bench.extra["members"], bench.args.command).splitlines()
         out += ["#### One host, many members", "", *text, ""]
+    if bench.extra.get("overload"):
+        from ring.bench import overload
+
+        out += ["#### Overload and quotas: one broker offered twice its maximum", "",
+                *overload.report(bench.extra["overload"]), ""]
     if bench.extra.get("spark"):
         from ring.bench import spark
 

@@ -58,12 +58,14 @@ class Settings:
     hostile_cases: tuple[str, ...] = ()  # ring.bench.hostile's case ids (and "trickle", "pipeline"); empty: all
     cpu_s: float = 5.0
     members_s: float = 5.0
+    overload_s: float = 5.0
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
                    ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0, cpu_s=1.0,
-                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"), members_s=1.0)
+                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"), members_s=1.0,
+                   overload_s=1.0)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -405,6 +407,16 @@ class Bench:
             self.failed_parts.append(f"members part failed: {exc}")
             self.note(self.failed_parts[-1])
 
+    def run_overload(self) -> None:
+        from ring.bench import overload
+
+        self.say("overload part: twice the maximum offered to one broker, and a tenant over its quota")
+        try:
+            self.extra["overload"] = overload.run_part(self.settings.overload_s, fsync=self.args.fsync)
+        except Exception as exc:  # a failed part is reported; the figures already measured are kept
+            self.failed_parts.append(f"overload part failed: {exc}")
+            self.note(self.failed_parts[-1])
+
     # --- all of it -------------------------------------------------------------------
 
     def run(self) -> int:
@@ -428,6 +440,8 @@ class Bench:
             self.run_hostile()
         if "members" in self.groups:
             self.run_members()
+        if "overload" in self.groups:
+            self.run_overload()
         if "spark" in self.groups:
             self.run_spark()
         shutil.rmtree(self.root, ignore_errors=True)
