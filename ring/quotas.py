@@ -66,7 +66,7 @@ class Quota:
 
     def fields(self) -> list[str]:
         """The tokens-file fields of this quota (the inverse of ``parse``)."""
-        return [f"{key}={self.rate(kind):g}" for key, kind in FIELDS.items() if self.rate(kind) is not None]
+        return [f"{key}={self.rate(kind):.15g}" for key, kind in FIELDS.items() if self.rate(kind) is not None]
 
 
 class Bucket:
