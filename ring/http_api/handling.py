@@ -2,9 +2,10 @@
 and the answer its handler's outcome makes.
 
 ``admit`` runs when a request's head is complete: it finds the route, checks
-access (``access.Guard``) and admission (``admission.Admission``: load and quotas), runs the route's ``prepare`` (its query and
-headers) and bounds the body (declared size, the body budget), so a request
-refused there costs no body bytes. A handler answers with a ``Response``, a
+access (``access.Guard``) and admission (``admission.Admission``: load and
+quotas), runs the route's ``prepare`` (its query and headers) and bounds the
+body (declared size, the body budget), so a request refused there costs no
+body bytes. A handler answers with a ``Response``, a
 ``Later`` (its future's outcome made into one: ``later_answer``) or a
 coroutine (``awaited_answer``); ``run`` calls the handler and hands whatever
 comes out, when it comes, to the connection's ``answer`` (``front.Connection``
