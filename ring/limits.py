@@ -679,7 +679,9 @@ PROXIED_FETCH_WAIT_MS_MAX = int(PEER_REQUEST_TIMEOUT_S * 1000) // 2
 # after it catches up, well inside the second the issue of recovery allows.
 LOOP_LAG_PROBE_INTERVAL_S = 0.05
 # A new produce, fetch or group poll/commit is refused (429, Retry-After) while
-# the loop was this late at each of the last LOOP_LAG_PROBES_LATE probes: every
+# the loop was this late at each of the last LOOP_LAG_PROBES_LATE probes (and
+# other such requests are running: late with none, it was busy with work
+# already answered, and nothing queues behind it): every
 # request it holds waits that long before a byte of it is handled. A healthy
 # broker's loop is late by a few ms (a full GC pass of the unfrozen heap is
 # ~25 ms); 100 ms, probe after probe, is only reached when work arrives faster

@@ -125,6 +125,10 @@ def test_admission_refuses_data_plane_work_past_its_bounds_and_never_the_control
     a.lagged(late_s)
     with pytest.raises(Overloaded, match="probes .* late"):
         a.check(_request(app, *produce), 0.0)
+    idle = Admission()  # the same lateness with nothing running: work already answered, no queue
+    for _ in range(limits.LOOP_LAG_PROBES_LATE):
+        idle.lagged(late_s)
+    idle.check(_request(app, *produce), 0.0)
     a.check(_request(app, *status), 0.0)
     a.lagged(0.001)  # one probe on time ends it
     a.check(_request(app, *produce), 0.0)

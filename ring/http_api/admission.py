@@ -10,8 +10,10 @@ instead of joining a queue, when
 * the event loop ran each of its last ``LOOP_LAG_PROBES_LATE`` probes more
   than ``LOOP_LAG_MS_MAX`` late: each listening socket's front runs a timer
   every ``LOOP_LAG_PROBE_INTERVAL_S`` and reports how late it ran
-  (``lagged``, from ``server.Front.sweep``); one heavy request makes one
-  probe late, an overloaded loop makes them all late;
+  (``lagged``, from ``server.Front.sweep``), and other data-plane work is
+  running: one heavy request makes one probe late, an overloaded loop makes
+  them all late, and a loop late with nothing running was busy with work
+  already answered;
 * ``REQUESTS_RUNNING_MAX`` data-plane requests are running (admitted, body
   in, not answered: ``ran`` / ``answered``), long-polls parked waiting for
   data not counted (they hold a waiter, not work);
@@ -72,11 +74,13 @@ class Admission:
         kind = req.route.plane
         if not kind:
             return
+        working = self.running - self.parked()
         late_s = min(self.recent_s)
-        if late_s * 1000 > self.lag_ms_max:
+        # A late loop with nothing else running was busy with requests already answered (one client's
+        # heavy bodies one after another): no queue for this one to join.
+        if working > 0 and late_s * 1000 > self.lag_ms_max:
             raise self._refuse(LOOP_LAG, f"the event loop ran its last {len(self.recent_s)} probes "
                                f"{late_s * 1000:.0f} ms late or more (bound {self.lag_ms_max} ms)")
-        working = self.running - self.parked()
         if working >= self.running_max:
             raise self._refuse(REQUESTS_RUNNING, f"{working} requests are running (bound {self.running_max})")
         principal = req.principal
