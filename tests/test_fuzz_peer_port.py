@@ -145,16 +145,18 @@ def test_a_replication_link_of_another_protocol_version_is_refused_saying_so(nod
         r = node.peer.get("/peer/v1/replicate", headers=headers)
         assert r.status == 400, (offered, r.status, r.body)
         body = r.json()
-        assert body["expected"] == protocol.SUBPROTOCOL and "different versions" in body["message"]
+        assert body["expected"] == ["ring-replication.4", "ring-replication.3"], body
+        assert "versions do not overlap" in body["message"]
     assert "refused a replication link from fz-old" in node.broker.log_text()
-    # The one this version speaks is let in, and named back.
-    async def link() -> str | None:
+    # The first offered that this version speaks is let in, and named back: the previous release's too.
+    async def link(offer: tuple[str, ...]) -> str | None:
         async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(f"http://127.0.0.1:{node.peer_port}/peer/v1/replicate",
-                                          protocols=("ring-replication.1", protocol.SUBPROTOCOL),
+            async with session.ws_connect(f"http://127.0.0.1:{node.peer_port}/peer/v1/replicate", protocols=offer,
                                           headers={"Ring-Cluster-Secret": SECRET, "Ring-Broker": "fz-new"}) as c:
                 return c.protocol
-    assert asyncio.run(link()) == protocol.SUBPROTOCOL
+    assert asyncio.run(link(("ring-replication.1", protocol.SUBPROTOCOL))) == protocol.SUBPROTOCOL
+    assert asyncio.run(link(("ring-replication.3",))) == "ring-replication.3"
+    assert asyncio.run(link(("ring-replication.3", protocol.SUBPROTOCOL))) == "ring-replication.3"
 
 
 @settings(PEER_SETTINGS, max_examples=15)

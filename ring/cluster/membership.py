@@ -49,6 +49,7 @@ from ring.log.fsync import write_atomically
 from ring.node.gossip_steps import REMOVED_FILE, STATE_FILE
 from ring.node.members import Members
 from ring.node.ready import Announce, DeleteTopic, GossipIn, PutTopic, Ready, RemoveBroker
+from ring.replication import versions
 from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.cluster")
@@ -227,8 +228,13 @@ class Membership:
                         "client_url": f"{self.tls.scheme}://{ep.client_addr}",
                         "peer_url": f"{self.tls.scheme}://{ep.peer_addr}", "generation": ep.generation,
                         "host": ep.extra.get("host"), "zone": ep.extra.get("zone"),
-                        "incarnation": ep.extra.get("incarnation"), "load": dict(ep.load)})
+                        "incarnation": ep.extra.get("incarnation"), "load": dict(ep.load),
+                        "protocol": list(versions.parse_range(ep.extra.get(versions.EXTRA_KEY)))})
         return out
+
+    def describe(self) -> dict[str, Any]:
+        """The brokers, and the peer-protocol version the cluster speaks (``ring.replication.versions``)."""
+        return {"brokers": self.brokers(), "protocol_version": self.members.protocol_version()}
 
     def removed(self) -> set[str]:
         return self.members.removed()
@@ -247,6 +253,7 @@ class Membership:
 
     def put_topic(self, name: str, config: dict[str, Any], wall_ms: int | None = None) -> None:
         """Gossip a topic's config, stamped ``wall_ms`` (default: now; last writer wins)."""
+        config = versions.topic_wire(config, self.members.protocol_version())  # (an older broker reads no id)
         self.step(PutTopic(name, config, self.clock.wall_ms() if wall_ms is None else wall_ms))
 
     def delete_topic(self, name: str) -> None:

@@ -40,14 +40,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import replace
 from typing import Any
 
 import aiohttp
 
 from ring import limits
 from ring.broker import Broker, changed_config
-from ring.catalog import TOPIC_ID_BYTES, TopicConfig, encode_id, validate_topic_name
+from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.cluster import placement
@@ -69,7 +68,7 @@ from ring.node.core import NodeCore
 from ring.node.members import Members
 from ring.node.ready import Ready
 from ring.repair.driver import Repair
-from ring.replication import state, steps
+from ring.replication import state, steps, versions
 from ring.replication.intake import ProduceResult
 from ring.replication.replica import Replica
 
@@ -389,7 +388,7 @@ class ClusterBroker(Broker):
             raise Conflict(f"topic {cfg.name!r} already exists", topic=cfg.name)
         if len(self.catalog) >= limits.TOPICS_MAX:
             raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
-        cfg = replace(cfg, id=encode_id(self.rng.randbytes(TOPIC_ID_BYTES)))  # this incarnation's (the simulation's seed)
+        cfg = versions.new_topic(cfg, self.membership.members.protocol_version(), self.rng)  # (the simulation's seed)
         self.membership.put_topic(cfg.name, cfg.to_json())
         await self._reconcile()
         await self.membership.announce()  # returns once live peers have opened their replicas
@@ -494,4 +493,4 @@ class ClusterBroker(Broker):
     def cluster(self) -> dict[str, Any]:
         if self.membership is None:
             return super().cluster()
-        return {"brokers": self.membership.brokers(), "self": self.name}
+        return {**self.membership.describe(), "self": self.name}

@@ -105,6 +105,9 @@ class NodePump:
                 log.exception("node core tick failed")
                 self._arm(self.clock.monotonic() + 0.1)
 
+    def protocol_version(self) -> int:
+        return self.core.members.protocol_version()
+
     def carry_out(self, ready: Ready) -> None:
         if ready.write:
             self.on_write(ready.write)

@@ -103,12 +103,14 @@ _CLUSTER = {
     "type": "object",
     "properties": {
         "self": {"type": "string"},
+        "protocol_version": {"type": "integer"},
         "brokers": {"type": "array", "items": {"type": "object", "properties": {
             "name": {"type": "string"}, "token": {"type": ["integer", "null"]},
             "status": {"enum": ["up", "suspect", "down", "joining", "leaving", "removed"]},
             "phi": {"type": "number"}, "client_url": {"type": "string"}, "peer_url": {"type": ["string", "null"]},
             "generation": {"type": ["integer", "null"]}, "incarnation": {"type": ["string", "null"]},
             "load": {"type": "object"},
+            "protocol": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
             "host": {"type": ["string", "null"]}, "zone": {"type": ["string", "null"]},
             "clock": {"type": "object", "properties": {
                 "state": {"enum": ["unknown", "ok", "warning", "out_of_bounds", None]},
@@ -124,7 +126,10 @@ it has measured; offset_ms its clock minus the cluster's, in steps of 100 ms; nu
 none) and measured_offset_ms, the answering broker's own last measurement of that broker's clock minus its own.
 A broker whose clock is out_of_bounds (ring serve --max-clock-offset) leads no partition and stamps no record.
 incarnation is the id of the broker's data directory (made when the directory is first used): a broker back
-with another one lost its disk, and its replicas count for no vote or acknowledgement until they caught up."""
+with another one lost its disk, and its replicas count for no vote or acknowledgement until they caught up.
+protocol is the [lowest, highest] peer-protocol version the broker speaks ([3, 3]: a broker of the release
+before versions were gossiped); protocol_version is the one the cluster speaks, the highest every broker
+speaks (raised on its own once the last older broker is upgraded; see docs/OPERATIONS.md, Upgrading)."""
 
 _DESCRIBE_DOC = """The answering broker's own view. On a partition's leader, replica_end_offsets holds each
 replica's acknowledged end offset (authoritative); on a follower only its own (others null) and its

@@ -11,7 +11,8 @@ broker alone). Routes:
   wall clock (the sender measures the offset between their clocks).
 * ``GET /peer/v1/replicate``: the websocket a partition leader streams
   batches on (``ring.replication``); ``Ring-Broker`` names the leader, and
-  the subprotocol must be ``protocol.SUBPROTOCOL`` (else 400).
+  the link offers replication protocol versions as subprotocols, highest first; the first this broker
+  speaks is the link's (``ring.replication.versions``; none: 400).
 * ``POST /peer/v1/produce?topic=&partition=&consistency=``: a produce
   forwarded by another broker; the body is the framed (unstamped) batches,
   the answer the leader's ProduceResult or error.
@@ -51,7 +52,7 @@ from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
 from ring.node.ready import Resync, TransferRequested, VoteRequested
-from ring.replication import election, follower, protocol
+from ring.replication import election, follower, protocol, versions
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
 log = logging.getLogger("ring.peer")
@@ -99,19 +100,21 @@ async def replicate(request: web.Request) -> web.StreamResponse:
     if not leader:
         raise BadRequest("the replication link needs the leader's name (header Ring-Broker)")
     offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
-    if protocol.SUBPROTOCOL not in offered:
+    spoken = versions.spoken()
+    version = next((versions.version_of(p) for p in offered if p in spoken), None)
+    if version is None:
         log.warning("refused a replication link from %s offering %s: this broker speaks %s (another version?)",
-                    leader, ", ".join(offered) or "no subprotocol", protocol.SUBPROTOCOL)
-        raise BadRequest(f"this broker speaks replication protocol {protocol.SUBPROTOCOL}; the link offered "
-                         f"{', '.join(offered) or 'none'} (brokers of different versions do not replicate to "
-                         "each other)", expected=protocol.SUBPROTOCOL)
+                    leader, ", ".join(offered) or "no subprotocol", ", ".join(spoken))
+        raise BadRequest(f"this broker speaks replication protocols {', '.join(spoken)}; the link offered "
+                         f"{', '.join(offered) or 'none'} (brokers whose versions do not overlap do not replicate "
+                         "to each other)", expected=list(spoken))
     ws = web.WebSocketResponse(max_msg_size=limits.REPLICATION_MESSAGE_BYTES_MAX,
-                               heartbeat=limits.REPLICATION_HEARTBEAT_S, protocols=(protocol.SUBPROTOCOL,))
+                               heartbeat=limits.REPLICATION_HEARTBEAT_S, protocols=spoken)
     await ws.prepare(request)
     request.app[SOCKETS_KEY].add(ws)
     log.info("replication link from %s open", leader)
     try:
-        await follower.serve(ws, leader, node)
+        await follower.serve(ws, leader, node, version)
     finally:
         await ws.close()
         log.info("replication link from %s closed", leader)
@@ -191,7 +194,9 @@ async def votes(request: web.Request) -> web.Response:
         raise BadRequest(f"malformed votes: not a list of 1 to {limits.VOTES_PER_MESSAGE_MAX} vote requests")
     reqs = tuple(election.request_from_wire(w) for w in wire)  # all checked before any is judged
     replies = _node(request).step(VoteRequested(reqs)).reply
-    return web.Response(body=msgpack.packb([r.to_wire() for r in replies], use_bin_type=True),
+    version = _node(request).membership.members.protocol_version()  # an older broker reads no newer reply
+    return web.Response(body=msgpack.packb([versions.vote_reply_wire(r, version) for r in replies],
+                                           use_bin_type=True),
                         content_type="application/msgpack")
 
 

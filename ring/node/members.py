@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable
 from ring import limits
 from ring.cluster import leaders, placement
 from ring.errors import NotFound
+from ring.replication import versions
 from ring.gossip import clocks
 from ring.gossip.core import Ack, Ack2, GossipCore, Message, Outgoing, Syn
 from ring.gossip.state import ClusterState, EndpointState
@@ -78,6 +79,7 @@ class Members:
         self._behind_cache: dict[str, tuple[Any, set[Key], int]] = {}
         self._moved: set[Key] = set()  # partitions whose claims or behind-set entries changed (``moved``)
         self._published: tuple[dict[Key, int], set[Key]] | None = None
+        self.set_extra(versions.EXTRA_KEY, versions.advertised())
 
     def restore(self, saved: ClusterState | None, removed: dict[str, int] | None, now: float) -> None:
         """What an earlier run saved: known brokers and topics (not heartbeats), and our removals."""
@@ -248,6 +250,13 @@ class Members:
 
     def endpoint(self, name: str) -> EndpointState | None:
         return self.gossip.state.endpoints.get(name)
+
+    def protocol_version(self) -> int:
+        """The peer-protocol version of the cluster: the highest every member (down ones included, the
+        removed excepted) speaks, by the ranges they gossip (``ring.replication.versions``)."""
+        removed = self.removed()
+        return versions.cluster_version(versions.parse_range(ep.extra.get(versions.EXTRA_KEY))
+                                        for name, ep in self.gossip.state.endpoints.items() if name not in removed)
 
     # --- our entry's extras, the claims -------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from aiohttp import WSMsgType, web
 from ring import limits
 from ring.errors import BadRequest
 from ring.node.ready import FromLeader, LeaderLink, Ready
-from ring.replication import protocol, steps
+from ring.replication import protocol, steps, versions
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.replication")
@@ -51,8 +51,9 @@ class Host(Protocol):
 class _Writer:
     """Answers waiting for their fsync, sent in order by one task."""
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
+    def __init__(self, ws: web.WebSocketResponse, version: int) -> None:
         self.ws = ws
+        self.version = version  # the link's protocol version: the form of its answers
         self.queue: deque[tuple[asyncio.Future[None] | None, protocol.Frame]] = deque()
         self.wake = asyncio.Event()
         self.room = asyncio.Event()
@@ -77,11 +78,12 @@ class _Writer:
                         raise ConnectionError("an fsync failed: its acknowledgement is never sent")
                 self.queue.popleft()
                 self.room.set()
-                await self.ws.send_bytes(protocol.encode(frame))
+                await self.ws.send_bytes(versions.encode(frame, self.version))
 
 
-async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
-    writer = _Writer(ws)
+async def serve(ws: web.WebSocketResponse, leader: str, host: Host, version: int) -> None:
+    """Follow ``leader`` on the link ``ws``, answering in ``version``'s frames (the link's negotiated one)."""
+    writer = _Writer(ws, version)
     host.step(LeaderLink(leader, True))
     try:
         async for msg in ws:
@@ -100,7 +102,7 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host) -> None:
                 # Nothing ahead and nothing to sync: sent here, in order, without the writer's turn.
                 try:
                     for _, answer in ready.sends:
-                        await ws.send_bytes(protocol.encode(answer))
+                        await ws.send_bytes(versions.encode(answer, version))
                 except ConnectionError:
                     break
                 continue

@@ -3,9 +3,10 @@
 What to send and when is the node core's (``ring.node.links``); a
 ``LinkDriver`` only moves it. It connects to the follower's
 ``/peer/v1/replicate`` through the peer client (cluster secret and our name
-in headers, the subprotocol ``protocol.SUBPROTOCOL``: a follower of another
-version refuses the link, and a link it answers with another subprotocol is
-dropped), reconnecting with doubling backoff, and runs two loops on the
+in headers, and as subprotocols every replication protocol version it speaks up
+to the cluster's, highest first (``versions.offered``): the follower answers
+the first it speaks and both write that version's frames; a link it answers
+with none of them is dropped), reconnecting with doubling backoff, and runs two loops on the
 connection: the sender, woken when a Ready names the link in ``flush``,
 steps ``Flush`` for the link and writes the frames the core returns (new
 batches appended in one event-loop turn leave in one frame); the receiver
@@ -27,7 +28,7 @@ from ring import limits
 from ring.cluster.peers import PeerClient
 from ring.errors import BadRequest
 from ring.node.ready import Flush, FromFollower, LinkDown, LinkUp, Ready
-from ring.replication import protocol
+from ring.replication import protocol, versions
 
 log = logging.getLogger("ring.replication")
 
@@ -62,6 +63,8 @@ class Host(Protocol):
     def step(self, message: Any) -> Ready: ...
 
     def on_sent(self, follower: str, nbytes: int) -> None: ...
+
+    def protocol_version(self) -> int: ...
 
 
 class LinkDriver:
@@ -111,17 +114,19 @@ class LinkDriver:
             delay_s = min(delay_s * 2, limits.REPLICATION_RECONNECT_MS_MAX / 1000)
 
     async def _connected(self, url: str) -> None:
-        async with self.pump.peers.ws_connect(url, REPLICATE_PATH, (protocol.SUBPROTOCOL,)) as ws:
-            if ws.protocol != protocol.SUBPROTOCOL:
-                raise BadRequest(f"{self.follower} speaks another replication protocol than {protocol.SUBPROTOCOL} "
+        offer = versions.offered(self.pump.protocol_version())
+        async with self.pump.peers.ws_connect(url, REPLICATE_PATH, offer) as ws:
+            version = versions.version_of(ws.protocol) if ws.protocol in offer else None
+            if version is None:
+                raise BadRequest(f"{self.follower} speaks none of the replication protocols {', '.join(offer)} "
                                  f"(it answered {ws.protocol or 'none'}): a broker of another version; "
                                  "not replicating to it")
             _unmasked(ws)
-            log.info("replicating to %s", self.follower)
+            log.info("replicating to %s (protocol %d)", self.follower, version)
             self.connected = True
             try:
                 self.pump.step(LinkUp(self.follower))
-                sender = asyncio.create_task(self._send_loop(ws))
+                sender = asyncio.create_task(self._send_loop(ws, version))
                 receiver = asyncio.create_task(self._receive_loop(ws))
                 try:
                     done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
@@ -140,14 +145,14 @@ class LinkDriver:
                     with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, OSError):
                         await asyncio.wait_for(ws.close(code=protocol.LINK_RETIRED), RETIRE_CLOSE_S)
 
-    async def _send_loop(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _send_loop(self, ws: aiohttp.ClientWebSocketResponse, version: int) -> None:
         while True:
             await self.wake.wait()
             self.wake.clear()
             self.pump.step(Flush(self.follower))
             while self.outbox:
                 frame = self.outbox.popleft()
-                await ws.send_bytes(protocol.encode(frame))
+                await ws.send_bytes(versions.encode(frame, version))
                 if type(frame) is protocol.Append:
                     self.pump.on_sent(self.follower, len(frame.data))
 

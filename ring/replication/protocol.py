@@ -10,9 +10,11 @@ per-(follower, partition) send cursor (``SendCursor``). The drivers
 decided by elections (``election.py``).
 
 Frames travel as msgpack arrays on one websocket per (leader, follower) pair,
-opened with the websocket subprotocol ``SUBPROTOCOL``: each side refuses a
-link that does not name it, so brokers that speak different frames never
-exchange one (a frame of another shape would be refused as malformed)::
+opened with a websocket subprotocol naming the frames' version: ``SUBPROTOCOL``
+is this one's, and the link negotiates the highest both ends and the cluster
+speak (``versions``: the previous version's frames lack the incarnations
+below); a link that names no version a side speaks is refused, so brokers
+never exchange frames of a shape the other cannot read::
 
     leader -> follower  ["sync", topic, partition, epoch, hw, epoch_start, log_start, log_end, history, voters,
                          voters_seq, incarnations]
