@@ -389,7 +389,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
 
     from ring.clock import SystemClock
     from ring.cluster.node import ClusterBroker
-    from ring.errors import RingError
+    from ring.errors import RingError, UnsupportedFormat
     from ring.http_api.app import make_app
     from ring.http_api.peer import make_peer_app
     from ring.http_api.server import PeerServer, Server
@@ -429,7 +429,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
         log.error("cannot open data directory %s: %s", config.data_dir, exc)
         for s in started:
             await s.stop()
-        return 1
+        return 2 if isinstance(exc, UnsupportedFormat) else 1  # (2: the release, not the disk, is wrong)
     await broker.start()
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
     # collector's way, whose full passes would otherwise walk all of it, stalling every request ~25 ms.

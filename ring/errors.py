@@ -188,6 +188,13 @@ class StorageError(RingError):
     code = "storage_error"
 
 
+class UnsupportedFormat(StorageError):
+    """A data directory written by a newer release, in a format this one cannot read: it is not opened
+    (``ring serve`` exits with code 2), never misread."""
+
+    code = "unsupported_format"
+
+
 class InsufficientStorage(RingError):
     """This broker's free disk is below its floor: it takes no new range (appends go on)."""
 

@@ -2,7 +2,11 @@
 trash deleted topics wait in.
 
 Layout: ``<data_dir>/lock`` (held with ``flock`` while a broker runs, so two
-brokers never share a directory), ``incarnation`` (a random id made when the
+brokers never share a directory), ``format`` (the directory's format version,
+``FORMAT``: a broker opens every format from ``FORMAT_OLDEST`` on and
+refuses a newer one, ``UnsupportedFormat``, rather than misread it; a
+directory without the file is the previous release's, ``FORMAT_OLDEST``, and
+is marked with this release's once opened), ``incarnation`` (a random id made when the
 directory is first used, so an empty or replaced directory is known to be a
 new replica, not the one that voted and acknowledged before: see
 ``ring.replication.steps``), ``catalog.json``, ``clean-shutdown`` (left
@@ -20,11 +24,17 @@ import shutil
 from pathlib import Path
 
 from ring.catalog import Catalog
-from ring.errors import StorageError
+from ring.errors import StorageError, UnsupportedFormat
 from ring.log.fsync import fsync_dir, write_atomically
 
 CATALOG_FILE = "catalog.json"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+FORMAT_FILE = "format"
+# Data directory format versions: 1 the previous release's (no format file, no incarnation file); 2 adds
+# ``incarnation`` and the voters' incarnations in each replica's saved state. A release opens its own and
+# the previous release's, and raises FORMAT only with a change an older release would misread.
+FORMAT = 2
+FORMAT_OLDEST = 1
 INCARNATION_FILE = "incarnation"
 INCARNATION_BYTES = 8  # random bytes of an incarnation id: two directories never share one by chance
 LOCK_FILE = "lock"
@@ -50,6 +60,11 @@ class DataDir:
             os.close(self._lock_fd)
             self._lock_fd = None
             raise StorageError(f"data directory {self.path} is in use by another broker") from None
+        try:
+            check_format(self.path)  # before anything here is changed
+        except StorageError:
+            self.close(clean=False)
+            raise
         shutil.rmtree(self.path / TRASH_DIR, ignore_errors=True)
         marker = self.path / CLEAN_SHUTDOWN_FILE
         catalog_path = self.path / CATALOG_FILE
@@ -90,6 +105,27 @@ class DataDir:
             os.replace(self.path / TOPICS_DIR / name, doomed)
             fsync_dir(self.path / TOPICS_DIR)
         return doomed
+
+
+def check_format(path: Path) -> int:
+    """The format version of the data directory ``path`` (no file: the previous release's), which it is then
+    marked with this release's; UnsupportedFormat for a newer one, or a file that names none."""
+    try:
+        text = (path / FORMAT_FILE).read_text().strip()
+    except FileNotFoundError:
+        text = str(FORMAT_OLDEST)
+    found = int(text) if text.isdigit() and len(text) <= 9 else None
+    if found is None or found > FORMAT:
+        named = f"format {found}" if found is not None else f"an unreadable format file ({text[:20]!r})"
+        raise UnsupportedFormat(f"data directory {path} is in {named}, newer than this release reads (formats "
+                                f"{FORMAT_OLDEST} to {FORMAT}): it was written by a newer ring release; run that "
+                                "release on it (see docs/OPERATIONS.md, Upgrading)")
+    if found < FORMAT_OLDEST:
+        raise UnsupportedFormat(f"data directory {path} is in format {found}, older than this release reads "
+                                f"(formats {FORMAT_OLDEST} to {FORMAT})")
+    if found != FORMAT:
+        write_atomically(path / FORMAT_FILE, f"{FORMAT}\n".encode())
+    return found
 
 
 def incarnation(path: Path, empty: bool) -> tuple[str, bool]:
