@@ -50,6 +50,9 @@ import msgpack
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
 
+# The layout's version. The rule (docs/OPERATIONS.md, Upgrading): the layout under a magic value never
+# changes; a release reads every magic value of the previous release, and writes a new one only once the
+# cluster's protocol version says every broker reads it (batches travel between brokers unchanged).
 MAGIC = 1
 HEADER = struct.Struct(">qiIIBBiqqqi")
 HEADER_SIZE = HEADER.size  # 54
