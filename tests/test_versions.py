@@ -112,3 +112,19 @@ def test_a_topic_created_while_the_cluster_speaks_3_keeps_its_derived_id_after_t
     # it) names none, so only the derived id survives a config going through it.
     assert "id" not in old.TopicConfig.from_json(upgraded.to_json()).to_json()
     assert TopicConfig.from_json(old.TopicConfig.from_json(wire).to_json()).id == mixed.id
+
+
+def test_the_cluster_speaks_what_every_known_member_does_and_a_peer_is_answered_in_what_it_speaks() -> None:
+    from ring.gossip.state import EndpointState
+    from ring.node.members import Members
+
+    members = Members(EndpointState("a", 0, "a:1", "a:2", generation=1), [], random.Random(1))
+    assert members.protocol_version() == 4 and members.version_for("a") == 4
+    assert members.version_for("b") == 3 and members.version_for(None) == 3  # not heard of: maybe older
+    new = EndpointState("b", 0, "b:1", "b:2", generation=1, status="normal", extra={"protocol": "3-4"})
+    members.gossip.state.endpoints["b"] = new
+    assert members.protocol_version() == 4 and members.version_for("b") == 4
+    members.gossip.state.endpoints["c"] = EndpointState("c", 0, "c:1", "c:2", generation=1, status="normal")
+    assert members.protocol_version() == 3 and members.version_for("b") == 3  # c: the previous release
+    members.gossip.state.endpoints["c"] = members.gossip.state.endpoints["c"].bumped(extra={"protocol": "3-4"})
+    assert members.protocol_version() == 4  # raised once the last one speaks it

@@ -194,7 +194,8 @@ async def votes(request: web.Request) -> web.Response:
         raise BadRequest(f"malformed votes: not a list of 1 to {limits.VOTES_PER_MESSAGE_MAX} vote requests")
     reqs = tuple(election.request_from_wire(w) for w in wire)  # all checked before any is judged
     replies = _node(request).step(VoteRequested(reqs)).reply
-    version = _node(request).membership.members.protocol_version()  # an older broker reads no newer reply
+    # (a candidate of the older release reads no newer reply)
+    version = _node(request).membership.members.version_for(request.headers.get(H_BROKER))
     return web.Response(body=msgpack.packb([versions.vote_reply_wire(r, version) for r in replies],
                                            use_bin_type=True),
                         content_type="application/msgpack")

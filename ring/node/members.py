@@ -258,6 +258,13 @@ class Members:
         return versions.cluster_version(versions.parse_range(ep.extra.get(versions.EXTRA_KEY))
                                         for name, ep in self.gossip.state.endpoints.items() if name not in removed)
 
+    def version_for(self, peer: str | None) -> int:
+        """The version to answer ``peer`` in: the cluster's, and none above what the peer gossips (one not
+        heard of yet, as when this broker has just started with no saved state, may be of the older release)."""
+        ep = self.gossip.state.endpoints.get(peer) if peer else None
+        spoken = versions.parse_range(ep.extra.get(versions.EXTRA_KEY) if ep is not None else None)
+        return min(self.protocol_version(), spoken[1])
+
     # --- our entry's extras, the claims -------------------------------------------------------------
 
     def set_extra(self, key: str, value: Any) -> None:
