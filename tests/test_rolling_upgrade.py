@@ -135,6 +135,13 @@ def test_a_rolling_upgrade_from_the_previous_release_under_quorum_load(tmp_path:
     c = TestCluster(tmp_path / "cluster", 3, env={"PYTHONPATH": str(old)},
                     prefixes={i: ["env", "-C", str(old)] for i in range(3)})
     c.start()
+    try:
+        _roll_and_check(c, old)
+    finally:
+        c.stop()
+
+
+def _roll_and_check(c: TestCluster, old: Path) -> None:
     load = Load(c, "roll")
     try:
         assert c[0].http.create_topic("roll", partitions=PARTITIONS, replication_factor=3).status == 201
@@ -166,42 +173,39 @@ def test_a_rolling_upgrade_from_the_previous_release_under_quorum_load(tmp_path:
         load.stop.set()
         if load.thread.ident is not None:
             load.thread.join(RETRY_S + 30)
-    try:
-        assert load.thread.ident is not None and not load.thread.is_alive()
-        assert load.failed == [], load.failed[:5]
-        # No partition was without a leader for long: no record took more than a few seconds, retries included.
-        assert load.longest_s < LEADERLESS_S_MAX, (load.longest_s, load.retried)
-        # The version is raised on its own once every broker speaks it.
-        for m in c:
-            doc = wait_for(f"{m.name} sees the cluster on protocol 4",
-                           lambda m=m: (d := _cluster_doc(m))["protocol_version"] == 4 and d, timeout_s=WAIT_S)
-            assert all(b["protocol"] == [3, 4] for b in doc["brokers"]), doc
-        # Nothing acknowledged is lost: every broker serves every acknowledged record.
-        expected: dict[int, dict[int, Any]] = {p: {} for p in range(PARTITIONS)}
-        for p, offset, value in load.acked:
-            assert offset not in expected[p], ("an offset acknowledged twice", p, offset)
-            expected[p][offset] = value
-        for m in c:
-            for p in range(PARTITIONS):
-                end = max(expected[p], default=-1) + 1
-                got = m.http.read_all("roll", p, end=end, timeout_s=WAIT_S)
-                missing = {o: v for o, v in expected[p].items() if got.get(o) != v}
-                assert not missing, (m.name, p, len(missing), list(missing.items())[:5])
-        # The topic created while the releases mixed: one id everywhere, written and read on every broker.
-        ids = {m.name: m.http.describe("mixed").get("id") for m in c}
-        assert len(set(ids.values())) == 1 and None not in ids.values(), ids
-        for i, m in enumerate(c):
-            r = m.http.produce("mixed", [{"from": m.name, "at": "after"}], partition=i % 2, consistency="quorum")
-            assert r.status == 200, (m.name, r.body)
-        for m in c:
-            ends = {p: sum(1 for i in range(len(c.members)) if i % 2 == p) * 2 for p in range(2)}  # both rounds
-            values = [v for p in range(2) for v in m.http.read_all("mixed", p, end=ends[p], timeout_s=WAIT_S).values()]
-            assert sorted((v["from"], v["at"]) for v in values) == sorted(
-                (x.name, at) for x in c for at in ("mixed", "after")), (m.name, values)
-        # And one created now, with every broker on the new version, works everywhere too.
-        assert c[1].http.create_topic("upgraded", partitions=1, replication_factor=3).status == 201
-        wait_for("the new topic led", lambda: _leaders_everywhere(c, "upgraded"), timeout_s=WAIT_S)
-        for m in c:
-            assert m.http.produce("upgraded", [{"from": m.name}], partition=0, consistency="all").status == 200
-    finally:
-        c.stop()
+    assert load.thread.ident is not None and not load.thread.is_alive()
+    assert load.failed == [], load.failed[:5]
+    # No partition was without a leader for long: no record took more than a few seconds, retries included.
+    assert load.longest_s < LEADERLESS_S_MAX, (load.longest_s, load.retried)
+    # The version is raised on its own once every broker speaks it.
+    for m in c:
+        doc = wait_for(f"{m.name} sees the cluster on protocol 4",
+                       lambda m=m: (d := _cluster_doc(m))["protocol_version"] == 4 and d, timeout_s=WAIT_S)
+        assert all(b["protocol"] == [3, 4] for b in doc["brokers"]), doc
+    # Nothing acknowledged is lost: every broker serves every acknowledged record.
+    expected: dict[int, dict[int, Any]] = {p: {} for p in range(PARTITIONS)}
+    for p, offset, value in load.acked:
+        assert offset not in expected[p], ("an offset acknowledged twice", p, offset)
+        expected[p][offset] = value
+    for m in c:
+        for p in range(PARTITIONS):
+            end = max(expected[p], default=-1) + 1
+            got = m.http.read_all("roll", p, end=end, timeout_s=WAIT_S)
+            missing = {o: v for o, v in expected[p].items() if got.get(o) != v}
+            assert not missing, (m.name, p, len(missing), list(missing.items())[:5])
+    # The topic created while the releases mixed: one id everywhere, written and read on every broker.
+    ids = {m.name: m.http.describe("mixed").get("id") for m in c}
+    assert len(set(ids.values())) == 1 and None not in ids.values(), ids
+    for i, m in enumerate(c):
+        r = m.http.produce("mixed", [{"from": m.name, "at": "after"}], partition=i % 2, consistency="quorum")
+        assert r.status == 200, (m.name, r.body)
+    for m in c:
+        ends = {p: sum(1 for i in range(len(c.members)) if i % 2 == p) * 2 for p in range(2)}  # both rounds
+        values = [v for p in range(2) for v in m.http.read_all("mixed", p, end=ends[p], timeout_s=WAIT_S).values()]
+        assert sorted((v["from"], v["at"]) for v in values) == sorted(
+            (x.name, at) for x in c for at in ("mixed", "after")), (m.name, values)
+    # And one created now, with every broker on the new version, works everywhere too.
+    assert c[1].http.create_topic("upgraded", partitions=1, replication_factor=3).status == 201
+    wait_for("the new topic led", lambda: _leaders_everywhere(c, "upgraded"), timeout_s=WAIT_S)
+    for m in c:
+        assert m.http.produce("upgraded", [{"from": m.name}], partition=0, consistency="all").status == 200
