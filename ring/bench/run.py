@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -377,45 +377,41 @@ class Bench:
         for line in self.extra["cpu"]["notes"]:
             self.note(line)
 
+    def _part(self, key: str, label: str, what: str, run: Callable[[], Any]) -> None:
+        """Run one part measured only when asked for, its figures under ``extra[key]``; a failed part is
+        reported, the figures already measured are kept."""
+        self.say(f"{label} part: {what}")
+        try:
+            self.extra[key] = run()
+        except Exception as exc:
+            self.failed_parts.append(f"{label} part failed: {exc}")
+            self.note(self.failed_parts[-1])
+
     def run_single(self) -> None:
         from ring.bench import single
 
-        self.say("single-broker part: stored batches and JSON on one broker")
-        try:
-            self.extra["single"] = single.run_part(self.settings.single_records, fsync=self.args.fsync)
-        except Exception as exc:  # a failed part is reported; the figures already measured are kept
-            self.failed_parts.append(f"single-broker part failed: {exc}")
-            self.note(self.failed_parts[-1])
+        self._part("single", "single-broker", "stored batches and JSON on one broker",
+                   lambda: single.run_part(self.settings.single_records, fsync=self.args.fsync))
 
     def run_hostile(self) -> None:
         from ring.bench import hostile
 
-        self.say("hostile part: broker RSS for a produce at each limit, and trickling clients")
-        try:
-            self.extra["hostile"] = hostile.run_part(fsync=self.args.fsync, only=list(self.settings.hostile_cases))
-        except Exception as exc:  # a failed part is reported; the figures already measured are kept
-            self.failed_parts.append(f"hostile part failed: {exc}")
-            self.note(self.failed_parts[-1])
+        self._part("hostile", "hostile", "broker RSS for a produce at each limit, and trickling clients",
+                   lambda: hostile.run_part(fsync=self.args.fsync, only=list(self.settings.hostile_cases)))
 
     def run_members(self) -> None:
         from ring.bench import members
 
-        self.say("members part: one host's throughput with 1, 2 and auto members, direct and through one port")
-        try:
-            self.extra["members"] = members.run_part(self.settings.members_s, fsync=self.args.fsync)
-        except Exception as exc:  # a failed part is reported; the figures already measured are kept
-            self.failed_parts.append(f"members part failed: {exc}")
-            self.note(self.failed_parts[-1])
+        self._part("members", "members",
+                   "one host's throughput with 1, 2 and auto members, direct and through one port",
+                   lambda: members.run_part(self.settings.members_s, fsync=self.args.fsync))
 
     def run_overload(self) -> None:
         from ring.bench import overload
 
-        self.say("overload part: twice the maximum offered to one broker, and a tenant over its quota")
-        try:
-            self.extra["overload"] = overload.run_part(self.settings.overload_s, fsync=self.args.fsync)
-        except Exception as exc:  # a failed part is reported; the figures already measured are kept
-            self.failed_parts.append(f"overload part failed: {exc}")
-            self.note(self.failed_parts[-1])
+        self._part("overload", "overload",
+                   "twice the maximum offered to one broker, and a tenant over its quota",
+                   lambda: overload.run_part(self.settings.overload_s, fsync=self.args.fsync))
 
     # --- all of it -------------------------------------------------------------------
 

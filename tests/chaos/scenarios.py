@@ -152,28 +152,24 @@ async def one_way(ctx: Ctx) -> None:
 async def torn_kill(ctx: Ctx) -> None:
     """Every 10 s: power loss on the leader of a random partition (stop, kill, cut each of its partitions'
     unsynced tail, restart)."""
-    await ctx.sleep(WARMUP_S + 1)
-    for _ in range(100):
-        if ctx.left_s < 3:
-            return
-        began = time.monotonic()
-        victim, _ = await ctx.faults.a_leader()
-        await ctx.faults.torn_kill(victim)
-        if ctx.short:
-            return
-        await ctx.sleep(10.0 - (time.monotonic() - began))
+    await _power_loss_every(ctx, ctx.faults.torn_kill)
 
 
 async def domain_kill(ctx: Ctx) -> None:
     """Every 10 s: power loss on every broker of the failure domain (host, or zone when the brokers have
     zones) of a random partition's leader, together (restarted together); once in the short run."""
+    await _power_loss_every(ctx, ctx.faults.torn_kill_domain)
+
+
+async def _power_loss_every(ctx: Ctx, power_loss: Callable[[int], Awaitable[None]]) -> None:
+    """Every 10 s: ``power_loss`` on the leader of a random partition (once in the short run)."""
     await ctx.sleep(WARMUP_S + 1)
     for _ in range(100):
         if ctx.left_s < 3:
             return
         began = time.monotonic()
         victim, _ = await ctx.faults.a_leader()
-        await ctx.faults.torn_kill_domain(victim)
+        await power_loss(victim)
         if ctx.short:
             return
         await ctx.sleep(10.0 - (time.monotonic() - began))
