@@ -77,7 +77,10 @@ def settled(what: str, call: Callable[[], T]) -> T:
 def second_member_reads_the_new_topic(c: TestCluster, topic: str, group: str) -> None:
     produce_to(c[0], topic, 0, list(range(100, 115)))
     doc = settled("the group described", lambda: describe(c[2], group))
-    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(None, 15)], doc
+    # Once the delete reached the coordinator the old offset is forgotten and, with no member, the group
+    # names no partition of the topic; until then it holds offset 10 for the old topic's id, which
+    # applies to no partition of the new one (committed none, the whole topic lagging).
+    assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] in ([], [(None, 15)]), doc
     settled("joined", lambda: join(c[2], group, "second", [topic]))
     assert sorted(read_all(c[0], group, "second", 15)) == list(range(100, 115))
     settled("committed", lambda: poll(c[0], group, "second", wait_ms=0).status == 200)  # the last poll's records

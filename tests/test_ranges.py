@@ -312,4 +312,4 @@ def test_a_replica_that_lost_its_disk_serves_the_ranges_before_its_leader_hands_
     assert first.status == 200 and first.json()["records"][0]["offset"] == 0, first.body
     assert read_all(follower, topic, 300) == [f"v{i}-" + "x" * 150 for i in range(300)]
     wait_for(f"{follower.name} has the catalogue", lambda: ranges(follower, topic)["earliest_offset"] == 0
-             and len(ranges(follower, topic)["ranges"]) == len(doc["ranges"]), timeout_s=5)
+             and len(ranges(follower, topic)["ranges"]) == len(doc["ranges"]), timeout_s=30)
