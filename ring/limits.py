@@ -643,6 +643,11 @@ REQUEST_BODY_BYTES_IN_FLIGHT_MAX = 256 * MiB
 # Retry-After, so a stalled leader cannot make every other broker pile up
 # requests for it.
 FORWARDS_IN_FLIGHT_MAX = 512
+# A leader whose peer port refused the forward link (an older release) is sent
+# forwarded produces over HTTP for this long before the link is tried again:
+# short enough that an upgraded leader gets the link soon, long enough that an
+# old one costs one refused handshake now and then, not one per produce.
+FORWARD_LINK_RETRY_S = 30.0
 # Bytes of fetch answers one broker holds at once, from the read (its disk, or
 # a replica it proxies) until the last byte is handed to the socket. A client
 # that asks for FETCH_BYTES_MAX and reads slowly, or never, holds its answer

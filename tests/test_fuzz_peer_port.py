@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ring import limits
+from ring.cluster import forwards
 from ring.gossip.core import Ack2
 from ring.replication import protocol
 from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
@@ -265,3 +266,51 @@ def test_replication_link_frames(node: PeerBroker, frames: list[bytes]) -> None:
         frame = protocol.decode(answer, limits.REPLICATION_MESSAGE_BYTES_MAX)
         assert isinstance(frame, (protocol.Ack, protocol.Reject)), frame
     assert node.peer.get("/peer/v1/status", headers=HEADERS).status == 200  # still serving
+
+
+# --- the forward link ------------------------------------------------------------------------
+
+
+async def _feed_forward_link(port: int, frames: list[bytes]) -> list[tuple[int, int, bytes, str | None]]:
+    """Open a forward link as a forwarding broker would and send frames; the answers before it closed."""
+    answers = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        async with session.ws_connect(f"http://127.0.0.1:{port}{forwards.PATH}", protocols=(forwards.PROTOCOL,),
+                                      headers={"Ring-Cluster-Secret": SECRET, "Ring-Broker": "fz-1"}) as ws:
+            assert ws.protocol == forwards.PROTOCOL
+            for frame in frames:
+                if ws.closed:
+                    break
+                await ws.send_bytes(frame)
+            try:
+                async with asyncio.timeout(5):
+                    async for msg in ws:
+                        if msg.type == aiohttp.WSMsgType.BINARY:
+                            answers.append(forwards.decode_answer(msg.data))
+                        if len(answers) >= len(frames):
+                            break
+            except TimeoutError:
+                pass
+    return answers
+
+
+@settings(PEER_SETTINGS, max_examples=20)
+@given(st.lists(packed(garbage) | st.binary(max_size=40) | st.tuples(
+    st.integers(0, 2**31), st.sampled_from([TOPIC, "no-such", ".."]), st.sampled_from([0, 1, 7, -1, 2**40]),
+    st.sampled_from(["one", "quorum", "most"]), crafted_batches() | damaged(_valid_batches())).map(
+        lambda t: forwards.encode_request(*t)), min_size=1, max_size=4))
+def test_forward_link_frames(node: PeerBroker, frames: list[bytes]) -> None:
+    """Every answer on the link is a 2xx or a client error in the JSON error shape; a frame that is not one
+    closes the link (it has no id to answer)."""
+    for _rid, status, body, _retry in asyncio.run(_feed_forward_link(node.peer_port, frames)):
+        _check(status, body)
+    assert node.peer.get("/peer/v1/status", headers=HEADERS).status == 200  # still serving
+
+
+def test_the_forward_link_needs_the_secret(node: PeerBroker) -> None:
+    for headers in ({}, {"Ring-Cluster-Secret": "wrong"}):
+        r = node.peer.get(forwards.PATH, headers={**headers, "Connection": "Upgrade", "Upgrade": "websocket",
+                                                  "Sec-WebSocket-Version": "13",
+                                                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        assert r.status == 401, r.status
+        _check(r.status, r.body)

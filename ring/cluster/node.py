@@ -159,8 +159,8 @@ class ClusterBroker(Broker):
     async def start(self) -> None:
         await super().start()
         assert self.membership is not None
-        self.peers = PeerClient(self.name, self.config.cluster_secret, tls=self.config.tls,
-                                peer_url=self.membership.peer_url)  # TLS, secret, identity
+        self.peers = PeerClient(self.name, self.config.cluster_secret, tls=self.config.tls,  # TLS, secret, identity
+                                peer_url=self.membership.peer_url, monotonic=self.clock.monotonic)
         self.session = self.peers.session
         assert self.core is not None
         self.pump = NodePump(self.core, self.clock, self.peers, on_damaged=self.repair.fix,
@@ -479,7 +479,8 @@ class ClusterBroker(Broker):
             doc["status"] = "joining"
         doc.update({"token": self.token, "client_addr": self.client_addr, "peer_addr": self.peer_addr,
                     "cluster_secret_set": bool(self.config.cluster_secret),
-                    "produces_forwarded": self.peers.forwards if self.peers is not None else 0})
+                    "produces_forwarded": self.peers.forwards if self.peers is not None else 0,
+                    "forward_links": self.peers.links.open() if self.peers is not None else 0})
         if self.pump is not None:
             doc["replication"] = self.pump.describe()
         reps = self.replicas()

@@ -36,6 +36,7 @@ import aiohttp
 import orjson
 
 from ring import auth, limits
+from ring.cluster.forwards import Answer, ForwardLinks
 from ring.errors import Overloaded, RequestTimeout, RingError, Unavailable
 from ring.tls import PLAINTEXT, TlsConfig
 
@@ -83,6 +84,20 @@ async def _raise_for(resp: aiohttp.ClientResponse, who: str) -> None:
     raise Relayed(resp.status, body, resp.headers.get("Retry-After"))
 
 
+def _answer_json(answer: Answer, who: str) -> Any:
+    """The JSON of a forward link's 2xx answer; the leader's error raised as it was otherwise."""
+    status, raw, retry_after = answer
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if status < 300 and body is not None:
+        return body
+    if not isinstance(body, dict):
+        body = {"error": "internal", "message": f"{who} answered {status}"}
+    raise Relayed(status, body, retry_after)
+
+
 def make_session(secret: str | None, tls: TlsConfig = PLAINTEXT, timeout_s: float = limits.PEER_REQUEST_TIMEOUT_S,
                  connections_max: int = limits.PEER_CONNECTIONS_MAX, name: str | None = None) -> aiohttp.ClientSession:
     """A session for talking to other brokers (either port); see the module's docstring."""
@@ -110,16 +125,19 @@ class PeerClient:
     """See the module's docstring. ``peer_url`` maps a broker's name to its peer port's URL."""
 
     def __init__(self, name: str, secret: str | None, session: aiohttp.ClientSession | None = None,
-                 tls: TlsConfig = PLAINTEXT, peer_url: Callable[[str], str | None] = lambda name: None) -> None:
+                 tls: TlsConfig = PLAINTEXT, peer_url: Callable[[str], str | None] = lambda name: None,
+                 monotonic: Callable[[], float] = lambda: 0.0) -> None:
         self.name = name
         self.scheme = tls.scheme
         self.peer_url = peer_url
         self.session = session if session is not None else make_session(secret, tls, name=name)
         self.control = make_session(secret, tls, limits.GOSSIP_REQUEST_TIMEOUT_S, CONTROL_CONNECTIONS_MAX, name)
+        self.links = ForwardLinks(self.session, monotonic)
         self.forwards_in_flight = 0
         self.forwards = 0  # produces forwarded to their leader since start (GET /v1/status)
 
     async def close(self) -> None:
+        await self.links.close()
         await self.control.close()
         await self.session.close()
 
@@ -176,10 +194,14 @@ class PeerClient:
 
     async def _forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
                                batches: list[bytearray]) -> dict[str, Any]:
+        body = b"".join(batches)
+        answer = await self.links.call(peer_url, topic, partition, level, body)
+        if answer is not None:
+            return _answer_json(answer, leader)
         params = {"topic": topic, "partition": str(partition), "consistency": level}
         try:
             async with self.session.post(f"{peer_url}/peer/v1/produce", params=params,
-                                         headers={"Content-Type": CT_BATCH}, data=b"".join(batches)) as resp:
+                                         headers={"Content-Type": CT_BATCH}, data=body) as resp:
                 await _raise_for(resp, leader)
                 return orjson.loads(await resp.read())
         except aiohttp.ClientConnectorError as exc:

@@ -197,17 +197,25 @@ class Router:
     async def _forward(self, leader: str, topic: str, p: int, level: str, batches: list[bytearray]) -> ProduceResult:
         """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the
         leader turns unreachable, so a client is not held for a stopped or cut-off leader's full
-        request timeout."""
+        request timeout, or once ``PEER_REQUEST_TIMEOUT_S`` has passed without an answer."""
         host = self.host
         url = host.membership.peer_url(leader)
         assert url is not None
         sent = asyncio.ensure_future(host.peers.forward_produce(leader, url, topic, p, level, batches))
+        deadline = host.clock.monotonic() + limits.PEER_REQUEST_TIMEOUT_S
         try:
             while not sent.done():
                 await asyncio.wait({sent}, timeout=FORWARD_CHECK_S)
-                if not sent.done() and not host.core.reachable(host.clock.monotonic(), leader):
+                if sent.done():
+                    break
+                now = host.clock.monotonic()
+                if not host.core.reachable(now, leader):
                     raise RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
                                          "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
+                if now >= deadline:
+                    raise RequestTimeout(f"leader {leader} of {topic}/{p} did not answer the produce within "
+                                         f"{limits.PEER_REQUEST_TIMEOUT_S:g} s; the outcome is unknown",
+                                         topic=topic, partition=p, leader=leader)
         finally:
             sent.cancel()
         doc = sent.result()

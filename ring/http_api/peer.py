@@ -16,6 +16,9 @@ broker alone). Routes:
 * ``POST /peer/v1/produce?topic=&partition=&consistency=``: a produce
   forwarded by another broker; the body is the framed (unstamped) batches,
   the answer the leader's ProduceResult or error.
+* ``GET /peer/v1/forward``: the websocket the same produces travel on
+  from a broker that forwards many (``ring.cluster.forwards``), each frame
+  one produce and its answer.
 * ``GET /peer/v1/status``: the broker's status and its view of the cluster.
 * ``GET /peer/v1/replicas/{topic}/{partition}``: this replica's own stored
   batches up to its log end (not the high watermark), for comparing replicas;
@@ -34,19 +37,22 @@ broker alone). Routes:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from typing import Awaitable, Callable
 
 import msgpack
 import orjson
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 from ring import limits
 from ring.auth import secret_matches
 from ring.catalog import validate_topic_name
-from ring.errors import BadRequest, Unauthorized, Unavailable
+from ring.cluster import forwards
+from ring.errors import BadRequest, Overloaded, RingError, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
+from ring.http_api import web as native
 from ring.http_api.keys import NODE_KEY
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
@@ -124,15 +130,81 @@ async def replicate(request: web.Request) -> web.StreamResponse:
 async def produce(request: web.Request) -> web.Response:
     node = _node(request)
     q = request.query
-    topic = validate_topic_name(q.get("topic"))
     partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
     if partition is None:
         raise BadRequest("partition is required")
-    level = protocol.parse_consistency(q.get("consistency"))
     body = await codec.read_body(request, limits.REQUEST_BYTES_MAX)
-    batches = _split_batches(body)
-    result = await node.produce_as_leader(topic, partition, batches, level)
-    return web.Response(body=orjson.dumps(result.to_json()), content_type="application/json")
+    answer = await _produce(node, q.get("topic"), partition, q.get("consistency"), body)
+    return web.Response(body=answer, content_type="application/json")
+
+
+async def _produce(node, topic: str | None, partition: int, consistency: str | None, body: bytes) -> bytes:
+    """A forwarded produce, however it came (a request or the forward link): the leader's answer."""
+    name = validate_topic_name(topic)
+    if not 0 <= partition <= _INT32_MAX:
+        raise BadRequest(f"partition {partition} is out of range")
+    level = protocol.parse_consistency(consistency)
+    result = await node.produce_as_leader(name, partition, _split_batches(body), level)
+    return orjson.dumps(result.to_json())
+
+
+async def forward(request: web.Request) -> web.StreamResponse:
+    """The forward link (``ring.cluster.forwards``): produces from one broker, answered as they finish."""
+    node = _node(request)
+    ws = web.WebSocketResponse(max_msg_size=forwards.MESSAGE_BYTES_MAX, heartbeat=limits.REPLICATION_HEARTBEAT_S,
+                               protocols=(forwards.PROTOCOL,))
+    await ws.prepare(request)
+    request.app[SOCKETS_KEY].add(ws)
+    running: set[asyncio.Task[None]] = set()
+    try:
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY:
+                break
+            try:
+                f = forwards.decode_request(msg.data)
+            except BadRequest as exc:
+                log.warning("closing a forward link from %s: %s", request.headers.get(H_BROKER), exc.message)
+                break
+            if len(running) >= limits.FORWARDS_IN_FLIGHT_MAX:
+                await _answer(ws, f.id, Overloaded(f"{len(running)} forwarded produces are running on this link "
+                                                   "already; retry later", topic=f.topic, partition=f.partition))
+                continue
+            task = asyncio.ensure_future(_serve_forward(node, ws, f))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    finally:
+        await ws.close()
+    return ws
+
+
+async def _serve_forward(node, ws: web.WebSocketResponse, f: forwards.Forward) -> None:
+    try:
+        body = await _produce(node, f.topic, f.partition, f.consistency, f.body)
+    except RingError as exc:
+        await _answer(ws, f.id, exc)
+        return
+    except Exception:
+        log.exception("unexpected error in a forwarded produce to %s/%s", f.topic, f.partition)
+        answer = native.http_error(500, "internal error; the broker log has the details")
+        await _send(ws, forwards.encode_answer(f.id, 500, answer.body, None))
+        return
+    await _send(ws, forwards.encode_answer(f.id, 200, body, None))
+
+
+async def _answer(ws: web.WebSocketResponse, rid: int, exc: RingError) -> None:
+    if exc.status >= 500:
+        log.warning("forwarded produce: %s", exc.message)
+    answer = native.ring_error(exc)
+    await _send(ws, forwards.encode_answer(rid, answer.status, answer.body, (answer.headers or {}).get("Retry-After")))
+
+
+async def _send(ws: web.WebSocketResponse, frame: bytes) -> None:
+    """An answer on the link; lost with the link (the sender fails what it waits for as unknown)."""
+    if not ws.closed:
+        try:
+            await ws.send_bytes(frame)
+        except (ConnectionError, RuntimeError):
+            pass
 
 
 def _split_batches(body: bytes) -> list[bytearray]:
@@ -244,6 +316,7 @@ ROUTES = [
     ("POST", "/peer/v1/gossip", gossip),
     ("GET", "/peer/v1/replicate", replicate),
     ("POST", "/peer/v1/produce", produce),
+    ("GET", forwards.PATH, forward),
     ("GET", "/peer/v1/status", status),
     ("GET", "/peer/v1/replicas/{topic}/{partition}", read_replica),
     ("POST", "/peer/v1/votes", votes),

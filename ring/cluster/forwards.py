@@ -1,0 +1,202 @@
+"""Forwarded produces on one standing link per leader: ``ForwardLinks``.
+
+A broker that takes a produce for a partition another broker leads sends it
+there. An HTTP request per produce costs more than the produce itself (a
+client request through aiohttp's session, a second request parsed on the
+leader), so forwards travel on a websocket to the leader's peer port
+(``GET /peer/v1/forward``, subprotocol ``ring-forward.1``) that stays open
+and carries many produces at once, each a msgpack frame:
+
+* request ``[id, topic, partition, consistency, batches]`` (the framed,
+  unstamped batches as one byte string);
+* answer ``[id, status, body, retry_after]``: the status and JSON body the
+  HTTP route ``POST /peer/v1/produce`` would answer, and its Retry-After
+  (or nil).
+
+Answers come back in any order, matched by id. A link that closes with
+produces in flight fails them as 504 (the leader may have appended: the
+outcome is unknown); a link that cannot be opened is a 503 (nothing was
+sent). A leader that does not serve the link (an older release: its
+handshake is refused) is asked over HTTP instead, and the link is tried
+again after ``limits.FORWARD_LINK_RETRY_S``. The frame codec is pure; the links
+are the only I/O here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import aiohttp
+import msgpack
+
+from ring import limits
+from ring.errors import BadRequest, RequestTimeout, Unavailable
+
+log = logging.getLogger("ring.cluster")
+
+PATH = "/peer/v1/forward"
+PROTOCOL = "ring-forward.1"
+# One frame: a produce body at its bound plus its few fields.
+MESSAGE_BYTES_MAX = limits.REQUEST_BYTES_MAX + 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """One forwarded produce as the leader reads it off the link."""
+
+    id: int
+    topic: str
+    partition: int
+    consistency: str
+    body: bytes
+
+
+def encode_request(rid: int, topic: str, partition: int, consistency: str, body: bytes) -> bytes:
+    return msgpack.packb([rid, topic, partition, consistency, body], use_bin_type=True)
+
+
+def decode_request(data: bytes) -> Forward:
+    """A request frame; BadRequest when it is not one (the link is then closed: no id to answer)."""
+    try:
+        rid, topic, partition, consistency, body = msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise BadRequest(f"not a forward frame: {exc}") from None
+    if not (isinstance(rid, int) and isinstance(topic, str) and isinstance(partition, int)
+            and isinstance(consistency, str) and isinstance(body, bytes)):
+        raise BadRequest("a forward frame's fields have the wrong types")
+    return Forward(rid, topic, partition, consistency, body)
+
+
+def encode_answer(rid: int, status: int, body: bytes, retry_after: str | None) -> bytes:
+    return msgpack.packb([rid, status, body, retry_after], use_bin_type=True)
+
+
+def decode_answer(data: bytes) -> tuple[int, int, bytes, str | None]:
+    rid, status, body, retry_after = msgpack.unpackb(data, raw=False)
+    if not (isinstance(rid, int) and isinstance(status, int) and isinstance(body, bytes)):
+        raise ValueError("a forward answer's fields have the wrong types")
+    return rid, status, body, retry_after if isinstance(retry_after, str) else None
+
+
+Answer = tuple[int, bytes, Optional[str]]  # status, JSON body, Retry-After
+
+
+class _Link:
+    """One open websocket to one leader and the produces waiting on it."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, url: str) -> None:
+        self.ws = ws
+        self.url = url
+        self.pending: dict[int, asyncio.Future[Answer]] = {}
+        self.next_id = 0
+        self.reader = asyncio.ensure_future(self._read())
+
+    @property
+    def open(self) -> bool:
+        return not self.ws.closed and not self.reader.done()
+
+    async def call(self, topic: str, partition: int, consistency: str, body: bytes) -> Answer:
+        rid = self.next_id = self.next_id + 1
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = answer
+        try:
+            try:
+                await self.ws.send_bytes(encode_request(rid, topic, partition, consistency, body))
+            except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
+                raise RequestTimeout(f"the link to {self.url} broke while sending a produce ({exc!r}); "
+                                     "the outcome is unknown", topic=topic, partition=partition) from None
+            return await answer  # bounded by the caller, which cancels it (ring.cluster.routing)
+        finally:
+            self.pending.pop(rid, None)
+
+    async def _read(self) -> None:
+        try:
+            async for msg in self.ws:
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    break
+                try:
+                    rid, status, body, retry_after = decode_answer(msg.data)
+                except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                    log.warning("closing the forward link to %s: a malformed answer (%r)", self.url, exc)
+                    break
+                waiter = self.pending.get(rid)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result((status, body, retry_after))
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            log.debug("forward link to %s: %r", self.url, exc)
+        finally:
+            await self.ws.close()
+            for rid, waiter in list(self.pending.items()):
+                if not waiter.done():
+                    waiter.set_exception(RequestTimeout(
+                        f"the link to the leader at {self.url} closed with the produce in flight; the outcome "
+                        "is unknown"))
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        await self.ws.close()
+
+
+class ForwardLinks:
+    """One link per leader URL, opened on first use; see the module's docstring."""
+
+    def __init__(self, session: aiohttp.ClientSession, monotonic: Callable[[], float]) -> None:
+        self.session = session
+        self.monotonic = monotonic
+        self.links: dict[str, _Link] = {}
+        self.opening: dict[str, asyncio.Future[_Link | None]] = {}
+        self.refused_until: dict[str, float] = {}
+
+    async def call(self, url: str, topic: str, partition: int, consistency: str, body: bytes) -> Answer | None:
+        """The leader's answer, or None when the leader at ``url`` serves no link (ask it over HTTP). It
+        waits as long as the link is open: the caller bounds it (cancelling it is safe)."""
+        link = self.links.get(url)
+        if link is None or not link.open:
+            link = await self._open(url, topic, partition)
+            if link is None:
+                return None
+        return await link.call(topic, partition, consistency, body)
+
+    async def _open(self, url: str, topic: str, partition: int) -> _Link | None:
+        if self.refused_until.get(url, 0.0) > self.monotonic():
+            return None
+        opening = self.opening.get(url)
+        if opening is None:  # the first caller opens it; the others wait for the same handshake
+            opening = self.opening[url] = asyncio.ensure_future(self._connect(url))
+            opening.add_done_callback(lambda _f: self.opening.pop(url, None))
+        try:
+            return await asyncio.shield(opening)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"the leader at {url} of {topic}/{partition} is unreachable: {exc!r}",
+                              topic=topic, partition=partition) from None
+
+    async def _connect(self, url: str) -> _Link | None:
+        try:
+            ws = await self.session.ws_connect(url + PATH, protocols=(PROTOCOL,), max_msg_size=MESSAGE_BYTES_MAX,
+                                               heartbeat=limits.REPLICATION_HEARTBEAT_S)
+        except aiohttp.WSServerHandshakeError as exc:
+            log.info("the broker at %s serves no forward link (%s); forwarding to it over HTTP", url, exc.status)
+            self.refused_until[url] = self.monotonic() + limits.FORWARD_LINK_RETRY_S
+            return None
+        if ws.protocol != PROTOCOL:
+            await ws.close()
+            self.refused_until[url] = self.monotonic() + limits.FORWARD_LINK_RETRY_S
+            return None
+        old = self.links.pop(url, None)
+        if old is not None:
+            await old.close()
+        link = self.links[url] = _Link(ws, url)
+        return link
+
+    def open(self) -> int:
+        """How many links are open (``/v1/status``'s ``forward_links``)."""
+        return sum(link.open for link in self.links.values())
+
+    async def close(self) -> None:
+        for link in list(self.links.values()):
+            await link.close()
+        self.links.clear()
+
