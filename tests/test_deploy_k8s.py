@@ -67,7 +67,9 @@ def _expand(value: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
 
 
-def _pod_env(container: dict, pod: str) -> dict[str, str]:
+def _pod_env(container: dict, pod: str, node: str = "node-a", zone: str = "") -> dict[str, str]:
+    """The pod's environment as the kubelet gives it, on ``node`` in ``zone`` (empty: a pod without the
+    zone label, whose downward-API value is empty)."""
     env = {}
     for e in container["env"]:
         ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
@@ -75,6 +77,10 @@ def _pod_env(container: dict, pod: str) -> dict[str, str]:
             env[e["name"]] = pod
         elif ref == "metadata.namespace":
             env[e["name"]] = NAMESPACE
+        elif ref == "spec.nodeName":
+            env[e["name"]] = node
+        elif ref == f"metadata.labels['{ZONE_LABEL}']":
+            env[e["name"]] = zone
         elif "value" in e:
             env[e["name"]] = e["value"]
     return env
@@ -160,6 +166,24 @@ def test_broker_command_parses_with_the_real_cli(container: dict, ordinal: int) 
     assert flags["--advertise"] == f"{pod}.{domain}"
     assert flags["--seeds"] == ",".join(f"ring-{i}.{domain}:9251" for i in range(3))
     assert "--cluster-secret" not in flags, "the secret stays out of the pod spec's command line"
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+@pytest.mark.parametrize("zone", ["eu-west-1b", ""])
+def test_the_pod_is_placed_by_its_node_and_zone(container: dict, sts: dict, monkeypatch, zone: str) -> None:
+    """RING_HOST is the node's name and RING_ZONE the zone label the pod is given at binding; the broker
+    reads them as --host and --zone (an empty zone: none). Pods spread over the same two domains."""
+    env = _pod_env(container, "ring-0", node="node-7", zone=zone)
+    for name in ("RING_HOST", "RING_ZONE"):
+        monkeypatch.setenv(name, env[name])
+    args, _ = cli.build_parser().parse_known_args(_expanded_args(container, "ring-0"))
+    assert (args.host_label, args.zone) == ("node-7", zone or None)
+    spec = sts["spec"]["template"]["spec"]
+    assert {c["topologyKey"] for c in spec["topologySpreadConstraints"]} == {ZONE_LABEL}
+    terms = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert {t["podAffinityTerm"]["topologyKey"] for t in terms} == {"kubernetes.io/hostname"}
 
 
 def test_secret_comes_from_a_secret_and_logs_are_json(container: dict, sts: dict) -> None:
@@ -290,8 +314,12 @@ def test_the_example_environment_starts_a_real_broker(tmp_path: Path) -> None:
         members = [f"ring-{i}" for i in range(len(os.sched_getaffinity(0)))]
         assert doc["name"] in members  # whichever member the kernel handed the connection
         assert doc.get("cluster_secret_set") is True
-        for name in members:  # each member's own directory under the instance's
-            assert (tmp_path / "ring-0" / name).is_dir()
+        # Each member's own directory under the instance's (the members start together: the one that
+        # answered first may be alone in having made its directory yet).
+        dirs = [tmp_path / "ring-0" / name for name in members]
+        while time.monotonic() < deadline and not all(d.is_dir() for d in dirs):
+            time.sleep(0.05)
+        assert all(d.is_dir() for d in dirs), (dirs, log_path.read_text())
     finally:
         proc.terminate()
         code = proc.wait(60)
