@@ -5,21 +5,24 @@ there. An HTTP request per produce costs more than the produce itself (a
 client request through aiohttp's session, a second request parsed on the
 leader), so forwards travel on a websocket to the leader's peer port
 (``GET /peer/v1/forward``, subprotocol ``ring-forward.1``) that stays open
-and carries many produces at once, each a msgpack frame:
+and carries many produces at once. Each websocket message is a msgpack list
+of items, gathered during one event-loop turn and sent on the next
+(``Outbox``: one message and one write for all the produces, or answers, of
+a turn):
 
-* request ``[id, topic, partition, consistency, batches]`` (the framed,
-  unstamped batches as one byte string);
-* answer ``[id, status, body, retry_after]``: the status and JSON body the
-  HTTP route ``POST /peer/v1/produce`` would answer, and its Retry-After
-  (or nil).
+* a request item ``[id, topic, partition, consistency, batches]`` (the
+  framed, unstamped batches as one byte string);
+* an answer item ``[id, status, body, retry_after]``: the status and JSON
+  body the HTTP route ``POST /peer/v1/produce`` would answer, and its
+  Retry-After (or nil).
 
 Answers come back in any order, matched by id. A link that closes with
 produces in flight fails them as 504 (the leader may have appended: the
 outcome is unknown); a link that cannot be opened is a 503 (nothing was
 sent). A leader that does not serve the link (an older release: its
 handshake is refused) is asked over HTTP instead, and the link is tried
-again after ``limits.FORWARD_LINK_RETRY_S``. The frame codec is pure; the links
-are the only I/O here.
+again after ``limits.FORWARD_LINK_RETRY_S``. The codec is pure; the links
+and outboxes are the only I/O here.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 import aiohttp
 import msgpack
@@ -39,8 +42,10 @@ log = logging.getLogger("ring.cluster")
 
 PATH = "/peer/v1/forward"
 PROTOCOL = "ring-forward.1"
-# One frame: a produce body at its bound plus its few fields.
-MESSAGE_BYTES_MAX = limits.REQUEST_BYTES_MAX + 4096
+# A message's items are flushed before their bodies pass a produce request's bound, so one message
+# holds at most that plus the items' own few fields (bounded by FORWARDS_IN_FLIGHT_MAX items).
+ITEM_BYTES = 64  # a request or answer item's fields besides its body and topic, packed
+MESSAGE_BYTES_MAX = limits.REQUEST_BYTES_MAX + limits.FORWARDS_IN_FLIGHT_MAX * (ITEM_BYTES + 256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,31 +59,78 @@ class Forward:
     body: bytes
 
 
-def encode_request(rid: int, topic: str, partition: int, consistency: str, body: bytes) -> bytes:
-    return msgpack.packb([rid, topic, partition, consistency, body], use_bin_type=True)
+def request_item(rid: int, topic: str, partition: int, consistency: str, body: bytes) -> list:
+    return [rid, topic, partition, consistency, body]
 
 
-def decode_request(data: bytes) -> Forward:
-    """A request frame; BadRequest when it is not one (the link is then closed: no id to answer)."""
+def decode_requests(data: bytes) -> list[Forward]:
+    """A message's request items; BadRequest when it is not one (the link is then closed: it has no id
+    to answer)."""
     try:
-        rid, topic, partition, consistency, body = msgpack.unpackb(data, raw=False)
+        items = msgpack.unpackb(data, raw=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise BadRequest(f"not a forward frame: {exc}") from None
-    if not (isinstance(rid, int) and isinstance(topic, str) and isinstance(partition, int)
-            and isinstance(consistency, str) and isinstance(body, bytes)):
-        raise BadRequest("a forward frame's fields have the wrong types")
-    return Forward(rid, topic, partition, consistency, body)
+        raise BadRequest(f"not a forward message: {exc}") from None
+    if not isinstance(items, list) or len(items) > limits.FORWARDS_IN_FLIGHT_MAX:
+        raise BadRequest(f"a forward message is a list of at most {limits.FORWARDS_IN_FLIGHT_MAX} items")
+    out = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 5):
+            raise BadRequest("a forward item has five fields")
+        rid, topic, partition, consistency, body = item
+        if not (isinstance(rid, int) and isinstance(topic, str) and isinstance(partition, int)
+                and isinstance(consistency, str) and isinstance(body, bytes)):
+            raise BadRequest("a forward item's fields have the wrong types")
+        out.append(Forward(rid, topic, partition, consistency, body))
+    return out
 
 
-def encode_answer(rid: int, status: int, body: bytes, retry_after: str | None) -> bytes:
-    return msgpack.packb([rid, status, body, retry_after], use_bin_type=True)
+def answer_item(rid: int, status: int, body: bytes, retry_after: str | None) -> list:
+    return [rid, status, body, retry_after]
 
 
-def decode_answer(data: bytes) -> tuple[int, int, bytes, str | None]:
-    rid, status, body, retry_after = msgpack.unpackb(data, raw=False)
-    if not (isinstance(rid, int) and isinstance(status, int) and isinstance(body, bytes)):
-        raise ValueError("a forward answer's fields have the wrong types")
-    return rid, status, body, retry_after if isinstance(retry_after, str) else None
+def decode_answers(data: bytes) -> list[tuple[int, int, bytes, str | None]]:
+    items = msgpack.unpackb(data, raw=False)
+    if not isinstance(items, list):
+        raise ValueError("a forward answer message is a list")
+    out = []
+    for rid, status, body, retry_after in items:
+        if not (isinstance(rid, int) and isinstance(status, int) and isinstance(body, bytes)):
+            raise ValueError("a forward answer's fields have the wrong types")
+        out.append((rid, status, body, retry_after if isinstance(retry_after, str) else None))
+    return out
+
+
+class Outbox:
+    """Items added during one loop turn, sent as one message on the next (sooner when their bodies
+    reach a produce request's bound). ``send`` sends a message; ``lost`` is told the items of a
+    message that could not be sent, with why."""
+
+    def __init__(self, send: Callable[[bytes], Awaitable[None]], lost: Callable[[list, BaseException], None]) -> None:
+        self.send = send
+        self.lost = lost
+        self.items: list | None = None
+        self.size = 0
+
+    def add(self, item: list, size: int) -> None:
+        size += ITEM_BYTES
+        if self.items is not None and self.size + size > limits.REQUEST_BYTES_MAX:
+            self.flush()
+        if self.items is None:
+            self.items, self.size = [], 0
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.items.append(item)
+        self.size += size
+
+    def flush(self) -> None:
+        items, self.items = self.items, None
+        if items:
+            asyncio.ensure_future(self._send(items))
+
+    async def _send(self, items: list) -> None:
+        try:
+            await self.send(msgpack.packb(items, use_bin_type=True))
+        except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
+            self.lost(items, exc)
 
 
 Answer = tuple[int, bytes, Optional[str]]  # status, JSON body, Retry-After
@@ -92,6 +144,7 @@ class _Link:
         self.url = url
         self.pending: dict[int, asyncio.Future[Answer]] = {}
         self.next_id = 0
+        self.outbox = Outbox(ws.send_bytes, self._lost)
         self.reader = asyncio.ensure_future(self._read())
 
     @property
@@ -102,15 +155,19 @@ class _Link:
         rid = self.next_id = self.next_id + 1
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[rid] = answer
+        self.outbox.add(request_item(rid, topic, partition, consistency, body), len(body) + len(topic))
         try:
-            try:
-                await self.ws.send_bytes(encode_request(rid, topic, partition, consistency, body))
-            except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
-                raise RequestTimeout(f"the link to {self.url} broke while sending a produce ({exc!r}); "
-                                     "the outcome is unknown", topic=topic, partition=partition) from None
             return await answer  # bounded by the caller, which cancels it (ring.cluster.routing)
         finally:
             self.pending.pop(rid, None)
+
+    def _lost(self, items: list, exc: BaseException) -> None:
+        for item in items:
+            waiter = self.pending.get(item[0])
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(RequestTimeout(
+                    f"the link to {self.url} broke while sending a produce ({exc!r}); the outcome is unknown",
+                    topic=item[1], partition=item[2]))
 
     async def _read(self) -> None:
         try:
@@ -118,18 +175,19 @@ class _Link:
                 if msg.type != aiohttp.WSMsgType.BINARY:
                     break
                 try:
-                    rid, status, body, retry_after = decode_answer(msg.data)
+                    answers = decode_answers(msg.data)
                 except (ValueError, TypeError, msgpack.UnpackException) as exc:
                     log.warning("closing the forward link to %s: a malformed answer (%r)", self.url, exc)
                     break
-                waiter = self.pending.get(rid)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result((status, body, retry_after))
+                for rid, status, body, retry_after in answers:
+                    waiter = self.pending.get(rid)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result((status, body, retry_after))
         except (aiohttp.ClientError, ConnectionError) as exc:
             log.debug("forward link to %s: %r", self.url, exc)
         finally:
             await self.ws.close()
-            for rid, waiter in list(self.pending.items()):
+            for waiter in list(self.pending.values()):
                 if not waiter.done():
                     waiter.set_exception(RequestTimeout(
                         f"the link to the leader at {self.url} closed with the produce in flight; the outcome "

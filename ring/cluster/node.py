@@ -221,7 +221,7 @@ class ClusterBroker(Broker):
 
     def preference_list(self, cfg: TopicConfig, p: int) -> list[str]:
         assert self.membership is not None
-        return placement.preference_lists(self.membership.ring, cfg)[p]
+        return placement.preference_list(self.membership.ring, cfg, p)
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         rep = super()._open_partition(cfg, p, replicas)

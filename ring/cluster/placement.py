@@ -68,10 +68,14 @@ def placement_ring(endpoints: Iterable[EndpointState], removed: Iterable[str] = 
 
 def preference_lists(ring: Ring, cfg: TopicConfig) -> list[list[str]]:
     """Replicas of every partition of a topic, the natural leader first."""
+    return [preference_list(ring, cfg, p) for p in range(cfg.partitions)]
+
+
+def preference_list(ring: Ring, cfg: TopicConfig, p: int) -> list[str]:
+    """Replicas of partition ``p`` of a topic, the natural leader first."""
     if not len(ring):
-        return [[] for _ in range(cfg.partitions)]
-    return [partition_replicas(ring, cfg.name, p, cfg.partitions, cfg.replication_factor, cfg.base_partitions)
-            for p in range(cfg.partitions)]
+        return []
+    return partition_replicas(ring, cfg.name, p, cfg.partitions, cfg.replication_factor, cfg.base_partitions)
 
 
 def held(ring: Ring, cfg: TopicConfig, name: str) -> dict[int, list[str]]:

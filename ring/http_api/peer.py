@@ -149,62 +149,58 @@ async def _produce(node, topic: str | None, partition: int, consistency: str | N
 
 
 async def forward(request: web.Request) -> web.StreamResponse:
-    """The forward link (``ring.cluster.forwards``): produces from one broker, answered as they finish."""
+    """The forward link (``ring.cluster.forwards``): produces from one broker, answered as they finish,
+    the answers of one loop turn in one message."""
     node = _node(request)
     ws = web.WebSocketResponse(max_msg_size=forwards.MESSAGE_BYTES_MAX, heartbeat=limits.REPLICATION_HEARTBEAT_S,
                                protocols=(forwards.PROTOCOL,))
     await ws.prepare(request)
     request.app[SOCKETS_KEY].add(ws)
-    running: set[asyncio.Task[None]] = set()
+    outbox = forwards.Outbox(ws.send_bytes, lambda _items, _exc: None)  # lost with the link: the sender
+    running: set[asyncio.Task[None]] = set()                             # fails what it waits for as unknown
     try:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY:
                 break
             try:
-                f = forwards.decode_request(msg.data)
+                items = forwards.decode_requests(msg.data)
             except BadRequest as exc:
                 log.warning("closing a forward link from %s: %s", request.headers.get(H_BROKER), exc.message)
                 break
-            if len(running) >= limits.FORWARDS_IN_FLIGHT_MAX:
-                await _answer(ws, f.id, Overloaded(f"{len(running)} forwarded produces are running on this link "
-                                                   "already; retry later", topic=f.topic, partition=f.partition))
-                continue
-            task = asyncio.ensure_future(_serve_forward(node, ws, f))
-            running.add(task)
-            task.add_done_callback(running.discard)
+            for f in items:
+                if len(running) >= limits.FORWARDS_IN_FLIGHT_MAX:
+                    _answer(outbox, f.id, Overloaded(f"{len(running)} forwarded produces are running on this "
+                                                     "link already; retry later", topic=f.topic,
+                                                     partition=f.partition))
+                    continue
+                task = asyncio.ensure_future(_serve_forward(node, outbox, f))
+                running.add(task)
+                task.add_done_callback(running.discard)
     finally:
         await ws.close()
     return ws
 
 
-async def _serve_forward(node, ws: web.WebSocketResponse, f: forwards.Forward) -> None:
+async def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward) -> None:
     try:
         body = await _produce(node, f.topic, f.partition, f.consistency, f.body)
     except RingError as exc:
-        await _answer(ws, f.id, exc)
+        _answer(outbox, f.id, exc)
         return
     except Exception:
         log.exception("unexpected error in a forwarded produce to %s/%s", f.topic, f.partition)
         answer = native.http_error(500, "internal error; the broker log has the details")
-        await _send(ws, forwards.encode_answer(f.id, 500, answer.body, None))
+        outbox.add(forwards.answer_item(f.id, 500, answer.body, None), len(answer.body))
         return
-    await _send(ws, forwards.encode_answer(f.id, 200, body, None))
+    outbox.add(forwards.answer_item(f.id, 200, body, None), len(body))
 
 
-async def _answer(ws: web.WebSocketResponse, rid: int, exc: RingError) -> None:
+def _answer(outbox: forwards.Outbox, rid: int, exc: RingError) -> None:
     if exc.status >= 500:
         log.warning("forwarded produce: %s", exc.message)
     answer = native.ring_error(exc)
-    await _send(ws, forwards.encode_answer(rid, answer.status, answer.body, (answer.headers or {}).get("Retry-After")))
-
-
-async def _send(ws: web.WebSocketResponse, frame: bytes) -> None:
-    """An answer on the link; lost with the link (the sender fails what it waits for as unknown)."""
-    if not ws.closed:
-        try:
-            await ws.send_bytes(frame)
-        except (ConnectionError, RuntimeError):
-            pass
+    outbox.add(forwards.answer_item(rid, answer.status, answer.body, (answer.headers or {}).get("Retry-After")),
+               len(answer.body))
 
 
 def _split_batches(body: bytes) -> list[bytearray]:
