@@ -126,6 +126,7 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         part = Replica(cfg.name, p, PartitionLog(directory, self._log_config(cfg), self.clock),
                        self.config.name, replicas, hw=self._initial_hw(cfg.name, p, replicas))
+        part.unclean_allowed = cfg.unclean_leader_election
         self._parts[cfg.name][p] = part
         return part
 
@@ -233,6 +234,7 @@ class Broker:
         parts = self._parts.setdefault(cfg.name, {})
         for part in parts.values():
             part.log.config = log_config
+            part.unclean_allowed = cfg.unclean_leader_election
         for p, replicas in self._held(cfg).items():
             if p not in parts:
                 self._open_partition(cfg, p, replicas)
@@ -268,6 +270,7 @@ class Broker:
     def describe_topic(self, name: str) -> dict[str, Any]:
         cfg = self.catalog.get(validate_topic_name(name))
         doc = cfg.to_json()
+        doc["unclean_leader_election"] = cfg.unclean_leader_election
         doc["internal"] = cfg.name in INTERNAL_TOPICS
         doc["partitions"] = [self._describe_partition(cfg, p) for p in range(cfg.partitions)]
         doc["partition_count"] = cfg.partitions
@@ -278,7 +281,8 @@ class Broker:
         return {"partition": part.index, "earliest_offset": part.log.start_offset,
                 "end_offset": part.log.end_offset, "high_watermark": part.hw,
                 "leader": part.leader, "replicas": list(part.replicas), "epoch": part.epoch,
-                "replica_end_offsets": part.replica_ends(), "lost_state": part.lost_voters()}
+                "replica_end_offsets": part.replica_ends(), "lost_state": part.lost_voters(),
+                "unclean_elections": list(part.unclean_history)}
 
     def replica(self, topic: str, partition: int) -> Replica | None:
         """This broker's replica of a partition, if it holds one."""

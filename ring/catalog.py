@@ -37,10 +37,11 @@ REPLICATION_FACTOR_DEFAULT = 3
 REPLICATION_FACTOR_MAX = 7
 
 _FIELDS = ("name", "partitions", "replication_factor", "retention_ms", "retention_bytes",
-           "segment_bytes", "compression", "consistency", "auto_partitions", "local_retention_bytes")
+           "segment_bytes", "compression", "consistency", "auto_partitions", "local_retention_bytes",
+           "unclean_leader_election")
 # What a change to an existing topic may set (``TopicConfig.changed``); the others are fixed at creation.
 CHANGEABLE = ("partitions", "auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency",
-              "local_retention_bytes")
+              "local_retention_bytes", "unclean_leader_election")
 # Written by the broker only: the partition count the topic was created with (placement keeps it),
 # and the id of this incarnation of the name.
 _STORED_FIELDS = ("base_partitions", "id")
@@ -99,6 +100,13 @@ def _topic_id(body: dict[str, Any]) -> str:
     return value
 
 
+def _bool_field(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if type(value) is not bool:
+        raise BadRequest(f"{name} must be true or false", field=name)
+    return value
+
+
 def _int_field(body: dict[str, Any], field: str, default: int, lo: int, hi: int) -> int:
     value = body.get(field, default)
     if value is None:
@@ -145,6 +153,10 @@ class TopicConfig:
     # brokers (ring.ranges); -1 keeps everything local and makes no ranges.
     local_retention_bytes: int = -1
     id: str = ""  # this incarnation of the name (empty: derived from the name and ``created_ms``)
+    # A partition whose only voters holding what was acknowledged are gone elects its most up-to-date
+    # live replica anyway (Kafka's unclean.leader.election.enable): availability over what those
+    # voters held. Off: it stays without a leader (``no_eligible_leader``) until one returns.
+    unclean_leader_election: bool = False
 
     def __post_init__(self) -> None:
         if not self.base_partitions:
@@ -183,10 +195,14 @@ class TopicConfig:
             consistency=consistency,
             created_ms=now_ms,
             id=_topic_id(body) if stored else "",
+            unclean_leader_election=_bool_field(body, "unclean_leader_election"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        if not self.unclean_leader_election:
+            del doc["unclean_leader_election"]  # (so configs that do not use it read as before everywhere)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TopicConfig:

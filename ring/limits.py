@@ -307,6 +307,11 @@ CANDIDACIES_MAX = 2 * VOTES_PER_MESSAGE_MAX
 # restarted and leads nothing) is given up after this long; three gossip
 # rounds also cover a new leader whose claim has not arrived yet.
 LEADER_CLAIM_GRACE_MS = 3_000
+# A replica placed elsewhere that still counts itself a voter closes once a leader it does not follow
+# has claimed the partition this long: longer than the failure detector takes to call a dead broker
+# down (4-13 s), so the claim of a leader that died before it relinked to a voter just restarted is
+# known stale first (else the voter closes, and with another voter's disk lost, no majority is left).
+UNPLACED_VOTER_GRACE_MS = 15_000
 # A produce that finds no leader (an election is running) waits this long
 # for one before the 503; a failover itself takes the failure detector's 4-13 s.
 LEADER_WAIT_MS = 3_000
@@ -675,6 +680,13 @@ GROUP_POLL_BATCHES_BYTES_MAX = 4 * MiB
 # the peer request gives up and the consumer gets 503 for a plain long-poll.
 PROXIED_FETCH_WAIT_MS_MAX = int(PEER_REQUEST_TIMEOUT_S * 1000) // 2
 
+
+# Unclean elections a partition replica remembers winning (the offsets each may have lost, shown in
+# GET /v1/topics/{topic}); older ones are dropped. Each is a few dozen bytes of replica-state.
+UNCLEAN_HISTORY_MAX = 32
+# How long an operator's unclean election waits for a leader before answering 503 (the replicas asked
+# go on standing): a few election rounds (ELECTION_TICK_MS, VOTE_REQUEST_TIMEOUT_S each).
+UNCLEAN_ELECTION_WAIT_S = 15.0
 
 # --- admission and quotas ------------------------------------------------------
 

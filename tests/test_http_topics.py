@@ -22,11 +22,12 @@ def test_topic_crud(http: Http, broker: TestBroker, topic: str) -> None:
     assert r.status == 201, r.body
     doc = r.json()
     assert doc["name"] == topic and doc["partition_count"] == 3 and doc["compression"] == "zstd"
+    assert doc["unclean_leader_election"] is False
     assert [p["partition"] for p in doc["partitions"]] == [0, 1, 2]
     p0 = doc["partitions"][0]
     assert p0 == {"partition": 0, "earliest_offset": 0, "local_start_offset": 0, "end_offset": 0, "high_watermark": 0,
                   "leader": "ring-0", "replicas": ["ring-0"], "epoch": 1, "replica_end_offsets": {"ring-0": 0},
-                  "lost_state": [], "no_eligible_leader": False}
+                  "lost_state": [], "no_eligible_leader": False, "unclean_elections": []}
     assert http.create_topic(topic).status == 409
     listed = http.get("/v1/topics").json()["topics"]
     assert {"name": topic, "partitions": 3}.items() <= next(t for t in listed if t["name"] == topic).items()

@@ -111,6 +111,9 @@ FOUND = [
     # end a repair's cut had taken back, not for the fsync it asked for: the link stalled forever behind it
     3271, 3660,  # bits flipped in two replicas of a partition: repair cut a follower at its damaged batch,
     # dropping the good batches above it, the only whole copies of batches the other replica's log had damaged
+    94,  # a voter restarted after a power loss, its leader crashed before relinking to it, and it closed its
+    # replica (placed elsewhere) on that leader's stale claim before the failure detector called it down;
+    # with another voter's disk lost, the partition never had a majority again
 ]
 
 

@@ -425,6 +425,14 @@ class AsyncClient:
         meta.forget(name)
         return dict(reply.json() or {})
 
+    async def unclean_election(self, topic: str, partition: int) -> dict[str, Any]:
+        """Elect a leader for a partition left without one by replicas that lost their state, losing what
+        only they held (POST .../unclean-election): the leader elected and the partition as it says."""
+        meta = self._start()
+        reply = await meta.ask_any(
+            "POST", f"/v1/topics/{quote(validate_topic_name(topic))}/partitions/{int(partition)}/unclean-election")
+        return dict(reply.json() or {})
+
     async def delete_topic(self, name: str) -> None:
         meta = self._start()
         await meta.ask_any("DELETE", f"/v1/topics/{quote(validate_topic_name(name))}")

@@ -232,6 +232,9 @@ class Client:
     def delete_topic(self, name: str) -> None:
         self._call(self._client.delete_topic(name))
 
+    def unclean_election(self, topic: str, partition: int) -> dict[str, Any]:
+        return self._call(self._client.unclean_election(topic, partition))
+
     def topics(self) -> list[dict[str, Any]]:
         return self._call(self._client.topics())
 

@@ -441,7 +441,8 @@ class ClusterBroker(Broker):
         replicas = self.preference_list(cfg, p)
         return {"partition": p, "earliest_offset": None, "end_offset": None, "high_watermark": None,
                 "local_start_offset": None, "leader": leader, "replicas": replicas, "epoch": None,
-                "replica_end_offsets": {r: None for r in replicas}, "lost_state": [], "no_eligible_leader": False}
+                "replica_end_offsets": {r: None for r in replicas}, "lost_state": [], "no_eligible_leader": False,
+                "unclean_elections": []}
 
     # --- asked of this broker's own replicas (by other brokers, and the group coordinator) -----
 

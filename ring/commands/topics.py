@@ -1,9 +1,10 @@
-"""``ring topics create|list|describe|alter|delete``: topic administration.
+"""``ring topics create|list|describe|alter|delete|elect-unclean``: topic administration.
 
 Each is one call of the sync client (``create_topic`` waits until every live
 broker knows the new topic, so a produce right after it works anywhere).
 People get a sentence or a table; ``--json`` prints the API's own document
-(``POST``/``GET``/``PATCH /v1/topics/{t}``, ``GET /v1/topics``, ``{"deleted": t}``).
+(``POST``/``GET``/``PATCH /v1/topics/{t}``, ``GET /v1/topics``, ``{"deleted": t}``,
+``POST .../partitions/{p}/unclean-election``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                             "unlimited")
     p.add_argument("--compression", choices=COMPRESSIONS, help="how the broker compresses new batches")
     p.add_argument("--consistency", choices=CONSISTENCIES, help="default acknowledgement level of produces")
+    p.add_argument("--unclean-leader-election", action=argparse.BooleanOptionalAction, default=None,
+                   help="elect the most up-to-date live replica when the only ones holding what was acknowledged "
+                        "lost their state, losing what only they held (default: off, the partition waits)")
+
+    p = add_command(topics, "elect-unclean", elect_unclean, help="elect a leader, losing what lost replicas held",
+                    description="For a partition without a leader because the only replicas holding what was "
+                                "acknowledged lost their state (no_eligible_leader): elect the most up-to-date "
+                                "live replica once. What only the lost replicas held is gone; the answer names "
+                                "the offset from which records were lost.")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
 
     p = add_command(topics, "delete", delete, help="delete a topic and its data",
                     description="Delete a topic and all of its records, on every broker.")
@@ -105,9 +117,11 @@ def alter(ctx: Context, args: argparse.Namespace) -> int:
         config["partitions"] = args.partitions
     if args.auto_partitions is not None:
         config["auto_partitions"] = args.auto_partitions
+    if args.unclean_leader_election is not None:
+        config["unclean_leader_election"] = args.unclean_leader_election
     if not config:
         raise UsageError("nothing to change: give --partitions, --auto/--no-auto, --retention, --retention-bytes, "
-                         "--compression or --consistency")
+                         "--compression, --consistency or --[no-]unclean-leader-election")
     with ctx.client() as client:
         doc = client.change_topic(args.topic, **config)
     if ctx.json:
@@ -153,6 +167,18 @@ def describe(ctx: Context, args: argparse.Namespace) -> int:
     rows = [(p.get("partition"), p.get("leader"), ",".join(p.get("replicas") or []), p.get("epoch"),
              p.get("earliest_offset"), p.get("high_watermark"), p.get("end_offset")) for p in parts]
     ctx.say(table(["PARTITION", "LEADER", "REPLICAS", "EPOCH", "EARLIEST", "HIGH WATERMARK", "END"], rows))
+    return EXIT_OK
+
+
+def elect_unclean(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.client() as client:
+        doc = client.unclean_election(args.topic, args.partition)
+    if ctx.json:
+        ctx.emit(doc)
+        return EXIT_OK
+    lost = [u["from_offset"] for u in doc.get("state", {}).get("unclean_elections", [])]
+    where = f"; records from offset {lost[-1]} on that only the lost replicas held are gone" if lost else ""
+    ctx.say(f"{args.topic}/{args.partition}: {doc.get('leader')} leads{where}")
     return EXIT_OK
 
 

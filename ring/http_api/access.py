@@ -72,6 +72,7 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): TOPIC_CONSUME,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/ranges"): TOPIC_CONSUME,
     ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate"): TOPIC_ADMIN,
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/unclean-election"): TOPIC_ADMIN,
     ("GET", "/metrics"): AUTHENTICATED,  # names and counts any token can list anyway: a scraper needs no grant
     ("GET", "/admin/trends"): AUTHENTICATED,  # the same counts, sampled for the admin page's charts
     ("GET", "/admin/brokers/{broker}/trends"): AUTHENTICATED,

@@ -13,6 +13,7 @@ from typing import Any
 from ring import auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
+from ring.cluster import unclean
 from ring.errors import BadRequest
 from ring.http_api import access, admin, answer, cluster_api, codec, fetch_codec, groups_api, openapi, ranges_api, web
 from ring.http_api.admission import AdmissionCollector, admission_of
@@ -242,6 +243,16 @@ async def truncate(request: Request) -> Response:
     return _json(await _broker(request).truncate(topic, partition, before))
 
 
+async def unclean_election(request: Request) -> Response:
+    topic, partition = _topic(request), _partition(request)
+    check_not_internal(topic, "elect uncleanly in")
+    broker = _broker(request)
+    if getattr(broker, "core", None) is None:
+        raise unclean.ElectionNotNeeded("a broker alone leads every partition it holds: no election is needed",
+                                        topic=topic, partition=partition)
+    return _json(await unclean.unclean_election(broker, topic, partition))
+
+
 ROUTES = [
     ("GET", "/v1/status", get_status),
     ("GET", "/v1/cluster", get_cluster),
@@ -255,6 +266,7 @@ ROUTES = [
     ("GET", "/v1/topics/{topic}/partitions/{partition}/messages", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", offsets),
     ("POST", "/v1/topics/{topic}/partitions/{partition}/truncate", truncate),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/unclean-election", unclean_election),
 ]
 
 

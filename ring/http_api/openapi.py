@@ -69,6 +69,12 @@ _TOPIC_CONFIG = {
                                   "description": "bytes of closed segments each replica keeps once they are safe "
                                                  "as ranges on other brokers (GET .../ranges); -1: everything "
                                                  "local, no ranges"},
+        "unclean_leader_election": {"type": "boolean", "default": False,
+                                    "description": "a partition whose only voters holding what was acknowledged "
+                                                   "lost their state elects its most up-to-date live replica "
+                                                   "anyway, losing what only they held (Kafka's "
+                                                   "unclean.leader.election.enable); false: it stays without a "
+                                                   "leader (503 no_eligible_leader) until one returns"},
     },
 }
 
@@ -95,7 +101,7 @@ _TOPIC_CHANGE = {
                        "description": "a larger count (it never shrinks), or \"auto\" to grow with the groups"},
         **{k: _TOPIC_CONFIG["properties"][k]
            for k in ("auto_partitions", "retention_ms", "retention_bytes", "compression", "consistency",
-                     "local_retention_bytes")},
+                     "local_retention_bytes", "unclean_leader_election")},
     },
 }
 
@@ -415,4 +421,18 @@ def _partition_paths() -> dict[str, Any]:
                           "504": _err("the leader's log starts at the new offset (applied_on_leader), but a "
                                       "majority of the replicas did not confirm it in time (confirmed, needed); "
                                       "the same truncate again is safe")}}},
+        "/v1/topics/{topic}/partitions/{partition}/unclean-election": {"post": {
+            "summary": "Elect a leader that may not hold everything acknowledged", "operationId": "uncleanElection",
+            "parameters": [_TOPIC, _PARTITION],
+            "description": "For a partition without a leader because the only voters holding what was "
+                           "acknowledged lost their state (no_eligible_leader): its live replicas stand once "
+                           "counting the votes of voters that lost their state, and the most up-to-date one "
+                           "wins. Records only the lost voters held are gone; the winner records from which "
+                           "offset (unclean_elections in GET /v1/topics/{topic}). The topic setting "
+                           "unclean_leader_election does the same whenever it is needed.",
+            "responses": {"200": _ok("the leader elected and the partition as it describes it",
+                                     {"type": "object"}),
+                          "404": _NOT_FOUND, "409": _err("the partition has a leader: no election is needed"),
+                          "503": _err("no live replica was asked, or none was elected in time (the asked "
+                                      "replicas go on standing)")}}},
     }

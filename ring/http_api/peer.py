@@ -31,6 +31,9 @@ broker alone). Routes:
   epoch asks this broker to take the partition over (stand at once).
 * ``POST /peer/v1/resync?topic=&partition=``: a follower that cut its log for
   repair asks its leader to sync it again.
+* ``POST /peer/v1/unclean?topic=&partition=``: an operator's one-shot unclean
+  election: this broker's leaderless replica stands counting the votes of
+  voters that lost their state (409 when it holds none, or it has a leader).
 * ``GET /peer/v1/checksums/{topic}/{partition}?upto=``: checksums of this
   replica's committed ranges (anti-entropy, ``ring.repair``).
 """
@@ -57,7 +60,7 @@ from ring.http_api.keys import NODE_KEY
 from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
-from ring.node.ready import Resync, TransferRequested, VoteRequested
+from ring.node.ready import Resync, TransferRequested, UncleanElection, VoteRequested
 from ring.replication import election, follower, protocol, versions
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
@@ -292,6 +295,18 @@ async def resync(request: web.Request) -> web.Response:
                         content_type="application/json")
 
 
+async def unclean(request: web.Request) -> web.Response:
+    """An operator's one-shot unclean election (``ClusterBroker.unclean_election``): this broker's
+    replica of the partition, leaderless, stands counting the votes of voters that lost their state."""
+    node = _node(request)
+    topic, partition = _key(request)
+    rep = node.replica(topic, partition)
+    ok = rep is not None and rep.leader is None and node.pump is not None
+    if ok:
+        node.step(UncleanElection(rep))
+    return web.Response(status=200 if ok else 409, body=orjson.dumps({"asked": ok}), content_type="application/json")
+
+
 async def checksums(request: web.Request) -> web.Response:
     node = _node(request)
     raw = request.match_info["partition"]
@@ -318,6 +333,7 @@ ROUTES = [
     ("POST", "/peer/v1/votes", votes),
     ("POST", "/peer/v1/transfer", transfer),
     ("POST", "/peer/v1/resync", resync),
+    ("POST", "/peer/v1/unclean", unclean),
     ("GET", "/peer/v1/checksums/{topic}/{partition}", checksums),
 ]
 

@@ -55,6 +55,7 @@ log = logging.getLogger("ring.node")
 
 ELECTION_TICK_S = limits.ELECTION_TICK_MS / 1000
 CLAIM_GRACE_S = limits.LEADER_CLAIM_GRACE_MS / 1000
+UNPLACED_VOTER_GRACE_S = limits.UNPLACED_VOTER_GRACE_MS / 1000
 
 
 class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
@@ -88,7 +89,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self._inbound_down: dict[str, float] = {}
         self._view: View | None = None
         # Replicas placed elsewhere that still vote here, and since when a newer leader that does not
-        # replicate to us claims them (after CLAIM_GRACE_S they close: that leader's voters leave us out).
+        # replicate to us claims them (after UNPLACED_VOTER_GRACE_S they close: that leader's voters leave
+        # us out).
         self._superseded: dict[Key, float] = {}
         self.closing = False
         self._now = 0.0  # of the step or tick running
@@ -100,6 +102,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
             msg.SyncFailed: self._sync_failed, msg.LinkUp: self._link_up, msg.LinkDown: self._link_down,
             msg.FromFollower: self._from_follower, msg.Flush: self._flush,
             msg.PlacementChanged: self._placement_changed, msg.Resync: self._resync, msg.Reprobe: self._reprobe,
+            msg.UncleanElection: self._unclean_election,
             msg.FromLeader: self._from_leader,
             msg.VoteRequested: self._vote_requested, msg.VoteAnswered: self._vote_answered,
             msg.TransferRequested: self._transfer_requested, msg.TransferAnswered: self._transfer_answered,
@@ -173,11 +176,11 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         """Whether ``rep``, placed elsewhere, stays open here: while it leads (it hands over first), and
         while it counts itself a voter (closing would take a vote from its leader's elections) until a
         leader we do not follow, in our epoch or a newer one, has claimed it for CLAIM_GRACE_S (one
-        whose voters count us replicates to us)."""
+        whose voters count us replicates to us) for UNPLACED_VOTER_GRACE_S."""
         if rep.is_leader:
             return True
         since = self._superseded.get((rep.topic, rep.index))
-        return self.name in rep.voters and (since is None or now < since + CLAIM_GRACE_S)
+        return self.name in rep.voters and (since is None or now < since + UNPLACED_VOTER_GRACE_S)
 
     def _check_unplaced(self, now: float, reps: list[Replica], view: View) -> list[float]:
         """Track the replicas placed elsewhere that still vote here (they stay looked at); returns
@@ -195,10 +198,10 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
                 self._superseded.pop(key, None)  # nobody leads, or our leader does (and syncs our voters)
             else:
                 since = self._superseded.setdefault(key, now)
-                if now >= since + CLAIM_GRACE_S:
+                if now >= since + UNPLACED_VOTER_GRACE_S:
                     self._ready.reconcile = True
                 else:
-                    wakes.append(since + CLAIM_GRACE_S)
+                    wakes.append(since + UNPLACED_VOTER_GRACE_S)
             self._active.add(key)
         return wakes
 
@@ -433,6 +436,11 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
 
     def _reprobe(self, now: float, m: msg.Reprobe) -> None:
         self.links.reprobe(now)
+
+    def _unclean_election(self, now: float, m: msg.UncleanElection) -> None:
+        if m.rep.leader is None and not m.rep.deleted:
+            m.rep.unclean_once = True
+            self._look_soon((m.rep.topic, m.rep.index))
 
     # --- elections -----------------------------------------------------------------------------
 

@@ -162,7 +162,8 @@ class Elections:
         req = steps.vote_request(rep, pre=pre, transfer=transfer)
         if not pre:
             self.changed(rep)
-        tally = election.Tally(self.name, voters, req.epoch, req.pre, known=dict(rep.incarnations))
+        tally = election.Tally(self.name, voters, req.epoch, req.pre, known=dict(rep.incarnations),
+                               unclean=req.unclean)
         c = self.candidacies[key] = Candidacy(rep, req, tally, now + VOTE_TIMEOUT_S)
         for v in sorted(voters - {self.name}):
             if view.alive(v):
@@ -198,7 +199,7 @@ class Elections:
             del self.candidacies[key]
             self._round(now, rep, view, pre=False)  # the real round (the pre-vote passed)
         elif tally.won:
-            won = steps.win(rep, c.req.epoch, tally.log_start, tally.learned)
+            won = steps.win(rep, c.req.epoch, tally.log_start, tally.learned, frozenset(tally.unclean_votes))
             if won:
                 self.changed(rep)
                 self.resync(rep)

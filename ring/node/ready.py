@@ -163,6 +163,12 @@ class Resync(NamedTuple):
     rep: Replica
 
 
+class UncleanElection(NamedTuple):
+    """An operator asked for one unclean election of ``rep``'s partition: its next candidacy counts the
+    votes of voters that lost their state (``election.UNCLEAN``)."""
+    rep: Replica
+
+
 class Reprobe(NamedTuple):
     """Probe now the followers that did not know a partition yet (a topic was just announced)."""
 

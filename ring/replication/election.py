@@ -33,7 +33,8 @@ transfer (the current leader hands a partition back to its natural leader,
 
 Wire forms are msgpack arrays::
 
-    ["vote", topic, partition, epoch, candidate, last_epoch, end_offset, flags]   flags: 1 pre-vote, 2 transfer
+    ["vote", topic, partition, epoch, candidate, last_epoch, end_offset, flags]   flags: 1 pre-vote, 2 transfer,
+                                                                                   4 unclean
     ["voted", topic, partition, epoch, voter, granted, reason, pre, log_start, incarnation]
 
 (the last two appended: a reply without them, from an older release, still
@@ -41,6 +42,17 @@ decodes, and counts as from an unknown incarnation).
 
 A reply names whether it answers a pre-vote, so a late pre-vote reply is
 never counted as a vote.
+
+An unclean election (the topic's ``unclean_leader_election``, or an
+operator's one-shot command for the partition) is the one exception to the
+rule on lost state, chosen for availability: its requests carry the
+``unclean`` flag, a replica that lost its state judges them as any voter
+does (it holds nothing, so it refuses no candidate for being behind), and
+the candidate counts such votes (``Tally.unclean_votes``). The voters that
+still hold their state judge as always, and a candidate one of them finds
+behind it does not win (``Tally.outranked``), so the most up-to-date live
+replica that answers wins; what the lost voters held beyond its log is
+lost, and the winner records from which offset (``steps.win``).
 """
 
 from __future__ import annotations
@@ -67,6 +79,7 @@ REASONS = (GRANTED, STALE_EPOCH, ALREADY_VOTED, BEHIND, LEADER_ALIVE, NOT_A_VOTE
 
 PRE_VOTE = 1
 TRANSFER = 2
+UNCLEAN = 4
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -98,13 +111,14 @@ class VoteRequest:
     end_offset: int
     pre: bool = False
     transfer: bool = False
+    unclean: bool = False  # an unclean election: voters that lost their state vote too
 
     @property
     def key(self) -> LogKey:
         return (self.last_epoch, self.end_offset)
 
     def to_wire(self) -> list[Any]:
-        flags = (PRE_VOTE if self.pre else 0) | (TRANSFER if self.transfer else 0)
+        flags = (PRE_VOTE if self.pre else 0) | (TRANSFER if self.transfer else 0) | (UNCLEAN if self.unclean else 0)
         return ["vote", self.topic, self.partition, self.epoch, self.candidate, self.last_epoch,
                 self.end_offset, flags]
 
@@ -145,10 +159,11 @@ def request_from_wire(w: Any) -> VoteRequest:
         raise BadRequest("malformed vote: not a vote request array")
     if type(w[1]) is not str or not w[1] or len(w[1]) > 249:
         raise BadRequest("malformed vote: topic must be a non-empty string")
-    flags = _int(w[7], "flags", 0, PRE_VOTE | TRANSFER)
+    flags = _int(w[7], "flags", 0, PRE_VOTE | TRANSFER | UNCLEAN)
     return VoteRequest(w[1], _int(w[2], "partition", 0, _INT32_MAX), _int(w[3], "epoch", 1, _INT32_MAX),
                        _name(w[4], "candidate"), _int(w[5], "last_epoch", -1, _INT32_MAX),
-                       _int(w[6], "end_offset", 0, _INT64_MAX), bool(flags & PRE_VOTE), bool(flags & TRANSFER))
+                       _int(w[6], "end_offset", 0, _INT64_MAX), bool(flags & PRE_VOTE), bool(flags & TRANSFER),
+                       bool(flags & UNCLEAN))
 
 
 def reply_from_wire(w: Any) -> VoteReply:
@@ -245,6 +260,9 @@ class Tally:
     known: Mapping[str, str] = field(default_factory=dict)
     learned: dict[str, str] = field(default_factory=dict)  # incarnations of granting voters not recorded
     lost_state: set[str] = field(default_factory=set)  # voters that answered from another incarnation
+    unclean: bool = False  # an unclean election: votes from voters that lost their state count
+    unclean_votes: set[str] = field(default_factory=set)  # such votes counted (only when ``unclean``)
+    outranked: bool = False  # an unclean round: a voter holding its state is more up to date (it must win)
 
     def __post_init__(self) -> None:
         assert self.me in self.voters, (self.me, self.voters)
@@ -255,29 +273,34 @@ class Tally:
             return
         self.newest_epoch = max(self.newest_epoch, reply.epoch)
         recorded = self.known.get(reply.voter)
-        if reply.reason == LOST_STATE or reply.incarnation and recorded is not None and reply.incarnation != recorded:
+        other = bool(reply.incarnation and recorded is not None and reply.incarnation != recorded)
+        if reply.reason == LOST_STATE or other and not self.unclean:
             # Its disk was lost or replaced: what it acknowledged and voted is gone, so is its vote.
             self.lost_state.add(reply.voter)
             self.granted.discard(reply.voter)
             self.refused.add(reply.voter)
             return
         if reply.granted and reply.epoch <= self.epoch:
-            if reply.incarnation and recorded is None:
+            if other:  # an unclean election counts it (its new incarnation is recorded once it caught up)
+                self.unclean_votes.add(reply.voter)
+            elif reply.incarnation and recorded is None:
                 self.learned[reply.voter] = reply.incarnation
             self.granted.add(reply.voter)
             self.refused.discard(reply.voter)
             self.log_start = max(self.log_start, reply.log_start)
         elif reply.voter not in self.granted:
             self.refused.add(reply.voter)
+            self.outranked = self.outranked or self.unclean and reply.reason == BEHIND
 
     @property
     def won(self) -> bool:
-        return len(self.granted) >= majority(len(self.voters))
+        return len(self.granted) >= majority(len(self.voters)) and not self.outranked
 
     @property
     def lost(self) -> bool:
-        """No majority is possible any more, or a voter is in a newer epoch."""
-        return self.newest_epoch > self.epoch or len(self.refused) > len(self.voters) - majority(len(self.voters))
+        """No majority is possible any more, a voter is in a newer epoch, or (unclean) one outranks it."""
+        return self.newest_epoch > self.epoch or self.outranked \
+            or len(self.refused) > len(self.voters) - majority(len(self.voters))
 
 
 # -- when a leader is lost, who stands, when to hand back ------------------------

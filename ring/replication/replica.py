@@ -54,7 +54,8 @@ class Replica:
                  "leader_hw", "next_sync", "running_sync", "waiter", "deleted", "failed", "ack_waiters", "acks",
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
                  "leaving", "vouched", "catalogue", "appends", "follower_starts", "start_waiters", "incarnation",
-                 "incarnations", "renewed", "blank", "lost_state")
+                 "incarnations", "renewed", "blank", "lost_state", "unclean_allowed", "unclean_once",
+                 "unclean_history")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -114,6 +115,11 @@ class Replica:
         self.renewed: dict[str, str] = {}  # leader: followers acking from an unrecorded incarnation -> it
         self.blank = False  # its own state was lost: it grants no vote until it has caught up
         self.lost_state: frozenset[str] = frozenset()  # voters an election here found without their state
+        self.unclean_allowed = False  # its topic elects uncleanly when it must (``unclean_leader_election``)
+        self.unclean_once = False  # an operator asked for one unclean election (until it wins or restarts)
+        # The unclean elections this replica won: {"epoch", "from_offset"}: what any replica held at or past
+        # from_offset in an earlier epoch, acknowledged or not, is gone (saved with the ballot).
+        self.unclean_history: list[dict[str, int]] = []
 
     # --- placement and leadership -----------------------------------------------------
 

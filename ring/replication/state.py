@@ -3,8 +3,8 @@
 JSON, replaced atomically with an fsync (``save_state``) before any answer that depends on it
 (``ring.replication.steps`` keeps that order): the ballot (epoch and vote), the voter set, the log
 key a replica vouches for after a cut (``Replica.vouched``), each voter's incarnation as recorded
-(``Replica.incarnations``) and whether the replica's own state was lost and it has not caught up
-since (``Replica.blank``). A record of incarnations absent (a new partition, or a file an older
+(``Replica.incarnations``), whether the replica's own state was lost and it has not caught up
+since (``Replica.blank``), and the unclean elections it won (``Replica.unclean_history``). A record of incarnations absent (a new partition, or a file an older
 release wrote) is learned from each voter's first vote or ack.
 """
 
@@ -40,6 +40,7 @@ class Saved:
     vouched: election.LogKey | None = None
     incarnations: dict[str, str] = dataclasses.field(default_factory=dict)  # each voter's, as recorded
     blank: bool = False  # its state was lost and it has not caught up since
+    unclean: list[dict[str, int]] = dataclasses.field(default_factory=list)  # unclean elections won here
 
 
 def load_full_state(directory: Path) -> Saved:
@@ -48,14 +49,17 @@ def load_full_state(directory: Path) -> Saved:
         doc = orjson.loads((directory / STATE_FILE).read_bytes())
         epoch, voted_for, voters = doc["epoch"], doc["voted_for"], doc["voters"]
         vouched, incarnations, blank = doc.get("vouched"), doc.get("incarnations", {}), doc.get("blank", False)
+        unclean = doc.get("unclean", [])
         if type(epoch) is int and epoch >= 0 and (voted_for is None or type(voted_for) is str) \
                 and type(voters) is list and voters and all(type(v) is str for v in voters) \
                 and (vouched is None or type(vouched) is list and len(vouched) == 2
                      and all(type(x) is int for x in vouched)) \
                 and type(incarnations) is dict and all(type(i) is str for i in incarnations.values()) \
-                and type(blank) is bool:
+                and type(blank) is bool and type(unclean) is list \
+                and all(type(u) is dict and all(type(u.get(k)) is int for k in ("epoch", "from_offset"))
+                        for u in unclean):
             return Saved(election.Ballot(epoch, voted_for), voters, tuple(vouched) if vouched else None,
-                         incarnations, blank)
+                         incarnations, blank, [{"epoch": u["epoch"], "from_offset": u["from_offset"]} for u in unclean])
         log.error("ignoring malformed %s", directory / STATE_FILE)
     except FileNotFoundError:
         pass
@@ -83,4 +87,6 @@ def save_state(rep: Replica) -> None:
         doc["incarnations"] = rep.incarnations
     if rep.blank:
         doc["blank"] = True  # (a restart before it caught up must not make it whole)
+    if rep.unclean_history:
+        doc["unclean"] = rep.unclean_history
     write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))

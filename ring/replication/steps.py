@@ -52,6 +52,7 @@ def restore(rep: Replica, clean: bool, lost: bool = False) -> None:
         rep.incarnations[rep.self_name] = rep.incarnation
     # (A partition this replica alone votes for has nobody to catch up from and no other vote to
     # protect: what its directory lost is lost, and it leads what is left.)
+    rep.unclean_history = list(saved.unclean)
     rep.blank = (saved.blank or lost and voters is None) and rep.voters != [rep.self_name]
     if rep.blank and not saved.blank:
         save_state(rep)  # (so it stays blank if it restarts before it caught up)
@@ -384,12 +385,12 @@ def vote_request(rep: Replica, pre: bool, transfer: bool = False) -> election.Vo
             save_state(rep)
     last_epoch, end = rep.key
     return election.VoteRequest(rep.topic, rep.index, rep.epoch + 1 if pre else rep.epoch, rep.self_name,
-                                last_epoch, end, pre, transfer)
+                                last_epoch, end, pre, transfer, rep.unclean_allowed or rep.unclean_once)
 
 
 def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool) -> election.VoteReply:
     """Judge a vote; the ballot is saved (and a leader steps down) before the reply is returned."""
-    if rep.blank:  # its state is gone: whatever it would say, it may have said otherwise before
+    if rep.blank and not req.unclean:  # its state is gone: whatever it would say, it may have said otherwise
         return election.VoteReply(req.topic, req.partition, rep.epoch, rep.self_name, False, election.LOST_STATE,
                                   req.pre, rep.log.start_offset, rep.incarnation)
     me = election.Voter(rep.self_name, rep.ballot, rep.vote_key, frozenset(rep.voters), leader_alive,
@@ -416,7 +417,8 @@ def no_eligible_leader(rep: Replica, lost_state: frozenset[str]) -> None:
         rep.unlead(None, stepped_down(rep, rep.epoch))
 
 
-def win(rep: Replica, epoch: int, voters_start: int = 0, learned: dict[str, str] | None = None) -> bool:
+def win(rep: Replica, epoch: int, voters_start: int = 0, learned: dict[str, str] | None = None,
+        unclean: frozenset[str] = frozenset()) -> bool:
     """The candidacy for ``epoch`` won a majority: lead, if nothing newer happened meanwhile.
     ``voters_start``: the largest log start offset a voter that granted its vote holds. A truncate
     was answered once a majority held its start, and a majority voted, so one of the voters holds it:
@@ -427,6 +429,15 @@ def win(rep: Replica, epoch: int, voters_start: int = 0, learned: dict[str, str]
     if learned:  # incarnations of voters that elected it, not recorded before: recorded from now on
         rep.incarnations.update({v: i for v, i in learned.items() if v not in rep.incarnations})
         save_state(rep)
+    rep.unclean_once = False
+    if unclean:  # elected with votes of voters that lost their state: what they alone held is gone
+        rep.unclean_history.append({"epoch": epoch, "from_offset": rep.log.end_offset})
+        del rep.unclean_history[:-limits.UNCLEAN_HISTORY_MAX]
+        save_state(rep)
+        log.error("%s/%d: %s leads epoch %d by an UNCLEAN election (with the votes of %s, which lost their "
+                  "state): records any replica held at or past offset %d in an earlier epoch, acknowledged "
+                  "or not, are lost", rep.topic, rep.index, rep.self_name, epoch, ",".join(sorted(unclean)),
+                  rep.log.end_offset)
     rep.renewed = {}
     rep.lost_state = frozenset()
     rep.log.sync()  # (see _progress)

@@ -105,11 +105,16 @@ def vote_reply_wire(reply: election.VoteReply, version: int) -> list[Any]:
     return replace(reply, reason=reason).to_wire()[:9]
 
 
+# Topic settings a version-3 broker does not know (and would refuse the config for).
+_NEWER_TOPIC_FIELDS = ("id", "unclean_leader_election")
+
+
 def topic_wire(config: dict[str, Any], version: int) -> dict[str, Any]:
-    """A topic config as gossiped: without ``id`` while a member would refuse it."""
-    if version >= 4 or "id" not in config:
+    """A topic config as gossiped: without the settings a member would refuse it for (``id``, and
+    ``unclean_leader_election``, which version 3 does not have: there a topic elects cleanly)."""
+    if version >= 4 or not any(k in config for k in _NEWER_TOPIC_FIELDS):
         return config
-    return {k: v for k, v in config.items() if k != "id"}
+    return {k: v for k, v in config.items() if k not in _NEWER_TOPIC_FIELDS}
 
 
 def new_topic(cfg: TopicConfig, version: int, rng: random.Random) -> TopicConfig:

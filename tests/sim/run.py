@@ -29,6 +29,7 @@ ever had two leaders.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -234,17 +235,19 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], j
     return plan
 
 
-# With RING_SIM_DISK_LOSS=1, one seed in DISK_LOSS_SEEDS also loses a broker's disk. Off by default: a
-# disk lost beside another fault can rightly leave a partition refusing writes for good (no voter that
-# kept its state and knows the current voter set can be elected), and the checks here count a partition
-# that never settles as a failure; they do not yet tell refused from acknowledged-and-lost.
-DISK_LOSS = os.environ.get("RING_SIM_DISK_LOSS") == "1"
+# One seed in DISK_LOSS_SEEDS also loses a broker's disk (RING_SIM_DISK_LOSS=0 turns it off). A disk lost
+# beside another fault can rightly leave a partition refusing writes for good (no voter that kept its
+# state and knows the current voter set can be elected): the run tells that refusal from a loss
+# (``refused``). Another one in POWER_PAIR_SEEDS loses the power of two brokers at the same instant
+# (both lose what they had not synced). Each is drawn from a source of its own, so the other faults of
+# every seed stay what they were.
+DISK_LOSS = os.environ.get("RING_SIM_DISK_LOSS", "1") != "0"
 DISK_LOSS_SEEDS = 3
+POWER_PAIR_SEEDS = 4
 
 
 def schedule_disk_loss(seed: int, world: World, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
-    """One broker loses its disk (it restarts empty later), in one seed of DISK_LOSS_SEEDS when DISK_LOSS
-    is on. Drawn from a source of its own, so the other faults of every seed stay what they were."""
+    """One broker loses its disk (it restarts empty later), in one seed of DISK_LOSS_SEEDS."""
     rng = random.Random(f"disk-loss-{seed}")
     if not DISK_LOSS or rng.randrange(DISK_LOSS_SEEDS):
         return []
@@ -255,6 +258,28 @@ def schedule_disk_loss(seed: int, world: World, brokers: dict[str, SimBroker], j
     world.at(at, b.lose_disk)
     world.at(at + length, lambda: b.start() if not b.running and b.generation else None)
     return [f"{at:.2f} disk {victim} {length:.2f}s"]
+
+
+def schedule_power_pair(seed: int, world: World, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
+    """Two brokers lose their power together (a rack's), in one seed of POWER_PAIR_SEEDS: each crashes and
+    its logs lose a random part of what it had not synced; both start again later."""
+    rng = random.Random(f"power-pair-{seed}")
+    if rng.randrange(POWER_PAIR_SEEDS):
+        return []
+    pair = rng.sample(NAMES if joins else FIRST, 2)
+    at = WARMUP_S + rng.uniform(0, FAULTS_S - 2)
+    length = rng.uniform(0.5, 6.0)
+
+    def down() -> None:
+        for name in pair:
+            if brokers[name].running:
+                for line in power_loss(world, brokers[name]):
+                    world.log(line)
+
+    world.at(at, down)
+    for name in pair:
+        world.at(at + length, lambda b=brokers[name]: b.start() if not b.running and b.generation else None)
+    return [f"{at:.2f} power-pair {'+'.join(pair)} {length:.2f}s"]
 
 
 def heal(net: Network, brokers: dict[str, SimBroker], joined: set[str]) -> None:
@@ -268,9 +293,33 @@ def heal(net: Network, brokers: dict[str, SimBroker], joined: set[str]) -> None:
             b.resume()
 
 
-def settled(brokers: dict[str, SimBroker], members: set[str]) -> bool:
-    """Every partition has one leader, in agreement, its voters are its preference list, and every replica
-    holds the whole log; only the placed brokers hold it."""
+def refused(brokers: dict[str, SimBroker], members: set[str], lost_disks: set[str]) -> set[int]:
+    """Partitions that refuse writes, rightly: no replica leads, a voter of the partition is a broker whose
+    disk this run took, any voter an election here found without its state is one of those
+    (``no_eligible_leader``; ``unexplained`` counts the refusals no election named a voter for), and every
+    other voter of the newest voter set a replica knows still holds its replica (one that closed it would
+    have taken a vote its partition needs)."""
+    out = set()
+    for p in range(PARTITIONS):
+        reps = [r for b in map(brokers.get, members) if b.running and (r := b.replica(TOPIC, p)) is not None]
+        said = set().union(*(r.lost_state for r in reps)) if reps else set()
+        voters = set().union(*(r.voters for r in reps)) if reps else set()
+        newest = set(max(reps, key=lambda r: (r.epoch, r.voters_seq)).voters) if reps else set()
+        whole = all(brokers[v].running and brokers[v].replica(TOPIC, p) is not None for v in newest - lost_disks)
+        if reps and not any(r.is_leader for r in reps) and voters & lost_disks and said <= lost_disks and whole:
+            out.add(p)
+    return out
+
+
+def unexplained(brokers: dict[str, SimBroker], members: set[str], gone: set[int]) -> list[int]:
+    """The refusing partitions none of whose replicas says which voters lost their state."""
+    return sorted(p for p in gone if not any(r.lost_state for b in map(brokers.get, members)
+                                             if b.running and (r := b.replica(TOPIC, p)) is not None))
+
+
+def settled(brokers: dict[str, SimBroker], members: set[str], skip: set[int] = frozenset()) -> bool:
+    """Every partition (but those in ``skip``) has one leader, in agreement, its voters are its preference
+    list, and every replica holds the whole log; only the placed brokers hold it."""
     ref = brokers[sorted(members)[0]]
     cfg = ref.catalog.get(TOPIC)
     if cfg is None or any(b.core.members.ring != ref.core.members.ring for b in map(brokers.get, members)):
@@ -278,6 +327,8 @@ def settled(brokers: dict[str, SimBroker], members: set[str]) -> bool:
     from ring.cluster import placement
     lists = placement.preference_lists(ref.core.members.ring, cfg)
     for p, placed in enumerate(lists):
+        if p in skip:
+            continue
         reps = [r for b in map(brokers.get, members) if (r := b.replica(TOPIC, p)) is not None]
         if sorted(r.self_name for r in reps) != sorted(placed):
             return False
@@ -321,11 +372,14 @@ class Outcome:
     acked_after_heal: int
     two_leaders: list[str]
     trace: list[str] | None
+    refused: list[int] = field(default_factory=list)  # partitions rightly refusing writes (no_eligible_leader)
+    unexplained: list[int] = field(default_factory=list)  # of those, the ones no broker says why of
 
     def why(self) -> str:
         r = self.report
         counts = {k: v for k, v in r.to_json().items() if k != "examples"}
-        return (f"seed {self.seed}: settled={self.settled} acked_after_heal={self.acked_after_heal}\n"
+        return (f"seed {self.seed}: settled={self.settled} refused={self.refused} unexplained={self.unexplained} "
+                f"acked_after_heal={self.acked_after_heal}\n"
                 f"faults: {self.faults}\ntwo leaders: {self.two_leaders}\ncounts: {counts}\n"
                 f"examples: {r.examples}")
 
@@ -367,6 +421,8 @@ def run(seed: int, trace: bool = False) -> Outcome:
             faults.append(f"{at:.2f} s-3 joins")
         faults += schedule_faults(world, net, brokers, joins)
         faults += schedule_disk_loss(seed, world, brokers, joins)
+        faults += schedule_power_pair(seed, world, brokers, joins)
+        lost_disks = {line.split()[2] for line in faults if line.split()[1:2] == ["disk"]}
         faults.sort(key=lambda line: float(line.split()[0]) if line[0].isdigit() else -1.0)
         heal_at = WARMUP_S + FAULTS_S
         world.run_until(heal_at)
@@ -377,10 +433,20 @@ def run(seed: int, trace: bool = False) -> Outcome:
         deadline = world.now + SETTLE_S_MAX
         while world.now < deadline and not (client.idle and settled(brokers, joined)):
             world.run_until(world.now + 0.5)
-        ok_settled = client.idle and settled(brokers, joined)
+        # Only what still refuses when every other partition had all this time to settle counts as refused.
+        gone = set() if settled(brokers, joined) else refused(brokers, joined, lost_disks)
+        ok_settled = client.idle and settled(brokers, joined, gone)
         drain(history, brokers, joined)
+        # A refusing partition's acknowledged writes are out of reach, not lost: in doubt for the checker
+        # (if read, each at its offset, once, in order); its replicas are not caught up, and what a
+        # consumer read of it before is out of reach too. The partitions with a leader are checked in full.
+        history.writes = [w if not (w.outcome == OK and w.partition in gone) else dataclasses.replace(
+            w, outcome=UNKNOWN, offset=None, partition=None) for w in history.writes]
+        history.replicas = [c for c in history.replicas if c.partition not in gone]
+        history.reads = [r for r in history.reads if r.source == FINAL or r.partition not in gone]
         acked_after = sum(1 for w in history.writes if w.outcome == OK and w.start_s >= heal_at + 2.0)
-        return Outcome(seed, check(history), faults, ok_settled, acked_after, leaders.twice, world.trace)
+        return Outcome(seed, check(history), faults, ok_settled, acked_after, leaders.twice, world.trace,
+                       sorted(gone), unexplained(brokers, joined, gone))
     finally:
         logging.getLogger("ring").removeHandler(handler)
         for b in brokers.values():

@@ -1,0 +1,72 @@
+"""An operator's one-shot unclean election of one partition (``POST .../unclean-election``).
+
+A partition whose only voters holding what was acknowledged are gone stays
+without a leader (``no_eligible_leader``) unless its topic allows unclean
+elections. An operator who would rather have it writable again, losing what
+only those voters held, asks any broker: it tells every live broker holding
+a replica of the partition (``POST /peer/v1/unclean``) to stand counting the
+votes of voters that lost their state, once (``election.UNCLEAN``), and
+answers when a leader is elected, with the partition as its holder
+describes it (``unclean_elections`` names the offset from which records
+were lost). A partition that has a leader is refused (409): no election is
+needed, and none is forced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ring import limits
+from ring.catalog import validate_topic_name
+from ring.errors import Conflict, Unavailable, UnknownPartition
+from ring.node import ready as msg
+
+
+class ElectionNotNeeded(Conflict):
+    code = "election_not_needed"
+
+
+async def unclean_election(broker: Any, topic: str, partition: int) -> dict[str, Any]:
+    """Ask the partition's live replicas for one unclean election; the partition once it has a leader."""
+    broker.check_joined()
+    cfg = broker.catalog.get(validate_topic_name(topic))
+    if not 0 <= partition < cfg.partitions:
+        raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
+                               topic=topic, partition=partition)
+    leader = broker.leader_of(topic, partition)
+    if leader is not None:
+        raise ElectionNotNeeded(f"{topic}/{partition} has a leader ({leader}): no election is needed",
+                                topic=topic, partition=partition, leader=leader)
+    rep = broker.replica(topic, partition)
+    holders = list(dict.fromkeys(broker.preference_list(cfg, partition) + (rep.voters if rep is not None else [])))
+    asked = []
+    for name in holders:
+        if name == broker.name:
+            if rep is not None and rep.leader is None:
+                broker.step(msg.UncleanElection(rep))
+                asked.append(name)
+        elif await broker.peers.call(name, "/peer/v1/unclean", params={"topic": topic, "partition": str(partition)},
+                                     timeout_s=limits.PEER_REQUEST_TIMEOUT_S) is not None:
+            asked.append(name)
+    if not asked:
+        raise Unavailable(f"no live broker holding a replica of {topic}/{partition} could be asked to stand",
+                          topic=topic, partition=partition, replicas=holders)
+    deadline = broker.clock.monotonic() + limits.UNCLEAN_ELECTION_WAIT_S
+    while (leader := broker.leader_of(topic, partition)) is None:
+        remaining = deadline - broker.clock.monotonic()
+        if remaining <= 0:
+            raise Unavailable(f"no replica of {topic}/{partition} was elected within "
+                              f"{limits.UNCLEAN_ELECTION_WAIT_S:g} s (asked: {', '.join(asked)}); the asked "
+                              "replicas go on standing until one wins or they restart",
+                              topic=topic, partition=partition, asked=asked)
+        await broker.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+    # The winner's description of the partition: it holds the record of what was lost.
+    url = broker.membership.client_url(leader) if leader != broker.name else None
+    if url is None:
+        doc = broker.describe_topic(topic)["partitions"][partition]
+    else:
+        try:
+            doc = (await broker.peers.json("GET", url, f"/v1/topics/{topic}"))["partitions"][partition]
+        except (Unavailable, KeyError, IndexError, TypeError):
+            doc = broker.describe_topic(topic)["partitions"][partition]
+    return {"topic": topic, "partition": partition, "leader": leader, "asked": asked, "state": doc}
