@@ -1,8 +1,9 @@
 """The node core's async driver: it steps the core and carries out each Ready, nothing else.
 
 ``NodePump.step`` hands the core one message (with the clock's ``now``) and
-carries out the Ready it returns, in the order ``ring.node.ready`` writes
-down. Where each thing goes:
+carries out the Ready it returns through ``ring.node.executor`` (the one
+executor, which holds the order ``ring.node.ready`` writes down), with this
+module's ``BrokerEffects``. Where each thing goes:
 
 * files to write go to the broker's data directory first;
 * gossip messages go to membership's exchanges (``ring.cluster.membership``);
@@ -38,6 +39,7 @@ from ring.cluster.peers import PeerClient
 from ring import limits
 from ring.errors import BadRequest
 from ring.gossip.core import Ack, Ack2, Syn
+from ring.node import executor
 from ring.node.core import NodeCore
 from ring.node.elections import Transfer
 from ring.node.ready import Announce, HandOver, Ready, TransferAnswered, VoteAnswered
@@ -88,6 +90,7 @@ class NodePump:
         self._announcing: asyncio.Task[None] | None = None
         self._votes: dict[str, list[election.VoteRequest]] = {}  # to send at the end of this loop turn
         self.closed = False
+        self.effects = BrokerEffects(self)
 
     def step(self, message: Any) -> Ready:
         """Step the core on ``message`` and carry out what it says (a follower's answers excepted: the
@@ -109,51 +112,7 @@ class NodePump:
         return self.core.members.protocol_version()
 
     def carry_out(self, ready: Ready) -> None:
-        if ready.write:
-            self.on_write(ready.write)
-        for dst, frame in ready.sends:
-            if isinstance(frame, _LEADER_FRAMES):
-                link = self.links.get(dst)
-                if link is not None:
-                    link.put(frame)
-            elif isinstance(frame, election.VoteRequest):
-                self._vote(dst, frame)
-            elif isinstance(frame, Transfer):
-                self._spawn(self._transfer(dst, frame))
-            elif isinstance(frame, _GOSSIP):
-                self.on_gossip(dst, frame)
-        # Links first: a sender waiting on its wake is scheduled before the answers' callbacks, so
-        # the hw frames of this Ready reach the kernel before the produces they commit are answered
-        # (a read from a follower right after an acknowledgement sees it); a sender still writing
-        # an earlier frame sends them once that write is done.
-        for name in ready.flush:
-            link = self.links.get(name)
-            if link is not None:
-                link.kick()
-        for token, exc in ready.releases:
-            if not token.done():
-                if exc is None:
-                    token.set_result(None)
-                else:
-                    token.set_exception(exc)
-        if ready.changed:
-            self.notify()
-        for rep, offset in ready.damaged:
-            self.on_damaged(rep, offset)
-        if ready.links is not None:
-            self._relink(ready.links)
-        for rep, message in ready.after_idle:
-            self._after_idle(rep, message)
-        if ready.reconcile:
-            self.on_cluster()
-        if ready.clock is not None:
-            self.on_clock(ready.clock)
-        if ready.announce and (self._announcing is None or self._announcing.done()):
-            self._announcing = asyncio.create_task(self._announce(), name="announce leaders")
-            self._tasks.add(self._announcing)
-            self._announcing.add_done_callback(self._tasks.discard)
-        if ready.next_tick_at is not None:
-            self._arm(ready.next_tick_at)
+        executor.carry_out(ready, self.effects)
 
     def _after_idle(self, rep: Replica, message: Any) -> None:
         """Step ``message`` once no fsync runs on ``rep``'s log (one wait per replica at a time)."""
@@ -299,3 +258,80 @@ class NodePump:
         for name, link in self.links.items():
             doc.setdefault(name, {})["connected"] = link.connected
         return doc
+
+
+class BrokerEffects:
+    """What a Ready asks for, done in a broker (``ring.node.executor.Effects``): see the module's docstring."""
+
+    def __init__(self, pump: NodePump) -> None:
+        self.pump = pump
+
+    def write(self, files: list[tuple[str, bytes]]) -> None:
+        self.pump.on_write(files)
+
+    def persist(self, rep: Replica, end: int) -> None:
+        # (only a follower's Ready persists; ring.replication.follower waits for that fsync itself)
+        return None
+
+    def send(self, dst: str, frame: Any, persisted: Any) -> None:
+        pump = self.pump
+        if isinstance(frame, _LEADER_FRAMES):
+            link = pump.links.get(dst)
+            if link is not None:
+                link.put(frame)
+        elif isinstance(frame, election.VoteRequest):
+            pump._vote(dst, frame)
+        elif isinstance(frame, Transfer):
+            pump._spawn(pump._transfer(dst, frame))
+        elif isinstance(frame, _GOSSIP):
+            pump.on_gossip(dst, frame)
+        # (a follower's answers go back on its link: ring.replication.follower sends them)
+
+    def sent(self) -> None:
+        pass
+
+    def relink(self, wanted: set[str]) -> None:
+        self.pump._relink(wanted)
+
+    def flush(self, names: set[str] | frozenset[str]) -> None:
+        # Links before releases: a sender waiting on its wake is scheduled before the answers'
+        # callbacks, so the hw frames of this Ready reach the kernel before the produces they commit
+        # are answered (a read from a follower right after an acknowledgement sees it); a sender
+        # still writing an earlier frame sends them once that write is done.
+        links = self.pump.links
+        for name in names:
+            link = links.get(name)
+            if link is not None:
+                link.kick()
+
+    def release(self, token: Any, exc: BaseException | None) -> None:
+        if not token.done():
+            if exc is None:
+                token.set_result(None)
+            else:
+                token.set_exception(exc)
+
+    def changed(self, reps: list[Replica]) -> None:
+        self.pump.notify()
+
+    def damaged(self, rep: Replica, offset: int) -> None:
+        self.pump.on_damaged(rep, offset)
+
+    def after_idle(self, rep: Replica, message: Any) -> None:
+        self.pump._after_idle(rep, message)
+
+    def reconcile(self) -> None:
+        self.pump.on_cluster()
+
+    def clock(self, verdict: Any) -> None:
+        self.pump.on_clock(verdict)
+
+    def announce(self) -> None:
+        pump = self.pump
+        if pump._announcing is None or pump._announcing.done():
+            pump._announcing = asyncio.create_task(pump._announce(), name="announce leaders")
+            pump._tasks.add(pump._announcing)
+            pump._announcing.add_done_callback(pump._tasks.discard)
+
+    def tick_at(self, at: float) -> None:
+        self.pump._arm(at)
