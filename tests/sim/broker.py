@@ -7,7 +7,8 @@ produces waiting for acknowledgements), placement (``placement.held_here``,
 ``replacement``, ``catalog_change``), the replica steps and the
 ``PartitionLog`` on files under a temporary directory. This module is only
 the driver: it steps the core with the world's clock, and carries out each
-Ready as ``ring.cluster.pump`` does in a broker: files are written, fsyncs
+Ready through ring's own executor (``ring.node.executor``, as
+``ring.cluster.pump`` does in a broker) with ``SimEffects``: files are written, fsyncs
 are the simulated disk's (``disk.py``: a group commit a few milliseconds
 later), messages go over the simulated network (gossip, votes and transfers
 as calls; frames on ordered links that break and reconnect, ``links.py``), released
@@ -36,6 +37,7 @@ from ring.log import batch as batchfmt
 from ring.log import datadir
 from ring.log.fsync import write_atomically
 from ring.node import ready as m
+from ring.node import executor
 from ring.node.core import NodeCore
 from ring.node.elections import Transfer
 from ring.node.members import Members
@@ -204,51 +206,10 @@ class SimBroker:
     # --- carrying out a Ready ------------------------------------------------------------------
 
     def carry_out(self, ready: m.Ready, answer_to: tuple[str, int] | None = None) -> None:
-        gen = self.generation
-        for name, data in ready.write:
-            write_atomically(self.dir / name, data)
-        waits = [(rep, self.disk.sync_soon(rep)) for rep, end in ready.persist if rep.durable < end]
-        persisted = waits[-1] if waits else None  # (a follower's Ready persists one log)
-        votes: dict[str, list[election.VoteRequest]] = {}  # to one peer, they travel together (as NodePump's)
-        for dst, msg in ready.sends:
-            if isinstance(msg, LEADER_FRAMES):
-                self.wire.send_frame(dst, msg)
-            elif isinstance(msg, (protocol.Ack, protocol.Reject)):
-                assert answer_to is not None
-                self.wire.answer(answer_to, persisted, msg)
-            elif isinstance(msg, election.VoteRequest):
-                votes.setdefault(dst, []).append(msg)
-            elif isinstance(msg, Transfer):
-                self.net.call(self.name, dst, ("transfer", msg), limits.VOTE_REQUEST_TIMEOUT_S,
-                              lambda ok, dst=dst, t=msg: self.step(m.TransferAnswered(dst, t, bool(ok)), gen))
-            elif isinstance(msg, Syn):
-                self._exchange(dst, msg)
-            else:
-                assert isinstance(msg, Ack2), msg
-                self.net.request(self.name, dst, ("gossip", msg))
-        self._ask(votes, gen)
-        if answer_to is not None:
-            self.wire.flush_answers(answer_to)
-        for token, exc in ready.releases:
-            self.answer_produce(token, exc)
-        for rep in ready.changed:
-            if rep.is_leader:
-                self.observer.led(rep.topic, rep.index, rep.epoch, self.name)
-            self.world.log(f"{self.name}: {rep.topic}/{rep.index} epoch {rep.epoch} leader {rep.leader} "
-                           f"voters {','.join(rep.voters)}")
-        for rep, _ in ready.damaged:
-            self.repair.fix(rep)
-        if ready.changed and self.parked:
-            self._retry_parked()
-        if ready.links is not None:
-            self.wire.relink(ready.links)
-        self.wire.flush_soon(ready.flush)
-        if ready.reconcile:
-            self.reconcile()
-        if ready.announce:
-            self.world.after(0.02, lambda: self.step(m.Announce(), gen))
-        if ready.next_tick_at is not None:
-            self._schedule_tick(ready.next_tick_at)
+        """Carry ``ready`` out through ring's executor (``answer_to``: the link a stepped frame came in on,
+        where a follower's answers go)."""
+        fx = SimEffects(self, answer_to)
+        executor.carry_out(ready, fx)
 
     def _ask(self, votes: dict[str, list[election.VoteRequest]], gen: int) -> None:
         for dst, part in election.messages(votes):  # the messages the pump sends
@@ -411,3 +372,81 @@ class SimBroker:
 
     def _answer(self, rid: int, outcome: str, offset: int | None, status: int, hint: str | None) -> None:
         self.net.request(self.name, "client", ("answer", rid, outcome, offset, self.name, status, hint))
+
+
+class SimEffects:
+    """What a Ready asks for, done in the simulated world (``ring.node.executor.Effects``): files are
+    written, fsyncs are the simulated disk's, messages go over the simulated network."""
+
+    def __init__(self, b: SimBroker, answer_to: tuple[str, int] | None) -> None:
+        self.b, self.answer_to, self.gen = b, answer_to, b.generation
+        self.votes: dict[str, list[election.VoteRequest]] = {}  # to one peer, they travel together (as NodePump's)
+
+    def write(self, files: list[tuple[str, bytes]]) -> None:
+        for name, data in files:
+            write_atomically(self.b.dir / name, data)
+
+    def persist(self, rep: Replica, end: int) -> tuple[Replica, int]:
+        return rep, self.b.disk.sync_soon(rep)
+
+    def send(self, dst: str, msg: Any, persisted: Any) -> None:
+        b, gen = self.b, self.gen
+        if isinstance(msg, LEADER_FRAMES):
+            b.wire.send_frame(dst, msg)
+        elif isinstance(msg, (protocol.Ack, protocol.Reject)):
+            assert self.answer_to is not None
+            b.wire.answer(self.answer_to, persisted, msg)
+        elif isinstance(msg, election.VoteRequest):
+            self.votes.setdefault(dst, []).append(msg)
+        elif isinstance(msg, Transfer):
+            b.net.call(b.name, dst, ("transfer", msg), limits.VOTE_REQUEST_TIMEOUT_S,
+                       lambda ok, dst=dst, t=msg: b.step(m.TransferAnswered(dst, t, bool(ok)), gen))
+        elif isinstance(msg, Syn):
+            b._exchange(dst, msg)
+        else:
+            assert isinstance(msg, Ack2), msg
+            b.net.request(b.name, dst, ("gossip", msg))
+
+    def sent(self) -> None:
+        votes, self.votes = self.votes, {}
+        self.b._ask(votes, self.gen)
+        if self.answer_to is not None:
+            self.b.wire.flush_answers(self.answer_to)
+
+    def relink(self, wanted: set[str]) -> None:
+        self.b.wire.relink(wanted)
+
+    def flush(self, names: set[str] | frozenset[str]) -> None:
+        self.b.wire.flush_soon(names)
+
+    def release(self, token: Any, exc: BaseException | None) -> None:
+        self.b.answer_produce(token, exc)
+
+    def changed(self, reps: list[Replica]) -> None:
+        b = self.b
+        for rep in reps:
+            if rep.is_leader:
+                b.observer.led(rep.topic, rep.index, rep.epoch, b.name)
+            b.world.log(f"{b.name}: {rep.topic}/{rep.index} epoch {rep.epoch} leader {rep.leader} "
+                        f"voters {','.join(rep.voters)}")
+        if b.parked:
+            b._retry_parked()
+
+    def damaged(self, rep: Replica, offset: int) -> None:
+        self.b.repair.fix(rep)
+
+    def after_idle(self, rep: Replica, message: Any) -> None:
+        pass  # (the simulated leader's log start never moves: no retention, no truncate in the workload)
+
+    def reconcile(self) -> None:
+        self.b.reconcile()
+
+    def clock(self, verdict: Any) -> None:
+        pass  # (the simulated brokers stamp records with the world's clock whatever the verdict)
+
+    def announce(self) -> None:
+        b, gen = self.b, self.gen
+        b.world.after(0.02, lambda: b.step(m.Announce(), gen))
+
+    def tick_at(self, at: float) -> None:
+        self.b._schedule_tick(at)
