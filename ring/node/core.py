@@ -21,8 +21,8 @@ gossip round.
 
 A driver feeds it messages (``ready.py``) with ``step(now, message)``, ticks
 it with ``tick(now, wall_ms)`` no later than the ``next_tick_at`` of the
-last Ready, and carries out each Ready in the order ``ready.py`` writes
-down: persist, then send and release. The core reads and writes the logs
+last Ready, and carries out each Ready through ``executor.py``, in the
+order ``ready.py`` writes down: persist, then send and release. The core reads and writes the logs
 and replica state files itself (the real, synchronous log code), and never
 awaits, opens a socket or reads a clock; it draws random numbers only from
 the seeded source it is given: the same inputs give the same outputs, which is what lets the simulation (tests/sim) run it

@@ -2,7 +2,8 @@
 
 A driver hands the core one message at a time with ``NodeCore.step(now,
 message)``, and ticks it with ``NodeCore.tick(now)``; both return a
-``Ready``. The driver carries a Ready out in this order:
+``Ready``. The driver carries a Ready out through ``ring.node.executor``
+(the one executor, which asserts the order), in this order:
 
 1. Already done inside the step, before it returned: log appends and cuts
    (the log's own synchronous writes), ballots and voter sets (replaced
