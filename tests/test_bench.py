@@ -193,6 +193,21 @@ Transfer/sec:      1.55MB
 """
 
 
+def test_the_report_names_no_commit():
+    """The section written into docs/BENCHMARKS.md describes the run (command, date, machine, versions
+    of the peers) but not the commit measured: that is the run log's (stdout and the rows file)."""
+    from types import SimpleNamespace
+
+    from ring.bench import render
+    from ring.bench.run import Settings
+
+    bench = SimpleNamespace(settings=Settings(), args=SimpleNamespace(command="ring bench --quick"),
+                            extra={"seconds": 1.0}, versions={"commit": "0123abc", "ring": "ring 0.1"})
+    lines = "\n".join(render._settings(bench, ["ring"]))
+    assert "command: `ring bench --quick`" in lines
+    assert "0123abc" not in lines and "commit" not in lines, lines
+
+
 def test_parse_wrk():
     got = ceilings.parse_wrk(WRK_OUT)
     assert got["req_s"] == 11728.0

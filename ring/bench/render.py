@@ -109,7 +109,6 @@ def _settings(bench: Any, systems: list[str]) -> list[str]:
     ]
     for name in systems:
         out.append(f"- {report.NAMES[name]}: {bench.versions.get(name, '')}")
-    out.append(f"- ring source: commit {bench.versions.get('commit', 'unknown')}")
     out += [
         f"- clients: aiohttp {_module_version('aiohttp')}, nats-py {_module_version('nats-py')}, "
         f"rstream {_module_version('rstream')}, uvloop {_module_version('uvloop')}; one load-generator process "

@@ -417,7 +417,8 @@ class Bench:
 
     def run(self) -> int:
         t0 = time.time()
-        self.versions["commit"] = ring_commit()
+        self.versions["commit"] = ring_commit()  # the run log's, not the reference doc's
+        self.say(f"ring source: commit {self.versions['commit']}")
         try:
             if self.cases or self.groups & {"ceiling", "cpu"}:  # the single and hostile parts start their own broker
                 self.start_systems()
@@ -443,7 +444,8 @@ class Bench:
         shutil.rmtree(self.root, ignore_errors=True)
         self.extra["seconds"] = time.time() - t0
         raw = Path(tempfile.gettempdir()) / "ring-bench-rows.json"
-        raw.write_bytes(orjson.dumps({"rows": self.rows, "extra": self.extra, "notes": self.notes},
+        raw.write_bytes(orjson.dumps({"versions": self.versions, "rows": self.rows, "extra": self.extra,
+                                      "notes": self.notes},
                                      option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
         self.say(f"every run's figures: {raw}")
         from ring.bench import render
