@@ -328,3 +328,17 @@ def test_a_write_sent_to_a_stopped_leader_is_acknowledged_through_another_broker
     assert before.outcome == OK, before
     assert during.outcome == OK, during
     assert during.end_s - during.start_s <= 8.0, during
+
+
+# --- the report section ---------------------------------------------------------------------------------
+
+
+def test_the_results_section_names_the_date_and_command_not_the_commit() -> None:
+    """docs/RELIABILITY.md's results section says when and how it was measured; the commit measured is
+    the run log's (the run's run.json under var/chaos), not the reference doc's."""
+    from tests.chaos import report
+
+    section = report.render([], "make chaos", "2026-11-28")
+    assert section.splitlines()[0] == "Measured 2026-11-28 with `make chaos`."
+    with pytest.raises(TypeError):  # no way to put a revision into the doc
+        report.render([], "make chaos", "2026-11-28", "0123abc")  # type: ignore[call-arg]

@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", ERROR {res['error']}" if res.get("error") else ""), flush=True)
             results.append(res)
     command = "make chaos" if not argv else "python -m tests.chaos " + " ".join(argv)
-    section = render(results, command, datetime.date.today().isoformat(), _revision())
+    date = datetime.date.today().isoformat()
+    section = render(results, command, date)
     if args.no_doc:
         print(section)
     else:
@@ -112,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.doc}")
     (args.artifacts / stamp).mkdir(parents=True, exist_ok=True)
     (args.artifacts / stamp / "results.json").write_text(json.dumps(results, indent=1))
+    # The commit measured is the run log's, beside its results, not the reference doc's.
+    revision = _revision()
+    (args.artifacts / stamp / "run.json").write_text(json.dumps({"command": command, "date": date,
+                                                                 "revision": revision}, indent=1))
+    print(f"measured {revision}; results in {args.artifacts / stamp}")
     unsafe = [r for r in results if r["spec"]["consistency"] != "one" and r.get("drained")
               and r.get("report") and (r["report"]["lost"] or r["report"]["inconsistent_offsets"]
                                        or r["report"]["order_violations"]

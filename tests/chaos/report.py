@@ -59,12 +59,11 @@ def _row(res: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def render(results: list[dict[str, Any]], command: str, date: str, revision: str = "") -> str:
+def render(results: list[dict[str, Any]], command: str, date: str) -> str:
     results = sorted(results, key=lambda x: (x["spec"]["scenario"], LEVEL_ORDER.get(x["spec"]["consistency"], 9)))
     head = ["scenario", "consistency", "network", *(label for _, label in COLUMNS), "availability",
             "longest outage (s)", "divergent partitions", "writable after heal (s)", "notes"]
-    on = f" on {revision}" if revision else ""
-    lines = [f"Measured {date}{on} with `{command}`.", "",
+    lines = [f"Measured {date} with `{command}`.", "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += [_row(r) for r in results]
     lines += ["", "Scenarios:", ""]
