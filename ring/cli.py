@@ -431,6 +431,9 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
             await s.stop()
         return 2 if isinstance(exc, UnsupportedFormat) else 1  # (2: the release, not the disk, is wrong)
     await broker.start()
+    from ring.commands.callcount import install_if_asked
+
+    install_if_asked(asyncio.get_running_loop())  # (off unless ``ring bench --cases cpu`` asks)
     # What startup built (modules, routes, open logs) lives as long as the process: out of the cyclic
     # collector's way, whose full passes would otherwise walk all of it, stalling every request ~25 ms.
     gc.freeze()

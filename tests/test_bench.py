@@ -439,3 +439,48 @@ def test_overload_report_checks_each_figure_against_the_issues_target():
     assert rows["admitted requests, p99 from their scheduled start"] == "yes"
     assert rows["quiet tenant's p99 beside noisy (5x its quota) / alone"] == "no"  # 2x its p99 alone
     assert rows["noisy tenant's goodput / its quota"] == "yes"
+
+
+def test_cpu_table_shows_the_python_calls_per_request_of_each_run():
+    from ring.bench import cpu
+
+    lines = cpu.table({"rows": [], "clients": ["wrk"],
+                       "calls": [{"case": "produce-1", "calls_per_req": [260.6, 260.7]}]})
+    assert "| produce-1 | 260.6 / 260.7 |" in lines
+
+
+def test_the_call_counter_counts_python_calls_and_writes_them_on_sigusr2(tmp_path):
+    import asyncio
+    import os
+    import signal
+    import sys
+    import threading
+
+    from ring.commands.callcount import CallCounter
+
+    def leaf():
+        return None
+
+    async def main():
+        counter = CallCounter(tmp_path / "calls.txt")
+        try:
+            counter.install(asyncio.get_running_loop())
+            before = counter.calls
+            for _ in range(100):
+                leaf()
+            during = counter.calls - before
+            os.kill(os.getpid(), signal.SIGUSR2)
+            for _ in range(100):  # bounded: the handler runs within a few loop turns
+                if (tmp_path / "calls.txt").exists():
+                    break
+                await asyncio.sleep(0)
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR2)
+        return during
+
+    during = asyncio.run(main())
+    assert 100 <= during <= 101  # the 100 calls of leaf, and nothing counted for builtins
+    seq, calls = (int(x) for x in (tmp_path / "calls.txt").read_text().split())
+    assert seq == 1 and calls >= 100

@@ -32,8 +32,9 @@ from typing import Any, Callable
 
 import orjson
 
-from ring.bench import ceilings, procs, report, stats
+from ring.bench import calls, ceilings, procs, report, stats
 from ring.bench.system import ensure_packages, http_json, stop_pid
+from ring.commands import callcount
 from ring.localcluster import LocalBroker, free_port
 
 CLIENTS = ("wrk", "python")
@@ -195,6 +196,7 @@ class CpuPart:
         self.say = say
         self.procs: list[subprocess.Popen] = []
         self.single: LocalBroker | None = None
+        self.counted: LocalBroker | None = None  # the broker that counts its Python calls
         self.targets: dict[str, Target] = {}
 
     def start(self, record: bytes) -> list[str]:
@@ -218,6 +220,11 @@ class CpuPart:
         one.topic = create_topic(one.url, 1)
         one.fetch_topic = create_topic(one.url, 1, record)
         self.targets["ring-1"] = one
+        self.counted = LocalBroker("ring-c", self.root / "cpu-ring-c", free_port(),
+                                   args=["--fsync", self.fsync, "--log-level", "warning"],
+                                   log_path=self.root / "cpu-ring-c.log",
+                                   env={callcount.ENV: str(self.root / "calls.txt")})
+        self.counted.start()
         if self.cluster is not None and self.cluster.clustered:
             urls = self.cluster.urls
             topic = create_topic(urls[0], len(urls))
@@ -231,8 +238,21 @@ class CpuPart:
     def stop(self) -> None:
         for proc in self.procs:
             stop_pid(proc)
-        if self.single is not None:
-            self.single.stop()
+        for broker in (self.single, self.counted):
+            if broker is not None:
+                broker.stop()
+
+    def count_calls(self, record: bytes) -> list[dict[str, Any]]:
+        """Python calls per 1-record produce and per 1-record fetch, on a broker alone that counts them."""
+        assert self.counted is not None
+        url, out = self.counted.url, []
+        produce = f"/v1/topics/{create_topic(url, 1)}/messages?partition=0"
+        fetch = f"/v1/topics/{create_topic(url, 1, record)}/partitions/0/messages?offset=0&max_records=1&wait_ms=1000"
+        for case, method, path, body in (("produce-1", "POST", produce, record), ("fetch-1", "GET", fetch, None)):
+            runs = calls.calls_per_request(self.counted, self.root / "calls.txt", method, path, body)
+            out.append({"case": case, "calls_per_req": runs})
+            self.say(f"  cpu {case:<16} Python calls/request: {', '.join(f'{r:,.1f}' for r in runs)}")
+        return out
 
     def run(self, clients: tuple[str, ...], reps: int, seconds: float, record: bytes) -> list[dict[str, Any]]:
         rows = []
@@ -272,10 +292,11 @@ def run_part(bench: Any) -> dict[str, Any]:
     try:
         notes += part.start(record)
         rows = part.run(clients, s.reps, s.cpu_s, record)
+        counts = part.count_calls(record)
     finally:
         part.stop()
         shutil.rmtree(bench.root / "cpu", ignore_errors=True)
-    return {"rows": rows, "notes": notes, "clients": list(clients)}
+    return {"rows": rows, "notes": notes, "clients": list(clients), "calls": counts}
 
 
 # --- the report --------------------------------------------------------------------------
@@ -314,6 +335,9 @@ def table(part: dict[str, Any]) -> list[str]:
             cpu_text = "–" if cpu is None else f"{cpu:,.1f}"
             lines.append(f"| {case.label} | {client} | {req_s} | {cpu_text} | {ratios[0]} | {ratios[1]} | "
                          f"{report.flags(s)} |")
+    if part.get("calls"):
+        lines += ["", "| case | Python calls per request (one broker alone, each run) |", "|---|---:|"]
+        lines += [f"| {c['case']} | {' / '.join(f'{r:,.1f}' for r in c['calls_per_req'])} |" for c in part["calls"]]
     return lines
 
 
@@ -321,4 +345,7 @@ def explanation() -> list[str]:
     return ["Server CPU seconds (from /proc, every server process of the target) over the requests answered "
             "200, each case driven by wrk (`wrk -t1 -cN`) and by the Python load generator; the yardsticks "
             "answer a fixed JSON after `orjson.loads` of the same body (`ring.bench.yardsticks`). RF 3 counts "
-            "the CPU of all three brokers."]
+            "the CPU of all three brokers. Beside the timings, the Python function calls of one request on "
+            f"a broker alone (`ring.bench.calls`: a broker started with `RING_CALL_COUNT_FILE` counts its calls; "
+            f"{calls.REQUESTS:,} requests one at a time over one connection, after a warm-up, the count's growth "
+            f"over the requests, measured {calls.RUNS} times): a figure the machine's noise cannot move."]
