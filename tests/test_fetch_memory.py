@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from ring import limits
+from ring import answer_budget, limits
 from ring.errors import Overloaded
 from ring.http_api import answer
 from ring.log import batch as batchfmt
@@ -192,7 +192,7 @@ def test_idle_keepalive_connections_keep_no_answer(make_broker) -> None:
 
 
 def test_budget_grants_what_is_left_and_refuses_when_full() -> None:
-    budget = answer.AnswerBudget(100)
+    budget = answer_budget.AnswerBudget(100)
     assert budget.grant(60) == 60
     first = budget.hold(60)
     assert budget.grant(60) == 40  # a read asks for less
@@ -212,7 +212,7 @@ def test_budget_grants_what_is_left_and_refuses_when_full() -> None:
 
 
 async def test_unsent_answer_gives_its_room_back_when_dropped() -> None:
-    budget = answer.AnswerBudget(100)
+    budget = answer_budget.AnswerBudget(100)
     resp = answer.response(b"x" * 80, CT_BATCHES, {}, budget.hold(80))
     assert budget.used == 80 and len(resp.body) == 80
     del resp
@@ -238,7 +238,7 @@ async def test_sent_answer_is_dropped_and_its_room_given_back() -> None:
         def close(self) -> None:
             pass
 
-    budget = answer.AnswerBudget(1 << 30)
+    budget = answer_budget.AnswerBudget(1 << 30)
     data = bytes(range(256)) * (limits.ANSWER_WRITE_CHUNK_BYTES // 100)
     sent: list[web.Response] = []
 

@@ -34,6 +34,7 @@ from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
 from ring.http_api import codec, fetch_codec, web
 from ring.http_api.server import Server
 from ring.log import batch as B
+from ring.log import selection
 
 BAD_INPUT = (BadRequest, PayloadTooLarge)
 T0 = 1_700_000_000_000
@@ -283,7 +284,7 @@ def _serve_back(batches: list[bytearray]) -> None:
         assert all(0 <= t < 2**62 for t in stamps) and h.max_timestamp == max(stamps)
         for r in recs:  # the same header rules as for msgpack records and the client
             assert all(0 < len(n.encode()) <= limits.HEADER_NAME_BYTES_MAX for n, _ in r.headers or ()), r.headers
-    selected, next_offset = fetch_codec.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
+    selected, next_offset = selection.select_records(data, 0, limits.FETCH_RECORDS_MAX, offset)
     assert next_offset == offset and len(selected) == offset
     for accept in (codec.CT_JSON, codec.CT_NDJSON, codec.CT_MSGPACK):
         out = fetch_codec.encode_fetch(accept, "t", 0, selected, next_offset, offset)
@@ -293,7 +294,7 @@ def _serve_back(batches: list[bytearray]) -> None:
             assert [orjson.loads(line)["offset"] for line in out.splitlines()] == list(range(offset))
         else:
             assert len(msgpack.unpackb(out, raw=False)["records"]) == offset
-    assert fetch_codec.batches_next_offset(data, 0) == offset
+    assert selection.batches_next_offset(data, 0) == offset
 
 
 @FUZZ

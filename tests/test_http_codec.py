@@ -13,6 +13,7 @@ from ring.catalog import Catalog, TopicConfig, validate_topic_name
 from ring.errors import BadRequest, Conflict, InvalidTopicName, PayloadTooLarge, StorageError, UnknownTopic
 from ring.http_api import codec, fetch_codec
 from ring.log import batch as batchfmt
+from ring.log import selection
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(alphabet='ab[]{}"\\ ', max_size=6),
@@ -146,11 +147,11 @@ def test_select_records_filters_below_offset_and_at_high_watermark() -> None:
     b2 = batchfmt.encode([(None, None, b"%d" % i, None) for i in range(5, 8)], now_ms=1)
     batchfmt.stamp(b2, 0, 15, 0)
     data = bytes(b1) + bytes(b2)
-    sel, nxt = fetch_codec.select_records(data, 12, 100, 18)
+    sel, nxt = selection.select_records(data, 12, 100, 18)
     assert [r.offset for r, _ in sel] == [12, 13, 14, 15, 16, 17] and nxt == 18
-    sel, nxt = fetch_codec.select_records(data, 12, 2, 18)
+    sel, nxt = selection.select_records(data, 12, 2, 18)
     assert [r.offset for r, _ in sel] == [12, 13] and nxt == 14
-    assert fetch_codec.batches_next_offset(data, 12) == 18
+    assert selection.batches_next_offset(data, 12) == 18
 
 
 def test_record_json_encodings() -> None:

@@ -21,7 +21,7 @@ from ring.clock import ManualClock
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as B
 from ring.log import recovery
-from ring.repair import divergence as d
+from ring.replication import divergence as d
 from ring.repair import entropy, mend
 from ring.replication import protocol, state, steps
 from ring.replication.replica import Replica

@@ -44,7 +44,7 @@ from typing import Any
 
 import aiohttp
 
-from ring import limits
+from ring import answer_budget, limits
 from ring.broker import Broker, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
@@ -59,7 +59,6 @@ from ring.errors import Conflict, Unavailable, UnknownPartition
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
-from ring.http_api import answer
 from ring.log.datadir import TOPICS_DIR, partition_lost
 from ring.ranges.manager import Ranges
 from ring.cluster.pump import NodePump
@@ -110,7 +109,7 @@ class ClusterBroker(Broker):
         self.session: aiohttp.ClientSession | None = None
         self.repair = Repair(self, config.repair_interval_s)
         self.ranges = Ranges(self)
-        self.proxy = Proxy(self, lambda: answer.budget_of(self))  # reads asked of other brokers
+        self.proxy = Proxy(self, lambda: answer_budget.budget_of(self))  # reads asked of other brokers
         self.router: Router = Router(self)  # where produces and reads go: here, the leader, a replica
         self._hws = HighWatermarks(self.data_dir)  # every replica's high watermark, saved now and then
         self._reconcile_lock = asyncio.Lock()

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Protocol, TypeVar
 from ring import limits
 from ring.cluster.peers import Relayed
 from ring.errors import Unavailable
-from ring.http_api.answer import AnswerBudget
+from ring.answer_budget import AnswerBudget
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 

@@ -50,14 +50,13 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Awaitable, Callable, Iterable, NamedTuple
 
-from ring import limits
+from ring import answer_budget, limits
 from ring.errors import Conflict, RingError, Unavailable
 from ring.groups import delivery
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
-from ring.http_api import answer
-from ring.http_api.fetch_codec import select_batches, select_records  # the fetch's own selection
+from ring.log.selection import select_batches, select_records  # the fetch's own selection
 from ring.log.batch import Record
 
 log = logging.getLogger("ring.groups")
@@ -305,7 +304,7 @@ class Poller:
         """Records of one partition from ``offset`` (``raw``: the stored batches holding them), the next
         offset, the stored bytes read and the record count; an offset below the earliest starts there,
         one past the end where the member's ``reset`` says."""
-        max_bytes = answer.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
+        max_bytes = answer_budget.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
                 res = await self.broker.fetch(tp[0], tp[1], offset, max_bytes, wait_ms)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ring import auth, limits, metrics
+from ring import answer_budget, auth, limits, metrics
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.cluster import unclean
@@ -21,11 +21,12 @@ from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET
 from ring.http_api.web import Request, Response
 from ring.http_api.keys import BROKER_KEY
+from ring.log import selection
 from ring.replication import protocol
 from ring.replication.appends import Appending
 from ring.replication.reads import FetchResult
 
-BUDGET_KEY = "answer budget"  # the broker's answer.budget_of, looked up once
+BUDGET_KEY = "answer budget"  # the broker's answer_budget.budget_of, looked up once
 
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
@@ -188,7 +189,7 @@ def fetch(request: Request) -> web.Answer:
     max_bytes = codec.int_param(q, "max_bytes", limits.FETCH_BYTES_DEFAULT, 1, limits.FETCH_BYTES_MAX)
     wait_ms = codec.int_param(q, "wait_ms", 0, 0, limits.LONG_POLL_WAIT_MS_MAX)
     accept = codec.fetch_type(request.headers.get("Accept"))
-    budget: answer.AnswerBudget = request.app[BUDGET_KEY]
+    budget: answer_budget.AnswerBudget = request.app[BUDGET_KEY]
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
     result = broker.fetch_now(topic, partition, offset, budget.grant(max_bytes), wait_ms)
@@ -199,20 +200,20 @@ def fetch(request: Request) -> web.Answer:
 
 async def _fetch_later(broker: Broker, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int,
                        max_records: int, accept: str) -> Response:
-    budget = answer.budget_of(broker)
+    budget = answer_budget.budget_of(broker)
     result = await broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
     return _fetched(budget, result, offset, max_records, accept)
 
 
-def _fetched(budget: answer.AnswerBudget, result: FetchResult, offset: int | None, max_records: int,
+def _fetched(budget: answer_budget.AnswerBudget, result: FetchResult, offset: int | None, max_records: int,
              accept: str) -> Response:
     hold = budget.hold(len(result.data))
     try:
         if accept == CT_BATCHES:
-            next_offset = fetch_codec.batches_next_offset(result.data, result.offset)
+            next_offset = selection.batches_next_offset(result.data, result.offset)
             body = result.data
         else:
-            selected, next_offset = fetch_codec.select_records(result.data, result.offset, max_records,
+            selected, next_offset = selection.select_records(result.data, result.offset, max_records,
                                                          result.high_watermark)
             body = fetch_codec.encode_fetch(accept, result.topic, result.partition, selected, next_offset,
                                       result.high_watermark)
@@ -284,7 +285,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
     app.body_budget = body_budget_of(broker)  # shared with /metrics
     app.admission = admission_of(broker)  # shared with PolarStreams' ports
     app[BROKER_KEY] = broker
-    app[BUDGET_KEY] = answer.budget_of(broker)
+    app[BUDGET_KEY] = answer_budget.budget_of(broker)
     if tokens is not None:
         app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
     for method, path, handler in ROUTES:

@@ -1,9 +1,7 @@
 """Records out: a fetch's answer, encoded from the stored batch bytes the broker returns.
 
-The records in ``[offset, high_watermark)`` are selected from whole stored
-batches (``select_records``; ``select_batches`` for answers sent as stored
-batches, from the batch headers alone) and encoded as the client asked
-(``encode_fetch``: JSON, NDJSON or msgpack). A key, value or header that is
+The records ``ring.log.selection`` selects from whole stored batches are
+encoded as the client asked (``encode_fetch``: JSON, NDJSON or msgpack). A key, value or header that is
 not UTF-8 text goes out base64, and says so; a JSON value goes out as the
 JSON it is, on one line in NDJSON.
 """
@@ -18,37 +16,7 @@ import orjson
 
 from ring.http_api import jsonscan
 from ring.http_api.codec import CT_MSGPACK, CT_NDJSON
-from ring.log import batch as batchfmt
 from ring.log.batch import Record
-
-
-def select_records(data: bytes, offset: int, max_records: int, high_watermark: int) -> tuple[list[tuple[Record, bool]], int]:
-    """Records in ``[offset, high_watermark)`` from stored batches, at most ``max_records``.
-
-    Returns ``[(record, value_is_json)]`` and the next offset to fetch from.
-    """
-    out = list(batchfmt.records_between(data, offset, high_watermark, max_records, verify=False))
-    next_offset = out[-1][0].offset + 1 if out else offset
-    return out, next_offset
-
-
-def select_batches(data: bytes, offset: int, max_records: int,
-                   high_watermark: int) -> tuple[bytes | memoryview, int, int]:
-    """The stored batches holding records in ``[offset, high_watermark)``, at most ``max_records`` of
-    them, read from the batch headers alone: ``(batches, end, count)``. The records to hand out are
-    ``offset <= o < end`` (the first batch may start below ``offset``, the last run past ``end``);
-    what ``select_records`` would decode, without decoding it."""
-    end, count, cut = offset, 0, 0
-    for h, pos in batchfmt.scan(data, verify=False):
-        if h.next_offset <= offset:
-            continue
-        if h.base_offset >= high_watermark or count >= max_records:
-            break
-        first = max(h.base_offset, offset)
-        end = min(h.next_offset, high_watermark, first + max_records - count)
-        count += end - first
-        cut = pos + h.size
-    return memoryview(data)[:cut] if cut < len(data) else data, end, count
 
 
 def _text_or_base64(raw: bytes) -> tuple[str, bool]:
@@ -128,11 +96,3 @@ def record_line(rec: Any, is_json: bool) -> dict[str, Any]:
     if line is not None and line is not rec.value:
         doc["value"] = orjson.Fragment(line)
     return doc
-
-
-def batches_next_offset(data: bytes, offset: int) -> int:
-    """Next offset after the stored batches of a raw answer (headers only, no CRC work)."""
-    next_offset = offset
-    for h, _ in batchfmt.scan(data, verify=False):
-        next_offset = max(next_offset, h.next_offset)
-    return next_offset

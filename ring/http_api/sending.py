@@ -4,7 +4,7 @@ following it until its bytes have left this process.
 An answer that fits in a piece is written with its head in one write; a
 larger one in ANSWER_WRITE_CHUNK_BYTES pieces (copies), as far as the
 transport takes them (``Wire.paused``: its ``pause_writing``). Its hold
-(``answer.Hold``) is given back once the last piece is handed over, and
+(``answer_budget.Hold``) is given back once the last piece is handed over, and
 ``Response.before_last`` runs right before that piece's write, in the same
 synchronous step (``ring.http_api.link``). ``Response.on_written`` is
 called once every byte of the answer has left this process (the transport's

@@ -153,7 +153,7 @@ class Request:
 
 
 class Response:
-    """An answer: status, body bytes and headers. ``hold`` (answer.Hold) is released once the body
+    """An answer: status, body bytes and headers. ``hold`` (answer_budget.Hold) is released once the body
     has been handed to the socket; ``on_written`` is called once every byte of it left this process;
     ``before_last`` right before its last byte is handed to the transport, in the same step (a group
     poll marks its connection then: ``link``)."""

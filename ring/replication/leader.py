@@ -25,7 +25,6 @@ from typing import Any, Protocol
 import aiohttp
 
 from ring import limits
-from ring.cluster.peers import PeerClient
 from ring.errors import BadRequest
 from ring.node.ready import Flush, FromFollower, LinkDown, LinkUp, Ready
 from ring.replication import protocol, versions
@@ -54,10 +53,19 @@ def _unmasked(ws: aiohttp.ClientWebSocketResponse) -> None:
         writer.use_mask = False
 
 
+class Peers(Protocol):
+    """What a link needs of the peer client (``ring.cluster.peers.PeerClient``), the layer above
+    that hands it in."""
+
+    def peer_url(self, name: str) -> str | None: ...
+
+    def ws_connect(self, url: str, path: str, protocols: tuple[str, ...]) -> Any: ...
+
+
 class Host(Protocol):
     """What a link needs from the node core's driver (``ring.cluster.pump.NodePump``)."""
 
-    peers: PeerClient
+    peers: Peers
     closed: bool
 
     def step(self, message: Any) -> Ready: ...

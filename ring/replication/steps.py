@@ -1,7 +1,7 @@
 """What a replica does with each replication or election message, as synchronous steps on a ``Replica``.
 
 The decisions are the pure functions of ``protocol``, ``election`` and
-``ring.repair.divergence``; these steps apply them to a replica and its log
+``ring.replication.divergence``; these steps apply them to a replica and its log
 (truncating, appending, persisting the ballot) in the order safety needs:
 the ballot is saved before any answer that depends on it, and a follower
 cuts its log back to where it agrees with its leader before it acknowledges
@@ -27,7 +27,7 @@ from ring import limits
 from ring.errors import BadRequest, RequestTimeout, StorageError
 from ring.log import batch as batchfmt
 from ring.log import recovery
-from ring.repair.divergence import divergence_point
+from ring.replication.divergence import divergence_point
 from ring.replication import election, protocol
 from ring.replication.replica import Replica
 from ring.replication.state import load_full_state, save_state
