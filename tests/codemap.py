@@ -47,9 +47,23 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "ring"
 
 
+def _parse(path: Path) -> ast.AST:
+    """``ast.parse`` of a file. CPython 3.11 before 3.11.8 keeps the AST converter's recursion depth in
+    state shared by the interpreter's threads, so a parse that overlaps another thread's can fail with
+    a spurious SystemError ("AST constructor recursion depth mismatch", python/cpython#106905); the
+    same parse again succeeds."""
+    source = path.read_text()
+    for _ in range(2):
+        try:
+            return ast.parse(source, str(path))
+        except SystemError:
+            pass
+    return ast.parse(source, str(path))
+
+
 def _imports(module: str, path: Path) -> set[str]:
     """Every module name ``module`` imports, relative imports resolved."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parse(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):

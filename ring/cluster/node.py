@@ -446,7 +446,17 @@ class ClusterBroker(Broker):
     # --- asked of this broker's own replicas (by other brokers, and the group coordinator) -----
 
     async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
-        """A produce appended here as the partition's leader (``Router.produce_as_leader``)."""
+        """A produce appended here as the partition's leader (forwarded by another broker, or the group
+        coordinator's): in this turn's write, as one to this broker's own port, when nothing need be
+        awaited first, else ``Router.produce_as_leader``."""
+        if topic in self.catalog:
+            pending = self.router.produce_partition_soon(self.catalog.get(topic), p, batches, level)
+            if pending is not None:
+                settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                pending.add_done_callback(lambda _a: settled.done() or settled.set_result(None))
+                await settled
+                base, count = pending.result()
+                return ProduceResult(topic, p, base, count)
         return await self.router.produce_as_leader(topic, p, batches, level)
 
     def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:

@@ -222,15 +222,9 @@ class Router:
         return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
 
     async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
-        """Append as the leader once enough voters are alive; answer once enough hold the batches. A
-        produce forwarded here joins this turn's write as one to this broker's own port does, when
-        nothing need be awaited first."""
+        """Append as the leader once enough voters are alive; answer once enough hold the batches."""
         host = self.host
         host.check_joined()
-        if topic in host.catalog:
-            pending = self.produce_partition_soon(host.catalog.get(topic), p, batches, level)
-            if pending is not None:
-                return await _outcome(pending)
         rep = host.replica(topic, p)
         deadline = host.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
         while (needed := host.core.admit(host.clock.monotonic(), rep, topic, p, level)) is None:
@@ -423,11 +417,3 @@ class Router:
                 topic=rep.topic, partition=rep.index, before_offset=start, applied_on_leader=True,
                 confirmed=rep.voters_starting_at(start), needed=needed) from None
 
-
-async def _outcome(pending: Appending) -> ProduceResult:
-    """The result of a produce in a turn's write, once its acknowledgements are in (or its error)."""
-    settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    pending.add_done_callback(lambda _a: settled.done() or settled.set_result(None))
-    await settled
-    base, count = pending.result()
-    return ProduceResult(pending.part.topic, pending.part.index, base, count)

@@ -432,7 +432,8 @@ def _partition_paths() -> dict[str, Any]:
                            "unclean_leader_election does the same whenever it is needed.",
             "responses": {"200": _ok("the leader elected and the partition as it describes it",
                                      {"type": "object"}),
-                          "404": _NOT_FOUND, "409": _err("the partition has a leader: no election is needed"),
+                          "400": _BAD, "404": _NOT_FOUND,
+                          "409": _err("the partition has a leader: no election is needed"),
                           "503": _err("no live replica was asked, or none was elected in time (the asked "
                                       "replicas go on standing)")}}},
     }
