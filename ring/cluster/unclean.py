@@ -14,11 +14,12 @@ needed, and none is forced.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ring import limits
 from ring.catalog import validate_topic_name
-from ring.errors import Conflict, Unavailable, UnknownPartition
+from ring.errors import Conflict, RingError, Unavailable, UnknownPartition
 from ring.node import ready as msg
 
 
@@ -40,14 +41,14 @@ async def unclean_election(broker: Any, topic: str, partition: int) -> dict[str,
     rep = broker.replica(topic, partition)
     holders = list(dict.fromkeys(broker.preference_list(cfg, partition) + (rep.voters if rep is not None else [])))
     asked = []
-    for name in holders:
-        if name == broker.name:
-            if rep is not None and rep.leader is None:
-                broker.step(msg.UncleanElection(rep))
-                asked.append(name)
-        elif await broker.peers.call(name, "/peer/v1/unclean", params={"topic": topic, "partition": str(partition)},
-                                     timeout_s=limits.PEER_REQUEST_TIMEOUT_S) is not None:
-            asked.append(name)
+    if broker.name in holders and rep is not None and rep.leader is None:
+        broker.step(msg.UncleanElection(rep))
+        asked.append(broker.name)
+    others = [name for name in holders if name != broker.name]
+    params = {"topic": topic, "partition": str(partition)}
+    answers = await asyncio.gather(*(broker.peers.call(name, "/peer/v1/unclean", params=params,
+                                                       timeout_s=limits.VOTE_REQUEST_TIMEOUT_S) for name in others))
+    asked += [name for name, answer in zip(others, answers) if answer is not None]
     if not asked:
         raise Unavailable(f"no live broker holding a replica of {topic}/{partition} could be asked to stand",
                           topic=topic, partition=partition, replicas=holders)
@@ -67,6 +68,6 @@ async def unclean_election(broker: Any, topic: str, partition: int) -> dict[str,
     else:
         try:
             doc = (await broker.peers.json("GET", url, f"/v1/topics/{topic}"))["partitions"][partition]
-        except (Unavailable, KeyError, IndexError, TypeError):
+        except (RingError, KeyError, IndexError, TypeError):
             doc = broker.describe_topic(topic)["partitions"][partition]
     return {"topic": topic, "partition": partition, "leader": leader, "asked": asked, "state": doc}
