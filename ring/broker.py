@@ -54,6 +54,7 @@ from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
 from ring.log.partition import PartitionLog
+from ring.produce import Produce
 from ring.replication import steps
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
@@ -316,15 +317,15 @@ class Broker:
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         return self.router.unkeyed_partition(cfg)
 
-    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> ProduceResult:
+    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                                batches: list[bytearray]) -> ProduceResult:
         """Where a partition's batches go: ``append`` here as its leader, or forwarded to it."""
-        return await self.router.produce_partition(cfg, p, batches, level)
+        return await self.router.produce_partition(req, cfg, p, batches)
 
-    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                               level: str) -> Appending | None:
+    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> Appending | None:
         """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
-        return self.router.produce_partition_soon(cfg, p, batches, level)
+        return self.router.produce_partition_soon(req, cfg, p, batches)
 
     async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
                     wait_ms: int) -> FetchResult:
@@ -355,9 +356,9 @@ class Broker:
         """A produce whose partition would not take its turn's write."""
         self.router.refused(pending, exc)
 
-    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
-        """``pending`` waits until ``level``'s voters durably hold offsets below ``end``."""
-        self.router.await_acks(part, pending, end, level)
+    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
+        """``pending`` waits until its level's voters durably hold offsets below ``end``."""
+        self.router.await_acks(part, pending, end)
 
     def check_open(self) -> None:
         if self._closing:

@@ -19,7 +19,10 @@ from ring.cluster.peers import PeerClient
 from ring.errors import Overloaded
 from ring.http_api.budget import body_budget_of
 from ring.http_api.server import Server
+from ring.produce import Batches, Produce, Records
 from tests.support import serve_alone
+
+_REQ = Produce("t", Batches([bytearray(b"x")], 1), 0, None, "one")  # a forwarded produce's request
 
 
 @pytest.fixture
@@ -70,7 +73,8 @@ async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(s
     await broker.add_topic(TopicConfig(name="big", partitions=1))
     value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
     for _ in range(6):  # ~6 MiB to fetch
-        await broker.intake.records("big", 0, [(None, None, value, None)], [len(value)], True, False, "one")
+        await broker.intake.produce(Produce("big", Records([(None, None, value, None)], [len(value)], True, False), 0,
+                                             consistency="one"))
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
@@ -170,11 +174,11 @@ async def test_forwarded_produces_over_the_bound_get_429(monkeypatch) -> None:
     async with make_session("s", timeout_s=2.0) as session:
         client = PeerClient("ring-0", "s", session)
         await client.control.close()  # only the data session is used here
-        stuck = [asyncio.create_task(client.forward_produce("ring-1", url, "t", 0, "one", [bytearray(b"x")]))
+        stuck = [asyncio.create_task(client.forward_produce("ring-1", url, _REQ, 0, [bytearray(b"x")]))
                  for _ in range(2)]
         await asyncio.sleep(0.2)
         with pytest.raises(Overloaded):
-            await client.forward_produce("ring-1", url, "t", 0, "one", [bytearray(b"x")])
+            await client.forward_produce("ring-1", url, _REQ, 0, [bytearray(b"x")])
         hang.set()
         await asyncio.gather(*stuck, return_exceptions=True)
         assert client.forwards_in_flight == 0

@@ -32,6 +32,7 @@ from ring.gossip.core import Ack2
 from ring.replication import protocol
 from ring.gossip.state import STATUSES, ClusterState, EndpointState, TopicEntry
 from ring.localcluster import free_port
+from ring.produce import Batches, Produce
 from ring.replication import protocol
 from tests.brokers import Http, TestBroker
 from tests.test_fuzz_decoders import _valid_batches, crafted_batches, damaged
@@ -299,7 +300,7 @@ _junk = (st.none() | st.integers(-2**63, 2**63 - 1) | st.binary(max_size=8)
 _forward_items = st.tuples(
     st.integers(0, 2**31), st.sampled_from([TOPIC, "no-such", ".."]), st.sampled_from([0, 1, 7, -1, 2**40]),
     st.sampled_from(["one", "quorum", "most"]), crafted_batches() | damaged(_valid_batches())).map(
-        lambda t: forwards.request_item(*t)) | _junk
+        lambda t: forwards.request_item(t[0], Produce(t[1], Batches([], 0), t[2], None, t[3]), t[2], t[4])) | _junk
 
 
 @settings(PEER_SETTINGS, max_examples=20)

@@ -12,6 +12,7 @@ import pytest
 from ring.catalog import TopicConfig
 from ring.errors import Conflict
 from ring.groups.service import Groups
+from ring.produce import Produce, Records
 from tests.support import lone_broker, until
 
 SESSION_MS = 1_000  # the shortest session a member may have: its expiry is what the first test waits for
@@ -50,7 +51,7 @@ async def test_a_member_whose_poll_met_a_rebalance_still_expires(tmp_path: Path)
 
 async def _produce(b, n: int) -> None:
     records = [(None, None, b'{"i": 1}', None)] * n
-    await b.intake.records("t", 0, records, [24] * n, True, False)
+    await b.intake.produce(Produce("t", Records(records, [24] * n, True, False), 0))
 
 
 @pytest.mark.parametrize("move", ["reset", "seek"])

@@ -21,6 +21,7 @@ from ring.config import BrokerConfig
 from ring.errors import OffsetOutOfRange
 from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
+from ring.produce import Batches, Produce
 from ring.replication.local import LocalRouter
 from ring.replication.replica import Replica
 
@@ -47,6 +48,11 @@ def _batch(value: bytes) -> bytearray:
     return bytearray(batchfmt.encode([(now, None, value, None)], now_ms=now))
 
 
+def _req(level: str) -> Produce:
+    """A produce to partition 1 of "t" at ``level``, as the intake hands it on (its batches given beside it)."""
+    return Produce("t", Batches([], 0), 1, None, level)
+
+
 @pytest.fixture
 async def alone(tmp_path: Path) -> Any:
     broker = Alone(BrokerConfig(name="solo", data_dir=tmp_path, fsync=FsyncPolicy.parse("always")), SystemClock())
@@ -61,9 +67,9 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     cfg = alone.catalog.get("t")
     assert isinstance(alone.router, LocalRouter)
     assert [alone.unkeyed_partition(cfg) for _ in range(4)] == [0, 1, 0, 1]  # round-robin over every partition
-    first = await alone.produce_partition(cfg, 1, [_batch(b"a"), _batch(b"b")], "quorum")
+    first = await alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"a"), _batch(b"b")])
     assert (first.partition, first.base_offset, first.count) == (1, 0, 2)
-    soon = alone.produce_partition_soon(cfg, 1, [_batch(b"c")], "quorum")
+    soon = alone.produce_partition_soon(_req("quorum"), cfg, 1, [_batch(b"c")])
     assert soon is not None
     settled = asyncio.get_running_loop().create_future()
     soon.add_done_callback(lambda a: settled.set_result(None))
@@ -72,7 +78,7 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert alone.fetch_now("t", 1, None, 1 << 20, 0).high_watermark == 3
     waiting = asyncio.ensure_future(alone.fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end
     assert alone.fetch_now("t", 1, 3, 1 << 20, 10_000) is None
-    await alone.produce_partition(cfg, 1, [_batch(b"d")], "one")
+    await alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")])
     got = await asyncio.wait_for(waiting, 10)
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
     assert (await alone.offsets("t", 1, "latest"))["offset"] == 4

@@ -25,6 +25,7 @@ from ring.gossip.state import EndpointState
 from ring.node.core import NodeCore
 from ring.node.members import Members
 from ring.node.ready import Appended, AwaitAcks, Flush, FromFollower, LinkUp, PlacementChanged
+from ring.produce import Batches, Produce
 from ring.replication import protocol
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.idempotence import ProducerStates
@@ -126,6 +127,9 @@ async def test_a_failed_write_fails_the_produces_of_its_turn(broker: ClusterBrok
     assert broker._parts["t"][0].log.end_offset == 0
 
 
+QUORUM = Produce("t", Batches([], 0), 0, None, "quorum")  # the produce each turn's batches are of
+
+
 class _Host:
     """What TurnAppends needs of a leader: a node core (ring.node) whose Ready is carried out here."""
 
@@ -149,8 +153,8 @@ class _Host:
         part.set_durable(end)
         return True
 
-    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
-        self.carry_out(self.core.step(0.0, AwaitAcks(pending, part, end, level, 5.0)))
+    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
+        self.carry_out(self.core.step(0.0, AwaitAcks(pending, part, end, pending.request.consistency, 5.0)))
 
     def refused(self, pending: Appending, exc: Exception) -> None:
         pending.set_exception(exc)
@@ -172,7 +176,7 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
         core.step(0.0, Flush())
         host = _Host(core)
         turn = TurnAppends(host)
-        pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, "quorum")
+        pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, QUORUM)
                    for i in range(30)]
         assert all(p is not None for p in pending)
         await until("the turn's write", lambda: rep.log.end_offset == 30)

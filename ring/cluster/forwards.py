@@ -30,13 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Optional
+from typing import Awaitable, Callable, Mapping, Optional
 
 import aiohttp
 import msgpack
 
 from ring import limits
+from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, RequestTimeout, Unavailable
+from ring.produce import Batches, Produce
+from ring.replication import protocol
 
 log = logging.getLogger("ring.cluster")
 
@@ -46,21 +49,42 @@ PROTOCOL = "ring-forward.1"
 # holds at most that plus the items' own few fields (bounded by FORWARDS_IN_FLIGHT_MAX items).
 ITEM_BYTES = 64  # a request or answer item's fields besides its body and topic, packed
 MESSAGE_BYTES_MAX = limits.REQUEST_BYTES_MAX + limits.FORWARDS_IN_FLIGHT_MAX * (ITEM_BYTES + 256)
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """One forwarded produce as the leader reads it off the link."""
+    """One forwarded produce as the leader reads it off the link (or the query of ``POST
+    /peer/v1/produce``, ``from_query``; its id is then 0), not yet validated."""
 
     id: int
-    topic: str
+    topic: str | None
     partition: int
-    consistency: str
+    consistency: str | None
     body: bytes
 
+    @classmethod
+    def from_query(cls, query: Mapping[str, str], partition: int, body: bytes) -> Forward:
+        return cls(0, query.get("topic"), partition, query.get("consistency"), body)
 
-def request_item(rid: int, topic: str, partition: int, consistency: str, body: bytes) -> list:
-    return [rid, topic, partition, consistency, body]
+    def request(self, split: Callable[[bytes], Batches]) -> Produce:
+        """The produce, validated (BadRequest otherwise, answering this item alone), its body taken
+        apart by ``split``."""
+        name = validate_topic_name(self.topic)
+        if not 0 <= self.partition <= _INT32_MAX:
+            raise BadRequest(f"partition {self.partition} is out of range")
+        level = protocol.parse_consistency(self.consistency)
+        return Produce(name, split(self.body), self.partition, None, level)
+
+
+def request_item(rid: int, req: Produce, partition: int, body: bytes) -> list:
+    """``req``'s batches for ``partition`` (``body``), as a link's request item."""
+    return [rid, req.topic, partition, req.consistency, body]
+
+
+def query(req: Produce, partition: int) -> dict[str, str]:
+    """``req`` for ``partition`` as the query of ``POST /peer/v1/produce`` (a leader that serves no link)."""
+    return {"topic": req.topic, "partition": str(partition), "consistency": req.consistency}
 
 
 def decode_requests(data: bytes) -> list[Forward]:
@@ -151,11 +175,11 @@ class _Link:
     def open(self) -> bool:
         return not self.ws.closed and not self.reader.done()
 
-    async def call(self, topic: str, partition: int, consistency: str, body: bytes) -> Answer:
+    async def call(self, req: Produce, partition: int, body: bytes) -> Answer:
         rid = self.next_id = self.next_id + 1
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[rid] = answer
-        self.outbox.add(request_item(rid, topic, partition, consistency, body), len(body) + len(topic))
+        self.outbox.add(request_item(rid, req, partition, body), len(body) + len(req.topic))
         try:
             return await answer  # bounded by the caller, which cancels it (ring.cluster.routing)
         finally:
@@ -208,15 +232,15 @@ class ForwardLinks:
         self.opening: dict[str, asyncio.Future[_Link | None]] = {}
         self.refused_until: dict[str, float] = {}
 
-    async def call(self, url: str, topic: str, partition: int, consistency: str, body: bytes) -> Answer | None:
+    async def call(self, url: str, req: Produce, partition: int, body: bytes) -> Answer | None:
         """The leader's answer, or None when the leader at ``url`` serves no link (ask it over HTTP). It
         waits as long as the link is open: the caller bounds it (cancelling it is safe)."""
         link = self.links.get(url)
         if link is None or not link.open:
-            link = await self._open(url, topic, partition)
+            link = await self._open(url, req.topic, partition)
             if link is None:
                 return None
-        return await link.call(topic, partition, consistency, body)
+        return await link.call(req, partition, body)
 
     async def _open(self, url: str, topic: str, partition: int) -> _Link | None:
         if self.refused_until.get(url, 0.0) > self.monotonic():

@@ -66,6 +66,7 @@ from ring.node import ready as msg
 from ring.node.core import NodeCore
 from ring.node.members import Members
 from ring.node.ready import Ready
+from ring.produce import Produce
 from ring.repair.driver import Repair
 from ring.replication import state, steps, versions
 from ring.replication.intake import ProduceResult
@@ -445,19 +446,20 @@ class ClusterBroker(Broker):
 
     # --- asked of this broker's own replicas (by other brokers, and the group coordinator) -----
 
-    async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
+    async def produce_as_leader(self, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
         """A produce appended here as the partition's leader (forwarded by another broker, or the group
-        coordinator's): in this turn's write, as one to this broker's own port, when nothing need be
-        awaited first, else ``Router.produce_as_leader``."""
+        coordinator's; its consistency given): in this turn's write, as one to this broker's own port,
+        when nothing need be awaited first, else ``Router.produce_as_leader``."""
+        topic = req.topic
         if topic in self.catalog:
-            pending = self.router.produce_partition_soon(self.catalog.get(topic), p, batches, level)
+            pending = self.router.produce_partition_soon(req, self.catalog.get(topic), p, batches)
             if pending is not None:
                 settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 pending.add_done_callback(lambda _a: settled.done() or settled.set_result(None))
                 await settled
                 base, count = pending.result()
                 return ProduceResult(topic, p, base, count)
-        return await self.router.produce_as_leader(topic, p, batches, level)
+        return await self.router.produce_as_leader(req, p, batches)
 
     def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
         """This broker's own stored batches of a partition up to its log end (not the high

@@ -36,8 +36,10 @@ import aiohttp
 import orjson
 
 from ring import auth, limits
+from ring.cluster import forwards
 from ring.cluster.forwards import Answer, ForwardLinks
 from ring.errors import Overloaded, RequestTimeout, RingError, Unavailable
+from ring.produce import Produce
 from ring.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger("ring.cluster")
@@ -180,25 +182,25 @@ class PeerClient:
 
     # --- on a client's behalf ------------------------------------------------------------
 
-    async def forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
+    async def forward_produce(self, leader: str, peer_url: str, req: Produce, partition: int,
                               batches: list[bytearray]) -> dict[str, Any]:
         if self.forwards_in_flight >= limits.FORWARDS_IN_FLIGHT_MAX:
             raise Overloaded(f"{self.forwards_in_flight} produces are being forwarded to leaders already; "
-                             "retry later", topic=topic, partition=partition)
+                             "retry later", topic=req.topic, partition=partition)
         self.forwards_in_flight += 1
         self.forwards += 1
         try:
-            return await self._forward_produce(leader, peer_url, topic, partition, level, batches)
+            return await self._forward_produce(leader, peer_url, req, partition, batches)
         finally:
             self.forwards_in_flight -= 1
 
-    async def _forward_produce(self, leader: str, peer_url: str, topic: str, partition: int, level: str,
+    async def _forward_produce(self, leader: str, peer_url: str, req: Produce, partition: int,
                                batches: list[bytearray]) -> dict[str, Any]:
         body = b"".join(batches)
-        answer = await self.links.call(peer_url, topic, partition, level, body)
+        answer = await self.links.call(peer_url, req, partition, body)
         if answer is not None:
             return _answer_json(answer, leader)
-        params = {"topic": topic, "partition": str(partition), "consistency": level}
+        params, topic = forwards.query(req, partition), req.topic
         try:
             async with self.session.post(f"{peer_url}/peer/v1/produce", params=params,
                                          headers={"Content-Type": CT_BATCH}, data=body) as resp:

@@ -47,6 +47,7 @@ from ring.errors import (NoEligibleLeader, NotLeader, RequestTimeout, RingError,
                          UnknownPartition)
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
+from ring.produce import Produce
 from ring.ranges.manager import Ranges
 from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
@@ -102,18 +103,19 @@ class Router:
         host = self.host
         return not host.closing and host.membership is not None and host.membership.joined
 
-    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                               level: str) -> Appending | None:
+    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
         host = self.host
         rep = host.replica(cfg.name, p)
         if rep is None or not rep.is_leader or rep.frozen:
             return None
-        needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, level)
-        return None if needed is None else host.turn.add(rep, batches, needed, level)
+        needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, req.consistency)
+        return None if needed is None else host.turn.add(rep, batches, needed, req)
 
-    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
-        self.host.step(AwaitAcks(pending, part, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
+        req = pending.request
+        self.host.step(AwaitAcks(pending, part, end, req.consistency, req.ack_timeout_ms / 1000))
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """Leadership moved before the turn's write: nothing was written, so the produce goes the
@@ -125,7 +127,7 @@ class Router:
         cfg = catalog.get(rep.topic)
 
         async def again() -> None:
-            result = await self.produce_partition(cfg, rep.index, pending.batches, pending.level)
+            result = await self.produce_partition(pending.request, cfg, rep.index, pending.batches)
             pending.base, pending.count = result.base_offset, result.count
 
         def settle(task: asyncio.Task) -> None:
@@ -151,9 +153,10 @@ class Router:
         rep = self.host.replica(cfg.name, p)
         return rep.voters if rep is not None else self.host.preference_list(cfg, p)
 
-    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> ProduceResult:
+    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                                batches: list[bytearray]) -> ProduceResult:
         host = self.host
+        level = req.consistency
         deadline = host.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
         hint: str | None = None
         while True:
@@ -162,9 +165,9 @@ class Router:
             try:
                 to = host.core.route(host.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level, leader)
                 if to == host.name:
-                    return await self.produce_as_leader(cfg.name, p, batches, level)
+                    return await self.produce_as_leader(req, p, batches)
                 if to is not None:
-                    return await self._forward(to, cfg.name, p, level, batches)
+                    return await self._forward(to, req, p, batches)
                 why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
@@ -194,14 +197,14 @@ class Router:
                 "and no majority of the voters that hold what was acknowledged is alive; it waits for one of "
                 "them to return", topic=topic, partition=p, lost_state=lost)
 
-    async def _forward(self, leader: str, topic: str, p: int, level: str, batches: list[bytearray]) -> ProduceResult:
+    async def _forward(self, leader: str, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
         """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the
         leader turns unreachable, so a client is not held for a stopped or cut-off leader's full
         request timeout, or once ``PEER_REQUEST_TIMEOUT_S`` has passed without an answer."""
-        host = self.host
+        host, topic = self.host, req.topic
         url = host.membership.peer_url(leader)
         assert url is not None
-        sent = asyncio.ensure_future(host.peers.forward_produce(leader, url, topic, p, level, batches))
+        sent = asyncio.ensure_future(host.peers.forward_produce(leader, url, req, p, batches))
         deadline = host.clock.monotonic() + limits.PEER_REQUEST_TIMEOUT_S
         try:
             while not sent.done():
@@ -221,9 +224,9 @@ class Router:
         doc = sent.result()
         return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
 
-    async def produce_as_leader(self, topic: str, p: int, batches: list[bytearray], level: str) -> ProduceResult:
+    async def produce_as_leader(self, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
         """Append as the leader once enough voters are alive; answer once enough hold the batches."""
-        host = self.host
+        host, topic, level = self.host, req.topic, req.consistency
         host.check_joined()
         rep = host.replica(topic, p)
         deadline = host.clock.monotonic() + limits.HANDOFF_CATCHUP_MS / 1000 + 1
@@ -236,11 +239,11 @@ class Router:
         result = await host.append(rep, batches)
         end = result.base_offset + result.count
         acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        host.step(AwaitAcks(acked, rep, end, level, limits.REPLICATION_ACK_TIMEOUT_MS / 1000))
+        host.step(AwaitAcks(acked, rep, end, level, req.ack_timeout_ms / 1000))
         try:
             await acked
         except TimeoutError:
-            raise ack_timeout(rep, result.base_offset, end, protocol.needed_acks(level, rep.rf), level) from None
+            raise ack_timeout(rep, result.base_offset, end, protocol.needed_acks(level, rep.rf), req) from None
         return result
 
     def check_writable(self, part: Replica) -> None:

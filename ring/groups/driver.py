@@ -56,6 +56,7 @@ from ring.groups.group import Event, Group, Members
 from ring.groups.shard import Shard
 from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
+from ring.produce import Batches, Produce
 
 log = logging.getLogger("ring.groups")
 
@@ -306,7 +307,8 @@ class Coordinator:
         now_ms = self.clock.wall_ms()
         batches = [batchfmt.encode(chunk, now_ms=now_ms) for chunk in _chunks(records)]
         try:
-            return await self.broker.produce_as_leader(OFFSETS_TOPIC, p, batches, COMMIT_CONSISTENCY)
+            req = Produce(OFFSETS_TOPIC, Batches(batches, len(records)), p, None, COMMIT_CONSISTENCY)
+            return await self.broker.produce_as_leader(req, p, batches)
         except BaseException:
             # The records may or may not be in the log: only the log can say.
             self._loaded.pop(p, None)

@@ -8,7 +8,7 @@ route here must be described in ``openapi.py``; a test compares the two.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable
 
 from ring import answer_budget, auth, limits, metrics
 from ring.broker import Broker
@@ -22,8 +22,10 @@ from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_
 from ring.http_api.web import Request, Response
 from ring.http_api.keys import BROKER_KEY
 from ring.log import selection
+from ring.produce import Batches, Produce
 from ring.replication import protocol
 from ring.replication.appends import Appending
+from ring.replication.intake import ProduceResult
 from ring.replication.reads import FetchResult
 
 BUDGET_KEY = "answer budget"  # the broker's answer_budget.budget_of, looked up once
@@ -118,7 +120,7 @@ async def delete_topic(request: Request) -> Response:
 # --- records --------------------------------------------------------------------
 
 
-class _Produce:
+class _ProduceParams:
     """A produce's parameters, checked before its body is read (``prepare_produce``)."""
 
     __slots__ = ("topic", "partition", "key", "consistency", "producer", "ctype", "line_bytes_max")
@@ -127,7 +129,7 @@ class _Produce:
 def prepare_produce(request: Request) -> None:
     """400 for a bad parameter and 415 for a body produce does not speak, before a byte of the body."""
     q = request.query
-    args = _Produce()
+    args = _ProduceParams()
     args.topic = _topic(request)
     args.partition = codec.int_param(q, "partition", None, 0, _INT32_MAX)
     args.key = codec.key_param(q)
@@ -146,20 +148,16 @@ def prepare_produce(request: Request) -> None:
 
 
 def produce(request: Request) -> web.Answer:
-    """Decode and hand to the broker: answered from the partition's turn write (no task) when the
-    broker can take the records at once, else through the awaited path."""
+    """Decode into one ``Produce`` and hand it to the broker: answered from the partition's turn write
+    (no task) when the broker can take the records at once, else through the awaited path."""
     broker = _broker(request)
-    args: _Produce = request.state
+    args: _ProduceParams = request.state
     decoded = codec.decode_produce(args.ctype, request.body, args.key)
     request.body = b""  # the decoded records are copies: the body is not held while they are framed and acknowledged
-    if isinstance(decoded, codec.Batches):
-        if args.producer is not None:
-            raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
-        got: Any = broker.intake.batches_soon(args.topic, args.partition, args.key, decoded.batches,
-                                               args.consistency)
-    else:
-        got = broker.intake.records_soon(args.topic, args.partition, decoded.records, decoded.sizes,
-                                          decoded.values_are_json, decoded.keyed, args.consistency, args.producer)
+    if args.producer is not None and type(decoded) is Batches:
+        raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
+    got = broker.intake.produce_soon(Produce(args.topic, decoded, args.partition, args.key, args.consistency,
+                                             args.producer))
     if isinstance(got, Appending):
         return web.Later(got, lambda _: _produced(args.topic, got.part.index, *got.result()))
     return _produce_answer(got)
@@ -172,9 +170,8 @@ def _produced(topic: str, partition: int, base: int, count: int) -> Response:
     return resp
 
 
-async def _produce_answer(pending: Any) -> Response:
-    got = await pending
-    results = got if isinstance(got, list) else [got]
+async def _produce_answer(pending: Awaitable[list[ProduceResult]]) -> Response:
+    results = await pending
     resp = _json(results[0].to_json()) if len(results) == 1 else _json({"results": [r.to_json() for r in results]})
     resp.records = sum(r.count for r in results)
     return resp

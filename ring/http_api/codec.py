@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 from itertools import chain
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 import msgpack
 import orjson
@@ -31,6 +31,7 @@ from ring.http_api import budget, jsonscan, unpack
 from ring.http_api.jsonscan import json_depth  # noqa: F401 (part of this module's interface)
 from ring.log import batch as batchfmt
 from ring.log.batch import BatchHeader, RecordIn
+from ring.produce import Batches, Records
 
 CT_JSON = "application/json"
 CT_NDJSON = "application/x-ndjson"
@@ -51,22 +52,6 @@ _RECORD_OVERHEAD_BYTES = 16
 _TIMESTAMP_MAX_MS = 2**62
 _NoneType = type(None)
 _INTEGER = re.compile(r"-?[0-9]+")
-
-
-class Records(NamedTuple):  # a tuple: made per request, and a frozen dataclass costs a microsecond to make
-    """Decoded records for the broker to frame; ``keyed`` if keys differ per record."""
-
-    records: list[RecordIn]
-    sizes: list[int]  # stored bytes of each record, for cutting batches
-    values_are_json: bool
-    keyed: bool
-
-
-class Batches(NamedTuple):
-    """Client-built stored batches, validated, to append as they are."""
-
-    batches: list[bytearray]
-    record_count: int
 
 
 # --- reading a body -------------------------------------------------------------

@@ -61,7 +61,8 @@ from ring.http_api.middleware import errors_middleware
 from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
 from ring.node.ready import Resync, TransferRequested, UncleanElection, VoteRequested
-from ring.replication import election, follower, protocol, versions
+from ring.produce import Batches
+from ring.replication import election, follower, versions
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
 log = logging.getLogger("ring.peer")
@@ -137,17 +138,14 @@ async def produce(request: web.Request) -> web.Response:
     if partition is None:
         raise BadRequest("partition is required")
     body = await codec.read_body(request, limits.REQUEST_BYTES_MAX)
-    answer = await _produce(node, q.get("topic"), partition, q.get("consistency"), body)
+    answer = await _produce(node, forwards.Forward.from_query(q, partition, body))
     return web.Response(body=answer, content_type="application/json")
 
 
-async def _produce(node, topic: str | None, partition: int, consistency: str | None, body: bytes) -> bytes:
+async def _produce(node, f: forwards.Forward) -> bytes:
     """A forwarded produce, however it came (a request or the forward link): the leader's answer."""
-    name = validate_topic_name(topic)
-    if not 0 <= partition <= _INT32_MAX:
-        raise BadRequest(f"partition {partition} is out of range")
-    level = protocol.parse_consistency(consistency)
-    result = await node.produce_as_leader(name, partition, _split_batches(body), level)
+    req = f.request(_split_batches)
+    result = await node.produce_as_leader(req, req.partition, req.records.batches)
     return orjson.dumps(result.to_json())
 
 
@@ -186,7 +184,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
 
 async def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward) -> None:
     try:
-        body = await _produce(node, f.topic, f.partition, f.consistency, f.body)
+        body = await _produce(node, f)
     except RingError as exc:
         _answer(outbox, f.id, exc)
         return
@@ -206,18 +204,19 @@ def _answer(outbox: forwards.Outbox, rid: int, exc: RingError) -> None:
                len(answer.body))
 
 
-def _split_batches(body: bytes) -> list[bytearray]:
+def _split_batches(body: bytes) -> Batches:
     """Whole batches from a trusted peer: framing and CRC checked, records not looked at."""
     if not body:
         raise BadRequest("empty body")
-    view, out, pos = memoryview(body), [], 0
+    view, out, pos, count = memoryview(body), [], 0, 0
     while pos < len(body):
         h = batchfmt.check(view, pos)
         if h.size > limits.BATCH_BYTES_MAX:
             raise BadRequest(f"a batch is over {limits.BATCH_BYTES_MAX} bytes")
         out.append(bytearray(view[pos : pos + h.size]))
         pos += h.size
-    return out
+        count += h.record_count
+    return Batches(out, count)
 
 
 async def status(request: web.Request) -> web.Response:

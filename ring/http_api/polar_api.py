@@ -8,7 +8,7 @@ goodbye: ``polar_consumer``). Every port answers ``GET /status``: 200, or 503
 with ``Retry-After: 1`` while the broker has not joined its cluster.
 
 These listeners are thin: produce goes to the broker's own produce path
-(``Broker.intake.records``) with the records ``polar_codec`` makes of the
+(``Broker.intake.produce``) with the records ``polar_codec`` makes of the
 body, consumers are members of ring's consumer groups (``groups_api``). What
 PolarStreams answers, they answer: ``200 OK`` as text, and errors as plain
 text with PolarStreams' status for each (``_polar_error``): an unknown or
@@ -46,6 +46,7 @@ from ring.http_api.keys import BROKER_KEY, POLAR_PORTS_KEY
 from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
 from ring.http_api.web import Request, Response
+from ring.produce import Produce
 
 log = logging.getLogger("ring.polar")
 
@@ -164,8 +165,7 @@ async def produce(request: Request) -> Response:
     values, is_json = polar_codec.produce_values(request.content_type, request.body)
     request.body = b""
     if values:  # an NDJSON body of empty lines holds no record: stored as nothing, as there
-        records = codec.stored_as_given(values, key, is_json)
-        await broker.intake.records(topic, None, records.records, records.sizes, records.values_are_json, False)
+        await broker.intake.produce(Produce(topic, codec.stored_as_given(values, key, is_json), key=key))
     return text("OK", content_type=OK_TYPE)
 
 

@@ -33,9 +33,9 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from ring import limits
 from ring.errors import RequestTimeout, RingError
 from ring.log import batch as batchfmt
+from ring.produce import Produce
 from ring.replication import protocol
 from ring.replication.replica import Replica
 
@@ -52,14 +52,15 @@ class Appending:
     Callbacks must not raise; one that does is logged.
     """
 
-    __slots__ = ("part", "batches", "needed", "level", "base", "count", "idempotent", "_done", "_exc",
+    __slots__ = ("part", "batches", "needed", "request", "base", "count", "idempotent", "_done", "_exc",
                  "_callbacks")
 
-    def __init__(self, part: Replica, batches: list[bytearray], needed: int, level: str, idempotent: bool) -> None:
+    def __init__(self, part: Replica, batches: list[bytearray], needed: int, request: Produce,
+                 idempotent: bool) -> None:
         self.part = part
         self.batches = batches
         self.needed = needed  # voters (this broker included) that must hold the batches
-        self.level = level
+        self.request = request  # the produce the batches are of, its consistency resolved
         self.base = -1
         self.count = 0
         self.idempotent = idempotent
@@ -99,17 +100,17 @@ class Appending:
         """(base offset, record count) once acknowledged; what the awaited path raises otherwise."""
         assert self._done
         if isinstance(self._exc, TimeoutError):
-            raise ack_timeout(self.part, self.base, self.base + self.count, self.needed, self.level)
+            raise ack_timeout(self.part, self.base, self.base + self.count, self.needed, self.request)
         if self._exc is not None:
             raise self._exc
         return self.base, self.count
 
 
-def ack_timeout(rep: Replica, base: int, end: int, needed: int, level: str) -> RequestTimeout:
+def ack_timeout(rep: Replica, base: int, end: int, needed: int, req: Produce) -> RequestTimeout:
     have = protocol.replicas_reaching(rep.voter_ends(), end)
     return RequestTimeout(
         f"{rep.topic}/{rep.index}: {have} of {needed} replicas acknowledged offsets {base}-{end - 1} "
-        f"within {limits.REPLICATION_ACK_TIMEOUT_MS} ms (consistency={level}); the outcome is unknown",
+        f"within {req.ack_timeout_ms} ms (consistency={req.consistency}); the outcome is unknown",
         topic=rep.topic, partition=rep.index, acknowledged=have, needed=needed)
 
 
@@ -124,7 +125,7 @@ class TurnAppends:
     def __init__(self, host: Any) -> None:
         self.host = host
 
-    def add(self, part: Replica, batches: list[bytearray], needed: int, level: str) -> Appending | None:
+    def add(self, part: Replica, batches: list[bytearray], needed: int, req: Produce) -> Appending | None:
         """Queue ``batches`` for this turn's write to ``part``; None when they must take the awaited path."""
         host = self.host
         if part.deleted or part.failed:
@@ -136,7 +137,7 @@ class TurnAppends:
                 if not host.producers.ready(part, batches):
                     return None
                 break
-        a = Appending(part, batches, needed, level, idempotent)
+        a = Appending(part, batches, needed, req, idempotent)
         if part.appends is None:
             part.appends = [a]
             asyncio.get_running_loop().call_soon(self._write, part)
@@ -189,11 +190,11 @@ class TurnAppends:
             if a.done():
                 continue
             end = a.base + a.count
-            needed = protocol.needed_acks(a.level, voters)
+            needed = protocol.needed_acks(a.request.consistency, voters)
             if needed <= len(ends) and ends[needed - 1] >= end:
                 a.set_result(None)  # held by enough voters already (this broker alone, or one)
             else:
-                self.host.await_acks(part, a, end, a.level)
+                self.host.await_acks(part, a, end)
 
     def _write_group(self, part: Replica, group: list[Appending]) -> None:
         if not group:

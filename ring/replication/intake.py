@@ -3,9 +3,11 @@ partitions its records go to, the batches they are framed into (``ring.log.frami
 way each partition's batches go (``IntakeHost.produce_partition``: appended here as the
 partition's leader, or forwarded to it).
 
-``records_soon`` and ``batches_soon`` take no task where they can: when nothing need be awaited to
-know the topic and one partition's write of this loop turn takes the batches
-(``ring.replication.appends``), they answer an ``Appending``; else the awaited path's coroutine.
+A request comes as one ``ring.produce.Produce``, built by its front; the intake puts in the topic's
+consistency when the request names none and hands it on with each partition's batches.
+``produce_soon`` takes no task where it can: when nothing need be awaited to know the topic and one
+partition's write of this loop turn takes the batches (``ring.replication.appends``), it answers an
+``Appending``; else the awaited path's coroutine.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ring.config import BrokerConfig
 from ring.errors import ClockUnusable, Conflict, UnknownTopic
 from ring.log import batch as batchfmt
 from ring.log import framing
-from ring.replication import protocol
+from ring.produce import Batches, Produce
 from ring.replication.appends import Appending
 
 @dataclass(frozen=True)
@@ -54,11 +56,12 @@ class IntakeHost(Protocol):
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         """The partition a request with no key and no partition goes to."""
 
-    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> ProduceResult: ...
+    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                                batches: list[bytearray]) -> ProduceResult:
+        """``batches`` of ``req`` (its consistency resolved) appended to partition ``p``."""
 
-    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                               level: str) -> Appending | None:
+    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> Appending | None:
         """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
 
 
@@ -66,57 +69,38 @@ class Intake:
     def __init__(self, host: IntakeHost) -> None:
         self.host = host
 
-    async def records(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn],
-                      sizes: list[int], values_are_json: bool, keyed: bool, consistency: str | None = None,
-                      producer: tuple[int, int] | None = None) -> list[ProduceResult]:
-        """Frame records into batches (per partition, cut at BATCH_BYTES_MAX) and append them.
+    async def produce(self, req: Produce) -> list[ProduceResult]:
+        """Append ``req``'s records: framed into batches (``Records``, per partition, cut at
+        BATCH_BYTES_MAX) or as they are (``Batches``, all to one partition).
 
-        Without ``keyed`` every record has the same key (or none), so the whole
-        request lands on one partition; with it, records are grouped by the
-        partition of their own key, keeping their order within each partition.
-        ``producer`` (id, sequence) makes the batches idempotent: each gets the
-        id and the sequence of its first record, counted from ``sequence`` per
-        partition; unkeyed records then go to the partition of the producer id,
-        so a retry lands where the first try did.
+        Records without ``keyed`` all have the same key (or none), so the
+        whole request lands on one partition; with it, records are grouped by
+        the partition of their own key, keeping their order within each
+        partition. ``req.producer`` (id, sequence) makes the batches
+        idempotent: each gets the id and the sequence of its first record,
+        counted from ``sequence`` per partition; unkeyed records then go to
+        the partition of the producer id, so a retry lands where the first
+        try did.
         """
-        cfg = await self._topic(topic)
-        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
-        return await self._produce_framed(cfg, framed, protocol.parse_consistency(consistency, cfg.consistency))
+        cfg = await self._topic(req.topic)
+        if req.consistency is None:
+            req = req._replace(consistency=cfg.consistency)
+        return await self._produce_framed(req, cfg, self._framed(req, cfg))
 
-    def records_soon(self, topic: str, partition: int | None, records: list[batchfmt.RecordIn], sizes: list[int],
-                     values_are_json: bool, keyed: bool, consistency: str | None = None,
-                     producer: tuple[int, int] | None = None) -> Appending | Awaitable[list[ProduceResult]]:
-        """``records`` without a task where it can."""
-        cfg = self._topic_at_once(topic)
+    def produce_soon(self, req: Produce) -> Appending | Awaitable[list[ProduceResult]]:
+        """``produce`` without a task where it can."""
+        cfg = self._topic_at_once(req.topic)
         if cfg is None:
-            return self.records(topic, partition, records, sizes, values_are_json, keyed, consistency, producer)
-        framed = self._framed(cfg, partition, records, sizes, values_are_json, keyed, producer)
-        level = protocol.parse_consistency(consistency, cfg.consistency)
+            return self.produce(req)
+        framed = self._framed(req, cfg)
+        if req.consistency is None:
+            req = req._replace(consistency=cfg.consistency)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            soon = self.host.produce_partition_soon(cfg, p, batches, level)
+            soon = self.host.produce_partition_soon(req, cfg, p, batches)
             if soon is not None:
                 return soon
-        return self._produce_framed(cfg, framed, level)
-
-    async def batches(self, topic: str, partition: int | None, key: bytes | None, batches: list[bytearray],
-                      consistency: str | None = None) -> ProduceResult:
-        """Append client-built stored batches as they are, all to one partition."""
-        cfg = await self._topic(topic)
-        p = self._choose_partition(cfg, partition, key)
-        return await self.host.produce_partition(cfg, p, batches,
-                                                 protocol.parse_consistency(consistency, cfg.consistency))
-
-    def batches_soon(self, topic: str, partition: int | None, key: bytes | None, batches: list[bytearray],
-                     consistency: str | None = None) -> Appending | Awaitable[ProduceResult]:
-        """``batches`` without a task where it can."""
-        cfg = self._topic_at_once(topic)
-        if cfg is None:
-            return self.batches(topic, partition, key, batches, consistency)
-        p = self._choose_partition(cfg, partition, key)
-        level = protocol.parse_consistency(consistency, cfg.consistency)
-        host = self.host
-        return host.produce_partition_soon(cfg, p, batches, level) or host.produce_partition(cfg, p, batches, level)
+        return self._produce_framed(req, cfg, framed)
 
     async def _topic(self, topic: str) -> TopicConfig:
         host = self.host
@@ -139,25 +123,25 @@ class Intake:
         check_not_internal(topic, "produce to")
         return host.catalog.get(topic)
 
-    def _choose_partition(self, cfg: TopicConfig, partition: int | None, key: bytes | None) -> int:
-        return framing.choose_partition(cfg.name, cfg.partitions, partition, key,
-                                        lambda: self.host.unkeyed_partition(cfg))
-
-    def _framed(self, cfg: TopicConfig, partition: int | None, records: list[batchfmt.RecordIn], sizes: list[int],
-                values_are_json: bool, keyed: bool, producer: tuple[int, int] | None) -> dict[int, list[bytearray]]:
-        """Partition -> the stored batches its records are framed into."""
+    def _framed(self, req: Produce, cfg: TopicConfig) -> dict[int, list[bytearray]]:
+        """Partition -> the stored batches the request's records are framed into (or its own batches)."""
         host = self.host
-        groups = framing.group(cfg.name, cfg.partitions, partition, records, keyed, producer,
+        body = req.records
+        if type(body) is Batches:
+            p = framing.choose_partition(cfg.name, cfg.partitions, req.partition, req.key,
+                                         lambda: host.unkeyed_partition(cfg))
+            return {p: body.batches}
+        groups = framing.group(cfg.name, cfg.partitions, req.partition, body.records, body.keyed, req.producer,
                                lambda: host.unkeyed_partition(cfg))
         if host.clock_refusal is not None:
             raise ClockUnusable(host.clock_refusal, broker=host.config.name)
-        return framing.frame(groups, records, sizes, values_are_json, producer, batchfmt.CODECS[cfg.compression],
-                             host.clock.wall_ms())
+        return framing.frame(groups, body.records, body.sizes, body.values_are_json, req.producer,
+                             batchfmt.CODECS[cfg.compression], host.clock.wall_ms())
 
-    async def _produce_framed(self, cfg: TopicConfig, framed: dict[int, list[bytearray]],
-                              level: str) -> list[ProduceResult]:
+    async def _produce_framed(self, req: Produce, cfg: TopicConfig,
+                              framed: dict[int, list[bytearray]]) -> list[ProduceResult]:
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            return [await self.host.produce_partition(cfg, p, batches, level)]
-        return list(await asyncio.gather(*(self.host.produce_partition(cfg, p, b, level)
+            return [await self.host.produce_partition(req, cfg, p, batches)]
+        return list(await asyncio.gather(*(self.host.produce_partition(req, cfg, p, b)
                                            for p, b in framed.items())))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
+from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.intake import ProduceResult
@@ -66,15 +67,15 @@ class Routes(Protocol):
 
     def unkeyed_partition(self, cfg: TopicConfig) -> int: ...
 
-    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> ProduceResult: ...
+    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                                batches: list[bytearray]) -> ProduceResult: ...
 
-    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                               level: str) -> Appending | None: ...
+    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> Appending | None: ...
 
     def refused(self, pending: Appending, exc: RingError) -> None: ...
 
-    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None: ...
+    def await_acks(self, part: Replica, pending: Appending, end: int) -> None: ...
 
     def check_writable(self, part: Replica) -> None: ...
 
@@ -115,19 +116,19 @@ class LocalRouter:
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         return self.next_unkeyed(cfg.name) % cfg.partitions
 
-    async def produce_partition(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                                level: str) -> ProduceResult:
+    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                                batches: list[bytearray]) -> ProduceResult:
         return await self.host.append(self.host.replica_of(cfg.name, p), batches)
 
-    def produce_partition_soon(self, cfg: TopicConfig, p: int, batches: list[bytearray],
-                               level: str) -> Appending | None:
-        return self.host.turn.add(self.host.replica_of(cfg.name, p), batches, 1, level)
+    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> Appending | None:
+        return self.host.turn.add(self.host.replica_of(cfg.name, p), batches, 1, req)
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """A produce whose partition would not take its turn's write: the error the awaited path gives."""
         pending.set_exception(exc)
 
-    def await_acks(self, part: Replica, pending: Appending, end: int, level: str) -> None:
+    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
         """A broker alone never waits for others: its own durable end suffices."""
         pending.set_result(None)
 
