@@ -215,6 +215,9 @@ CLOCK_SAMPLE_TTL_S = 30.0
 # then the answer is 504 "outcome unknown" (the batch may still commit).
 # Five gossip rounds: a follower slower than this is as good as down.
 REPLICATION_ACK_TIMEOUT_MS = 5_000
+# Longest wait a produce may ask for (timeout_ms, Kafka's request.timeout.ms):
+# the default one, which a forwarding broker's and a client's own deadlines sit above.
+PRODUCE_TIMEOUT_MS_MAX = REPLICATION_ACK_TIMEOUT_MS
 # Bytes sent to one follower and not yet acknowledged, over all partitions.
 # Pipelining without a bound lets a slow follower fill the leader's memory;
 # 8 MiB keeps a loopback or LAN link busy for several round trips.

@@ -41,7 +41,8 @@ class Produce(NamedTuple):  # immutable, and a tuple for the reason Records is o
     """One produce: where its records go, the records, and how it is acknowledged.
 
     ``consistency`` is a level of ``ring.catalog.CONSISTENCY_LEVELS`` or None for the topic's default,
-    which the intake puts in before the request goes to a partition. ``producer`` is (producer id,
+    which the intake puts in before the request goes to a partition; ``timeout_ms`` is how long the
+    leader waits for the acknowledgements it needs (Kafka's request.timeout.ms). ``producer`` is (producer id,
     sequence of the first record) of an idempotent produce of ``Records``; ``Batches`` carry theirs in
     their headers.
     """
@@ -52,8 +53,9 @@ class Produce(NamedTuple):  # immutable, and a tuple for the reason Records is o
     key: bytes | None = None
     consistency: str | None = None
     producer: tuple[int, int] | None = None
+    timeout_ms: int | None = None  # 1..PRODUCE_TIMEOUT_MS_MAX; None: REPLICATION_ACK_TIMEOUT_MS
 
     @property
     def ack_timeout_ms(self) -> int:
         """How long the leader waits for the acknowledgements the level needs before its 504."""
-        return limits.REPLICATION_ACK_TIMEOUT_MS
+        return self.timeout_ms or limits.REPLICATION_ACK_TIMEOUT_MS

@@ -4,14 +4,15 @@ A broker that takes a produce for a partition another broker leads sends it
 there. An HTTP request per produce costs more than the produce itself (a
 client request through aiohttp's session, a second request parsed on the
 leader), so forwards travel on a websocket to the leader's peer port
-(``GET /peer/v1/forward``, subprotocol ``ring-forward.1``) that stays open
+(``GET /peer/v1/forward``, subprotocol ``ring-forward.2``) that stays open
 and carries many produces at once. Each websocket message is a msgpack list
 of items, gathered during one event-loop turn and sent on the next
 (``Outbox``: one message and one write for all the produces, or answers, of
 a turn):
 
 * a request item ``[id, topic, partition, consistency, batches]`` (the
-  framed, unstamped batches as one byte string);
+  framed, unstamped batches as one byte string), followed by the produce's
+  ``timeout_ms`` when it asks for one;
 * an answer item ``[id, status, body, retry_after]``: the status and JSON
   body the HTTP route ``POST /peer/v1/produce`` would answer, and its
   Retry-After (or nil).
@@ -19,9 +20,12 @@ a turn):
 Answers come back in any order, matched by id. A link that closes with
 produces in flight fails them as 504 (the leader may have appended: the
 outcome is unknown); a link that cannot be opened is a 503 (nothing was
-sent). A leader that does not serve the link (an older release: its
-handshake is refused) is asked over HTTP instead, and the link is tried
-again after ``limits.FORWARD_LINK_RETRY_S``. The codec is pure; the links
+sent). A leader that does not serve the link, or serves another version of
+it (an older release: its handshake is refused, or names no subprotocol of
+ours; ``ring-forward.1``'s items have no ``timeout_ms`` and its leaders refuse
+a sixth field), is asked over HTTP instead, where a query parameter it does
+not know is ignored, and the link is tried again after
+``limits.FORWARD_LINK_RETRY_S``. The codec is pure; the links
 and outboxes are the only I/O here.
 """
 
@@ -44,7 +48,7 @@ from ring.replication import protocol
 log = logging.getLogger("ring.cluster")
 
 PATH = "/peer/v1/forward"
-PROTOCOL = "ring-forward.1"
+PROTOCOL = "ring-forward.2"  # .2: a request item may end with the produce's timeout_ms
 # A message's items are flushed before their bodies pass a produce request's bound, so one message
 # holds at most that plus the items' own few fields (bounded by FORWARDS_IN_FLIGHT_MAX items).
 ITEM_BYTES = 64  # a request or answer item's fields besides its body and topic, packed
@@ -62,10 +66,13 @@ class Forward:
     partition: int
     consistency: str | None
     body: bytes
+    timeout_ms: object = None  # an int when the produce asks for a wait (checked by ``request``)
 
     @classmethod
     def from_query(cls, query: Mapping[str, str], partition: int, body: bytes) -> Forward:
-        return cls(0, query.get("topic"), partition, query.get("consistency"), body)
+        raw = query.get("timeout_ms") or None
+        timeout_ms = int(raw) if raw is not None and raw.isascii() and raw.isdigit() and len(raw) < 10 else raw
+        return cls(0, query.get("topic"), partition, query.get("consistency"), body, timeout_ms)
 
     def request(self, split: Callable[[bytes], Batches]) -> Produce:
         """The produce, validated (BadRequest otherwise, answering this item alone), its body taken
@@ -74,17 +81,27 @@ class Forward:
         if not 0 <= self.partition <= _INT32_MAX:
             raise BadRequest(f"partition {self.partition} is out of range")
         level = protocol.parse_consistency(self.consistency)
-        return Produce(name, split(self.body), self.partition, None, level)
+        timeout_ms = self.timeout_ms
+        if timeout_ms is not None and not (type(timeout_ms) is int
+                                           and 0 < timeout_ms <= limits.PRODUCE_TIMEOUT_MS_MAX):
+            raise BadRequest(f"timeout_ms must be in [1, {limits.PRODUCE_TIMEOUT_MS_MAX}]", parameter="timeout_ms")
+        return Produce(name, split(self.body), self.partition, None, level, None, timeout_ms)
 
 
 def request_item(rid: int, req: Produce, partition: int, body: bytes) -> list:
     """``req``'s batches for ``partition`` (``body``), as a link's request item."""
-    return [rid, req.topic, partition, req.consistency, body]
+    item = [rid, req.topic, partition, req.consistency, body]
+    if req.timeout_ms is not None:
+        item.append(req.timeout_ms)
+    return item
 
 
 def query(req: Produce, partition: int) -> dict[str, str]:
     """``req`` for ``partition`` as the query of ``POST /peer/v1/produce`` (a leader that serves no link)."""
-    return {"topic": req.topic, "partition": str(partition), "consistency": req.consistency}
+    params = {"topic": req.topic, "partition": str(partition), "consistency": req.consistency}
+    if req.timeout_ms is not None:
+        params["timeout_ms"] = str(req.timeout_ms)
+    return params
 
 
 def decode_requests(data: bytes) -> list[Forward]:
@@ -98,13 +115,13 @@ def decode_requests(data: bytes) -> list[Forward]:
         raise BadRequest(f"a forward message is a list of at most {limits.FORWARDS_IN_FLIGHT_MAX} items")
     out = []
     for item in items:
-        if not (isinstance(item, list) and len(item) == 5):
-            raise BadRequest("a forward item has five fields")
-        rid, topic, partition, consistency, body = item
+        if not (isinstance(item, list) and 5 <= len(item) <= 6):
+            raise BadRequest("a forward item has five fields, or six with timeout_ms")
+        rid, topic, partition, consistency, body = item[:5]
         if not (isinstance(rid, int) and isinstance(topic, str) and isinstance(partition, int)
                 and isinstance(consistency, str) and isinstance(body, bytes)):
             raise BadRequest("a forward item's fields have the wrong types")
-        out.append(Forward(rid, topic, partition, consistency, body))
+        out.append(Forward(rid, topic, partition, consistency, body, item[5] if len(item) == 6 else None))
     return out
 
 

@@ -123,7 +123,7 @@ async def delete_topic(request: Request) -> Response:
 class _ProduceParams:
     """A produce's parameters, checked before its body is read (``prepare_produce``)."""
 
-    __slots__ = ("topic", "partition", "key", "consistency", "producer", "ctype", "line_bytes_max")
+    __slots__ = ("topic", "partition", "key", "consistency", "producer", "timeout_ms", "ctype", "line_bytes_max")
 
 
 def prepare_produce(request: Request) -> None:
@@ -142,6 +142,7 @@ def prepare_produce(request: Request) -> None:
     if (producer_id is None) != (sequence is None):
         raise BadRequest("producer_id and sequence go together (an idempotent produce)")
     args.producer = None if producer_id is None else (producer_id, sequence)
+    args.timeout_ms = codec.int_param(q, "timeout_ms", None, 1, limits.PRODUCE_TIMEOUT_MS_MAX)
     args.ctype = codec.produce_type(request)
     args.line_bytes_max = limits.NDJSON_LINE_BYTES_MAX if args.ctype == CT_NDJSON else None
     request.state = args
@@ -157,7 +158,7 @@ def produce(request: Request) -> web.Answer:
     if args.producer is not None and type(decoded) is Batches:
         raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
     got = broker.intake.produce_soon(Produce(args.topic, decoded, args.partition, args.key, args.consistency,
-                                             args.producer))
+                                             args.producer, args.timeout_ms))
     if isinstance(got, Appending):
         return web.Later(got, lambda _: _produced(args.topic, got.part.index, *got.result()))
     return _produce_answer(got)

@@ -322,6 +322,10 @@ def _produce_path() -> dict[str, Any]:
                        "replicas that must hold the records before the answer: one (the leader), quorum "
                        "(a majority of the replication factor) or all; default: the topic's consistency "
                        "setting (quorum unless set)"),
+                _param("timeout_ms", "query",
+                       {"type": "integer", "minimum": 1, "maximum": limits.PRODUCE_TIMEOUT_MS_MAX},
+                       "how long the leader waits for the acknowledgements the consistency level needs "
+                       f"before its 504 (Kafka's request.timeout.ms); default {limits.REPLICATION_ACK_TIMEOUT_MS}"),
                 _param("producer_id", "query", {"type": "integer", "minimum": 0},
                        "an idempotent producer's id (with sequence): a retry of a request already written is "
                        "answered with the original offsets and written once"),
@@ -354,7 +358,8 @@ def _produce_path() -> dict[str, Any]:
                                       "broker, or send application/vnd.ring.batch stamped by the client), or the "
                                       "broker is joining or shutting down; nothing was written; retry after "
                                       "Retry-After"),
-                          "504": _err("the replicas the consistency level needs did not acknowledge in time, "
+                          "504": _err("the replicas the consistency level needs did not acknowledge in time "
+                                      "(timeout_ms), "
                                       "or the leader stepped down first: the outcome is unknown")}}},
     }
 
