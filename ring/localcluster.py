@@ -102,6 +102,8 @@ class LocalBroker:
     proc: subprocess.Popen | None = None
     detach: bool = False  # its own session: outlives the launcher and its terminal's ^C
     prefix: list[str] = field(default_factory=list)  # run through this: ip netns exec NS, faketime +8d ...
+    # What runs ring: this interpreter's ``-m ring`` unless given (another release's ``ring`` entry point).
+    program: list[str] | None = None
 
     @property
     def url(self) -> str:
@@ -109,7 +111,7 @@ class LocalBroker:
 
     def command(self) -> list[str]:
         return [
-            *self.prefix, sys.executable, "-m", "ring", "serve",
+            *self.prefix, *(self.program or [sys.executable, "-m", "ring"]), "serve",
             "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen", f"{self.host}:{self.port}",
