@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from pathlib import Path
 
 import orjson
@@ -124,3 +125,33 @@ def test_a_token_over_its_quota_waits_another_does_not_and_a_new_quota_applies_o
              timeout_s=10, interval_s=0.05)
     assert _produce(b, "t-alice", topic, 10).status == 200
     assert b.pid and b.http.get("/v1/status").status == 200
+
+
+def test_the_client_waits_the_retry_after_a_quota_gives_and_stores_each_record_once(
+        make_broker, tmp_path: Path, topic: str) -> None:
+    """Through ``ring.client``, each produce and fetch past alice's quota is refused once (429 with
+    Retry-After), waits what it was told, and goes in at its next try; every record is stored once."""
+    from ring.client import Client
+
+    rate, size, n = 1000, 1500, 3  # a record is over the burst (a second's worth): each one leaves a debt
+    tokens = tmp_path / "tokens"
+    _tokens(tokens, [f"produce_bytes_per_s={rate}", f"fetch_bytes_per_s={rate}"], [])
+    b = make_broker("--auth-tokens", str(tokens))
+    admin = b.http.with_token("t-admin")
+    assert admin.create_topic(topic, partitions=1).status == 201
+    values = [f"{i}:" + "x" * size for i in range(n)]
+    with Client(b.url, token="t-alice", linger_ms=0, delivery_timeout_s=60, retry_timeout_s=60) as client:
+        began = time.monotonic()
+        offsets = [client.produce(topic, v, partition=0).result(timeout=90).offset for v in values]
+        produced_s = time.monotonic() - began
+        began = time.monotonic()
+        fetched = [client.fetch(topic, 0, o, max_records=1, max_bytes=size).records[0].value.decode() for o in offsets]
+        fetched_s = time.monotonic() - began
+    assert fetched == values
+    stored = admin.fetch(topic, 0, offset=0, max_records=100).json()["records"]
+    assert [r["value"] for r in stored] == values, stored  # each once, in order
+    throttled = b.http.get("/v1/status").json()["admission"]["throttled"]["alice"]
+    # Every record after the first found the quota in debt; told to wait, it went in at the next try.
+    assert throttled == {"produce": n - 1, "fetch": n - 1}, throttled
+    # Each of those waited at least the Retry-After it was given, which is at least 1 s.
+    assert produced_s >= n - 1 and fetched_s >= n - 1, (produced_s, fetched_s)

@@ -16,7 +16,7 @@ from ring.client.batcher import Accumulator, BufferFull, record_size
 from ring.client.records import decode_fetch
 from ring.client.retry import Retry
 from ring.client.topology import Topology, normalize_url, parse_brokers, parse_cluster, parse_topic
-from ring.client.transport import FATAL, RETRY, UNKNOWN, classify
+from ring.client.transport import FATAL, RETRY, UNKNOWN, Reply, classify, retry_after_s
 from ring.log import batch as batchfmt
 
 
@@ -369,6 +369,28 @@ async def test_retry_pauses_double_until_the_deadline_then_stop() -> None:
         counted = Retry(lambda: clock["now"], timeout_s=60.0, retries=2, backoff_ms=500)
         assert await counted.pause() and await counted.pause() and not await counted.pause()
         assert counted.attempts == 3
+
+        # A refusal's Retry-After is waited when longer than the backoff, and cut at the deadline.
+        told = Retry(lambda: clock["now"], timeout_s=10.0, retries=None, backoff_ms=500)
+        slept.clear()
+        assert await told.pause(3.0) and await told.pause(0.2) and await told.pause(30.0)
+        assert slept == [3.0, 1.0, 6.0] and not await told.pause()
+
+
+def test_the_wait_a_refusal_asks_for() -> None:
+    def reply(status: int, code: str, retry_after: str | None) -> Reply:
+        body = f'{{"error": "{code}", "message": "m"}}'.encode()
+        return Reply(status, {} if retry_after is None else {"Retry-After": retry_after}, body, "http://b")
+
+    assert retry_after_s(reply(429, "quota_exceeded", "8")) == 8.0
+    assert retry_after_s(reply(429, "overloaded", "1")) == 1.0
+    for code in ("not_leader", "not_enough_replicas", "unavailable"):  # the doubling pause, following the leader
+        assert retry_after_s(reply(503, code, "1")) == 0.0
+    assert retry_after_s(reply(429, "overloaded", None)) == 0.0
+    assert retry_after_s(reply(429, "overloaded", "Wed, 21 Oct 2026 07:28:00 GMT")) == 0.0
+    assert retry_after_s(reply(429, "overloaded", "-5")) == 0.0
+    assert retry_after_s(reply(429, "overloaded", "inf")) == 0.0
+    assert retry_after_s(reply(400, "bad_request", "3")) == 0.0
 
 
 async def test_a_group_consumer_with_no_broker_raises_once_its_retry_time_is_spent() -> None:

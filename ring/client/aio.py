@@ -42,7 +42,7 @@ from ring.client.records import FetchResult, Headers, RecordMetadata, decode_fet
 from ring.client.retry import Retry
 from ring.client.topology import TopicInfo, parse_brokers
 from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
-    BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session
+    BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session, retry_after_s
 from ring.clock import Clock, SystemClock
 from ring.log import batch as batchfmt
 from ring.log.batch import RecordIn
@@ -358,6 +358,7 @@ class AsyncClient:
         too_far: errors.RingError | None = None
         retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
         while True:
+            wait_s = 0.0  # the longest Retry-After of this round's refusals
             urls = list(dict.fromkeys([*holders, *meta.topology.read_urls(topic, partition)]))
             for url in sorted(urls, key=meta.recently_unreachable):
                 self.stats["fetch_requests"] += 1
@@ -383,10 +384,11 @@ class AsyncClient:
                 if classify(reply.status, code) != RETRY:
                     raise err
                 last = err
+                wait_s = max(wait_s, retry_after_s(reply))
             if too_far is not None:
                 raise too_far
             meta.refresh_soon(self._spawn)  # a leader may have moved; the next round uses what it learns
-            if not await retry.pause():
+            if not await retry.pause(wait_s):
                 raise BrokersUnavailable(f"fetch {topic}/{partition}: no replica answered ({retry.spent()}); "
                                          f"last: {last.message if last else 'none'}", topic=topic, partition=partition)
 

@@ -71,7 +71,7 @@ from ring.client.records import ConsumerRecord
 from ring.client.retry import Retry
 from ring.client.topology import parse_brokers, parse_cluster
 from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
-    Transport, classify, error_from, make_session
+    Transport, classify, error_from, make_session, retry_after_s
 from ring.log.batch import records_between
 
 # A poll answer of the stored batches that hold its records (``ring.http_api.groups_api``)
@@ -192,6 +192,7 @@ class AsyncGroupConsumer:
                                                       headers=headers, timeout_s=self.timeout_s + wait_ms / 1000)
             except BrokerUnreachable as exc:
                 last: errors.RingError = exc
+                wait_s = 0.0
             else:
                 if reply.status < 300 or (ok_conflict and reply.status in (404, 409)):
                     return reply
@@ -202,9 +203,10 @@ class AsyncGroupConsumer:
                 # read again from the member's positions.
                 if classify(reply.status, str(reply.error_doc().get("error", ""))) not in (RETRY, UNKNOWN):
                     raise last
+                wait_s = retry_after_s(reply)
             self._unsteady = True  # the coordinator may be another one by the next attempt
             self._url = self.urls[(self.urls.index(self._url) + 1) % len(self.urls)]
-            if not await retry.pause():
+            if not await retry.pause(wait_s):
                 raise BrokersUnavailable(f"{method} {path}: no broker did it ({retry.spent()}, retry_timeout_s="
                                          f"{self.retry_timeout_s:g}); last: {last.message}", group=self.group)
 

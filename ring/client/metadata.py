@@ -21,7 +21,8 @@ from typing import Any, Awaitable, Callable, Iterable
 from ring import errors, limits
 from ring.client.retry import Retry
 from ring.client.topology import BrokerInfo, TopicInfo, Topology, parse_cluster, parse_topic
-from ring.client.transport import RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, classify, error_from
+from ring.client.transport import RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, classify, \
+    error_from, retry_after_s
 from ring.clock import Clock
 
 log = logging.getLogger("ring.client")
@@ -85,6 +86,7 @@ class Metadata:
         last = "no broker tried"
         retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.backoff_ms)
         while True:
+            wait_s = 0.0  # the longest Retry-After of this round's refusals
             for url in (urls or self.any_urls)():
                 try:
                     reply = await self.transport.json(method, url, path, doc, **kw)
@@ -99,9 +101,10 @@ class Metadata:
                 kind = classify(reply.status, code)
                 if kind == RETRY:
                     last = f"{url}: {reply.status} {code}"
+                    wait_s = max(wait_s, retry_after_s(reply))
                     continue
                 raise error_from(reply, f"{method} {path}")
-            if not await retry.pause():
+            if not await retry.pause(wait_s):
                 raise BrokersUnavailable(f"{method} {path}: no broker answered ({retry.spent()}); last: {last}")
 
     # --- brokers -----------------------------------------------------------------

@@ -19,10 +19,12 @@ A sender task asks the ``Accumulator`` for ready partitions (full batch,
 partition=P[&consistency=C]``.
 
 Retries. Connection refused or broken, 429, 503, 504 and "not leader"
-answers refresh the topology and try again after a pause that doubles with
-each failure (to another broker, which forwards, while the leader refuses
-connections or, for an idempotent producer, has sent no answer
-``CLIENT_PRODUCE_ANSWER_TIMEOUT_S`` after a request), until the records' delivery timeout (Kafka's
+answers refresh the topology and try again (to another broker, which
+forwards, while the leader refuses connections or, for an idempotent
+producer, has sent no answer ``CLIENT_PRODUCE_ANSWER_TIMEOUT_S`` after a
+request) after a pause that doubles with each failure, or after the
+``Retry-After`` a refusal for load or quota gave if that is longer
+(``transport.retry_after_s``), until the records' delivery timeout (Kafka's
 ``delivery.timeout.ms``) and, when ``retries`` is set, at most that many
 times. Batches of sticky unkeyed records move at once to a partition whose
 leader looks reachable; a move is not a retry, and a batch failing
@@ -56,7 +58,7 @@ from ring.client.metadata import Metadata, quote
 from ring.client.retry import backoff_ms
 from ring.client.records import RecordMetadata
 from ring.client.transport import CT_BATCH, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, OutcomeUnknown, \
-    Transport, classify, error_from
+    Transport, classify, error_from, retry_after_s
 from ring.clock import Clock
 from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
@@ -386,7 +388,7 @@ class Producer:
             if kind == UNKNOWN or reply.status == 502:  # a 502 is a proxy that lost the broker's answer
                 self._failed(tp, batches, exc, maybe_written=True)
             elif kind == RETRY or code == "unknown_topic":  # (a topic just created elsewhere)
-                self._failed(tp, batches, exc, maybe_written=False)
+                self._failed(tp, batches, exc, maybe_written=False, wait_s=retry_after_s(reply))
             else:
                 self._finish(tp, batches, exc)
         except asyncio.CancelledError:
@@ -420,13 +422,14 @@ class Producer:
         self.acc.done(tp, batches)
         self._freed()
 
-    def _failed(self, tp: TP, batches: list[ProducerBatch], exc: errors.RingError, *, maybe_written: bool) -> None:
+    def _failed(self, tp: TP, batches: list[ProducerBatch], exc: errors.RingError, *, maybe_written: bool,
+                wait_s: float = 0.0) -> None:
         """A request that did not succeed and may be worth another try. It is tried again (after a
-        doubling pause, following the leader as metadata learns where it went) until the delivery
-        timeout, or ``retries`` attempts if that is set; moving to another partition is a new
-        place, not a retry. A request that may have been written is
-        sent again exactly as it was, and only by an idempotent producer; otherwise its records
-        fail as ``OutcomeUnknown``."""
+        doubling pause, or the ``wait_s`` the broker's refusal asked for if that is longer, following
+        the leader as metadata learns where it went) until the delivery timeout, or ``retries``
+        attempts if that is set; moving to another partition is a new place, not a retry. A request
+        that may have been written is sent again exactly as it was, and only by an idempotent
+        producer; otherwise its records fail as ``OutcomeUnknown``."""
         topic, partition = tp
         self.stats["retries"] += 1
         self.meta.refresh_soon(self.spawn)
@@ -444,7 +447,7 @@ class Producer:
                 topic=topic, partition=partition))
             return
         self._sending.pop(tp, None)
-        pause = backoff_ms(batches[0].failures, self.retry_backoff_ms)
+        pause = max(backoff_ms(batches[0].failures, self.retry_backoff_ms), wait_s * 1000)
         if all(b.movable and not b.maybe_written for b in batches):
             topo = self.meta.topology
             leader = topo.leader_url(topic, partition)

@@ -3,9 +3,10 @@ an administrative call.
 
 A failed attempt (no answer, or a "not now" answer: 503, 429, a leader or
 coordinator moving) is followed by a pause that doubles from the client's
-``retry_backoff_ms`` up to ``CLIENT_RETRY_BACKOFF_MS_MAX``, then another
-attempt, until ``retry_timeout_s`` has passed since the call began (Kafka's
-``default.api.timeout.ms``; ``CLIENT_RETRY_TIMEOUT_S_DEFAULT``, long enough to
+``retry_backoff_ms`` up to ``CLIENT_RETRY_BACKOFF_MS_MAX`` (or, when a
+refusal said how long to wait, its ``Retry-After``, if that is longer), then
+another attempt, until ``retry_timeout_s`` has passed since the call began
+(Kafka's ``default.api.timeout.ms``; ``CLIENT_RETRY_TIMEOUT_S_DEFAULT``, long enough to
 span a failover) or, when the client was given a ``retries`` count, that many
 retries were made. The last attempt starts at the deadline at the latest,
 so a call ends at most one request timeout after it; the caller then raises one
@@ -38,13 +39,14 @@ class Retry:
         """How long and how many attempts: for the error the caller raises."""
         return f"{self.attempts} attempts in {self.now_s() - self.started_s:.1f} s"
 
-    async def pause(self) -> bool:
-        """Wait before the next attempt and count it; False (at once) when none is left."""
+    async def pause(self, at_least_s: float = 0.0) -> bool:
+        """Wait before the next attempt and count it; False (at once) when none is left. ``at_least_s``:
+        the wait a refusal asked for (``transport.retry_after_s``), cut at the deadline."""
         if self.retries is not None and self.attempts > self.retries:
             return False
         left_s = self.deadline_s - self.now_s()
         if left_s <= 0:
             return False
-        await asyncio.sleep(min(backoff_ms(self.attempts, self.base_ms) / 1000, left_s))
+        await asyncio.sleep(min(max(backoff_ms(self.attempts, self.base_ms) / 1000, at_least_s), left_s))
         self.attempts += 1
         return True

@@ -7,7 +7,8 @@ raises ``BrokerUnreachable``, whose ``maybe_sent`` says whether the broker
 may have received the request (a connection that broke after it was made,
 or a timeout) or certainly did not (refused, or not connected in time). ``classify`` decides, from a status and the
 ``error`` code of a JSON error body, whether to retry (elsewhere or later),
-to give up, or to report that the outcome is unknown. ``error_from`` turns an
+to give up, or to report that the outcome is unknown; ``retry_after_s`` how
+long a refusal asked the client to wait before asking again. ``error_from`` turns an
 error answer into the matching ``ring.errors`` class with the body's fields
 (``earliest`` on a 416, ``alive``/``needed`` on a 503 ...).
 
@@ -33,6 +34,7 @@ CT_BATCH = "application/vnd.ring.batch"
 CT_BATCHES = "application/vnd.ring.batches"
 H_NEXT_OFFSET = "Ring-Next-Offset"
 H_HIGH_WATERMARK = "Ring-High-Watermark"
+H_RETRY_AFTER = "Retry-After"
 
 RETRY = "retry"  # the broker could not do it now: refresh topology, back off, try again
 FATAL = "fatal"  # the request itself is wrong, or the broker refused it for good
@@ -117,6 +119,22 @@ def classify(status: int, code: str) -> str:
     if status in _RETRY_STATUSES or code in _RETRY_CODES:
         return RETRY
     return FATAL
+
+
+def retry_after_s(reply: Reply) -> float:
+    """Seconds a 429 asked the client to wait before asking again (its ``Retry-After``, in seconds as
+    ring's brokers send it), 0 without one. A 429 is a refusal for load or for the token's quota, and
+    says how long: asked sooner, the broker would refuse again. A 503's Retry-After is a generic second
+    (a leader moving, too few replicas, a broker starting) that the client's own pause, following the
+    leader through its metadata, already covers."""
+    raw = reply.headers.get(H_RETRY_AFTER) if reply.status == 429 else None
+    if raw is None:
+        return 0.0
+    try:
+        wait_s = float(raw)
+    except ValueError:  # an HTTP date: no broker of ring sends one
+        return 0.0
+    return wait_s if 0 < wait_s < float("inf") else 0.0
 
 
 def error_from(reply: Reply, what: str) -> errors.RingError:
