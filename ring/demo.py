@@ -65,7 +65,8 @@ class Progress:
 
 async def produce(urls: list[str]) -> tuple[int, float]:
     async with AsyncClient(urls, consistency="quorum", linger_ms=10) as client:
-        await client.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, exist_ok=True)
+        # The events carry their own (past) times: kept forever, retention never takes them.
+        await client.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, exist_ok=True, retention_ms=-1)
         progress = Progress(EVENTS, "producing")
         pending: list[asyncio.Future] = []
         for event in clickstream.events(EVENTS):

@@ -137,7 +137,8 @@ def produce_clickstream(brokers: str, topic: str, count: int, *, partitions: int
 
     with BrokerClient(parse_brokers(brokers)) as client:
         try:
-            client.create_topic(topic, partitions)
+            # The events carry their own (past) times: kept forever, retention never takes them.
+            client.create_topic(topic, partitions, retention_ms=-1)
         except errors.Conflict:
             pass
         batch: list[dict[str, Any]] = []

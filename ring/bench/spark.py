@@ -86,7 +86,9 @@ def _fill(urls: list[str], path: Path, records: int, record_bytes: int, partitio
 
     total = 0
     with BrokerClient(urls) as client, path.open("wb") as f:
-        client.create_topic(TOPIC, partitions, replication_factor=3)
+        # The events carry their own (past) times: kept forever, or retention would delete each
+        # partition's first segment once it closes and the bench would lose its own records.
+        client.create_topic(TOPIC, partitions, replication_factor=3, retention_ms=-1)
         batch: list[dict] = []
         for user, ts, value in _events(records, record_bytes):
             total += len(value)
