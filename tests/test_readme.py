@@ -34,6 +34,9 @@ UNRUN = {
                                                                    "tests/test_members.py runs a host of members",
     ("SECURITY.md", "ring serve --tls-cert broker.pem"): "a synopsis of the flags; the same command runs in "
                                                           "the security-example block",
+    ("SPARK.md", "spark-submit --master spark://master:7077"): "a synopsis with hosts' names; "
+                                                                "tests/spark/test_spark_standalone.py "
+                                                                "submits the same job to a cluster on loopback",
     ("SECURITY.md", "python -m tests.soak --seconds 300"): "five minutes of load; tests/test_soak.py runs 30 s",
 }
 
