@@ -1,0 +1,194 @@
+"""An asyncio event loop on virtual time, for running ring's shipped asyncio code in the simulation.
+
+``VirtualLoop`` is a ``SelectorEventLoop`` whose selector never waits: when
+nothing is ready, ``select(timeout)`` moves the virtual clock forward by
+``timeout`` (to the next timer) and reports no events, so a broker's 30 s of
+timeouts, gossip rounds and elections run in however long their callbacks
+take. ``time()`` is the virtual clock. ``run_in_executor`` runs the function
+inline and hands back a completed future: the threads ring uses for fsyncs and
+file work would otherwise finish in real time and in any order. Signal handlers
+are recorded, never installed (several brokers share one process and one loop).
+
+Every callback and task runs in the ``contextvars`` context of the host whose
+code scheduled it (``HOST``): ``kill`` freezes a host the way a crash does.
+Its scheduled callbacks are dropped, nothing it schedules later runs, its tasks
+never resume (no ``finally`` of theirs runs), and the network
+(``tests.sim.vnet``) closes its connections.
+
+``rng`` is the world's one seeded random source; the network's delays and
+anything else the simulated world draws come from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import selectors
+from typing import Any, Callable
+
+HOST: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_host", default=None)
+
+
+class _Stuck(RuntimeError):
+    """Nothing is ready and no timer is due: the simulated world would wait forever."""
+
+
+class VirtualSelector(selectors.BaseSelector):
+    """Keeps registrations (the loop's self-pipe), never reports an event; waiting moves virtual time."""
+
+    def __init__(self) -> None:
+        self._map: dict[Any, selectors.SelectorKey] = {}
+        self.loop: VirtualLoop | None = None
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        key = selectors.SelectorKey(fileobj, fd, events, data)
+        self._map[fileobj] = key
+        return key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._map.pop(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        self.unregister(fileobj)
+        return self.register(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list:
+        assert self.loop is not None
+        if timeout is None:
+            raise _Stuck("the virtual loop has nothing ready and no timer: it would block forever")
+        if timeout > 0:
+            self.loop.advance(timeout)
+        return []
+
+    def get_map(self) -> Any:
+        return self._map
+
+    def close(self) -> None:
+        self._map.clear()
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """A selector event loop whose clock is virtual and jumps to the next timer when idle."""
+
+    def __init__(self, seed: int, start: float = 0.0) -> None:
+        selector = VirtualSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self._now = start
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.signal_handlers: dict[int, tuple[Callable[..., Any], tuple]] = {}
+        self.dead: set[str] = set()
+        self._host_tasks: dict[str | None, set[asyncio.Task]] = {}
+        self.set_task_factory(self._make_task)
+        self.network: Any = None  # tests.sim.vnet.Network, once one is attached
+
+    # --- time ------------------------------------------------------------------------
+
+    def time(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0, "virtual time only moves forward"
+        self._now += seconds
+
+    # --- what would touch threads or the process --------------------------------------
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future:
+        """Runs ``func`` now, on the loop: a future already done with its result or its exception."""
+        fut = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def add_signal_handler(self, sig: int, callback: Callable[..., Any], *args: Any) -> None:
+        self.signal_handlers[sig] = (callback, args)
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        return self.signal_handlers.pop(sig, None) is not None
+
+    # --- hosts: who scheduled what -----------------------------------------------------
+
+    def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        ctx = kwargs.get("context")
+        host = ctx.get(HOST) if ctx is not None else HOST.get()
+        tasks = self._host_tasks.setdefault(host, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    def _host_dead(self, context: contextvars.Context | None) -> bool:
+        if not self.dead:
+            return False
+        host = context.get(HOST) if context is not None else HOST.get()
+        return host in self.dead
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+                  ) -> asyncio.Handle:
+        handle = super().call_soon(callback, *args, context=context)
+        if self._host_dead(context):
+            handle.cancel()
+        return handle
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        handle = super().call_at(when, callback, *args, context=context)
+        if self._host_dead(context):
+            handle.cancel()
+        return handle
+
+    def call_in(self, host: str | None, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
+        """``callback`` after ``delay`` virtual seconds, run as ``host``'s code (its tasks, its timers)."""
+        ctx = contextvars.copy_context()
+        ctx.run(HOST.set, host)
+        if delay <= 0:
+            return self.call_soon(callback, *args, context=ctx)
+        return self.call_later(delay, callback, *args, context=ctx)
+
+    def spawn(self, host: str | None, coro: Any) -> asyncio.Task:
+        """A task running ``coro`` as ``host``'s code: everything it schedules is that host's."""
+        ctx = contextvars.copy_context()
+        ctx.run(HOST.set, host)
+        return self.create_task(coro, context=ctx)
+
+    def tasks_of(self, host: str | None) -> set[asyncio.Task]:
+        return {t for t in self._host_tasks.get(host, ()) if not t.done()}
+
+    def kill(self, host: str) -> None:
+        """``host`` crashes: none of its callbacks runs from now on, its tasks stay where they are
+        forever, and the network drops its connections and refuses new ones to it. A host killed stays dead."""
+        self.dead.add(host)
+        for handle in [*self._ready, *self._scheduled]:
+            ctx = getattr(handle, "_context", None)
+            if ctx is not None and ctx.get(HOST) == host:
+                handle.cancel()
+        if self.network is not None:
+            self.network.host_down(host)
+
+    def forget(self, host: str) -> None:
+        """Drop the frozen tasks of a dead host without running them (called at the end of a run)."""
+        for task in self._host_tasks.pop(host, set()):
+            try:
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+
+
+def run(seed: int, main: Callable[[VirtualLoop], Any], start: float = 0.0) -> Any:
+    """Run ``main(loop)`` (a coroutine) to its end on a fresh ``VirtualLoop``; the loop is closed after."""
+    loop = VirtualLoop(seed, start)
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main(loop))
+    finally:
+        for host in list(loop.dead):
+            loop.forget(host)
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -1,0 +1,91 @@
+"""The virtual-time event loop of the simulation (``tests.sim.vloop``): time jumps to the next timer,
+executor work runs inline, a killed host's code never runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.sim.vloop import HOST, VirtualLoop, run
+
+
+def test_sleeps_take_virtual_time_only() -> None:
+    async def main(loop: VirtualLoop) -> list[float]:
+        seen = []
+        for delay in (5.0, 60.0, 0.25):
+            await asyncio.sleep(delay)
+            seen.append(loop.time())
+        return seen
+
+    started = time.monotonic()
+    assert run(1, main) == [5.0, 65.0, 65.25]
+    assert time.monotonic() - started < 1.0
+
+
+def test_timers_fire_in_order_and_timeouts_expire_on_virtual_time() -> None:
+    async def main(loop: VirtualLoop) -> list[tuple[str, float]]:
+        fired: list[tuple[str, float]] = []
+        loop.call_later(3.0, lambda: fired.append(("b", loop.time())))
+        loop.call_later(1.0, lambda: fired.append(("a", loop.time())))
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(10.0):
+                await asyncio.Event().wait()
+        fired.append(("timeout", loop.time()))
+        return fired
+
+    assert run(2, main) == [("a", 1.0), ("b", 3.0), ("timeout", 10.0)]
+
+
+def test_run_in_executor_runs_inline_and_carries_exceptions() -> None:
+    calls: list[str] = []
+
+    async def main(loop: VirtualLoop) -> None:
+        fut = loop.run_in_executor(None, lambda x: calls.append(x) or x * 2, "ab")
+        assert fut.done() and calls == ["ab"]  # before any await: ran on the spot
+        assert await fut == "abab"
+        assert await asyncio.to_thread(sum, [1, 2, 3]) == 6
+        with pytest.raises(ZeroDivisionError):
+            await loop.run_in_executor(None, lambda: 1 / 0)
+        assert loop.time() == 0.0
+
+    run(3, main)
+
+
+def test_waiting_on_nothing_is_reported_not_hung() -> None:
+    async def main(loop: VirtualLoop) -> None:
+        await loop.create_future()  # nobody will ever complete it, and no timer is left
+
+    with pytest.raises(RuntimeError, match="block forever"):
+        run(4, main)
+
+
+def test_a_killed_host_runs_nothing_more() -> None:
+    async def ticker(loop: VirtualLoop, ticks: list[tuple[str, float]]) -> None:
+        try:
+            while True:
+                await asyncio.sleep(1.0)
+                ticks.append((HOST.get(), loop.time()))
+        finally:
+            ticks.append(("finally", loop.time()))  # a crash runs no cleanup
+
+    async def main(loop: VirtualLoop) -> list[tuple[str, float]]:
+        ticks: list[tuple[str, float]] = []
+        loop.spawn("a", ticker(loop, ticks))
+        loop.spawn("b", ticker(loop, ticks))
+        loop.call_in("a", 2.5, loop.kill, "a")
+        await asyncio.sleep(3.5)
+        return list(ticks)  # (a copy: closing the frozen coroutines when the loop goes runs their finally)
+
+    ticks = run(5, main)
+    assert [t for h, t in ticks if h == "a"] == [1.0, 2.0]
+    assert [t for h, t in ticks if h == "b"] == [1.0, 2.0, 3.0]
+    assert not any(h == "finally" for h, _ in ticks)
+
+
+def test_the_seed_sets_the_random_source() -> None:
+    async def main(loop: VirtualLoop) -> list[float]:
+        return [loop.rng.random() for _ in range(3)]
+
+    assert run(7, main) == run(7, main) != run(8, main)
