@@ -27,6 +27,8 @@ import random
 import selectors
 from typing import Any, Callable
 
+WALL_START_S = 1_700_000_000.0  # the wall clock's reading at virtual time 0
+
 HOST: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_host", default=None)
 
 
@@ -90,6 +92,10 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._now
 
+    def wall(self) -> float:
+        """Seconds since the Unix epoch, as the simulated world's wall clock reads them."""
+        return WALL_START_S + self._now
+
     def advance(self, seconds: float) -> None:
         assert seconds >= 0, "virtual time only moves forward"
         self._now += seconds
@@ -112,6 +118,26 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 
     def remove_signal_handler(self, sig: int) -> bool:
         return self.signal_handlers.pop(sig, None) is not None
+
+    # --- the network: tests.sim.vnet's, never the machine's ----------------------------
+
+    async def create_server(self, protocol_factory: Callable[[], Any], host: Any = None, port: int | None = None,
+                            **kwargs: Any) -> Any:
+        assert self.network is not None, "no simulated network attached to the virtual loop"
+        assert not kwargs.get("ssl"), "the simulated network carries no TLS"
+        return self.network.listen(protocol_factory, host, port or 0)
+
+    async def create_connection(self, protocol_factory: Callable[[], Any], host: str | None = None,
+                                port: int | None = None, *, sock: Any = None, **kwargs: Any) -> Any:
+        assert self.network is not None, "no simulated network attached to the virtual loop"
+        assert not kwargs.get("ssl"), "the simulated network carries no TLS"
+        if sock is not None:
+            host, port = sock.getpeername()
+        assert host is not None and port is not None
+        return await self.network.connect(protocol_factory, (host, port))
+
+    async def getaddrinfo(self, host: Any, port: Any, **kwargs: Any) -> Any:
+        raise OSError("the simulated network has no DNS: use IP literals")
 
     # --- hosts: who scheduled what -----------------------------------------------------
 
@@ -179,6 +205,25 @@ class VirtualLoop(asyncio.SelectorEventLoop):
                 task._log_destroy_pending = False  # type: ignore[attr-defined]
             except AttributeError:
                 pass
+
+
+class VirtualClock:
+    """ring's ``Clock`` (``ring.clock``) on the loop's virtual time."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self.loop = loop
+
+    def wall_ms(self) -> int:
+        return int(self.loop.wall() * 1000)
+
+    def monotonic(self) -> float:
+        return self.loop.time()
+
+
+def running() -> VirtualLoop | None:
+    """The virtual loop running now, if one is."""
+    loop = asyncio._get_running_loop()
+    return loop if isinstance(loop, VirtualLoop) else None
 
 
 def run(seed: int, main: Callable[[VirtualLoop], Any], start: float = 0.0) -> Any:

@@ -1,0 +1,104 @@
+"""The simulated network on the virtual loop (``tests.sim.vnet``): aiohttp's server and client talk
+HTTP and websockets over it with seeded delays; a cut link and a killed host refuse and reset."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.sim.vloop import VirtualLoop, run
+from tests.sim.vnet import Network
+
+SERVER = ("127.0.0.1", 9000)
+
+
+async def _serve(loop: VirtualLoop) -> web.AppRunner:
+    async def hello(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)
+        return web.json_response({"you": request.remote, "body": (await request.read()).decode()})
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            await ws.send_bytes(msg.data[::-1])
+        return ws
+
+    app = web.Application()
+    app.router.add_post("/hello", hello)
+    app.router.add_get("/ws", echo)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await loop.create_server(runner.server, *SERVER)
+    return runner
+
+
+def _world(seed: int, client: str = "10.0.0.9"):
+    async def main(loop: VirtualLoop):
+        net = Network(loop)
+
+        async def server_side() -> web.AppRunner:
+            return await _serve(loop)
+
+        runner = await loop.spawn("127.0.0.1", server_side())
+
+        async def client_side() -> tuple[dict, list[bytes], float]:
+            async with aiohttp.ClientSession() as session:
+                async with session.post("http://127.0.0.1:9000/hello", data=b"hi") as r:
+                    assert r.status == 200
+                    doc = await r.json()
+                took = loop.time()
+                got = []
+                async with session.ws_connect("http://127.0.0.1:9000/ws") as ws:
+                    for word in (b"abc", b"xyz"):
+                        await ws.send_bytes(word)
+                        got.append((await ws.receive()).data)
+            return doc, got, took
+
+        out = await loop.spawn(client, client_side())
+        await loop.spawn("127.0.0.1", runner.cleanup())
+        return out, net.digest(), net.deliveries
+
+    return run(seed, main)
+
+
+def test_http_and_websockets_cross_the_simulated_network() -> None:
+    (doc, got, took), _, deliveries = _world(1)
+    assert doc == {"you": "10.0.0.9", "body": "hi"}
+    assert got == [b"cba", b"zyx"]
+    assert 1.0 < took < 1.1  # the handler's second plus the network's milliseconds, all virtual
+    assert deliveries >= 6
+
+
+def test_the_trace_depends_on_the_seed_only() -> None:
+    assert _world(3)[1] == _world(3)[1] != _world(4)[1]
+
+
+def test_a_cut_link_refuses_and_a_killed_host_resets() -> None:
+    async def main(loop: VirtualLoop) -> list[str]:
+        net = Network(loop)
+        await loop.spawn("127.0.0.1", _serve(loop))
+        seen: list[str] = []
+
+        async def client_side() -> None:
+            async with aiohttp.ClientSession() as session:
+                net.cut("10.0.0.9", "127.0.0.1")
+                with pytest.raises(aiohttp.ClientConnectorError):
+                    await session.post("http://127.0.0.1:9000/hello", data=b"x")
+                seen.append("refused while cut")
+                net.heal("10.0.0.9", "127.0.0.1")
+                loop.call_later(0.5, loop.kill, "127.0.0.1")  # during the handler's second
+                with pytest.raises(aiohttp.ClientError):
+                    await session.post("http://127.0.0.1:9000/hello", data=b"x")
+                seen.append(f"reset at {loop.time():.1f}")
+                with pytest.raises(aiohttp.ClientConnectorError):
+                    await session.post("http://127.0.0.1:9000/hello", data=b"x")
+                seen.append("refused once dead")
+
+        await loop.spawn("10.0.0.9", client_side())
+        return seen
+
+    assert run(5, main) == ["refused while cut", "reset at 0.5", "refused once dead"]
