@@ -381,10 +381,13 @@ def _load_tokens(path: Path | None):
     return table
 
 
-async def serve(config, access_log: bool = False, tokens=None, polar=None, bounds=None, tokens_path=None) -> int:
+async def serve(config, access_log: bool = False, tokens=None, polar=None, bounds=None, tokens_path=None,
+                clock=None, rng=None) -> int:
     """Run one broker until SIGTERM/SIGINT; returns the exit code. ``polar``: PolarStreams' ports
     (``polar_api.Ports``) to serve its API on too; ``bounds``: the admission's (loop lag ms, requests
-    running); ``tokens_path``: the file ``tokens`` came from, read again on SIGHUP."""
+    running); ``tokens_path``: the file ``tokens`` came from, read again on SIGHUP; ``clock`` and
+    ``rng``: the broker's clock and random source (default the system clock and an unseeded one; the
+    simulation passes its virtual clock and a seeded source)."""
     import random
 
     from ring.clock import SystemClock
@@ -394,7 +397,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
     from ring.http_api.peer import make_peer_app
     from ring.http_api.server import PeerServer, Server
 
-    broker = ClusterBroker(config, SystemClock(), random.Random())
+    broker = ClusterBroker(config, clock or SystemClock(), rng or random.Random())
     # Both ports listen before the broker opens (port 0 picks one, and gossip
     # must advertise the real one); until it has joined, clients get 503.
     default_peer = config.peer_port is None
