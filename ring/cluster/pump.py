@@ -297,9 +297,11 @@ class BrokerEffects:
         # Links before releases: a sender waiting on its wake is scheduled before the answers'
         # callbacks, so the hw frames of this Ready reach the kernel before the produces they commit
         # are answered (a read from a follower right after an acknowledgement sees it); a sender
-        # still writing an earlier frame sends them once that write is done.
+        # still writing an earlier frame sends them once that write is done. In name order: the order
+        # the frames are written is then the same in every process (a set of names iterates in the order
+        # of the process's string hashes), so a simulated run replays exactly.
         links = self.pump.links
-        for name in names:
+        for name in sorted(names):
             link = links.get(name)
             if link is not None:
                 link.kick()
