@@ -16,7 +16,9 @@ never resume (no ``finally`` of theirs runs), and the network
 (``tests.sim.vnet``) closes its connections.
 
 ``rng`` is the world's one seeded random source; the network's delays and
-anything else the simulated world draws come from it.
+anything else the simulated world draws come from it. ``sched_log``, when set
+to a list, records every callback scheduled (virtual time, when, its name):
+diffing two runs' logs finds where they part.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self._host_tasks: dict[str | None, set[asyncio.Task]] = {}
         self.set_task_factory(self._make_task)
         self.network: Any = None  # tests.sim.vnet.Network, once one is attached
+        self.sched_log: list[tuple[float, Any, str]] | None = None  # every callback scheduled, when a list
 
     # --- time ------------------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
                   ) -> asyncio.Handle:
         handle = super().call_soon(callback, *args, context=context)
+        if self.sched_log is not None:
+            self.sched_log.append((self._now, "soon", getattr(callback, "__qualname__", type(callback).__name__)))
         if self._host_dead(context):
             handle.cancel()
         return handle
@@ -166,6 +171,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         handle = super().call_at(when, callback, *args, context=context)
+        if self.sched_log is not None:
+            self.sched_log.append((self._now, when, getattr(callback, "__qualname__", type(callback).__name__)))
         if self._host_dead(context):
             handle.cancel()
         return handle

@@ -14,9 +14,14 @@ Faults: ``cut(a, b)`` resets every connection between two hosts and refuses
 new ones until ``heal(a, b)``; a host killed on the loop (``loop.kill``) has
 every connection reset and its servers gone.
 
-``trace`` records each delivery (virtual time, from, to, the bytes' digest) and
-``digest()`` hashes the whole sequence: two runs of one seed are the same run
-exactly when their digests agree.
+``digest()`` hashes every delivery (virtual time, from, to, the bytes) in
+order: two runs of one seed are the same run exactly when their digests
+agree. ``log``, when set to a list, keeps each delivery (and each dropped one).
+
+What aiohttp itself reads or draws goes, while a virtual loop runs, to the
+loop: the Date header's ``time.time()``, a websocket handshake's key
+(``os.urandom``), a client frame's mask and the connector's shuffle of its
+waiters (``random``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import errno
 import functools
 import hashlib
 import os
+import random
 import socket
 import time as _time
 from typing import Any, Callable
@@ -219,12 +225,13 @@ class Network:
         self.loop = loop
         self.delay_s = delay_s
         self.servers: dict[Addr, SimServer] = {}
-        self.open: set[SimTransport] = set()
+        self.open: dict[SimTransport, None] = {}  # (ordered: faults visit connections in the order they opened)
         self.cuts: set[frozenset[str]] = set()
         self._next_port: dict[str, int] = {}
         self._hash = hashlib.sha256()
         self.deliveries = 0
         self.bytes = 0
+        self.log: list[tuple[float, Addr, Addr, bytes | None]] | None = None  # every delivery, when a list
         loop.network = self
         _patch_aiohttp()
 
@@ -260,7 +267,7 @@ class Network:
         mine = SimTransport(self, me, local, remote)
         theirs = SimTransport(self, server.host, remote, local)
         mine.peer, theirs.peer = theirs, mine
-        self.open.update((mine, theirs))
+        self.open.update({mine: None, theirs: None})
 
         def accept() -> None:
             proto = server.factory()
@@ -285,12 +292,16 @@ class Network:
 
     def _deliver(self, src: SimTransport, dst: SimTransport, data: bytes | None) -> None:
         if dst._lost:
+            if self.log is not None:
+                self.log.append((self.loop.time(), src.local, dst.local, b"DROPPED"))
             return
         self.deliveries += 1
         self._hash.update(f"{self.loop.time():.9f} {src.local} {dst.local} ".encode())
         self._hash.update(b"EOF" if data is None else data)
         if data is not None:
             self.bytes += len(data)
+        if self.log is not None:
+            self.log.append((self.loop.time(), src.local, dst.local, data))
         dst._arrive(data)
 
     def reset(self, end: SimTransport) -> None:
@@ -301,7 +312,7 @@ class Network:
                                                                                        "connection reset"))
 
     def forget(self, end: SimTransport) -> None:
-        self.open.discard(end)
+        self.open.pop(end, None)
 
     def digest(self) -> str:
         return self._hash.hexdigest()
@@ -315,7 +326,7 @@ class Network:
             if {end.host, end.remote[0]} == {a, b} and not end._lost:
                 end._closing = True
                 end._lost = True  # (dropped without callbacks from this side's view of the reset below)
-                self.open.discard(end)
+                self.open.pop(end, None)
                 self.loop.call_in(end.host, 0, self._reset_local, end)
 
     def _reset_local(self, end: SimTransport) -> None:
@@ -332,7 +343,7 @@ class Network:
         for end in list(self.open):
             if end.host == host:
                 end._closing = end._lost = True
-                self.open.discard(end)
+                self.open.pop(end, None)
                 self.reset(end)
 
     def host_up(self, host: str) -> None:
@@ -361,7 +372,7 @@ def _patch_aiohttp() -> None:
     aiohappyeyeballs.start_connection = start_connection
     _patched.append(real)
     # What aiohttp draws or reads itself, on a virtual loop from the loop: the Date header's clock, a
-    # websocket handshake's key, a client frame's mask.
+    # websocket handshake's key, a client frame's mask, the connector's shuffle of its waiters.
     import aiohttp.client
     import aiohttp.helpers
     from aiohttp._websocket.writer import WebSocketWriter
@@ -377,6 +388,9 @@ def _patch_aiohttp() -> None:
             self.get_random_bits = functools.partial(loop.rng.getrandbits, 32)
 
     WebSocketWriter.__init__ = init  # type: ignore[method-assign]
+    import aiohttp.connector
+
+    aiohttp.connector.random = VirtualRandomModule()  # type: ignore[attr-defined]
 
 
 class VirtualTimeModule:
@@ -388,6 +402,14 @@ class VirtualTimeModule:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(_time, name)
+
+
+class VirtualRandomModule:
+    """The ``random`` module, drawing from the virtual loop's random source while one runs."""
+
+    def __getattr__(self, name: str) -> Any:
+        loop = running()
+        return getattr(loop.rng if loop is not None else random, name)
 
 
 class VirtualOsModule:

@@ -1,0 +1,204 @@
+"""Three shipped brokers (``ring.cli.serve``, unchanged) in one process on the virtual loop and network.
+
+* A topic of replication factor 3 is made through the client API, records are
+  produced at quorum through every broker (forwarded to the leader by the two
+  others), the partition's leader crashes, the survivors elect another within
+  the failure detection's virtual seconds, quorum produces resume, and every
+  acknowledged record is read back from each survivor; more than 30 s of virtual
+  time pass, in a few seconds of real time.
+* One seed is one run: the digest of every delivery (virtual time, addresses,
+  bytes) and of the data directories' files agree between two runs in this
+  process and one in another process (another hash seed too), and differ for
+  another seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster
+from tests.sim.vloop import VirtualLoop, run
+
+TOPIC = "shipped"
+RECORDS_BEFORE = 24
+RECORDS_AFTER = 12
+VIRTUAL_S_MIN = 30.0
+ELECTED_WITHIN_S = 20.0  # failure detection (phi accrual, about 4-13 s) plus a round of votes
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Outcome:
+    acked: dict[int, str] = field(default_factory=dict)
+    read: dict[str, dict[int, Any]] = field(default_factory=dict)
+    old_leader: str = ""
+    new_leader: str = ""
+    elected_after_s: float = 0.0
+    virtual_s: float = 0.0
+    deliveries: int = 0
+    trace: str = ""
+    files: str = ""
+
+
+async def _views(client: Client, names: list[str]) -> dict[str, dict[str, str]]:
+    out = {}
+    for name in names:
+        try:
+            r = await client.request(name, "GET", "/v1/cluster")
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            continue
+        if r.status == 200:
+            out[name] = {b["name"]: b["status"] for b in r.json()["brokers"]}
+    return out
+
+
+async def _leader(client: Client, names: list[str], not_: str | None = None) -> tuple[str, int] | None:
+    """The leader of partition 0 every broker in ``names`` reports (and its epoch), once they agree."""
+    seen = []
+    for name in names:
+        try:
+            r = await client.request(name, "GET", f"/v1/topics/{TOPIC}")
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+        if r.status != 200:
+            return None
+        part = r.json()["partitions"][0]
+        seen.append((part["leader"], part["epoch"]))
+    leaders = {lead for lead, _ in seen}
+    if len(leaders) == 1 and None not in leaders and not_ not in leaders:
+        return seen[0][0], max(e or 0 for _, e in seen)
+    return None
+
+
+async def _until(loop: VirtualLoop, cluster: ShippedCluster, what: str, probe: Any, within_s: float) -> Any:
+    deadline = loop.time() + within_s
+    while loop.time() < deadline:
+        cluster.check_serving()
+        got = await probe()
+        if got:
+            return got
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{what}: not within {within_s} virtual s")
+
+
+async def _produce(client: Client, name: str, value: str) -> int | None:
+    """The offset of ``value`` produced at quorum through ``name``, None when not acknowledged."""
+    try:
+        r = await client.request(name, "POST", f"/v1/topics/{TOPIC}/messages",
+                                 params={"partition": "0", "consistency": "quorum"}, data=orjson.dumps(value),
+                                 headers={"Content-Type": "application/x-ndjson"})
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+    return r.json()["base_offset"] if r.status == 200 else None
+
+
+async def _read_all(client: Client, name: str) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    offset = 0
+    while True:
+        r = await client.request(name, "GET", f"/v1/topics/{TOPIC}/partitions/0/messages",
+                                 params={"offset": str(offset), "max_records": "10000", "wait_ms": "0"},
+                                 headers={"Accept": "application/json"})
+        assert r.status == 200, (name, r.status, r.body)
+        doc = r.json()
+        out.update({rec["offset"]: rec["value"] for rec in doc["records"]})
+        if doc["next_offset"] == offset:
+            return out
+        offset = doc["next_offset"]
+
+
+async def _failover(loop: VirtualLoop, root: Path) -> Outcome:
+    cluster = ShippedCluster(loop, root)
+    cluster.start()
+    client = Client(cluster)
+    out = Outcome()
+    names = cluster.names
+
+    async def all_up() -> bool:
+        views = await _views(client, names)
+        return len(views) == 3 and all(v == {n: "up" for n in names} for v in views.values())
+
+    await _until(loop, cluster, "every broker sees every broker up", all_up, 30.0)
+    r = await client.request(names[0], "POST", "/v1/topics",
+                             json={"name": TOPIC, "partitions": 1, "replication_factor": 3})
+    assert r.status == 201, r.body
+    out.old_leader, epoch = await _until(loop, cluster, "a leader", lambda: _leader(client, names), 30.0)
+    for n in range(RECORDS_BEFORE):
+        value = f"before-{n}"
+        offset = await _produce(client, names[n % 3], value)
+        assert offset is not None, value
+        out.acked[offset] = value
+    cluster.kill(out.old_leader)
+    killed_at = loop.time()
+    survivors = cluster.alive()
+    out.new_leader, new_epoch = await _until(loop, cluster, "a new leader",
+                                             lambda: _leader(client, survivors, not_=out.old_leader), 60.0)
+    out.elected_after_s = loop.time() - killed_at
+    assert new_epoch > epoch
+    for n in range(RECORDS_AFTER):
+        value = f"after-{n}"
+        offset = await _until(loop, cluster, f"{value} acknowledged",
+                              lambda: _produce(client, survivors[n % 2], value), 30.0)
+        out.acked[offset] = value
+    await asyncio.sleep(max(0.0, VIRTUAL_S_MIN + 1.0 - loop.time()))
+    for name in survivors:
+        out.read[name] = await _read_all(client, name)
+    await client.close()
+    out.virtual_s = loop.time()
+    out.deliveries = cluster.net.deliveries
+    out.trace = cluster.net.digest()
+    for name in names:
+        cluster.kill(name)  # (every broker stops where it is: the files are what the run left)
+    files = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        files.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    out.files = files.hexdigest()
+    return out
+
+
+def run_failover(seed: int, root: Path) -> Outcome:
+    async def main(loop: VirtualLoop) -> Outcome:
+        return await loop.spawn(CLIENT_HOST, _failover(loop, root))
+
+    return run(seed, main)
+
+
+def test_three_shipped_brokers_fail_over_without_losing_an_acknowledged_record(tmp_path: Path) -> None:
+    started = time.monotonic()
+    out = run_failover(11, tmp_path)
+    real_s = time.monotonic() - started
+    print(f"{out.virtual_s:.1f} virtual s in {real_s:.1f} real s, {out.deliveries} deliveries; "
+          f"{out.new_leader} elected {out.elected_after_s:.1f} virtual s after {out.old_leader} crashed")
+    assert out.virtual_s >= VIRTUAL_S_MIN
+    assert out.new_leader != out.old_leader and out.elected_after_s <= ELECTED_WITHIN_S
+    assert len(out.acked) == RECORDS_BEFORE + RECORDS_AFTER
+    assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader)
+    for name, got in out.read.items():
+        assert {o: got.get(o) for o in out.acked} == out.acked, name
+    assert real_s < 45
+
+
+def test_a_seed_replays_exactly_in_this_process_and_another(tmp_path: Path) -> None:
+    first = run_failover(5, tmp_path / "a")
+    second = run_failover(5, tmp_path / "b")
+    assert (second.trace, second.files) == (first.trace, first.files)
+    code = ("import sys; from pathlib import Path; from tests.test_sim_shipped import run_failover; "
+            "o = run_failover(5, Path(sys.argv[1])); print(o.trace, o.files)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "12345"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == [first.trace, first.files]
+    other = run_failover(6, tmp_path / "d")
+    assert other.trace != first.trace
