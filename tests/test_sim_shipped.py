@@ -2,10 +2,11 @@
 
 * A topic of replication factor 3 is made through the client API, records are
   produced at quorum through every broker (forwarded to the leader by the two
-  others), the partition's leader crashes, the survivors elect another within
-  the failure detection's virtual seconds, quorum produces resume, and every
-  acknowledged record is read back from each survivor; more than 30 s of virtual
-  time pass, in a few seconds of real time.
+  others), the partition's leader crashes with produces in flight (a few of
+  them acknowledged), the survivors elect another within the failure
+  detection's virtual seconds, quorum produces resume, and every acknowledged
+  record is read back from each survivor; more than 30 s of virtual time pass
+  per seed, in about a second of real time.
 * One seed is one run: the digest of every delivery (virtual time, addresses,
   bytes) and of the data directories' files agree between two runs in this
   process and one in another process (another hash seed too), and differ for
@@ -33,6 +34,7 @@ from tests.sim.vloop import VirtualLoop, run
 TOPIC = "shipped"
 RECORDS_BEFORE = 24
 RECORDS_AFTER = 12
+IN_FLIGHT = 6
 VIRTUAL_S_MIN = 30.0
 ELECTED_WITHIN_S = 20.0  # failure detection (phi accrual, about 4-13 s) plus a round of votes
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 class Outcome:
     acked: dict[int, str] = field(default_factory=dict)
     read: dict[str, dict[int, Any]] = field(default_factory=dict)
+    inflight_acked: int = 0
     old_leader: str = ""
     new_leader: str = ""
     elected_after_s: float = 0.0
@@ -139,8 +142,15 @@ async def _failover(loop: VirtualLoop, root: Path) -> Outcome:
         offset = await _produce(client, names[n % 3], value)
         assert offset is not None, value
         out.acked[offset] = value
+    # Produces in flight through every broker when the leader crashes: those acknowledged count too.
+    inflight = [loop.create_task(_produce(client, names[n % 3], f"inflight-{n}")) for n in range(IN_FLIGHT)]
+    await asyncio.sleep(loop.rng.uniform(0.0, 0.01))
     cluster.kill(out.old_leader)
     killed_at = loop.time()
+    for n, offset in enumerate(await asyncio.gather(*inflight)):
+        if offset is not None:
+            out.acked[offset] = f"inflight-{n}"
+            out.inflight_acked += 1
     survivors = cluster.alive()
     out.new_leader, new_epoch = await _until(loop, cluster, "a new leader",
                                              lambda: _leader(client, survivors, not_=out.old_leader), 60.0)
@@ -174,19 +184,27 @@ def run_failover(seed: int, root: Path) -> Outcome:
     return run(seed, main)
 
 
+FAILOVER_SEEDS = (1, 11, 27)  # (between them, produces in flight at the crash that were acknowledged)
+
+
 def test_three_shipped_brokers_fail_over_without_losing_an_acknowledged_record(tmp_path: Path) -> None:
-    started = time.monotonic()
-    out = run_failover(11, tmp_path)
-    real_s = time.monotonic() - started
-    print(f"{out.virtual_s:.1f} virtual s in {real_s:.1f} real s, {out.deliveries} deliveries; "
-          f"{out.new_leader} elected {out.elected_after_s:.1f} virtual s after {out.old_leader} crashed")
-    assert out.virtual_s >= VIRTUAL_S_MIN
-    assert out.new_leader != out.old_leader and out.elected_after_s <= ELECTED_WITHIN_S
-    assert len(out.acked) == RECORDS_BEFORE + RECORDS_AFTER
-    assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader)
-    for name, got in out.read.items():
-        assert {o: got.get(o) for o in out.acked} == out.acked, name
-    assert real_s < 45
+    inflight_acked = 0
+    for seed in FAILOVER_SEEDS:
+        started = time.monotonic()
+        out = run_failover(seed, tmp_path / str(seed))
+        real_s = time.monotonic() - started
+        print(f"seed {seed}: {out.virtual_s:.1f} virtual s in {real_s:.1f} real s, {out.deliveries} deliveries; "
+              f"{out.new_leader} elected {out.elected_after_s:.1f} virtual s after {out.old_leader} crashed; "
+              f"{out.inflight_acked} of {IN_FLIGHT} produces in flight then acknowledged")
+        assert out.virtual_s >= VIRTUAL_S_MIN
+        assert out.new_leader != out.old_leader and out.elected_after_s <= ELECTED_WITHIN_S
+        assert len(out.acked) == RECORDS_BEFORE + out.inflight_acked + RECORDS_AFTER
+        assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader)
+        for name, got in out.read.items():
+            assert {o: got.get(o) for o in out.acked} == out.acked, (seed, name)
+        assert real_s < 15
+        inflight_acked += out.inflight_acked
+    assert inflight_acked >= 1  # the crash came with acknowledgements on their way
 
 
 def test_a_seed_replays_exactly_in_this_process_and_another(tmp_path: Path) -> None:
