@@ -102,3 +102,24 @@ def test_a_cut_link_refuses_and_a_killed_host_resets() -> None:
         return seen
 
     assert run(5, main) == ["refused while cut", "reset at 0.5", "refused once dead"]
+
+
+def test_a_cut_resets_the_connections_open_across_it() -> None:
+    async def main(loop: VirtualLoop) -> tuple[str, float, int]:
+        net = Network(loop)
+        await loop.spawn("127.0.0.1", _serve(loop))
+
+        async def client_side() -> tuple[str, float, int]:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect("http://127.0.0.1:9000/ws") as ws:
+                    await ws.send_bytes(b"ab")
+                    assert (await ws.receive()).data == b"ba"
+                    loop.call_later(2.0, net.cut, "10.0.0.9", "127.0.0.1")
+                    msg = await ws.receive()
+                    return msg.type.name, loop.time(), len(net.open)
+
+        return await loop.spawn("10.0.0.9", client_side())
+
+    kind, at, still_open = run(6, main)
+    assert kind in ("CLOSED", "ERROR") and 2.0 <= at < 2.1
+    assert still_open == 0
