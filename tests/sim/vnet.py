@@ -1,6 +1,6 @@
 """An in-memory network on the virtual loop: real bytes between simulated hosts, with seeded delays.
 
-``Network.attach(loop)`` makes the ``VirtualLoop``'s ``create_server`` and
+``Network(loop)`` makes the ``VirtualLoop``'s ``create_server`` and
 ``create_connection`` (and aiohttp's client, whose ``TCPConnector`` connects
 through ``aiohappyeyeballs`` then ``loop.create_connection(sock=...)``) use
 this network: a connection to (host, port) of a simulated server pairs two
@@ -346,9 +346,6 @@ class Network:
                 self.open.pop(end, None)
                 self.reset(end)
 
-    def host_up(self, host: str) -> None:
-        pass
-
 
 _patched: list[Any] = []
 
@@ -422,6 +419,3 @@ class VirtualOsModule:
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
-
-def attach(loop: VirtualLoop, delay_s: tuple[float, float] = (0.0005, 0.005)) -> Network:
-    return Network(loop, delay_s)
