@@ -17,12 +17,14 @@ routes them while a virtual loop runs: ``ring.http_api.server`` reads
 ``ring.log.datadir`` draws a data directory's incarnation id from
 ``secrets.token_hex``, and ``ring.ranges`` asks the machine's disk how much is
 free (``shutil.disk_usage``, gossiped in each broker's load): the simulated
-disk has ``DISK_FREE_BYTES`` free.
+disk has ``DISK_FREE_BYTES`` free. ``serve``'s ``gc.freeze()`` is skipped: many
+brokers start and stop in one test process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import secrets
 import shutil
@@ -71,12 +73,26 @@ class _VirtualShutil:
         return getattr(shutil, name)
 
 
+class _VirtualGc:
+    """The ``gc`` module, whose ``freeze`` does nothing while a virtual loop runs: ``serve`` freezes what
+    startup built for the process's life, and a test process runs many brokers that come and go."""
+
+    def freeze(self) -> None:
+        if running() is None:
+            gc.freeze()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(gc, name)
+
+
 def _route_escapes() -> None:
+    import ring.cli
     import ring.http_api.server
     import ring.log.datadir
     import ring.ranges.copier
     import ring.ranges.manager
 
+    ring.cli.gc = _VirtualGc()  # type: ignore[attr-defined]
     ring.http_api.server.time = VirtualTimeModule()  # type: ignore[attr-defined]
     ring.log.datadir.secrets = _VirtualSecrets()  # type: ignore[attr-defined]
     ring.ranges.manager.shutil = ring.ranges.copier.shutil = _VirtualShutil()  # type: ignore[attr-defined]
