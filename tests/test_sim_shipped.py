@@ -184,27 +184,40 @@ def run_failover(seed: int, root: Path) -> Outcome:
     return run(seed, main)
 
 
-FAILOVER_SEEDS = (1, 11, 27)  # (between them, produces in flight at the crash that were acknowledged)
+# (Between them, produces in flight at the crash that were acknowledged.) RING_SIM_SHIPPED_SEEDS=N runs
+# seeds 0 to N-1 instead, a sweep; a failing one is named and replays with RING_SIM_SHIPPED_SEED=S.
+FAILOVER_SEEDS = (1, 11, 27)
+
+
+def _failover_seeds() -> tuple[int, ...]:
+    if os.environ.get("RING_SIM_SHIPPED_SEED"):
+        return (int(os.environ["RING_SIM_SHIPPED_SEED"]),)
+    if os.environ.get("RING_SIM_SHIPPED_SEEDS"):
+        return tuple(range(int(os.environ["RING_SIM_SHIPPED_SEEDS"])))
+    return FAILOVER_SEEDS
 
 
 def test_three_shipped_brokers_fail_over_without_losing_an_acknowledged_record(tmp_path: Path) -> None:
     inflight_acked = 0
-    for seed in FAILOVER_SEEDS:
+    for seed in _failover_seeds():
         started = time.monotonic()
-        out = run_failover(seed, tmp_path / str(seed))
+        try:
+            out = run_failover(seed, tmp_path / str(seed))
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed} (RING_SIM_SHIPPED_SEED={seed} replays it): {exc}") from exc
         real_s = time.monotonic() - started
         print(f"seed {seed}: {out.virtual_s:.1f} virtual s in {real_s:.1f} real s, {out.deliveries} deliveries; "
               f"{out.new_leader} elected {out.elected_after_s:.1f} virtual s after {out.old_leader} crashed; "
               f"{out.inflight_acked} of {IN_FLIGHT} produces in flight then acknowledged")
-        assert out.virtual_s >= VIRTUAL_S_MIN
-        assert out.new_leader != out.old_leader and out.elected_after_s <= ELECTED_WITHIN_S
-        assert len(out.acked) == RECORDS_BEFORE + out.inflight_acked + RECORDS_AFTER
-        assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader)
+        assert out.virtual_s >= VIRTUAL_S_MIN, seed
+        assert out.new_leader != out.old_leader and out.elected_after_s <= ELECTED_WITHIN_S, seed
+        assert len(out.acked) == RECORDS_BEFORE + out.inflight_acked + RECORDS_AFTER, seed
+        assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader), seed
         for name, got in out.read.items():
-            assert {o: got.get(o) for o in out.acked} == out.acked, (seed, name)
-        assert real_s < 15
+            assert {o: got.get(o) for o in out.acked} == out.acked, f"seed {seed}: {name} lost acknowledged records"
+        assert real_s < 15, seed
         inflight_acked += out.inflight_acked
-    assert inflight_acked >= 1  # the crash came with acknowledgements on their way
+    assert inflight_acked >= 1 or len(_failover_seeds()) < len(FAILOVER_SEEDS)  # (acknowledgements on their way)
 
 
 def test_a_seed_replays_exactly_in_this_process_and_another(tmp_path: Path) -> None:
