@@ -97,6 +97,36 @@ def test_offsets_by_timestamp(http: Http, topic: str) -> None:
     assert r.status == 400
 
 
+def test_records_older_than_retention_are_taken_and_the_answer_and_log_say_so(broker, http: Http,
+                                                                               topic: str) -> None:
+    hour_ms = 3_600_000
+    http.create_topic(topic, partitions=2, retention_ms=hour_ms)
+    now_ms = int(time.time() * 1000)
+    old = [{"value": b"old", "timestamp": now_ms - 2 * hour_ms} for _ in range(3)]
+    r = http.produce(topic, msgpack.packb(old), "application/msgpack", partition=1)
+    assert r.status == 200, r.body
+    doc = r.json()
+    assert (doc["partition"], doc["base_offset"], doc["count"], doc["past_retention"]) == (1, 0, 3, 3)
+    assert "older than the topic's retention" in doc["warning"] and str(hour_ms) in doc["warning"]
+    wait_for("the broker's log names the topic", lambda: f"topic {topic!r} took 3 records older than its retention"
+             in broker.log_text())
+    # Records within retention, and a batch whose newest record is within it, answer as always.
+    fresh = [{"value": b"old", "timestamp": now_ms - 2 * hour_ms}, {"value": b"new", "timestamp": now_ms}]
+    for items in ([{"value": b"new"}], fresh):
+        r = http.produce(topic, msgpack.packb(items), "application/msgpack", partition=1)
+        assert r.status == 200 and set(r.json()) == {"topic", "partition", "base_offset", "count"}, r.body
+    assert http.fetch(topic, 1).json()["high_watermark"] == 6  # nothing refused: every record is there
+    # When keys spread a request, each partition's answer counts its own records.
+    keyed = [{"key": b"k%d" % i, "value": b"v", "timestamp": now_ms - 2 * hour_ms} for i in range(12)]
+    results = http.produce(topic, msgpack.packb(keyed), "application/msgpack").json()["results"]
+    assert len(results) == 2 and all(r["past_retention"] == r["count"] > 0 for r in results), results
+    # A topic that keeps records forever takes history silently.
+    forever = topic + "-forever"
+    http.create_topic(forever, partitions=1, retention_ms=-1)
+    r = http.produce(forever, msgpack.packb(old), "application/msgpack", partition=0)
+    assert r.status == 200 and "past_retention" not in r.json()
+
+
 def test_status_and_openapi(http: Http) -> None:
     doc = http.get("/v1/status").json()
     assert doc["name"] == "ring-0" and doc["status"] == "ok" and doc["clean_shutdown"] is True

@@ -28,7 +28,6 @@ from tests.sim.run import Outcome, run
 SEEDS = int(os.environ.get("RING_SIM_SEEDS", "500"))
 REPLAY = os.environ.get("RING_SIM_SEED")
 WORKERS = max(1, min(2, os.cpu_count() or 1))
-BUDGET_S = 120.0  # a bound on the loop on a loaded machine; about 10 s on an idle one
 
 
 def problems(o: Outcome) -> list[str]:
@@ -76,8 +75,7 @@ def test_seeds_keep_what_quorum_promises() -> None:
         with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork")) as pool:
             failures = sorted(f for got in pool.map(run_seeds, chunks) for f in got)
     took = time.monotonic() - began
-    print(f"{SEEDS if not REPLAY else 1} seeds in {took:.1f} s")
-    assert took < BUDGET_S, f"the seeds took {took:.0f} s, over {BUDGET_S} s"
+    print(f"{SEEDS if not REPLAY else 1} seeds in {took:.1f} s")  # how long: the suite times itself, a test does not
     assert not failures, "\n\n".join(
         f"{', '.join(p)}\n{why}\nreplay: RING_SIM_SEED={seed} python -m pytest tests/test_sim.py -s"
         for seed, p, why in failures[:3]) + f"\n({len(failures)} seeds failed)"

@@ -177,6 +177,10 @@ _PRODUCED = {
     "type": "object",
     "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"},
                    "base_offset": {"type": "integer"}, "count": {"type": "integer"},
+                   "past_retention": {"type": "integer", "description": "present when some records are older "
+                                                                       "than the topic's retention"},
+                   "warning": {"type": "string", "description": "present with past_retention: what retention "
+                                                                "will do with those records"},
                    "results": {"type": "array", "description": "when per-record keys spread a request over partitions"}},
 }
 

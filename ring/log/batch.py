@@ -280,6 +280,15 @@ def encode_payload(
 
 
 _make_header = BatchHeader._make  # from the unpacked tuple as it is: no argument unpacking per header
+_COUNT_NEWEST = struct.Struct(">i8xq")  # record_count, (first_timestamp), max_timestamp
+_COUNT_POS = 22
+
+
+def count_and_newest(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    """(record_count, max_timestamp) of the batch at ``pos``, from its header alone."""
+    return _COUNT_NEWEST.unpack_from(buf, pos + _COUNT_POS)
+
+
 _PRODUCER_ID = struct.Struct(">q")
 _PRODUCER_ID_POS = struct.calcsize(HEADER.format[:10])  # the nine fields before it: base_offset .. max_timestamp
 assert HEADER.format[10] == "q" and _PRODUCER_ID_POS == 42

@@ -13,6 +13,8 @@ partition's write of this loop turn takes the batches (``ring.replication.append
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Protocol
 
@@ -25,16 +27,29 @@ from ring.log import framing
 from ring.produce import Batches, Produce
 from ring.replication.appends import Appending
 
+log = logging.getLogger(__name__)
+
+PAST_RETENTION_LOG_S = 60.0  # a topic fed old records logs it once a minute, not once a request
+
+
 @dataclass(frozen=True)
 class ProduceResult:
     topic: str
     partition: int
     base_offset: int
     count: int
+    past_retention: int = 0  # of these records, how many were older than the topic's retention already
+    retention_ms: int = -1  # the topic's retention, when past_retention says something
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition,
-                "base_offset": self.base_offset, "count": self.count}
+        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                               "base_offset": self.base_offset, "count": self.count}
+        if self.past_retention:
+            doc["past_retention"] = self.past_retention
+            doc["warning"] = (f"{self.past_retention} of these records are older than the topic's retention "
+                              f"(retention_ms {self.retention_ms}): retention deletes them once their segment "
+                              f"closes, unless newer records share it")
+        return doc
 
 
 class IntakeHost(Protocol):
@@ -68,6 +83,7 @@ class IntakeHost(Protocol):
 class Intake:
     def __init__(self, host: IntakeHost) -> None:
         self.host = host
+        self._past_retention_logged: dict[str, float] = {}  # topic -> when it was last logged (monotonic)
 
     async def produce(self, req: Produce) -> list[ProduceResult]:
         """Append ``req``'s records: framed into batches (``Records``, per partition, cut at
@@ -85,7 +101,10 @@ class Intake:
         cfg = await self._topic(req.topic)
         if req.consistency is None:
             req = req._replace(consistency=cfg.consistency)
-        return await self._produce_framed(req, cfg, self._framed(req, cfg))
+        framed = self._framed(req, cfg)
+        old = self._past_retention(cfg, framed)
+        results = await self._produce_framed(req, cfg, framed)
+        return self._warned(cfg, results, old) if old else results
 
     def produce_soon(self, req: Produce) -> Appending | Awaitable[list[ProduceResult]]:
         """``produce`` without a task where it can."""
@@ -95,12 +114,45 @@ class Intake:
         framed = self._framed(req, cfg)
         if req.consistency is None:
             req = req._replace(consistency=cfg.consistency)
+        old = self._past_retention(cfg, framed)
+        if old:  # rare: answered on the awaited path, which carries the warning
+            return self._produce_warned(req, cfg, framed, old)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
             soon = self.host.produce_partition_soon(req, cfg, p, batches)
             if soon is not None:
                 return soon
         return self._produce_framed(req, cfg, framed)
+
+    def _past_retention(self, cfg: TopicConfig, framed: dict[int, list[bytearray]]) -> dict[int, int]:
+        """Partition -> how many of its records are older than the topic's retention already (a batch's
+        newest record older than it: retention deletes the batch once its segment closes, unless newer
+        records share the segment). Accepted as Kafka accepts them; the answer and the log say so."""
+        if cfg.retention_ms < 0:
+            return {}
+        cutoff = self.host.clock.wall_ms() - cfg.retention_ms
+        old: dict[int, int] = {}
+        for p, batches in framed.items():
+            for b in batches:
+                count, newest = batchfmt.count_and_newest(b)
+                if newest < cutoff:
+                    old[p] = old.get(p, 0) + count
+        return old
+
+    async def _produce_warned(self, req: Produce, cfg: TopicConfig, framed: dict[int, list[bytearray]],
+                              old: dict[int, int]) -> list[ProduceResult]:
+        return self._warned(cfg, await self._produce_framed(req, cfg, framed), old)
+
+    def _warned(self, cfg: TopicConfig, results: list[ProduceResult], old: dict[int, int]) -> list[ProduceResult]:
+        now = self.host.clock.monotonic()
+        last = self._past_retention_logged.get(cfg.name)
+        if last is None or now - last >= PAST_RETENTION_LOG_S:
+            self._past_retention_logged[cfg.name] = now
+            log.warning("topic %r took %d records older than its retention (retention_ms %d): retention deletes "
+                        "them once their segment closes (logged at most once a minute per topic)",
+                        cfg.name, sum(old.values()), cfg.retention_ms)
+        return [dataclasses.replace(r, past_retention=old[r.partition], retention_ms=cfg.retention_ms)
+                if old.get(r.partition) else r for r in results]
 
     async def _topic(self, topic: str) -> TopicConfig:
         host = self.host
