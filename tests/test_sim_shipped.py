@@ -215,7 +215,6 @@ def test_three_shipped_brokers_fail_over_without_losing_an_acknowledged_record(t
         assert sorted(out.read) == sorted(n for n in ("ring-0", "ring-1", "ring-2") if n != out.old_leader), seed
         for name, got in out.read.items():
             assert {o: got.get(o) for o in out.acked} == out.acked, f"seed {seed}: {name} lost acknowledged records"
-        assert real_s < 15, seed
         inflight_acked += out.inflight_acked
     assert inflight_acked >= 1 or len(_failover_seeds()) < len(FAILOVER_SEEDS)  # (acknowledgements on their way)
 
