@@ -14,9 +14,10 @@ carries it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from ring import limits
+from ring.errors import BadRequest
 from ring.log.batch import RecordIn
 
 
@@ -59,3 +60,34 @@ class Produce(NamedTuple):  # immutable, and a tuple for the reason Records is o
     def ack_timeout_ms(self) -> int:
         """How long the leader waits for the acknowledgements the level needs before its 504."""
         return self.timeout_ms or limits.REPLICATION_ACK_TIMEOUT_MS
+
+
+def _timeout_ms(value: object) -> int:
+    if type(value) is int and 0 < value <= limits.PRODUCE_TIMEOUT_MS_MAX:
+        return value
+    raise BadRequest(f"timeout_ms must be an integer in [1, {limits.PRODUCE_TIMEOUT_MS_MAX}]", parameter="timeout_ms")
+
+
+# A produce's options: what it carries to its partition's leader besides topic, partition, level and
+# records, each with the check a leader applies to a value that came over the forward link or the peer
+# port (``ring.cluster.forwards`` carries them all by name, so an option added here travels unchanged).
+OPTIONS: dict[str, Callable[[object], Any]] = {"timeout_ms": _timeout_ms}
+
+
+def options(req: Produce) -> dict[str, Any]:
+    """``req``'s options that are set, by name."""
+    return {name: value for name in OPTIONS if (value := getattr(req, name)) is not None}
+
+
+def with_options(req: Produce, given: object) -> Produce:
+    """``req`` with ``given`` (a map of option name to value, from a peer), each checked; BadRequest for a
+    value out of range or a name this broker does not know (a newer release's option, which it would
+    otherwise drop unseen)."""
+    if not given:
+        return req
+    if not isinstance(given, Mapping):
+        raise BadRequest("a produce's options are a map of name to value")
+    unknown = sorted(str(k) for k in given if k not in OPTIONS)
+    if unknown:
+        raise BadRequest(f"unknown produce options {unknown} (a broker of a newer release sent them?)")
+    return req._replace(**{name: OPTIONS[name](value) for name, value in given.items()})

@@ -1,7 +1,8 @@
-"""A produce's ``timeout_ms`` travels with it to the leader: the forward link's request item carries it
-(and, without one, is the five fields a leader of the link's first version reads), the HTTP way to a
-leader that serves no link carries it in the query, and the leader takes only a wait in
-[1, PRODUCE_TIMEOUT_MS_MAX]; the request's ``ack_timeout_ms`` is what the leader's wait uses.
+"""A produce's options (``timeout_ms``) travel with it to the leader: the forward link's request item
+carries them as a map by name (and, with none set, is the five fields a leader of the link's first
+version reads), the HTTP way to a leader that serves no link carries them as one JSON query parameter,
+and the leader checks each (a wait in [1, PRODUCE_TIMEOUT_MS_MAX]) and refuses a name it does not know;
+the request's ``ack_timeout_ms`` is what the leader's wait uses.
 """
 
 from __future__ import annotations
@@ -35,32 +36,39 @@ def test_a_forwarded_produce_keeps_its_timeout() -> None:
     got = f.request(_split)
     assert (f.id, got.topic, got.partition, got.consistency, got.timeout_ms) == (7, "t", 2, "all", 300)
     assert got.ack_timeout_ms == 300 and got.records.batches == [bytearray(BODY)]
+    assert forwards.request_item(7, req, 2, BODY)[5] == {"timeout_ms": 300}
     q = forwards.query(req, 2)
-    assert q["timeout_ms"] == "300"
+    assert q["options"] == '{"timeout_ms":300}'
     assert forwards.Forward.from_query(q, 2, BODY).request(_split).ack_timeout_ms == 300
 
 
 def test_without_a_timeout_the_item_is_the_first_versions_and_the_wait_is_the_default() -> None:
     req = Produce("t", _split(BODY), 0, None, "quorum")
     assert forwards.request_item(1, req, 0, BODY) == [1, "t", 0, "quorum", BODY]
-    assert "timeout_ms" not in forwards.query(req, 0)
+    assert "options" not in forwards.query(req, 0)
     got = _over_the_link(req, 0).request(_split)
     assert got.timeout_ms is None and got.ack_timeout_ms == limits.REPLICATION_ACK_TIMEOUT_MS
 
 
 @pytest.mark.parametrize("timeout_ms", [0, -1, limits.PRODUCE_TIMEOUT_MS_MAX + 1, "300", True, 1.5])
 def test_the_leader_refuses_a_timeout_out_of_bounds(timeout_ms: object) -> None:
-    f = forwards.Forward(1, "t", 0, "all", BODY, timeout_ms)
+    f = forwards.Forward(1, "t", 0, "all", BODY, {"timeout_ms": timeout_ms})
     with pytest.raises(BadRequest) as refused:
         f.request(_split)
     assert refused.value.extra["parameter"] == "timeout_ms"
 
 
-@pytest.mark.parametrize("raw", ["0", "abc", "1e3", str(limits.PRODUCE_TIMEOUT_MS_MAX + 1)])
-def test_the_leader_refuses_a_malformed_timeout_in_the_query(raw: str) -> None:
-    f = forwards.Forward.from_query({"topic": "t", "consistency": "all", "timeout_ms": raw}, 0, BODY)
+@pytest.mark.parametrize("raw", ['{"timeout_ms":0}', '{"timeout_ms":"300"}', '{"timeout_ms":1e3}',
+                                 '{"timeout_ms":%d}' % (limits.PRODUCE_TIMEOUT_MS_MAX + 1), "[300]", "{", "300"])
+def test_the_leader_refuses_malformed_options_in_the_query(raw: str) -> None:
     with pytest.raises(BadRequest):
-        f.request(_split)
+        forwards.Forward.from_query({"topic": "t", "consistency": "all", "options": raw}, 0, BODY).request(_split)
+
+
+@pytest.mark.parametrize("options", [{"linger": 5}, {"timeout_ms": 300, "acks": "all"}, [["timeout_ms", 300]]])
+def test_the_leader_refuses_options_it_does_not_know_rather_than_drop_them(options: object) -> None:
+    with pytest.raises(BadRequest, match="options"):
+        forwards.Forward(1, "t", 0, "all", BODY, options).request(_split)
 
 
 async def test_a_leader_of_the_links_first_version_is_asked_over_http() -> None:

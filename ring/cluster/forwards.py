@@ -11,8 +11,9 @@ of items, gathered during one event-loop turn and sent on the next
 a turn):
 
 * a request item ``[id, topic, partition, consistency, batches]`` (the
-  framed, unstamped batches as one byte string), followed by the produce's
-  ``timeout_ms`` when it asks for one;
+  framed, unstamped batches as one byte string), followed by a map of the
+  produce's options (``ring.produce.OPTIONS``, such as ``timeout_ms``) when
+  it sets any;
 * an answer item ``[id, status, body, retry_after]``: the status and JSON
   body the HTTP route ``POST /peer/v1/produce`` would answer, and its
   Retry-After (or nil).
@@ -22,9 +23,9 @@ produces in flight fails them as 504 (the leader may have appended: the
 outcome is unknown); a link that cannot be opened is a 503 (nothing was
 sent). A leader that does not serve the link, or serves another version of
 it (an older release: its handshake is refused, or names no subprotocol of
-ours; ``ring-forward.1``'s items have no ``timeout_ms`` and its leaders refuse
-a sixth field), is asked over HTTP instead, where a query parameter it does
-not know is ignored, and the link is tried again after
+ours; ``ring-forward.1``'s items carry no options and its leaders refuse a
+sixth field), is asked over HTTP instead, the options as one JSON query
+parameter, and the link is tried again after
 ``limits.FORWARD_LINK_RETRY_S``. The codec is pure; the links
 and outboxes are the only I/O here.
 """
@@ -38,8 +39,9 @@ from typing import Awaitable, Callable, Mapping, Optional
 
 import aiohttp
 import msgpack
+import orjson
 
-from ring import limits
+from ring import limits, produce
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, RequestTimeout, Unavailable
 from ring.produce import Batches, Produce
@@ -48,7 +50,7 @@ from ring.replication import protocol
 log = logging.getLogger("ring.cluster")
 
 PATH = "/peer/v1/forward"
-PROTOCOL = "ring-forward.2"  # .2: a request item may end with the produce's timeout_ms
+PROTOCOL = "ring-forward.2"  # .2: a request item may end with a map of the produce's options
 # A message's items are flushed before their bodies pass a produce request's bound, so one message
 # holds at most that plus the items' own few fields (bounded by FORWARDS_IN_FLIGHT_MAX items).
 ITEM_BYTES = 64  # a request or answer item's fields besides its body and topic, packed
@@ -66,13 +68,16 @@ class Forward:
     partition: int
     consistency: str | None
     body: bytes
-    timeout_ms: object = None  # an int when the produce asks for a wait (checked by ``request``)
+    options: object = None  # a map of option name to value (checked by ``request``)
 
     @classmethod
     def from_query(cls, query: Mapping[str, str], partition: int, body: bytes) -> Forward:
-        raw = query.get("timeout_ms") or None
-        timeout_ms = int(raw) if raw is not None and raw.isascii() and raw.isdigit() and len(raw) < 10 else raw
-        return cls(0, query.get("topic"), partition, query.get("consistency"), body, timeout_ms)
+        raw = query.get("options")
+        try:
+            options = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            raise BadRequest("options must be a JSON map of a produce's options", parameter="options") from None
+        return cls(0, query.get("topic"), partition, query.get("consistency"), body, options)
 
     def request(self, split: Callable[[bytes], Batches]) -> Produce:
         """The produce, validated (BadRequest otherwise, answering this item alone), its body taken
@@ -81,26 +86,24 @@ class Forward:
         if not 0 <= self.partition <= _INT32_MAX:
             raise BadRequest(f"partition {self.partition} is out of range")
         level = protocol.parse_consistency(self.consistency)
-        timeout_ms = self.timeout_ms
-        if timeout_ms is not None and not (type(timeout_ms) is int
-                                           and 0 < timeout_ms <= limits.PRODUCE_TIMEOUT_MS_MAX):
-            raise BadRequest(f"timeout_ms must be in [1, {limits.PRODUCE_TIMEOUT_MS_MAX}]", parameter="timeout_ms")
-        return Produce(name, split(self.body), self.partition, None, level, None, timeout_ms)
+        return produce.with_options(Produce(name, split(self.body), self.partition, None, level), self.options)
 
 
 def request_item(rid: int, req: Produce, partition: int, body: bytes) -> list:
     """``req``'s batches for ``partition`` (``body``), as a link's request item."""
     item = [rid, req.topic, partition, req.consistency, body]
-    if req.timeout_ms is not None:
-        item.append(req.timeout_ms)
+    options = produce.options(req)
+    if options:
+        item.append(options)
     return item
 
 
 def query(req: Produce, partition: int) -> dict[str, str]:
     """``req`` for ``partition`` as the query of ``POST /peer/v1/produce`` (a leader that serves no link)."""
     params = {"topic": req.topic, "partition": str(partition), "consistency": req.consistency}
-    if req.timeout_ms is not None:
-        params["timeout_ms"] = str(req.timeout_ms)
+    options = produce.options(req)
+    if options:
+        params["options"] = orjson.dumps(options).decode()
     return params
 
 
@@ -116,7 +119,7 @@ def decode_requests(data: bytes) -> list[Forward]:
     out = []
     for item in items:
         if not (isinstance(item, list) and 5 <= len(item) <= 6):
-            raise BadRequest("a forward item has five fields, or six with timeout_ms")
+            raise BadRequest("a forward item has five fields, or six with the produce's options")
         rid, topic, partition, consistency, body = item[:5]
         if not (isinstance(rid, int) and isinstance(topic, str) and isinstance(partition, int)
                 and isinstance(consistency, str) and isinstance(body, bytes)):
