@@ -62,6 +62,7 @@ from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
 from ring.node.ready import Resync, TransferRequested, UncleanElection, VoteRequested
 from ring.produce import Batches
+from ring.replication.intake import ProduceResult
 from ring.replication import election, follower, versions
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
@@ -158,7 +159,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     request.app[SOCKETS_KEY].add(ws)
     outbox = forwards.Outbox(ws.send_bytes, lambda _items, _exc: None)  # lost with the link: the sender
-    running: set[asyncio.Task[None]] = set()                             # fails what it waits for as unknown
+    running: set[int] = set()  # ids of the produces under way: it fails what it waits for as unknown
     try:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY:
@@ -174,17 +175,39 @@ async def forward(request: web.Request) -> web.StreamResponse:
                                                      "link already; retry later", topic=f.topic,
                                                      partition=f.partition))
                     continue
-                task = asyncio.ensure_future(_serve_forward(node, outbox, f))
-                running.add(task)
-                task.add_done_callback(running.discard)
+                _serve_forward(node, outbox, f, running)
     finally:
         await ws.close()
     return ws
 
 
-async def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward) -> None:
+def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward, running: set[int]) -> None:
+    """Answer ``f`` on ``outbox`` once the produce is done: from this turn's write of its partition, with no
+    task, when the partition takes it at once (as a produce to this broker's own port); else through
+    the awaited way (``node.produce_as_leader``)."""
     try:
-        body = await _produce(node, f)
+        req = f.request(_split_batches)
+        topic = req.topic
+        pending = (node.router.produce_partition_soon(req, node.catalog.get(topic), req.partition,
+                                                      req.records.batches) if topic in node.catalog else None)
+    except RingError as exc:
+        _answer(outbox, f.id, exc)
+        return
+    running.add(f.id)
+    if pending is not None:
+        pending.add_done_callback(lambda done: _forward_done(outbox, f, running, done.result))
+        return
+    task = asyncio.ensure_future(node.produce_as_leader(req, req.partition, req.records.batches))
+    task.add_done_callback(lambda done: _forward_done(outbox, f, running, done.result))
+
+
+def _forward_done(outbox: forwards.Outbox, f: forwards.Forward, running: set[int], result: Callable) -> None:
+    """The answer item of a forwarded produce that is done: ``result()`` is its (base, count) or its
+    ``ProduceResult``, or raises its error."""
+    running.discard(f.id)
+    try:
+        got = result()
+        base, count = (got.base_offset, got.count) if isinstance(got, ProduceResult) else got
     except RingError as exc:
         _answer(outbox, f.id, exc)
         return
@@ -193,6 +216,8 @@ async def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward) -> 
         answer = native.http_error(500, "internal error; the broker log has the details")
         outbox.add(forwards.answer_item(f.id, 500, answer.body, None), len(answer.body))
         return
+    body = b'{"topic":"%s","partition":%d,"base_offset":%d,"count":%d}' % (
+        f.topic.encode(), f.partition, base, count)
     outbox.add(forwards.answer_item(f.id, 200, body, None), len(body))
 
 
