@@ -195,15 +195,15 @@ class _Link:
     def open(self) -> bool:
         return not self.ws.closed and not self.reader.done()
 
-    async def call(self, req: Produce, partition: int, body: bytes) -> Answer:
+    def send(self, req: Produce, partition: int, body: bytes) -> asyncio.Future[Answer]:
+        """The leader's answer to come, once this turn's message is sent: cancelling it (the caller bounds
+        it, ring.cluster.routing) forgets the produce, whose outcome is then unknown."""
         rid = self.next_id = self.next_id + 1
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.pending[rid] = answer
+        answer.add_done_callback(lambda _a: self.pending.pop(rid, None))
         self.outbox.add(request_item(rid, req, partition, body), len(body) + len(req.topic))
-        try:
-            return await answer  # bounded by the caller, which cancels it (ring.cluster.routing)
-        finally:
-            self.pending.pop(rid, None)
+        return answer
 
     def _lost(self, items: list, exc: BaseException) -> None:
         for item in items:
@@ -260,7 +260,12 @@ class ForwardLinks:
             link = await self._open(url, req.topic, partition)
             if link is None:
                 return None
-        return await link.call(req, partition, body)
+        return await link.send(req, partition, body)
+
+    def open_link(self, url: str) -> _Link | None:
+        """The open link to the leader at ``url``, if there is one (``call`` opens one)."""
+        link = self.links.get(url)
+        return link if link is not None and link.open else None
 
     async def _open(self, url: str, topic: str, partition: int) -> _Link | None:
         if self.refused_until.get(url, 0.0) > self.monotonic():

@@ -452,7 +452,7 @@ class ClusterBroker(Broker):
         when nothing need be awaited first, else ``Router.produce_as_leader``."""
         topic = req.topic
         if topic in self.catalog:
-            pending = self.router.produce_partition_soon(req, self.catalog.get(topic), p, batches)
+            pending = self.router.append_soon(req, self.catalog.get(topic), p, batches)
             if pending is not None:
                 settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 pending.add_done_callback(lambda _a: settled.done() or settled.set_result(None))

@@ -28,6 +28,7 @@ Errors are mapped here, once:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -86,7 +87,7 @@ async def _raise_for(resp: aiohttp.ClientResponse, who: str) -> None:
     raise Relayed(resp.status, body, resp.headers.get("Retry-After"))
 
 
-def _answer_json(answer: Answer, who: str) -> Any:
+def answer_json(answer: Answer, who: str) -> Any:
     """The JSON of a forward link's 2xx answer; the leader's error raised as it was otherwise."""
     status, raw, retry_after = answer
     try:
@@ -194,12 +195,29 @@ class PeerClient:
         finally:
             self.forwards_in_flight -= 1
 
+    def forward_soon(self, peer_url: str, req: Produce, partition: int,
+                     batches: list[bytearray]) -> asyncio.Future[Answer] | None:
+        """``forward_produce`` sent at once on the open link to the leader at ``peer_url``: the answer to
+        come (the caller bounds it); None when no link is open or the forwards in flight are at their
+        bound (``forward_produce`` opens one, or refuses)."""
+        link = self.links.open_link(peer_url)
+        if link is None or self.forwards_in_flight >= limits.FORWARDS_IN_FLIGHT_MAX:
+            return None
+        self.forwards_in_flight += 1
+        self.forwards += 1
+        answer = link.send(req, partition, b"".join(batches))
+        answer.add_done_callback(self._forward_done)
+        return answer
+
+    def _forward_done(self, _answer: asyncio.Future) -> None:
+        self.forwards_in_flight -= 1
+
     async def _forward_produce(self, leader: str, peer_url: str, req: Produce, partition: int,
                                batches: list[bytearray]) -> dict[str, Any]:
         body = b"".join(batches)
         answer = await self.links.call(peer_url, req, partition, body)
         if answer is not None:
-            return _answer_json(answer, leader)
+            return answer_json(answer, leader)
         params, topic = forwards.query(req, partition), req.topic
         try:
             async with self.session.post(f"{peer_url}/peer/v1/produce", params=params,

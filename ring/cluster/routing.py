@@ -34,13 +34,14 @@ hold its start (``_start_held``): a failover cannot undo it then.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Protocol
 
 from ring import limits
 from ring.catalog import Catalog, TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster.membership import Membership
-from ring.cluster.peers import PeerClient, Relayed
+from ring.cluster.peers import PeerClient, Relayed, answer_json
 from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
 from ring.errors import (NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable,
@@ -57,6 +58,8 @@ from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
 # A forwarded produce checks this often whether its leader became unreachable.
+log = logging.getLogger("ring.cluster")
+
 FORWARD_CHECK_S = 0.25
 
 
@@ -89,10 +92,95 @@ class RouterHost(LocalHost, Protocol):
         """A stored batch of ``rep`` failed its check: never serve it, repair it."""
 
 
+class Forwarding:
+    """A produce sent on the open forward link to its partition's leader, answered from the link's
+    answer with no task: a future as ``Appending`` is (``done``, ``add_done_callback``, ``result`` the
+    (base offset, count)), so the front's ``Later`` waits on either alike. A leader that answers it does
+    not lead (nothing was written) sends it the awaited way, which follows the new leader; the router
+    gives it up, outcome unknown, as ``Router._forward`` would (``Router._check_forwards``)."""
+
+    __slots__ = ("router", "leader", "request", "cfg", "partition", "batches", "sent", "deadline", "base", "count",
+                 "_done", "_exc", "_callbacks")
+
+    def __init__(self, router: Router, leader: str, request: Produce, cfg: TopicConfig, partition: int,
+                 batches: list[bytearray], sent: asyncio.Future, deadline: float) -> None:
+        self.router, self.leader, self.request, self.cfg = router, leader, request, cfg
+        self.partition, self.batches, self.sent, self.deadline = partition, batches, sent, deadline
+        self.base = -1
+        self.count = 0
+        self._done = False
+        self._exc: BaseException | None = None
+        self._callbacks: list[Any] = []
+        sent.add_done_callback(self._answered)
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def add_done_callback(self, fn: Any) -> None:
+        if self._done:
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+    def result(self) -> tuple[int, int]:
+        if self._exc is not None:
+            raise self._exc
+        return self.base, self.count
+
+    def finish(self, exc: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done, self._exc = True, exc
+        self.router._forwarding.discard(self)
+        if not self.sent.done():
+            self.sent.cancel()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("a forwarded produce's callback failed")
+
+    def _answered(self, sent: asyncio.Future) -> None:
+        if self._done or sent.cancelled():
+            return
+        exc = sent.exception()
+        if exc is not None:
+            return self.finish(exc)
+        try:
+            doc = answer_json(sent.result(), self.leader)
+        except Relayed as relayed:
+            if relayed.code == NotLeader.code:
+                return self._again()
+            return self.finish(relayed)
+        self.base, self.count = doc["base_offset"], doc["count"]
+        self.finish(None)
+
+    def _again(self) -> None:
+        self.router._forwarding.discard(self)  # the awaited way bounds itself
+        task = asyncio.ensure_future(self.router.produce_partition(self.request, self.cfg, self.partition,
+                                                                   self.batches))
+        task.add_done_callback(self._settle)
+
+    def _settle(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return self.finish(Unavailable("the broker is stopping; retry"))
+        exc = task.exception()
+        if exc is None:
+            got = task.result()
+            self.base, self.count = got.base_offset, got.count
+        self.finish(exc)
+
+
 class Router:
     def __init__(self, host: RouterHost) -> None:
         self.host = host
         self.local = LocalRouter(host)  # what is served here
+        self._forwarding: set[Forwarding] = set()  # sent at once on a forward link, not yet answered
+        self._forward_check: asyncio.TimerHandle | None = None
 
     # --- produce -------------------------------------------------------------------------
 
@@ -104,7 +192,14 @@ class Router:
         return not host.closing and host.membership is not None and host.membership.joined
 
     def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | None:
+                               batches: list[bytearray]) -> Appending | Forwarding | None:
+        """``produce_partition`` with no task: this turn's write when this broker leads the partition now
+        (``append_soon``), or sent at once on the open forward link to the leader this broker knows
+        alive and reachable (``Forwarding``); else None (the awaited way)."""
+        pending = self.append_soon(req, cfg, p, batches)
+        return pending if pending is not None else self._forward_soon(req, cfg, p, batches)
+
+    def append_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
         host = self.host
         rep = host.replica(cfg.name, p)
@@ -112,6 +207,42 @@ class Router:
             return None
         needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, req.consistency)
         return None if needed is None else host.turn.add(rep, batches, needed, req)
+
+    def _forward_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Forwarding | None:
+        host = self.host
+        leader = host.leader_of(cfg.name, p)
+        if leader is None or leader == host.name or host.peers is None:
+            return None
+        now = host.clock.monotonic()
+        url = host.membership.peer_url(leader)
+        if url is None or not host.core.reachable(now, leader):
+            return None
+        sent = host.peers.forward_soon(url, req, p, batches)
+        if sent is None:
+            return None
+        forwarding = Forwarding(self, leader, req, cfg, p, batches, sent, now + limits.PEER_REQUEST_TIMEOUT_S)
+        self._forwarding.add(forwarding)
+        if self._forward_check is None:
+            self._forward_check = asyncio.get_running_loop().call_later(FORWARD_CHECK_S, self._check_forwards)
+        return forwarding
+
+    def _check_forwards(self) -> None:
+        """Give up (outcome unknown) the forwards whose leader turned unreachable or that have waited
+        ``PEER_REQUEST_TIMEOUT_S``, as ``_forward`` does: every ``FORWARD_CHECK_S`` while any waits."""
+        self._forward_check = None
+        host = self.host
+        now = host.clock.monotonic()
+        for f in list(self._forwarding):
+            topic, p, leader = f.request.topic, f.partition, f.leader
+            if not host.core.reachable(now, leader):
+                f.finish(RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
+                                        "produce; the outcome is unknown", topic=topic, partition=p, leader=leader))
+            elif now >= f.deadline:
+                f.finish(RequestTimeout(f"leader {leader} of {topic}/{p} did not answer the produce within "
+                                        f"{limits.PEER_REQUEST_TIMEOUT_S:g} s; the outcome is unknown",
+                                        topic=topic, partition=p, leader=leader))
+        if self._forwarding:
+            self._forward_check = asyncio.get_running_loop().call_later(FORWARD_CHECK_S, self._check_forwards)
 
     def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
         req = pending.request

@@ -24,7 +24,6 @@ from ring.http_api.keys import BROKER_KEY
 from ring.log import selection
 from ring.produce import Batches, Produce
 from ring.replication import protocol
-from ring.replication.appends import Appending
 from ring.replication.intake import ProduceResult
 from ring.replication.reads import FetchResult
 
@@ -149,8 +148,10 @@ def prepare_produce(request: Request) -> None:
 
 
 def produce(request: Request) -> web.Answer:
-    """Decode into one ``Produce`` and hand it to the broker: answered from the partition's turn write
-    (no task) when the broker can take the records at once, else through the awaited path."""
+    """Decode into one ``Produce`` and hand it to the broker: answered with no task from the partition's
+    turn write, or from the forward link's answer, when the broker can send the records on at once
+    (an ``Appending`` or a ``Forwarding``: each a future of (base offset, count)), else through the
+    awaited path (a coroutine)."""
     broker = _broker(request)
     args: _ProduceParams = request.state
     decoded = codec.decode_produce(args.ctype, request.body, args.key)
@@ -159,8 +160,8 @@ def produce(request: Request) -> web.Answer:
         raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
     got = broker.intake.produce_soon(Produce(args.topic, decoded, args.partition, args.key, args.consistency,
                                              args.producer, args.timeout_ms))
-    if isinstance(got, Appending):
-        return web.Later(got, lambda _: _produced(args.topic, got.part.index, *got.result()))
+    if hasattr(got, "add_done_callback"):
+        return web.Later(got, lambda _: _produced(args.topic, got.partition, *got.result()))
     return _produce_answer(got)
 
 

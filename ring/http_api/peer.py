@@ -188,8 +188,8 @@ def _serve_forward(node, outbox: forwards.Outbox, f: forwards.Forward, running: 
     try:
         req = f.request(_split_batches)
         topic = req.topic
-        pending = (node.router.produce_partition_soon(req, node.catalog.get(topic), req.partition,
-                                                      req.records.batches) if topic in node.catalog else None)
+        pending = (node.router.append_soon(req, node.catalog.get(topic), req.partition, req.records.batches)
+                   if topic in node.catalog else None)
     except RingError as exc:
         _answer(outbox, f.id, exc)
         return

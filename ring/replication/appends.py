@@ -68,6 +68,10 @@ class Appending:
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[[Appending], None]] = []
 
+    @property
+    def partition(self) -> int:
+        return self.part.index
+
     def done(self) -> bool:
         return self._done
 

@@ -7,7 +7,8 @@ A request comes as one ``ring.produce.Produce``, built by its front; the intake 
 consistency when the request names none and hands it on with each partition's batches.
 ``produce_soon`` takes no task where it can: when nothing need be awaited to know the topic and one
 partition's write of this loop turn takes the batches (``ring.replication.appends``), it answers an
-``Appending``; else the awaited path's coroutine.
+``Appending``, and when they go at once on the forward link to the partition's leader, the router's
+``Forwarding`` (both futures of (base offset, count)); else the awaited path's coroutine.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class IntakeHost(Protocol):
 
     def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
                                batches: list[bytearray]) -> Appending | None:
-        """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
+        """``produce_partition`` with no task when nothing need be awaited first (this turn's write, or
+        the forward link's answer: a future of (base offset, count) either way), else None."""
 
 
 class Intake:
