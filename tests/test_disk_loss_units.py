@@ -2,6 +2,8 @@
 
 * a candidate counts a vote only from the incarnation it recorded; a vote from another
   (a wiped disk) counts as refused and is named in ``lost_state``; an unrecorded voter is learned;
+* a broker asked for a vote on a partition it holds no replica of answers with its directory's
+  incarnation: a candidate that recorded another one for it names it as having lost its state;
 * a blank replica (its own state gone) grants nothing, and votes again once it caught up;
 * a leader does not count a follower acking from a new incarnation for acknowledgements or the
   high watermark (not even what its old directory acknowledged) until it has caught up, then records
@@ -13,11 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import random
+
 import msgpack
 import pytest
 
 from ring.errors import BadRequest
 from ring.log.datadir import DataDir
+from ring.node.elections import Elections
 from ring.replication import election as e
 from ring.replication import protocol, state, steps
 from tests.test_repair_units import mk, put, replica
@@ -50,6 +55,21 @@ def test_a_lost_state_refusal_is_named_even_without_a_record() -> None:
     t = e.Tally("a", VOTERS, 4)
     t.add(e.VoteReply("t", 0, 4, "b", False, e.LOST_STATE, False, 0, "ib"))
     assert t.lost_state == {"b"} and not t.won
+
+
+def test_a_broker_without_the_replica_is_named_by_a_candidate_that_recorded_another_incarnation() -> None:
+    # b came back on a new directory ("ib-new") and no longer holds the partition (placed elsewhere)
+    b = Elections("b", random.Random(1), lambda topic, p: None, lambda dst, m: None, lambda rep: None,
+                  lambda rep: None, lambda: None)
+    b.incarnation = "ib-new"
+    answer = b.vote_asked(0.0, e.VoteRequest("t", 0, 4, "a", 3, 10), view=None)  # (no replica: no view needed)
+    assert not answer.granted and answer.reason == e.NOT_A_VOTER and answer.incarnation == "ib-new"
+    recorded = e.Tally("a", VOTERS, 4, known={"a": "ia", "b": "ib", "c": "ic"})
+    recorded.add(answer)
+    assert recorded.lost_state == {"b"} and "b" in recorded.refused
+    never = e.Tally("a", VOTERS, 4, known={"a": "ia", "c": "ic"})  # b never acked: nothing of it was lost
+    never.add(answer)
+    assert not never.lost_state and "b" in never.refused and never.learned == {}
 
 
 def test_wire_forms_carry_incarnations_and_older_forms_still_decode() -> None:

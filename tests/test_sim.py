@@ -2,8 +2,8 @@
 ways and one way, message loss and a fourth broker joining, against brokers made of ring's own node core
 (ring/node) and partition logs. Each run is checked: nothing acknowledged at quorum or all lost, no offset
 with two values, per-key order kept, nothing read that was never written or was refused, replicas identical
-once healed, nothing a consumer read taken back, at most one leader per epoch of a partition, and the
-cluster writable again.
+once healed, nothing a consumer read taken back, at most one leader per epoch of a partition, the
+cluster writable again, and a partition refusing writes for a lost disk naming a voter that lost its state.
 
 ``RING_SIM_SEEDS`` sets how many seeds run (default 500), spread over up to two worker processes (the
 seeds are independent); a failing seed is printed and replays exactly with ``RING_SIM_SEED=N`` (in this
@@ -43,6 +43,8 @@ def problems(o: Outcome) -> list[str]:
         out.append("nothing acknowledged after healing")
     if o.two_leaders:
         out.append(f"two leaders in one epoch: {o.two_leaders}")
+    if o.unexplained:
+        out.append(f"partitions refusing without naming a voter that lost its state: {o.unexplained}")
     return out
 
 
@@ -112,6 +114,8 @@ FOUND = [
     94,  # a voter restarted after a power loss, its leader crashed before relinking to it, and it closed its
     # replica (placed elsewhere) on that leader's stale claim before the failure detector called it down;
     # with another voter's disk lost, the partition never had a majority again
+    416,  # a broker back on an empty directory, no longer placed for a partition it had voted for, answered
+    # its candidates' vote requests as a stranger would, so the partition refused without naming it
 ]
 
 

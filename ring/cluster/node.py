@@ -138,7 +138,7 @@ class ClusterBroker(Broker):
         members.set_extra("host", self.config.failure_host)
         members.set_extra("zone", self.config.zone)
         self.core = NodeCore(self.name, self.replica, self.replicas, self.config.fsync.mode != "always",
-                             random.Random(self.rng.random()), members)
+                             random.Random(self.rng.random()), members, self.dir.incarnation)
         members.set_extra("incarnation", self.dir.incarnation)  # (its data directory's: see _open_partition)
         self.membership = Membership(members, self.clock, self.data_dir, self.step, tls=self.config.tls)
         self._clock_changed(members.clock.verdict)

@@ -61,10 +61,11 @@ UNPLACED_VOTER_GRACE_S = limits.UNPLACED_VOTER_GRACE_MS / 1000
 class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
     def __init__(self, name: str, replica: Callable[[str, int], Replica | None],
                  replicas: Callable[[], Iterable[Replica]], durable_at_once: bool, rng: random.Random,
-                 members: Members) -> None:
+                 members: Members, incarnation: str = "") -> None:
         """``replica`` and ``replicas`` look up the broker's open replicas; ``durable_at_once``: the fsync
         policy makes an append durable without an fsync of its own (``interval`` or ``never``); ``rng``
-        is the seeded random source; ``members`` the membership rules over gossip (``members.py``)."""
+        is the seeded random source; ``members`` the membership rules over gossip (``members.py``);
+        ``incarnation`` the broker's data directory's (what it answers a vote for a partition it does not hold with)."""
         self.name = name
         self.replica = replica
         self.replicas = replicas
@@ -74,6 +75,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self.acks = AckWaiters()
         self.elections = Elections(name, rng, replica, self._send, self._changed, self._resync_rep, self._announce,
                                    self._look_soon)
+        self.elections.incarnation = incarnation
         self._next_election_tick = 0.0
         self._next_gossip = 0.0
         # Elections look at every replica only when the view changed (``Members.signature``); else at

@@ -88,6 +88,7 @@ class Elections:
         self._filling = False
         self.handoffs: dict[Key, Handoff] = {}
         self.counts = {"won": 0, "lost": 0}
+        self.incarnation = ""  # this broker's data directory's (``NodeCore``'s): a vote answered without a replica
 
     # --- the tick --------------------------------------------------------------------------
 
@@ -263,7 +264,10 @@ class Elections:
     def vote_asked(self, now: float, req: election.VoteRequest, view: View) -> election.VoteReply:
         rep = self.replica(req.topic, req.partition)
         if rep is None or rep.deleted:
-            return election.VoteReply(req.topic, req.partition, 0, self.name, False, election.NOT_A_VOTER, req.pre)
+            # (with this directory's incarnation: a candidate that recorded another one for us names us
+            # as having lost our state, ``election.Tally``; one that recorded none just counts a refusal)
+            return election.VoteReply(req.topic, req.partition, 0, self.name, False, election.NOT_A_VOTER, req.pre,
+                                      incarnation=self.incarnation)
         before = (rep.leader, rep.epoch)
         reply = steps.on_vote_request(rep, req, self.watch.voter_view(rep, view, now))
         self.watch.voted(rep, reply.granted and not req.pre, now)

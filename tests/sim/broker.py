@@ -87,7 +87,8 @@ class SimBroker:
         me = EndpointState(self.name, self.token, self.name, self.name, generation=self.world.clock.wall_ms(),
                            status="joining")
         members = Members(me, self.seeds, random.Random(rng.random()))
-        self.core = NodeCore(self.name, self.replica, self.replicas, False, random.Random(rng.random()), members)
+        self.core = NodeCore(self.name, self.replica, self.replicas, False, random.Random(rng.random()), members,
+                             self.incarnation)
         members.restore(*load_files(self.dir), self.world.now)
         self.reconcile(starting=True)
         gen = self.generation
