@@ -16,6 +16,12 @@ produces answer the client. A produce is routed and admitted by the core
 (``route``, ``admit``) and appended by ``steps.append_as_leader``; a broker
 that does not lead the partition answers with the leader it knows, as a
 forwarded produce's ``not_leader`` does.
+
+Under the ``always`` fsync policy (the default) an append is durable once
+the simulated disk's fsync of it finished; under ``interval``
+(``interval_s``) it is durable at once, for the leader and for a follower's
+acknowledgement alike, and every ``interval_s`` the broker syncs each log
+with unsynced bytes, as ``GroupCommit``'s interval loop does on a broker.
 """
 
 from __future__ import annotations
@@ -55,8 +61,9 @@ LEADER_FRAMES = (protocol.Sync, protocol.Append, protocol.Hw)
 
 class SimBroker:
     def __init__(self, world: World, net: Network, name: str, token: int, seeds: list[str], root: Path,
-                 observer: Any) -> None:
+                 observer: Any, interval_s: float | None = None) -> None:
         self.world, self.net, self.name, self.token, self.seeds = world, net, name, token, seeds
+        self.interval_s = interval_s  # the ``interval`` fsync policy's period (None: ``always``)
         self.dir = root / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.observer = observer  # the run: told of leaders won, for the one-leader-per-epoch check
@@ -87,15 +94,28 @@ class SimBroker:
         me = EndpointState(self.name, self.token, self.name, self.name, generation=self.world.clock.wall_ms(),
                            status="joining")
         members = Members(me, self.seeds, random.Random(rng.random()))
-        self.core = NodeCore(self.name, self.replica, self.replicas, False, random.Random(rng.random()), members,
-                             self.incarnation)
+        self.core = NodeCore(self.name, self.replica, self.replicas, self.interval_s is not None,
+                             random.Random(rng.random()), members, self.incarnation)
         members.restore(*load_files(self.dir), self.world.now)
         self.reconcile(starting=True)
         gen = self.generation
         self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
         self.world.after(LINK_CHECK_S, lambda: self.wire.check(gen))
         self.world.after(self.world.rng.uniform(0, 1), lambda: self.repair.scrub(gen))
+        if self.interval_s is not None:
+            self.world.after(self.interval_s, lambda: self._sync_interval(gen))
         self.world.log(f"{self.name} starts (generation {gen})")
+
+    def _sync_interval(self, gen: int) -> None:
+        """The ``interval`` policy's fsync: every log with unsynced bytes (not while stopped)."""
+        if not self.live(gen):
+            return
+        assert self.interval_s is not None
+        self.world.after(self.interval_s, lambda: self._sync_interval(gen))
+        if not self.paused:
+            for rep in self.replicas():
+                if rep.log.unsynced_bytes and not rep.deleted:
+                    rep.log.sync()
 
     def crash(self) -> None:
         if not self.running:
@@ -321,7 +341,10 @@ class SimBroker:
                                                                  now_ms=now_ms)])
         self.pending_base[rid] = base
         self.carry_out(self.core_step(m.Appended(rep)))
-        self.disk.sync_soon(rep)
+        if self.interval_s is None:
+            self.disk.sync_soon(rep)
+        else:  # durable at once: the interval's fsync comes later (``_sync_interval``)
+            self.carry_out(self.core_step(m.Durable(rep, end)))
         self.carry_out(self.core_step(m.AwaitAcks(rid, rep, end, level, ACK_TIMEOUT_S)))
 
     def _preference(self, key: Key) -> list[str]:

@@ -19,9 +19,10 @@ failing its check in place from a whole copy on another replica
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ring.errors import StorageError
+from ring.errors import CorruptBatch, StorageError
 from ring.log import batch as batchfmt
 from ring.node import ready as m
 from ring.repair import mend
@@ -92,6 +93,21 @@ def power_loss(world: World, b: SimBroker) -> list[str]:
             f.truncate(cut)
         cuts.append(f"{b.name} loses {len(raw) - cut} bytes of {directory.parent.name}/{directory.name}")
     return cuts
+
+
+def on_disk(directory: Path) -> dict[int, str]:
+    """The records a replica's files hold now, by offset (each segment read up to its first bad or torn
+    batch): what survives once a power loss cut them."""
+    held: dict[int, str] = {}
+    for seg in sorted(directory.glob("*.log")):
+        raw = seg.read_bytes()
+        try:
+            for _, pos in batchfmt.scan(raw):
+                for rec in batchfmt.decode(raw, pos)[1]:
+                    held[rec.offset] = rec.value.decode()
+        except CorruptBatch:
+            pass
+    return held
 
 
 def bit_flip(world: World, b: SimBroker) -> str | None:

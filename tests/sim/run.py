@@ -18,7 +18,9 @@ loss (which also break replication links), and bit flips in a committed
 batch of one replica (found by a read or a scrub round, never served,
 repaired from the leader); with ``RING_SIM_DISK_LOSS=1``, in a third of the
 seeds one broker also loses its disk (it starts again later on an empty
-directory: see ``DISK_LOSS``). Then everything heals, the
+directory: see ``DISK_LOSS``), and in a quarter two brokers lose their
+power at the same instant, half of those under the ``interval`` fsync
+policy (``PowerLosses``: what such a run may lose). Then everything heals, the
 producers go on for a while (the cluster must be writable again), stop, and
 once every partition has one leader that every replica has caught up with,
 each broker's log is read to its high watermark (the final drain) and every
@@ -42,12 +44,14 @@ from typing import Any
 from ring.catalog import TopicConfig
 from ring.errors import StorageError
 from ring.hashing import broker_token
+from ring import limits
 from ring.log import batch as batchfmt
 from ring.node.ready import PutTopic
+from ring.replication.election import majority
 from tests.chaos.checker import Report, check
 from tests.chaos.history import CONSUMER, FAIL, FINAL, OK, UNKNOWN, History, Read, ReplicaCopy, Write
 from tests.sim.broker import SimBroker
-from tests.sim.disk import bit_flip, power_loss
+from tests.sim.disk import bit_flip, on_disk, power_loss
 from tests.sim.network import Network, TraceHandler, World
 
 NAMES = ["s-0", "s-1", "s-2", "s-3"]
@@ -191,7 +195,8 @@ class Leaders:
             self.twice.append(f"{topic}/{partition} epoch {epoch}: {other} and {broker}")
 
 
-def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
+def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], joins: bool,
+                    losses: PowerLosses) -> list[str]:
     """Draw the faults of this seed; returns what was scheduled, for the report."""
     rng, plan = world.rng, []
     kinds = ["crash", "pause", "cut", "one-way", "loss", "power", "flip"]
@@ -210,6 +215,7 @@ def schedule_faults(world: World, net: Network, brokers: dict[str, SimBroker], j
                 elif b.running:
                     for line in power_loss(world, b):
                         world.log(line)
+                    losses.record(world.now)
             world.at(at, down)
             world.at(at + length, lambda b=b: b.start() if not b.running and b.generation else None)
         elif kind == "flip":
@@ -260,7 +266,8 @@ def schedule_disk_loss(seed: int, world: World, brokers: dict[str, SimBroker], j
     return [f"{at:.2f} disk {victim} {length:.2f}s"]
 
 
-def schedule_power_pair(seed: int, world: World, brokers: dict[str, SimBroker], joins: bool) -> list[str]:
+def schedule_power_pair(seed: int, world: World, brokers: dict[str, SimBroker], joins: bool,
+                        losses: PowerLosses) -> list[str]:
     """Two brokers lose their power together (a rack's), in one seed of POWER_PAIR_SEEDS: each crashes and
     its logs lose a random part of what it had not synced; both start again later."""
     rng = random.Random(f"power-pair-{seed}")
@@ -275,11 +282,84 @@ def schedule_power_pair(seed: int, world: World, brokers: dict[str, SimBroker], 
             if brokers[name].running:
                 for line in power_loss(world, brokers[name]):
                     world.log(line)
+        losses.record(world.now)
 
     world.at(at, down)
     for name in pair:
         world.at(at + length, lambda b=brokers[name]: b.start() if not b.running and b.generation else None)
     return [f"{at:.2f} power-pair {'+'.join(pair)} {length:.2f}s"]
+
+
+# Half the seeds that lose two brokers' power together run every broker under the ``interval`` fsync policy
+# (``RING_SIM_INTERVAL=0`` keeps them all under ``always``): acknowledgements then need no fsync, and what
+# two replicas had not synced can go with their power. Drawn from a source of its own too.
+INTERVAL = os.environ.get("RING_SIM_INTERVAL", "1") != "0"
+INTERVAL_S = limits.FSYNC_INTERVAL_MS_DEFAULT / 1000
+INTERVAL_OF_PAIR_SEEDS = 2
+
+
+def fsync_policy(seed: int) -> str:
+    """``interval`` or ``always``, for every broker of the seed."""
+    pair = not random.Random(f"power-pair-{seed}").randrange(POWER_PAIR_SEEDS)
+    interval = INTERVAL and pair and not random.Random(f"fsync-{seed}").randrange(INTERVAL_OF_PAIR_SEEDS)
+    return "interval" if interval else "always"
+
+
+@dataclass
+class Survivors:
+    """What one power loss left: each partition's newest voter set then, and what each voter's files held
+    right after the cut (by offset)."""
+
+    at_s: float
+    voters: dict[int, list[str]]
+    held: dict[int, dict[str, dict[int, str]]]
+
+
+class PowerLosses:
+    """Under ``interval`` (``active``), what docs/RELIABILITY.md allows to be lost when replicas lose power:
+    a record a power loss left on fewer than a majority of its partition's voters (in their files: what
+    the brokers that lost power had synced, or what the cut happened to spare, and what the others had
+    written). After each power loss (one broker, or two at once) the run notes what survived
+    (``record``); a write is ``at_risk`` if some power loss after it started left it so. Any other loss
+    of an acknowledged write fails the seed, as under ``always``, where nothing is allowed to go."""
+
+    def __init__(self, brokers: dict[str, SimBroker], active: bool) -> None:
+        self.brokers, self.active = brokers, active
+        self.survivors: list[Survivors] = []
+
+    def record(self, now: float) -> None:
+        if not self.active:
+            return
+        voters, held = {}, {}
+        for p in range(PARTITIONS):
+            reps = [r for b in self.brokers.values() if b.generation and (r := b.replica(TOPIC, p)) is not None]
+            if not reps:
+                continue
+            voters[p] = list(max(reps, key=lambda r: (r.epoch, r.voters_seq)).voters)
+            held[p] = {v: on_disk(self.brokers[v].dir / "topics" / TOPIC / str(p)) for v in voters[p]}
+        self.survivors.append(Survivors(now, voters, held))
+
+    def at_risk(self, p: int, offset: int, value: str, start_s: float) -> bool:
+        return any(s.at_s >= start_s and p in s.voters
+                   and sum(s.held[p][v].get(offset) == value for v in s.voters[p]) < majority(len(s.voters[p]))
+                   for s in self.survivors)
+
+    def give_up(self, history: History) -> int:
+        """Take the writes (and what consumers read of them) the allowance covers and the drain did not
+        find out of ``history``'s checks: acknowledged ones become in doubt. Returns how many acknowledged
+        writes that took."""
+        final = {(r.partition, r.offset, r.value) for r in history.reads if r.source == FINAL}
+        starts = {w.value: w.start_s for w in history.writes}
+
+        def gone(p: int | None, offset: int | None, value: str) -> bool:
+            return (p is not None and offset is not None and value in starts and (p, offset, value) not in final
+                    and self.at_risk(p, offset, value, starts[value]))
+
+        given = {w.value for w in history.writes if w.outcome == OK and gone(w.partition, w.offset, w.value)}
+        history.writes = [dataclasses.replace(w, outcome=UNKNOWN, offset=None, partition=None)
+                          if w.value in given else w for w in history.writes]
+        history.reads = [r for r in history.reads if r.source != CONSUMER or not gone(r.partition, r.offset, r.value)]
+        return len(given)
 
 
 def heal(net: Network, brokers: dict[str, SimBroker], joined: set[str]) -> None:
@@ -374,17 +454,21 @@ class Outcome:
     trace: list[str] | None
     refused: list[int] = field(default_factory=list)  # partitions rightly refusing writes (no_eligible_leader)
     unexplained: list[int] = field(default_factory=list)  # of those, the ones no broker says why of
+    given_up: int = 0  # acknowledged writes lost as the interval policy allows (``PowerLosses``)
 
     def why(self) -> str:
         r = self.report
         counts = {k: v for k, v in r.to_json().items() if k != "examples"}
         return (f"seed {self.seed}: settled={self.settled} refused={self.refused} unexplained={self.unexplained} "
+                f"given_up={self.given_up} "
                 f"acked_after_heal={self.acked_after_heal}\n"
                 f"faults: {self.faults}\ntwo leaders: {self.two_leaders}\ncounts: {counts}\n"
                 f"examples: {r.examples}")
 
 
-def run(seed: int, trace: bool = False) -> Outcome:
+def run(seed: int, trace: bool = False, fsync: str | None = None) -> Outcome:
+    """``fsync``: the brokers' fsync policy (None: the seed's draw, ``fsync_policy``)."""
+    fsync = fsync or os.environ.get("RING_SIM_FSYNC") or fsync_policy(seed)
     root = Path(tempfile.mkdtemp(prefix=f"ring-sim-{seed}-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     world = World(seed)
     world.trace = [] if trace else None
@@ -398,7 +482,9 @@ def run(seed: int, trace: bool = False) -> Outcome:
     brokers: dict[str, SimBroker] = {}
     try:
         for i, name in enumerate(NAMES):
-            brokers[name] = SimBroker(world, net, name, broker_token(i), [n for n in FIRST if n != name], root, leaders)
+            brokers[name] = SimBroker(world, net, name, broker_token(i), [n for n in FIRST if n != name], root, leaders,
+                                      INTERVAL_S if fsync == "interval" else None)
+        losses = PowerLosses(brokers, fsync == "interval")
         for name in FIRST:
             brokers[name].start()
         creator = brokers[world.rng.choice(FIRST)]
@@ -412,16 +498,16 @@ def run(seed: int, trace: bool = False) -> Outcome:
         client.start()
         consumer.start()
         joins = world.rng.random() < 0.75
-        faults = [f"levels {','.join(levels)}"]
+        faults = [f"levels {','.join(levels)}", f"fsync {fsync}"]
         joined = set(FIRST)
         if joins:
             at = WARMUP_S + world.rng.uniform(0, FAULTS_S - 3)
             world.at(at, brokers["s-3"].start)
             joined.add("s-3")
             faults.append(f"{at:.2f} s-3 joins")
-        faults += schedule_faults(world, net, brokers, joins)
+        faults += schedule_faults(world, net, brokers, joins, losses)
         faults += schedule_disk_loss(seed, world, brokers, joins)
-        faults += schedule_power_pair(seed, world, brokers, joins)
+        faults += schedule_power_pair(seed, world, brokers, joins, losses)
         lost_disks = {line.split()[2] for line in faults if line.split()[1:2] == ["disk"]}
         faults.sort(key=lambda line: float(line.split()[0]) if line[0].isdigit() else -1.0)
         heal_at = WARMUP_S + FAULTS_S
@@ -444,9 +530,10 @@ def run(seed: int, trace: bool = False) -> Outcome:
             w, outcome=UNKNOWN, offset=None, partition=None) for w in history.writes]
         history.replicas = [c for c in history.replicas if c.partition not in gone]
         history.reads = [r for r in history.reads if r.source == FINAL or r.partition not in gone]
+        given_up = losses.give_up(history)
         acked_after = sum(1 for w in history.writes if w.outcome == OK and w.start_s >= heal_at + 2.0)
         return Outcome(seed, check(history), faults, ok_settled, acked_after, leaders.twice, world.trace,
-                       sorted(gone), unexplained(brokers, joined, gone))
+                       sorted(gone), unexplained(brokers, joined, gone), given_up)
     finally:
         logging.getLogger("ring").removeHandler(handler)
         for b in brokers.values():
