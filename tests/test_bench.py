@@ -107,8 +107,9 @@ def test_plan_interleaves_systems_within_each_repetition():
 def test_parse_peers():
     assert cases.parse_peers("none") == []
     assert cases.parse_peers("nats,rabbitmq,nats") == ["nats", "rabbitmq"]
-    with pytest.raises(ValueError, match="kafka"):
-        cases.parse_peers("nats,kafka")
+    assert cases.parse_peers("kafka") == ["kafka"]
+    with pytest.raises(ValueError, match="pulsar"):
+        cases.parse_peers("nats,pulsar")
 
 
 # --- report -------------------------------------------------------------------------
@@ -142,6 +143,22 @@ def test_table_shows_ring_each_peer_and_the_ratio():
     assert "RabbitMQ: 1/1 disturbed" in quorum
     one = next(line for line in lines if "100/req, unkeyed, one" in line)
     assert "| 90,000 |  |  |  |  |" in one  # peers have no consistency=one: no figure, no ratio
+    cpu = [line for line in lines if "| broker CPU µs/record |" in line]
+    assert len(cpu) == 2 and "| 10.0 | 10.0 | 1.00× | 10.0 | 1.00× |" in cpu[1]  # one, then quorum
+
+
+def test_targets_read_ring_against_kafka_in_records_and_broker_cpu():
+    rows = [_row("produce-1-unkeyed-quorum", "ring", 6_000.0), _row("produce-1-unkeyed-quorum", "kafka", 3_000.0),
+            _row("produce-100-unkeyed-quorum", "ring", 50_000.0),
+            {**_row("produce-100-unkeyed-quorum", "kafka", 100_000.0), "cpu_us_per_rec": 20.0}]
+    got = {name: (fig, met) for name, fig, met in report.targets(report.summarise(rows))}
+    assert got["unbatched quorum produce ≥ 1.0× Apache Kafka, records/s"] == ("2.00×", True)
+    assert got["unbatched quorum produce: broker CPU per record ≤ Apache Kafka's"] == ("1.00×", True)
+    assert got["batched (100/request) quorum produce ≥ 1.0× Apache Kafka, records/s"] == ("0.50×", False)
+    assert got["batched (100/request) quorum produce: broker CPU per record ≤ Apache Kafka's"] == ("0.50×", True)
+    assert got["consume ≥ 1.0× Apache Kafka, records/s"] == ("–", None)
+    lines = report.table(report.summarise(rows), cases.select(["produce-1-unkeyed-quorum"]), ["kafka"])
+    assert lines[0] == "| case | metric | ring | Kafka | ring/Kafka | notes |"
 
 
 def test_targets_against_the_summary():

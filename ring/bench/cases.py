@@ -8,7 +8,7 @@ keep one request in flight, or pace requests at half of the system's own
 maximum measured in the same run. Consume reads a freshly filled topic from
 offset 0; e2e measures produce-to-long-poll delivery at a fixed modest rate.
 
-Runs interleave systems within a repetition (ring, nats, rabbitmq, ring, ...)
+Runs interleave systems within a repetition (ring, nats, rabbitmq, kafka, ring, ...)
 so a slow spell of the shared machine hits every system alike.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 GROUPS = ("produce", "latency", "consume", "e2e", "ceiling", "cpu", "single", "hostile", "members", "overload",
           "spark")
-PEERS = ("nats", "rabbitmq")
+PEERS = ("nats", "rabbitmq", "kafka")
 E2E_RATE_PER_S = 200  # a steady trickle: delivery latency, not throughput
 
 

@@ -2,7 +2,7 @@
 spec as JSON on stdin, runs it against one system, and prints the result as
 one JSON line on stdout.
 
-Every system (ring, NATS JetStream, RabbitMQ streams) gets the same approach:
+Every system (ring, NATS JetStream, RabbitMQ streams, Apache Kafka) gets the same approach:
 a separate Python process on uvloop, the same 1 KiB clickstream records, and
 the same request shapes, all bounded in count and in time:
 
@@ -13,7 +13,7 @@ the same request shapes, all bounded in count and in time:
 - ``e2e``: a paced producer and a consumer in the same process; latency from
   the send to the delivery of each record.
 
-The system-specific part (``gen_ring``, ``gen_nats``, ``gen_rabbitmq``) is a
+The system-specific part (``gen_ring``, ``gen_nats``, ``gen_rabbitmq``, ``gen_kafka``) is a
 driver with ``open``, ``sender``, ``consume``, ``e2e_start`` and ``close``.
 """
 
@@ -171,6 +171,8 @@ async def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         from ring.bench.gen_nats import NatsDriver as Driver
     elif system == "rabbitmq":
         from ring.bench.gen_rabbitmq import RabbitDriver as Driver
+    elif system == "kafka":
+        from ring.bench.gen_kafka import KafkaDriver as Driver
     else:
         raise ValueError(f"unknown system {system!r}")
     records = make_records(seed=spec.get("seed", 1))
@@ -181,8 +183,12 @@ async def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         if op == "produce":
             send = driver.sender(spec["records_per_request"], spec.get("keyed", False))
             if spec.get("rate"):
-                return await paced(send, spec["rate"], spec["requests_max"], spec["seconds_max"])
-            return await windowed(send, spec["window"], spec["requests_max"], spec["seconds_max"])
+                res = await paced(send, spec["rate"], spec["requests_max"], spec["seconds_max"])
+            else:
+                res = await windowed(send, spec["window"], spec["requests_max"], spec["seconds_max"])
+            if hasattr(driver, "produce_stats"):  # what the client library says it sent
+                res["client"] = driver.produce_stats()
+            return res
         if op in ("consume", "consume_group"):
             send = driver.sender(100, False)
             fill = await windowed(send, spec["window"], spec["fill_records"] // 100, spec["seconds_max"])

@@ -1,5 +1,6 @@
 """The generated section of docs/BENCHMARKS.md for one ``ring bench`` run:
-command, machine, versions and settings, the comparison table, targets,
+command, machine, versions and settings, the comparison table, a peer's whole
+configuration where it gives one (Apache Kafka's), targets,
 resources, ceilings, the single-broker part, the hostile-input part, the profile, and every skipped
 case or disturbed run, so a figure is never read without its conditions.
 """
@@ -35,6 +36,14 @@ def _module_version(name: str) -> str:
         return version(name)
     except Exception:
         return "not installed"
+
+
+def _librdkafka() -> str:
+    try:
+        import confluent_kafka
+    except ImportError:
+        return ""
+    return f" (librdkafka {confluent_kafka.libversion()[0]})"
 
 
 def _ceilings(extra: dict[str, Any], ring_unbatched: float | None) -> list[str]:
@@ -80,6 +89,9 @@ def markdown(bench: Any) -> str:
         out.append(f"- {n}")
     if bench.rows:  # the single and hostile parts alone have no comparison
         out += ["", *report.table(summary, bench.cases, peers), ""]
+        for name, lines in (bench.extra.get("configs") or {}).items():
+            if name in peers:
+                out += [f"#### {report.NAMES[name]}: configuration", "", *lines, ""]
         out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
         out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
                                                           bench.extra.get("idle_cores")), ""]
@@ -111,8 +123,8 @@ def _settings(bench: Any, systems: list[str]) -> list[str]:
         out.append(f"- {report.NAMES[name]}: {bench.versions.get(name, '')}")
     out += [
         f"- clients: aiohttp {_module_version('aiohttp')}, nats-py {_module_version('nats-py')}, "
-        f"rstream {_module_version('rstream')}, uvloop {_module_version('uvloop')}; one load-generator process "
-        f"per run",
+        f"rstream {_module_version('rstream')}, confluent-kafka {_module_version('confluent-kafka')}"
+        f"{_librdkafka()}, uvloop {_module_version('uvloop')}; one load-generator process per run",
         f"- load: 1 KiB clickstream records; {s.window} requests in flight at 1 record/request, "
         f"{s.window_batched} at 100/request; produce runs ≤ {s.produce_s:g} s, latency runs ≤ {s.latency_s:g} s; "
         f"{s.reps} repetition(s), interleaved; medians shown",

@@ -18,8 +18,8 @@ from ring.bench.cases import Case
 
 BEGIN = "<!-- ring bench: begin (generated; `ring bench --output` rewrites what is between these markers) -->"
 END = "<!-- ring bench: end -->"
-NAMES = {"ring": "ring", "nats": "NATS JetStream", "rabbitmq": "RabbitMQ streams"}
-SHORT = {"ring": "ring", "nats": "NATS", "rabbitmq": "RabbitMQ"}
+NAMES = {"ring": "ring", "nats": "NATS JetStream", "rabbitmq": "RabbitMQ streams", "kafka": "Apache Kafka"}
+SHORT = {"ring": "ring", "nats": "NATS", "rabbitmq": "RabbitMQ", "kafka": "Kafka"}
 
 
 def summarise(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -73,7 +73,8 @@ def flags(s: dict[str, Any] | None) -> str:
 
 def table(summary: dict[tuple[str, str], dict[str, Any]], cases: list[Case], peers: list[str]) -> list[str]:
     """One Markdown table: a row per case and metric; ring, each peer, and ring/peer.
-    For latency rows the ratio is ring/peer too, so below 1 is better there."""
+    For latency and CPU rows the ratio is ring/peer too, so below 1 is better there.
+    Broker CPU per record is every node's CPU seconds over the records acknowledged (or read)."""
     head = ["case", "metric", "ring"]
     for p in peers:
         head += [SHORT[p], f"ring/{SHORT[p]}"]
@@ -84,6 +85,7 @@ def table(summary: dict[tuple[str, str], dict[str, Any]], cases: list[Case], pee
             metrics = [("records/s", "rec_s", "")]
             if case.op == "produce":
                 metrics.append(("p99 ms, loaded", "p99", "ms"))
+            metrics.append(("broker CPU µs/record", "cpu_us_per_rec", "ms"))
         else:
             metrics = [(f"{q} ms", q, "ms") for q in ("p50", "p99", "p999")]
         mine = summary.get((case.id, "ring"))
@@ -140,6 +142,13 @@ def targets(summary: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, s
     for rpr in (1, 100):
         v = get(f"latency-half-{rpr}", "ring", "p99")
         out.append((f"p99 at half max load ({rpr}/request) < 20 ms", f"{_num(v, 'ms')} ms", stats.meets(v, 20.0, False)))
+    for case, what in (("produce-1-unkeyed-quorum", "unbatched quorum produce"),
+                       ("produce-100-unkeyed-quorum", "batched (100/request) quorum produce"),
+                       ("consume-fetch", "consume")):
+        r = stats.ratio(get(case, "ring", "rec_s"), get(case, "kafka", "rec_s"))
+        out.append((f"{what} ≥ 1.0× Apache Kafka, records/s", _num(r, "x"), stats.meets(r, 1.0)))
+        r = stats.ratio(get(case, "ring", "cpu_us_per_rec"), get(case, "kafka", "cpu_us_per_rec"))
+        out.append((f"{what}: broker CPU per record ≤ Apache Kafka's", _num(r, "x"), stats.meets(r, 1.0, False)))
     peak = max((v["rss_peak_mb"] or 0 for (c, s), v in summary.items() if s == "ring"), default=None) or None
     out.append(("broker RSS ≤ 150 MB", f"{_num(peak)} MB", stats.meets(peak, 150.0, False)))
     return out

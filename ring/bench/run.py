@@ -1,5 +1,5 @@
-"""``ring bench``: ring against NATS JetStream and RabbitMQ streams, each a
-three-node cluster on loopback, in one run.
+"""``ring bench``: ring against NATS JetStream, RabbitMQ streams and Apache
+Kafka, each a three-node cluster on loopback, in one run.
 
 The run starts every system, then goes through the cases (``ring.bench.cases``)
 interleaving systems within each repetition. Each run is one load-generator
@@ -17,6 +17,7 @@ PNG plot beside it. Every system is stopped at the end, also on failure or ^C.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import os
 import resource
@@ -38,6 +39,10 @@ from ring.bench import procs, profile, stats
 from ring.bench.system import RingSystem, ensure_packages, http_json
 
 E2E_RATE = casemod.E2E_RATE_PER_S
+WARM_UP_S = 3.0  # a peer may ask for longer (``warm_up_s``: a JVM's JIT)
+PEER_MODULES = {"nats": ("ring.bench.peer_nats", "NatsSystem"),
+                "rabbitmq": ("ring.bench.peer_rabbitmq", "RabbitSystem"),
+                "kafka": ("ring.bench.peer_kafka", "KafkaSystem")}
 DEFAULT_OUTPUT = Path("docs/BENCHMARKS.md")
 
 
@@ -70,10 +75,11 @@ class Settings:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ring bench", description=(
-        "ring (3 brokers, RF 3) against NATS JetStream and RabbitMQ streams (3 nodes each) on loopback: "
+        "ring (3 brokers, RF 3) against NATS JetStream, RabbitMQ streams and Apache Kafka (3 nodes each) on loopback: "
         "produce, latency, consume, end-to-end, ceilings; one table of medians and ratios."))
     p.add_argument("--quick", action="store_true", help="short runs, 1 repetition: a smoke test")
-    p.add_argument("--peers", default="nats,rabbitmq", help="nats,rabbitmq or none (default nats,rabbitmq)")
+    p.add_argument("--peers", default=",".join(casemod.PEERS),
+                   help=f"some of {','.join(casemod.PEERS)}, or none (default all)")
     p.add_argument("--cases", default=",".join(casemod.GROUPS),
                    help=f"groups ({','.join(casemod.GROUPS)}) or case ids, comma-separated (default all)")
     p.add_argument("--output", type=Path, default=None,
@@ -149,10 +155,8 @@ class Bench:
             self.note(f"ring runs on ONE broker: {ring.label}; its figures are labelled so")
         self.say(f"started {ring.label}")
         for name in self.peers:
-            if name == "nats":
-                from ring.bench.peer_nats import NatsSystem as Peer
-            else:
-                from ring.bench.peer_rabbitmq import RabbitSystem as Peer
+            module, cls = PEER_MODULES[name]
+            Peer = getattr(importlib.import_module(module), cls)
             missing = [m for m in Peer.python_modules if importlib.util.find_spec(m) is None]
             if missing:
                 self.note(f"peer {name} skipped: Python module {', '.join(missing)} missing "
@@ -170,6 +174,8 @@ class Bench:
                 continue
             self.systems[name] = peer
             self.say(f"started {peer.label}")
+            if hasattr(peer, "describe"):  # a configuration the report prints whole
+                self.extra.setdefault("configs", {})[name] = peer.describe(self.settings)
 
     def measure_idle(self, seconds: float) -> None:
         """Each system's CPU while nothing is sent: what an idle peer costs the
@@ -270,15 +276,20 @@ class Bench:
 
     def warm_up(self) -> None:
         """A short batched produce per system, not counted: first writes on a
-        fresh disk and first connections are slower (MACHINE-NOTES)."""
-        case = next(c for c in casemod.all_cases() if c.id == "produce-100-unkeyed-quorum")
-        for system in self.systems:
-            spec = self.spec(case, 0, system)
-            assert spec is not None
-            spec["seconds_max"] = 0.5 if self.args.quick else 3.0
-            row = self.run_one(case, 0, system, spec)
-            if not row.get("ok"):
-                self.say(f"warm-up of {system} failed: {row.get('error')}")
+        fresh disk and first connections are slower (MACHINE-NOTES). A system
+        that asks for a longer one (``warm_up_s``: a JVM's JIT) gets a batched
+        and an unbatched produce that long each."""
+        for system, obj in self.systems.items():
+            seconds = getattr(obj, "warm_up_s", None)
+            ids = ["produce-100-unkeyed-quorum"] + (["produce-1-unkeyed-quorum"] if seconds else [])
+            for case_id in ids:
+                case = next(c for c in casemod.all_cases() if c.id == case_id)
+                spec = self.spec(case, 0, system)
+                assert spec is not None
+                spec["seconds_max"] = 0.5 if self.args.quick else seconds or WARM_UP_S
+                row = self.run_one(case, 0, system, spec)
+                if not row.get("ok"):
+                    self.say(f"warm-up of {system} failed: {row.get('error')}")
 
     def run_cases(self) -> None:
         have = list(self.systems)

@@ -1,5 +1,5 @@
 """The systems a bench run starts and measures: ring here, the peers in
-``peer_nats`` and ``peer_rabbitmq``. Each is started on loopback under a
+``peer_nats``, ``peer_rabbitmq`` and ``peer_kafka``. Each is started on loopback under a
 temporary root, knows the PIDs of its server processes (for CPU and RSS), the
 target a load generator connects to, its version, and stops every process it
 started, by PID, even after a failed start.
