@@ -83,3 +83,17 @@ def test_the_report_prints_the_whole_configuration(tmp_path: Path) -> None:
     assert f"Apache Kafka {peer_kafka.VERSION}" in lines and "-Xmx1g" in lines
     assert "producer, 1 record(s)/request; 86 producers at 256 requests in flight" in lines
     assert "'batch.num.messages': 100" in lines and "'acks': 'all'" in lines
+
+
+def test_the_report_shows_the_records_per_request_the_client_counted() -> None:
+    from ring.bench import render
+
+    rows = [{"case": "produce-1-unkeyed-quorum", "system": "kafka",
+             "client": {"produce_requests": 5436, "records_per_produce_request": 1.0}},
+            {"case": "produce-100-unkeyed-quorum", "system": "kafka",
+             "client": {"produce_requests": 874, "records_per_produce_request": 95.99}},
+            {"case": "consume-fetch", "system": "kafka"}, {"case": "produce-1-unkeyed-quorum", "system": "ring"}]
+    assert render._client_counts(rows, "kafka") == [
+        "- records per ProduceRequest, as librdkafka counted them: produce-1-unkeyed-quorum 1.00 (5,436 requests), "
+        "produce-100-unkeyed-quorum 95.99 (874 requests)"]
+    assert render._client_counts(rows, "ring") == []

@@ -57,7 +57,7 @@ import orjson
 from ring.bench.records import with_seq
 
 TOPIC_READY_S = 60.0
-POLL_S = 0.05
+POLL_S = 0.5  # a poll returns as soon as there is something to serve: this bounds only the stop
 CONSUME_BATCH = 10_000
 FETCH_BYTES = 4 << 20  # ring's fetch size per partition (gen_ring.FETCH_BYTES)
 STATS_MS = 1000

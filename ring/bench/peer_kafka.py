@@ -245,7 +245,7 @@ class KafkaSystem:
             pool = next((f"; {-(-w // PARTITIONS)} producers at {w} requests in flight"
                          for r, w in windows if r == rpr), "")
             out.append(f"- producer, {rpr} record(s)/request{pool}: `{cfg}`")
-        cfg = {k: v for k, v in gen_kafka.consumer_config(boot, "G").items() if k != "bootstrap.servers"}
+        cfg = {k: v for k, v in gen_kafka.consumer_config(boot, "TOPIC-reader").items() if k != "bootstrap.servers"}
         out.append(f"- consumer (partitions assigned from offset 0 / from their end): `{cfg}`")
         return out
 

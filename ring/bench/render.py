@@ -46,6 +46,16 @@ def _librdkafka() -> str:
     return f" (librdkafka {confluent_kafka.libversion()[0]})"
 
 
+def _client_counts(rows: list[dict[str, Any]], system: str) -> list[str]:
+    """What the client library counted it sent, per produce run: requests and records per request."""
+    runs = [r for r in rows if r["system"] == system and (r.get("client") or {}).get("produce_requests")]
+    if not runs:
+        return []
+    return ["- records per ProduceRequest, as librdkafka counted them: " + ", ".join(
+        f"{r['case']} {r['client']['records_per_produce_request']:.2f} ({r['client']['produce_requests']:,} requests)"
+        for r in runs)]
+
+
 def _ceilings(extra: dict[str, Any], ring_unbatched: float | None) -> list[str]:
     lines = ["| ceiling | figure |", "|---|---:|"]
     wrk = extra.get("wrk")
@@ -91,7 +101,7 @@ def markdown(bench: Any) -> str:
         out += ["", *report.table(summary, bench.cases, peers), ""]
         for name, lines in (bench.extra.get("configs") or {}).items():
             if name in peers:
-                out += [f"#### {report.NAMES[name]}: configuration", "", *lines, ""]
+                out += [f"#### {report.NAMES[name]}: configuration", "", *lines, *_client_counts(bench.rows, name), ""]
         out += ["#### Targets", "", *report.target_lines(report.targets(summary)), ""]
         out += ["#### Resources", "", *report.resources(summary, systems, "produce-100-unkeyed-quorum",
                                                           bench.extra.get("idle_cores")), ""]
