@@ -47,7 +47,8 @@ test: venv system-deps
 	PYTEST_ADDOPTS="$(XDIST_ARGS) $$PYTEST_ADDOPTS" $(BIN)/python -m pytest
 
 # The peers' clients and the plot need the `bench` extra; NATS and RabbitMQ
-# themselves are installed with apt-get by `ring bench` when missing.
+# themselves are installed with apt-get by `ring bench` when missing, Apache
+# Kafka from Maven Central with mvn (cached under ~/.cache/ring-bench).
 bench: venv
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/ring bench
