@@ -65,17 +65,26 @@ async def _windowed(total: int, window: int, make_request) -> float:
     return time.perf_counter() - t0
 
 
+REFUSALS_MAX = 50  # 429s (the broker's admission control on a busy machine) one request waits out
+
+
 async def _produce(session, url, topic, payloads, content_type, requests, window) -> float:
     async def one(i: int) -> None:
-        async with session.post(
-            f"{url}/v1/topics/{topic}/messages",
-            params={"partition": str(i % 4)},
-            data=payloads[i % len(payloads)],
-            headers={"Content-Type": content_type},
-        ) as r:
-            if r.status != 200:
-                raise RuntimeError(f"produce: {r.status} {await r.text()}")
-            await r.read()
+        for _ in range(REFUSALS_MAX):
+            async with session.post(
+                f"{url}/v1/topics/{topic}/messages",
+                params={"partition": str(i % 4)},
+                data=payloads[i % len(payloads)],
+                headers={"Content-Type": content_type},
+            ) as r:
+                if r.status == 429:  # refused before anything was written: wait as it asks, then again
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "0.1")))
+                    continue
+                if r.status != 200:
+                    raise RuntimeError(f"produce: {r.status} {await r.text()}")
+                await r.read()
+                return
+        raise RuntimeError(f"produce: refused {REFUSALS_MAX} times (429)")
 
     return await _windowed(requests, window, one)
 
@@ -87,6 +96,7 @@ async def _fetch_all(session, url, topic, accept, max_bytes) -> tuple[float, int
     async def part(p: int) -> None:
         nonlocal total
         offset = 0
+        refused = 0
         while True:
             async with session.get(
                 f"{url}/v1/topics/{topic}/partitions/{p}/messages",
@@ -94,6 +104,10 @@ async def _fetch_all(session, url, topic, accept, max_bytes) -> tuple[float, int
                 headers={"Accept": accept},
             ) as r:
                 body = await r.read()
+                if r.status == 429 and refused < REFUSALS_MAX:
+                    refused += 1
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "0.1")))
+                    continue
                 if r.status != 200:
                     raise RuntimeError(f"fetch: {r.status} {body[:200]!r}")
                 if accept == BATCHES_CT:
