@@ -80,7 +80,7 @@ class Broker:
         self.dir = DataDir(self.data_dir)
         self._tasks: list[asyncio.Task[None]] = []
         self._deleting: set[str] = set()
-        self.commits = GroupCommit(config.fsync)
+        self.commits = GroupCommit(config.fsync, clock)
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
         self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
         self.intake = Intake(self)  # a produce request's topic, partitions and batches

@@ -26,6 +26,7 @@ import logging
 from typing import Callable, Iterable
 
 from ring import limits
+from ring.clock import Clock
 from ring.errors import StorageError, UnknownTopic
 from ring.log.fsync import FsyncPolicy
 from ring.replication.replica import Replica
@@ -34,8 +35,9 @@ log = logging.getLogger("ring.broker")
 
 
 class GroupCommit:
-    def __init__(self, policy: FsyncPolicy) -> None:
+    def __init__(self, policy: FsyncPolicy, clock: Clock) -> None:
         self.policy = policy
+        self.clock = clock
         self.on_durable: Callable[[Replica, int], None] = Replica.set_durable
         self.fsyncs = 0  # completed replica fsyncs, for status and for telling group commit works
         self.writebacks = 0  # writebacks the kernel started early on request (interval policy)
@@ -105,7 +107,7 @@ class GroupCommit:
         """Start the kernel's writeback of every log with ``WRITEBACK_START_BYTES`` new, one at a time."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(limits.WRITEBACK_CHECK_INTERVAL_MS / 1000)
+            await self.clock.sleep(limits.WRITEBACK_CHECK_INTERVAL_MS / 1000)
             for part in list(replicas()):
                 plog = part.log
                 if (part.running_sync is None and not part.deleted and not part.failed
@@ -120,7 +122,7 @@ class GroupCommit:
         assert self.policy.mode == "interval"
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.policy.interval_ms / 1000)
+            await self.clock.sleep(self.policy.interval_ms / 1000)
             for part in list(replicas()):
                 if part.log.unsynced_bytes and part.next_sync is None and part.running_sync is None:
                     part.next_sync = loop.create_future()

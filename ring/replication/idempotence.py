@@ -31,7 +31,6 @@ failover the new leader recognises retries of batches it holds.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
@@ -179,7 +178,7 @@ class ProducerStates:
         for _ in range(_PREPARE_STEPS_MAX):  # check() finishes whatever is left, without yielding
             if not self._step(e):
                 break
-            await asyncio.sleep(0)
+            await self.clock.sleep(0)
 
     def _step(self, e: _Entry) -> bool:
         """Scan one read's worth of batch headers into the table; False at the end of the log."""

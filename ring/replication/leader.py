@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from ring import limits
+from ring.clock import Clock
 from ring.errors import BadRequest
 from ring.node.ready import Flush, FromFollower, LinkDown, LinkUp, Ready
 from ring.replication import protocol, versions
@@ -66,6 +67,7 @@ class Host(Protocol):
     """What a link needs from the node core's driver (``ring.cluster.pump.NodePump``)."""
 
     peers: Peers
+    clock: Clock
     closed: bool
 
     def step(self, message: Any) -> Ready: ...
@@ -118,7 +120,7 @@ class LinkDriver:
                     log.warning("replication link to %s: %s", self.follower, exc.message)
                 except Exception:  # a bug: say so, and keep the link alive
                     log.exception("replication link to %s failed", self.follower)
-            await asyncio.sleep(delay_s)
+            await self.pump.clock.sleep(delay_s)
             delay_s = min(delay_s * 2, limits.REPLICATION_RECONNECT_MS_MAX / 1000)
 
     async def _connected(self, url: str) -> None:
@@ -151,7 +153,7 @@ class LinkDriver:
                     self.pump.step(LinkDown(self.follower))
                 if self.retired:  # (the cancellation that stopped the link goes on once it is said)
                     with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, OSError):
-                        await asyncio.wait_for(ws.close(code=protocol.LINK_RETIRED), RETIRE_CLOSE_S)
+                        await self.pump.clock.wait_for(ws.close(code=protocol.LINK_RETIRED), RETIRE_CLOSE_S)
 
     async def _send_loop(self, ws: aiohttp.ClientWebSocketResponse, version: int) -> None:
         while True:
