@@ -409,7 +409,7 @@ class Broker:
 
     async def _retention_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.retention_interval_s)
+            await self.clock.sleep(self.config.retention_interval_s)
             self.retention_sweep()
 
     def retention_sweep(self) -> None:

@@ -369,7 +369,7 @@ class ClusterBroker(Broker):
 
     async def _hw_checkpoint_loop(self) -> None:
         while True:
-            await asyncio.sleep(limits.HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS / 1000)
+            await self.clock.sleep(limits.HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS / 1000)
             self._save_hws()
 
     # --- topics ------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class NodePump:
         """Return when leadership of any partition changed here, or after ``timeout_s``."""
         event = self._changed
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            await self.clock.wait_for(event.wait(), timeout_s)
         except TimeoutError:
             pass
 
@@ -175,7 +175,7 @@ class NodePump:
         return kept
 
     async def _announce(self) -> None:
-        await asyncio.sleep(ANNOUNCE_DELAY_S)
+        await self.clock.sleep(ANNOUNCE_DELAY_S)
         self.step(Announce())
 
     # --- elections' messages -----------------------------------------------------------------
@@ -226,7 +226,7 @@ class NodePump:
             self._timer.cancel()
         loop = asyncio.get_running_loop()
         self._timer_at = at
-        self._timer = loop.call_at(loop.time() + max(0.0, at - self.clock.monotonic()), self.tick)
+        self._timer = loop.call_later(max(0.0, at - self.clock.monotonic()), self.tick)
 
     def _relink(self, wanted: set[str]) -> None:
         for name in list(self.links):
