@@ -283,6 +283,7 @@ def make_app(broker: Broker, tokens: auth.TokenTable | None = None) -> web.App:
     app = web.App()
     app.body_budget = body_budget_of(broker)  # shared with /metrics
     app.admission = admission_of(broker)  # shared with PolarStreams' ports
+    app.clock = broker.clock
     app[BROKER_KEY] = broker
     app[BUDGET_KEY] = answer_budget.budget_of(broker)
     if tokens is not None:

@@ -108,7 +108,7 @@ class Connection(asyncio.Protocol):
         self._fields = 0  # header (and trailer) fields of the request being received
         self._in_head = False
         self._head_fed = 0
-        self._begun = 0.0  # loop time of the first byte of the request being received
+        self._begun = 0.0  # clock time (monotonic) of the first byte of the request being received
         self.link = Link()  # the group poll answers this connection wrote whole (``link``)
         self._via_none = Via(self.link, None)  # the Via of a request that proves no poll answer read
         self._via = self._via_none  # the Via of the request being received, made at its first byte
@@ -123,7 +123,7 @@ class Connection(asyncio.Protocol):
             self._refuse()
             return
         front.connections.add(self)
-        self.header_deadline = front.loop.time() + front.header_timeout_s  # the first request must come
+        self.header_deadline = front.clock.monotonic() + front.header_timeout_s  # the first request must come
 
     def _refuse(self) -> None:
         """Over the connection bound: a 503 the client can read, then close; the request is never read."""
@@ -308,7 +308,7 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers = web.Headers()
         self.idle_deadline = 0.0
-        self._begun = now = self.front.loop.time()
+        self._begun = now = self.front.clock.monotonic()
         self.header_deadline = now + self.front.header_timeout_s
         # What this connection had written whole before this request's first byte (none after a pause
         # in reading: these bytes may have waited in the kernel since before that answer went out).
@@ -441,7 +441,7 @@ class Connection(asyncio.Protocol):
             self.close()  # nothing more will come, and nothing is owed: a request begun will not end
             return
         if not self.queue and not self._in_head and self.receiving is None and not self.closed:
-            self.idle_deadline = self.front.loop.time() + limits.KEEPALIVE_TIMEOUT_S
+            self.idle_deadline = self.front.clock.monotonic() + limits.KEEPALIVE_TIMEOUT_S
 
     def _run_next(self) -> bool:
         """Start the first request not answered yet, if it is ready, nothing else runs and the
@@ -470,7 +470,7 @@ class Connection(asyncio.Protocol):
         running, ex.state, ex.response = ex.state == RUNNING, ANSWERED, resp
         if ex.cell is not None:
             ex.cell[0] = None  # tasks the request started act as the broker from now on
-        metrics, now = self.app.metrics, self.front.loop.time()
+        metrics, now = self.app.metrics, self.front.clock.monotonic()
         if metrics is not None and ex.req.method:
             metrics.observe(ex.req, resp, now - ex.started)
         self.app.admission.answered(ex.req, resp, now, running)  # (its running count, its quota's bytes)

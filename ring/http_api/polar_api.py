@@ -184,6 +184,7 @@ def make_apps(broker: Any, groups: Any, ports: Ports, tokens: auth.TokenTable | 
         app.answer_error = partial(_polar_error, role)
         app.body_budget = body_budget.body_budget_of(broker)
         app.admission = admission_of(broker)
+        app.clock = broker.clock
         if tokens is not None:
             app.guard = access.Guard(tokens, broker.config.cluster_secret, broker.config.tls.mutual)
         app[ROLE_KEY], app[POLAR_PORTS_KEY], app[BROKER_KEY], app[GROUPS_KEY] = role, ports, broker, groups

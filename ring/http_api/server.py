@@ -34,7 +34,6 @@ import asyncio
 import logging
 import socket
 import ssl
-import time
 from email.utils import formatdate
 from typing import Any
 
@@ -171,6 +170,7 @@ class Front:
         self.app = app
         self.access_log = access_log  # one line per answer, at INFO on "ring.access"
         self.loop = asyncio.get_running_loop()
+        self.clock = app.clock
         self.header_timeout_s = header_timeout_s
         self.send_timeout_s = send_timeout_s
         self.connections_max = connections_max
@@ -183,7 +183,7 @@ class Front:
         self._waking = False
         self.closing = False
         self.next_id = 0
-        self.now = self.loop.time()
+        self.now = self.clock.monotonic()
         self._second = -1
         self.date = b""
         self._tick_date()
@@ -197,20 +197,20 @@ class Front:
         self._arm(self.now)
 
     def _tick_date(self) -> None:
-        second = int(time.time())
+        second = self.clock.wall_ms() // 1000
         if second != self._second:
             self._second = second
             self.date = f"Date: {formatdate(second, usegmt=True)}\r\n".encode()
 
     def _arm(self, now: float) -> None:
         due = now + self.probe_interval_s
-        self._sweeper = self.loop.call_at(due, self.sweep, due)
+        self._sweeper = self.loop.call_later(due - self.clock.monotonic(), self.sweep, due)
 
     def sweep(self, due: float | None = None) -> None:
         """Run by its timer (``due``: when it was due) every probe interval: how late the loop ran it,
         and once per sweep interval (or whenever called out of turn) the deadlines of every
         connection, the Date header, written answers."""
-        self.now = now = self.loop.time()
+        self.now = now = self.clock.monotonic()
         self._tick_date()
         if due is not None:
             self.app.admission.lagged(max(0.0, now - due))
@@ -385,9 +385,9 @@ class Server(_Listening):
                 conn.close_when_sent = True  # each closes once it has answered what it took in
                 if not conn.queue and conn.receiving is None:
                     conn.close()  # idle: nothing to finish
-            deadline = front.loop.time() + limits.SHUTDOWN_GRACE_S
-            while front.connections and front.loop.time() < deadline:
-                await asyncio.sleep(0.05)
+            deadline = front.clock.monotonic() + limits.SHUTDOWN_GRACE_S
+            while front.connections and front.clock.monotonic() < deadline:
+                await front.clock.sleep(0.05)
             for conn in list(front.connections):
                 conn.transport.abort()
                 conn.connection_lost(None)

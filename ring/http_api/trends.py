@@ -102,7 +102,7 @@ class Trends:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(limits.TRENDS_INTERVAL_MS / 1000)
+            await self.broker.clock.sleep(limits.TRENDS_INTERVAL_MS / 1000)
             try:
                 self.sample()
             except Exception:  # a chart is not worth a broker: say so and try again next time

@@ -28,6 +28,7 @@ from urllib.parse import unquote, unquote_plus
 
 import orjson
 
+from ring.clock import Clock, SystemClock
 from ring.errors import RingError
 
 CT_JSON = "application/json"
@@ -338,6 +339,7 @@ class App:
         self.guard: Any = None  # access.Guard when client authentication is on
         self.body_budget = BodyBudget()
         self.admission = Admission()  # the broker's own (admission_of) once the app serves one
+        self.clock: Clock = SystemClock()  # the broker's once the app serves one: its front's deadlines
         self.metrics: Any = None
         # How a RingError is answered: ring's JSON (PolarStreams' ports answer theirs as text).
         self.answer_error: Callable[[RingError], Response] = ring_error
