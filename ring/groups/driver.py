@@ -166,7 +166,7 @@ class Coordinator:
         leader = self._leader(cfg, p)
         waited_s = 0.0
         while leader is None and waited_s < limits.LEADER_WAIT_MS / 1000:  # a new topic, or an election
-            await asyncio.sleep(_LEADER_POLL_S)
+            await self.clock.sleep(_LEADER_POLL_S)
             waited_s += _LEADER_POLL_S
             leader = self._leader(cfg, p)
         me = self.broker.config.name
@@ -245,7 +245,7 @@ class Coordinator:
             offset = shard.replay_batches(plog.read(offset, _REPLAY_STEP_BYTES), offset, now)
             steps += 1
             if steps % 4 == 0:
-                await asyncio.sleep(0)  # a long replay lets the loop serve others
+                await self.clock.sleep(0)  # a long replay lets the loop serve others
                 if rep.deleted or not rep.is_leader:
                     raise Unavailable(f"{OFFSETS_TOPIC}/{p} changed leader while loading; retry", partition=p)
         log.info("offsets partition %d loaded: %d groups from offsets %d-%d", p, len(shard.groups), start, offset)
@@ -334,7 +334,7 @@ class Coordinator:
 
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(limits.GROUP_TICK_MS / 1000)
+            await self.clock.sleep(limits.GROUP_TICK_MS / 1000)
             try:
                 await self.tick()
             except asyncio.CancelledError:

@@ -58,7 +58,7 @@ class Audit:
 
     async def _audit_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.host.config.repair_interval_s)
+            await self.host.clock.sleep(self.host.config.repair_interval_s)
             try:
                 self._drop_gone_topics()
                 await self._scrub()

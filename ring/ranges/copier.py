@@ -204,7 +204,7 @@ class Copier:
         if src == self.host.name:
             for chunk in self.local_chunks(key, meta.base, meta.end):
                 yield chunk
-                await asyncio.sleep(0)
+                await self.host.clock.sleep(0)
             return
         ms, session = self.host.membership, self.host.session
         url = ms.peer_url(src) if ms is not None else None

@@ -207,7 +207,7 @@ class Ranges(Reads, Audit):
     async def _loop(self) -> None:
         while True:
             self.host.gossip_load(self.load())  # gossiped with the node's next round
-            await asyncio.sleep(self.host.config.range_interval_s)
+            await self.host.clock.sleep(self.host.config.range_interval_s)
             for rep in list(self.host.replicas()):
                 if self.host.closing:
                     return
@@ -366,7 +366,7 @@ class Ranges(Reads, Audit):
             for chunk in self.copier.local_chunks((rep.topic, rep.index), base, end):
                 hasher.update(chunk)
                 size += len(chunk)
-                await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
+                await self.host.clock.sleep(0)  # one chunk at a time: requests go on meanwhile
         except (RingError, OSError) as exc:
             if isinstance(exc, StorageError):
                 self.host.damaged(rep, base)

@@ -106,7 +106,7 @@ class Repair:
             offset, bad = rep.damaged_at, False
             while not bad and offset < rep.log.end_offset and not rep.deleted:
                 offset, bad = mend.scan(rep, offset)
-                await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
+                await self.host.clock.sleep(0)  # one chunk at a time: requests go on meanwhile
             if not bad:
                 return None if rep.deleted else mended
             data = await self._whole_copy(rep, offset)
@@ -114,7 +114,7 @@ class Repair:
             if data is not None and mend.put(rep, offset, data):
                 mended = True
             else:
-                await asyncio.sleep(REPAIR_POLL_S * 5)  # no whole copy reachable now: never cut, ask again
+                await self.host.clock.sleep(REPAIR_POLL_S * 5)  # no whole copy reachable now: never cut, ask again
         return None
 
     async def _whole_copy(self, rep: Replica, offset: int) -> bytes | None:
@@ -130,7 +130,7 @@ class Repair:
         it got there."""
         while True:
             while not rep.deleted and rep.is_leader:  # a damaged leader hands over first (the node core)
-                await asyncio.sleep(REPAIR_POLL_S)
+                await self.host.clock.sleep(REPAIR_POLL_S)
             if rep.deleted or rep.damaged_at is None:
                 return False
             await self.host.wait_idle(rep)
@@ -144,7 +144,7 @@ class Repair:
             for _ in range(10):
                 if rep.deleted or rep.log.end_offset >= target:
                     break
-                await asyncio.sleep(REPAIR_POLL_S)
+                await self.host.clock.sleep(REPAIR_POLL_S)
         return not rep.deleted
 
     async def _ask_resync(self, rep: Replica) -> None:
@@ -156,7 +156,7 @@ class Repair:
     async def _loop(self) -> None:
         interval = self.interval_s
         while True:
-            await asyncio.sleep(interval)
+            await self.host.clock.sleep(interval)
             for rep in list(self.host.replicas()):
                 if rep.deleted or rep.damaged_at is not None or self.host.closing:
                     continue
@@ -186,7 +186,7 @@ class Repair:
                 continue
             hasher = digests.hasher(base, end, self.host.clock.monotonic())
             while not hasher.step(rep.log.read, limits.REPAIR_CHUNK_BYTES):
-                await asyncio.sleep(0)  # one chunk at a time: requests go on meanwhile
+                await self.host.clock.sleep(0)  # one chunk at a time: requests go on meanwhile
                 if rep.sums is not digests or rep.deleted:  # the log was cut (or closed) meanwhile
                     return out
             assert hasher.result is not None
