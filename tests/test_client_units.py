@@ -3,6 +3,7 @@ topology parsing and routing, error classification, and fetch decoding."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
@@ -17,6 +18,7 @@ from ring.client.records import decode_fetch
 from ring.client.retry import Retry
 from ring.client.topology import Topology, normalize_url, parse_brokers, parse_cluster, parse_topic
 from ring.client.transport import FATAL, RETRY, UNKNOWN, Reply, classify, retry_after_s
+from ring.clock import ManualClock
 from ring.log import batch as batchfmt
 
 
@@ -350,31 +352,35 @@ def test_a_topic_described_by_a_broker_without_its_replicas() -> None:
 
 
 async def test_retry_pauses_double_until_the_deadline_then_stop() -> None:
-    clock = {"now": 0.0}
+    clock = ManualClock()
     slept: list[float] = []
 
-    async def sleep(s: float) -> None:  # the clock moves by exactly the pause
-        slept.append(s)
-        clock["now"] += s
+    async def pauses(retry: Retry, at_least_s: float = 0.0) -> bool:  # the clock moves by exactly each pause
+        task = asyncio.create_task(retry.pause(at_least_s))
+        while not task.done():
+            await asyncio.sleep(0)
+            deadline = clock.next_deadline()
+            if deadline is not None:
+                slept.append(deadline - clock.monotonic())
+                clock.advance(deadline - clock.monotonic())
+        return task.result()
 
-    retry = Retry(lambda: clock["now"], timeout_s=5.0, retries=None, backoff_ms=500)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("ring.client.retry.asyncio.sleep", sleep)
-        while await retry.pause():
-            pass
-        # 0.5, 1, 2 (the cap), then what is left: the last attempt starts at the deadline
-        assert slept == [0.5, 1.0, 2.0, 1.5] and clock["now"] == 5.0 and retry.attempts == 5
-        assert not await retry.pause() and len(slept) == 4
+    retry = Retry(clock, timeout_s=5.0, retries=None, backoff_ms=500)
+    while await pauses(retry):
+        pass
+    # 0.5, 1, 2 (the cap), then what is left: the last attempt starts at the deadline
+    assert slept == [0.5, 1.0, 2.0, 1.5] and clock.monotonic() == 5.0 and retry.attempts == 5
+    assert not await pauses(retry) and len(slept) == 4
 
-        counted = Retry(lambda: clock["now"], timeout_s=60.0, retries=2, backoff_ms=500)
-        assert await counted.pause() and await counted.pause() and not await counted.pause()
-        assert counted.attempts == 3
+    counted = Retry(clock, timeout_s=60.0, retries=2, backoff_ms=500)
+    assert await pauses(counted) and await pauses(counted) and not await pauses(counted)
+    assert counted.attempts == 3
 
-        # A refusal's Retry-After is waited when longer than the backoff, and cut at the deadline.
-        told = Retry(lambda: clock["now"], timeout_s=10.0, retries=None, backoff_ms=500)
-        slept.clear()
-        assert await told.pause(3.0) and await told.pause(0.2) and await told.pause(30.0)
-        assert slept == [3.0, 1.0, 6.0] and not await told.pause()
+    # A refusal's Retry-After is waited when longer than the backoff, and cut at the deadline.
+    told = Retry(clock, timeout_s=10.0, retries=None, backoff_ms=500)
+    slept.clear()
+    assert await pauses(told, 3.0) and await pauses(told, 0.2) and await pauses(told, 30.0)
+    assert slept == [3.0, 1.0, 6.0] and not await pauses(told)
 
 
 def test_the_wait_a_refusal_asks_for() -> None:
@@ -405,5 +411,30 @@ async def test_a_group_consumer_with_no_broker_raises_once_its_retry_time_is_spe
                 await consumer.start()
             assert 1.0 <= time.monotonic() - started < 2.0
         assert consumer._transport is not None and consumer._transport.requests <= 2 * 8  # no spinning
+    finally:
+        await consumer.close()
+
+
+async def test_a_group_consumer_given_a_clock_retries_on_that_clock() -> None:
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    clock = ManualClock()
+    consumer = AsyncGroupConsumer(dead, "g", "t", retry_timeout_s=60.0, retry_backoff_ms=50, clock=clock)
+    try:
+        start = asyncio.create_task(consumer.start())
+        for _ in range(1000):  # the first attempt fails, then it pauses on the clock
+            if clock.next_deadline() is not None:
+                break
+            assert not start.done()
+            await asyncio.sleep(0.01)
+        assert clock.next_deadline() == 0.05
+        while not start.done():  # a minute of its retries, at once: time moves only as told
+            deadline = clock.next_deadline()
+            if deadline is not None:
+                clock.advance(deadline - clock.monotonic())
+            await asyncio.sleep(0.01)
+        with pytest.raises(BrokersUnavailable, match=r"attempts in 60\.0 s, retry_timeout_s=60\)"):
+            start.result()
     finally:
         await consumer.close()

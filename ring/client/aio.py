@@ -356,7 +356,7 @@ class AsyncClient:
         timeout_s = self.timeout_s + wait_ms / 1000
         last: errors.RingError | None = None
         too_far: errors.RingError | None = None
-        retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
+        retry = Retry(self.clock, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
         while True:
             wait_s = 0.0  # the longest Retry-After of this round's refusals
             urls = list(dict.fromkeys([*holders, *meta.topology.read_urls(topic, partition)]))

@@ -56,7 +56,6 @@ import logging
 import os
 import re
 import socket
-import time
 import uuid
 from collections import Counter
 from typing import Any, AsyncIterator, Iterable
@@ -72,6 +71,7 @@ from ring.client.retry import Retry
 from ring.client.topology import parse_brokers, parse_cluster
 from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
     Transport, classify, error_from, make_session, retry_after_s
+from ring.clock import Clock, SystemClock
 from ring.log.batch import records_between
 
 # A poll answer of the stored batches that hold its records (``ring.http_api.groups_api``)
@@ -89,7 +89,7 @@ class AsyncGroupConsumer:
                  retry_timeout_s: float = limits.CLIENT_RETRY_TIMEOUT_S_DEFAULT,
                  retries: int | None = None,
                  retry_backoff_ms: float = limits.CLIENT_RETRY_BACKOFF_MS,
-                 metadata_max_age_ms: int = limits.CLIENT_METADATA_MAX_AGE_MS) -> None:
+                 metadata_max_age_ms: int = limits.CLIENT_METADATA_MAX_AGE_MS, clock: Clock | None = None) -> None:
         """``topics``: one name or several, or ``pattern`` (a regular expression the whole topic
         name must match; internal topics, named ``__...``, never do); ``listener``: an object with
         ``on_partitions_revoked(partitions)`` and/or ``on_partitions_assigned(partitions)`` (sets of
@@ -98,7 +98,8 @@ class AsyncGroupConsumer:
         ``reset``: where partitions without a committed offset start (earliest|latest);
         ``wait_ms``: how long each poll long-polls when there is nothing; a request that fails is
         tried again (other brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
-        more than ``retries`` times when given, then raises ``BrokersUnavailable``."""
+        more than ``retries`` times when given, then raises ``BrokersUnavailable``; ``clock``: where it
+        reads the time and sleeps (default: the system's)."""
         if (topics is None) == (pattern is None):
             raise errors.BadRequest("give topics or a pattern")
         self.urls = parse_brokers(brokers)
@@ -117,6 +118,7 @@ class AsyncGroupConsumer:
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.clock = clock or SystemClock()
         self.generation: int | None = None
         self.rejoins = 0
         self._topic_ids: dict[str, str] = {}  # topic -> its id as the last join gave it
@@ -185,7 +187,7 @@ class AsyncGroupConsumer:
         assert self._transport is not None, "start() the consumer first"
         body = None if doc is None else orjson.dumps(doc)
         headers = {"Accept": accept, **({"Content-Type": CT_JSON} if body is not None else {})}
-        retry = Retry(time.monotonic, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
+        retry = Retry(self.clock, self.retry_timeout_s, self.retries, self.retry_backoff_ms)
         while True:
             try:
                 reply = await self._transport.request(method, self._url, path, params=params, body=body,
@@ -219,7 +221,7 @@ class AsyncGroupConsumer:
         except BrokerUnreachable:
             return
         if reply.status in (200, 404):  # 404: a standalone broker, the only one there is
-            self._brokers_at = time.monotonic()
+            self._brokers_at = self.clock.monotonic()
         if reply.status == 200:
             try:
                 learned = [b.client_url for b in parse_cluster(reply.json()).values()]
@@ -270,7 +272,7 @@ class AsyncGroupConsumer:
 
     async def _follow_pattern(self, force: bool = False) -> None:
         """With a pattern: the matching topics, checked every ``metadata_max_age_ms``; a change rejoins."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self.pattern is None or (not force and now - self._pattern_at < self.metadata_max_age_ms / 1000):
             return
         self._pattern_at = now
@@ -298,14 +300,14 @@ class AsyncGroupConsumer:
 
     async def _poll(self, max_records: int | None = None, wait_ms: int | None = None) -> list[ConsumerRecord]:
         await self.start()
-        if time.monotonic() - self._brokers_at >= self.metadata_max_age_ms / 1000:
+        if self.clock.monotonic() - self._brokers_at >= self.metadata_max_age_ms / 1000:
             await self._learn_brokers()
         await self._follow_pattern()
         wait = self.wait_ms if wait_ms is None else wait_ms
         if self.generation is None or (self.assignment and set(self.assignment) <= self._pos.paused):
             if self.generation is not None:
                 await self._join()  # everything paused: a heartbeat, no records
-            await asyncio.sleep(wait / 1000)
+            await self.clock.sleep(wait / 1000)
             return []
         path = self._member_path("/poll")
         for _ in range(limits.CLIENT_POLL_REJOINS_MAX + 1):
@@ -485,14 +487,14 @@ class AsyncGroupConsumer:
             if pos is not None and tp in hws:
                 out[tp] = max(0, hws[tp] - pos)
         self.stats["lag_records"] = sum(out.values())
-        self._lag_at = time.monotonic()
+        self._lag_at = self.clock.monotonic()
         return out
 
     async def _refresh_lag(self) -> None:
-        if time.monotonic() - self._lag_at < limits.CLIENT_CONSUMER_LAG_REFRESH_MS / 1000:
+        if self.clock.monotonic() - self._lag_at < limits.CLIENT_CONSUMER_LAG_REFRESH_MS / 1000:
             return
         try:
             await self.lag(retry=False)
         except errors.RingError as exc:  # a figure for operators: it must not stop the consumer
             log.debug("refreshing the consumer's lag: %s", exc)
-            self._lag_at = time.monotonic()
+            self._lag_at = self.clock.monotonic()

@@ -84,7 +84,7 @@ class Metadata:
         """
         ok = set(ok)
         last = "no broker tried"
-        retry = Retry(self.clock.monotonic, self.retry_timeout_s, self.retries, self.backoff_ms)
+        retry = Retry(self.clock, self.retry_timeout_s, self.retries, self.backoff_ms)
         while True:
             wait_s = 0.0  # the longest Retry-After of this round's refusals
             for url in (urls or self.any_urls)():
@@ -177,7 +177,7 @@ class Metadata:
                 if isinstance(doc, dict) and all(p.get("leader") for p in doc.get("partitions") or [{}]):
                     waiting.discard(url)
             if waiting:
-                await asyncio.sleep(0.05)
+                await self.clock.sleep(0.05)
         if waiting:
             log.warning("topic %s: not yet known, or without a leader for every partition, on %s",
                         name, ", ".join(sorted(waiting)))

@@ -192,7 +192,7 @@ class Producer:
                         f"{getattr(exc, 'message', 'still asking')}",
                         topic=topic))
                     return
-                await asyncio.sleep(pause / 1000)
+                await self.clock.sleep(pause / 1000)
             except Exception as exc:  # every waiting record learns why; none is left pending
                 self.fail_pending(topic, exc)
                 return

@@ -10,15 +10,13 @@ another attempt, until ``retry_timeout_s`` has passed since the call began
 span a failover) or, when the client was given a ``retries`` count, that many
 retries were made. The last attempt starts at the deadline at the latest,
 so a call ends at most one request timeout after it; the caller then raises one
-``BrokersUnavailable`` saying how long it tried. The clock is passed in.
+``BrokersUnavailable`` saying how long it tried. The clock (time and pauses) is passed in.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Callable
-
 from ring import limits
+from ring.clock import Clock
 
 
 def backoff_ms(attempt: int, base_ms: float) -> float:
@@ -27,9 +25,9 @@ def backoff_ms(attempt: int, base_ms: float) -> float:
 
 
 class Retry:
-    def __init__(self, now_s: Callable[[], float], timeout_s: float, retries: int | None, backoff_ms: float) -> None:
-        self.now_s = now_s
-        self.started_s = now_s()
+    def __init__(self, clock: Clock, timeout_s: float, retries: int | None, backoff_ms: float) -> None:
+        self.clock = clock
+        self.started_s = clock.monotonic()
         self.deadline_s = self.started_s + timeout_s
         self.retries = retries
         self.base_ms = backoff_ms
@@ -37,16 +35,16 @@ class Retry:
 
     def spent(self) -> str:
         """How long and how many attempts: for the error the caller raises."""
-        return f"{self.attempts} attempts in {self.now_s() - self.started_s:.1f} s"
+        return f"{self.attempts} attempts in {self.clock.monotonic() - self.started_s:.1f} s"
 
     async def pause(self, at_least_s: float = 0.0) -> bool:
         """Wait before the next attempt and count it; False (at once) when none is left. ``at_least_s``:
         the wait a refusal asked for (``transport.retry_after_s``), cut at the deadline."""
         if self.retries is not None and self.attempts > self.retries:
             return False
-        left_s = self.deadline_s - self.now_s()
+        left_s = self.deadline_s - self.clock.monotonic()
         if left_s <= 0:
             return False
-        await asyncio.sleep(min(max(backoff_ms(self.attempts, self.base_ms) / 1000, at_least_s), left_s))
+        await self.clock.sleep(min(max(backoff_ms(self.attempts, self.base_ms) / 1000, at_least_s), left_s))
         self.attempts += 1
         return True

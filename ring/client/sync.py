@@ -20,7 +20,6 @@ import atexit
 import concurrent.futures
 import logging
 import threading
-import time
 import weakref
 from collections import deque
 from typing import Any, Coroutine, Iterable, Iterator, TypeVar
@@ -152,9 +151,9 @@ class Client:
         if on_delivery is not None:
             out.add_done_callback(delivery_reporter(on_delivery))
         with self._room:
-            deadline = time.monotonic() + self._client.max_block_ms / 1000
+            deadline = self._client.clock.monotonic() + self._client.max_block_ms / 1000
             while self._reserved > 0 and self._reserved + size > limit:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._client.clock.monotonic()
                 if remaining <= 0:
                     raise BufferFull(f"{self._reserved} bytes of records wait for acknowledgement "
                                      f"(buffer_bytes={limit}) and no room came within max_block_ms="
