@@ -126,6 +126,21 @@ def test_turned_on_by_patch_then_timestamps_truncation_and_retention_go_through_
     assert read_all_from(c[1], topic, earliest, 400) == [f"v{i}-" + "x" * 150 for i in range(earliest, 400)]
 
 
+def test_a_lone_broker_truncates_into_the_ranges_it_alone_holds(make_cluster, topic: str) -> None:
+    c: TestCluster = make_cluster(1, *ARGS)
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=1, segment_bytes=SEGMENT,
+                                  local_retention_bytes=0).status == 201
+    produce(c[0], topic, 0, 200)
+    doc = wait_for("ranges below a trimmed local log", lambda: (lambda d: d if d["local_start_offset"] > 100 else None)(
+        ranges(c[0], topic)), timeout_s=60)
+    assert doc["ranges"][0]["base_offset"] == 0 and doc["ranges"][0]["holders"] == [c[0].name], doc
+    r = c[0].http.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 50})
+    assert r.status == 200 and r.json()["earliest_offset"] == 50, r.body  # no holder to tell but itself
+    below = c[0].http.fetch(topic, 0, offset=49)
+    assert below.status == 416 and below.json()["earliest"] == 50, below.body
+    assert read_all_from(c[0], topic, 50, 200) == [f"v{i}-" + "x" * 150 for i in range(50, 200)]
+
+
 def held_bases(c: TestCluster, topic: str) -> list[int]:
     """Base offsets of every copy of a range of partition 0 any broker holds."""
     out = []

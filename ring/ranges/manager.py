@@ -28,6 +28,7 @@ reads below the local log are ``remote``'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from typing import Any
@@ -313,9 +314,11 @@ class Ranges(Reads, Audit):
                 self._let_go(rep, h, r.base)
         first = cat.ranges[0] if cat.ranges else None
         if first is not None and first.base < cat.start:  # it holds offsets below the start: not to be served
-            told = [self._tell(rep, h, "POST", "/start", {"offset": str(cat.start)}) for h in first.holders]
-            await asyncio.wait([t for t in told if t is not None] or [asyncio.sleep(0)],
-                               timeout=limits.PEER_REQUEST_TIMEOUT_S)
+            told = [t for t in (self._tell(rep, h, "POST", "/start", {"offset": str(cat.start)}) for h in first.holders)
+                    if t is not None]  # (none: every holder is this broker or down)
+            if told:  # one not answering in time hears it from the next audit
+                with contextlib.suppress(TimeoutError):
+                    await self.host.clock.wait_for(asyncio.wait(told), limits.PEER_REQUEST_TIMEOUT_S)
 
     def _let_go(self, rep: Replica, holder: str, base: int) -> None:
         if holder == self.host.name:
