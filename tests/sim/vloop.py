@@ -226,6 +226,12 @@ class VirtualClock:
     def monotonic(self) -> float:
         return self.loop.time()
 
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # the loop's timers run on its virtual time
+
+    async def wait_for(self, aw: Any, seconds: float | None) -> Any:
+        return await asyncio.wait_for(aw, seconds)
+
 
 def running() -> VirtualLoop | None:
     """The virtual loop running now, if one is."""
