@@ -22,14 +22,17 @@ replication carries to the followers (``start_moved``). Records are stamped
 with this broker's clock only while it may be used; else their produce is
 refused (``ClockUnusable``, 503), a check of one attribute.
 
-This class is the storage half of the broker ``ring serve`` runs, never run
-alone: ``ring.cluster.node.ClusterBroker`` builds on it (placement,
-replication) and fills its hooks, which raise NotImplementedError here:
-which partitions are held (``_held``), what happens after an append
-(``_appended``) or a move of a log start (``start_moved``), and how a topic
-is added, changed or removed (``add_topic``, ``change_topic``,
-``delete_topic``). Where a produce, a fetch, an offsets lookup or a truncate
-goes is decided by the broker's ``router`` (``ring.replication.local.Routes``):
+This class is the storage half of the broker ``ring serve`` runs
+(``ring.cluster.node.ClusterBroker`` builds on it: membership, placement,
+replication). What it asks of the cluster around it is a ``BrokerHost``
+given at construction: which partitions are held (``held``) and the high
+watermark each opens with (``initial_hw``), what happens after an append
+(``appended``) or a move of a log start (``start_moved``), whether the clock
+may be read (``refresh_clock``), whether something else applies a
+partition's retention (``retained_elsewhere``), and how a topic is added,
+changed or removed (``add_topic``, ``change_topic``, ``delete_topic``).
+Where a produce, a fetch, an offsets lookup or a truncate goes is decided by
+the broker's ``router`` (``ring.replication.local.Routes``):
 a broker alone's serves everything here (``LocalRouter``), a clustered
 broker's (``ring.cluster.routing.Router``) forwards to leaders and asks
 replicas. A produce request comes in through ``intake``
@@ -43,7 +46,7 @@ import asyncio
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
@@ -67,10 +70,41 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.broker")
 
 
+class BrokerHost(Protocol):
+    """What a ``Broker`` asks of the cluster around it (``ring.cluster.node.ClusterPolicy``)."""
+
+    def held(self, cfg: TopicConfig) -> dict[int, list[str]]:
+        """Partition -> preference list, for the partitions this broker holds."""
+
+    def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
+        """High watermark of a replica as it opens (None: its whole log)."""
+
+    def appended(self, part: Replica) -> None:
+        """Called right after batches were appended to ``part`` (replication sends them)."""
+
+    def start_moved(self, part: Replica) -> None:
+        """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
+
+    def refresh_clock(self) -> None:
+        """Bring the broker's ``clock_refusal`` up to date before the clock is read for a decision."""
+
+    def retained_elsewhere(self, part: Replica) -> bool:
+        """Whether retention of ``part`` is applied by something else (its ranges: ring.ranges)."""
+
+    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+        """Create a topic; its description."""
+
+    async def change_topic(self, name: str, body: object, at_least: bool) -> dict[str, Any]:
+        """Change a topic's settings; its description."""
+
+    async def delete_topic(self, name: str) -> None: ...
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock, host: BrokerHost) -> None:
         self.config = config
         self.clock = clock
+        self.host = host
         self.data_dir = Path(config.data_dir)
         self.catalog = Catalog()
         self._parts: dict[str, dict[int, Replica]] = {}
@@ -96,10 +130,6 @@ class Broker:
 
     # --- lifecycle ----------------------------------------------------------------
 
-    def open(self) -> None:
-        """Lock the data directory (``_open_dir``), load the catalogue and recover every partition log."""
-        raise NotImplementedError  # ClusterBroker: with membership, which decides what is held
-
     def _open_dir(self) -> None:
         catalog, self.previous_shutdown_clean = self.dir.open()
         if catalog is not None:
@@ -112,28 +142,20 @@ class Broker:
                          codec=cfg.compression,
                          index_interval_bytes=min(limits.INDEX_INTERVAL_BYTES, cfg.segment_bytes))
 
-    def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
-        """Partition -> preference list, for the partitions this broker holds."""
-        raise NotImplementedError  # ClusterBroker: placement on the ring
-
     def _open_topic(self, cfg: TopicConfig) -> None:
         self._parts[cfg.name] = {}
         self.router.forget(cfg.name)
-        for p, replicas in self._held(cfg).items():
+        for p, replicas in self.host.held(cfg).items():
             self._open_partition(cfg, p, replicas)
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         directory = self.dir.partition(cfg.name, p)
         directory.mkdir(parents=True, exist_ok=True)
         part = Replica(cfg.name, p, PartitionLog(directory, self._log_config(cfg), self.clock),
-                       self.config.name, replicas, hw=self._initial_hw(cfg.name, p, replicas))
+                       self.config.name, replicas, hw=self.host.initial_hw(cfg.name, p, replicas))
         part.unclean_allowed = cfg.unclean_leader_election
         self._parts[cfg.name][p] = part
         return part
-
-    def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
-        """High watermark of a replica as it opens (None: its whole log)."""
-        raise NotImplementedError  # ClusterBroker: the saved one, for a replicated partition
 
     async def start(self) -> None:
         """Start the background work: interval fsyncs and retention."""
@@ -196,7 +218,7 @@ class Broker:
 
     async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
         """Create a topic (the client API's POST /v1/topics)."""
-        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _add_topic_local
+        return await self.host.add_topic(cfg)
 
     def _add_topic_local(self, cfg: TopicConfig) -> None:
         if cfg.name in self._deleting:
@@ -218,7 +240,7 @@ class Broker:
         current one instead of being refused (growth asked for by more than one
         coordinator at once).
         """
-        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _update_topic_local
+        return await self.host.change_topic(name, body, at_least)
 
     async def grow_topic(self, name: str, partitions: int) -> dict[str, Any]:
         """Give a topic at least ``partitions`` partitions."""
@@ -236,14 +258,14 @@ class Broker:
         for part in parts.values():
             part.log.config = log_config
             part.unclean_allowed = cfg.unclean_leader_election
-        for p, replicas in self._held(cfg).items():
+        for p, replicas in self.host.held(cfg).items():
             if p not in parts:
                 self._open_partition(cfg, p, replicas)
         if cfg.partitions != old.partitions:
             log.info("topic %s grew from %d to %d partitions", cfg.name, old.partitions, cfg.partitions)
 
     async def delete_topic(self, name: str) -> None:
-        raise NotImplementedError  # ClusterBroker: through the gossiped catalogue, then _remove_topic_local
+        await self.host.delete_topic(name)
 
     async def _remove_topic_local(self, name: str) -> None:
         self.catalog.remove(name)
@@ -350,7 +372,7 @@ class Broker:
         return self.commits.sync_soon(part)
 
     def appended(self, part: Replica) -> None:
-        self._appended(part)
+        self.host.appended(part)
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """A produce whose partition would not take its turn's write."""
@@ -391,13 +413,9 @@ class Broker:
             return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
         base, end = steps.append_as_leader(part, batches)
         self.producers.appended(part, batches, base)
-        self._appended(part)
+        self.host.appended(part)
         await self.make_durable(part, end)
         return ProduceResult(part.topic, part.index, base, end - base)
-
-    def _appended(self, part: Replica) -> None:
-        """Called right after batches were appended to ``part`` (replication sends them)."""
-        raise NotImplementedError  # ClusterBroker
 
     async def make_durable(self, part: Replica, end: int) -> None:
         """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
@@ -417,10 +435,11 @@ class Broker:
         unless it may not be used (``clock_refusal``). A partition's start offset is its leader's to
         move, within the high watermark; followers learn it through replication
         (``start_moved``) and never apply retention themselves."""
-        self.refresh_clock()
+        self.host.refresh_clock()
         now_ms = None if self.clock_refusal is not None else self.clock.wall_ms()
         for part in self._all_replicas():
-            if not part.is_leader or part.running_sync is not None or part.deleted or self._retained_elsewhere(part):
+            if (not part.is_leader or part.running_sync is not None or part.deleted
+                    or self.host.retained_elsewhere(part)):
                 continue
             try:
                 if part.log.enforce_retention(now_ms, upto=part.hw):
@@ -429,17 +448,9 @@ class Broker:
                 log.error("retention on %s/%d failed: %s", part.topic, part.index, exc)
         self.retention_sweeps += 1
 
-    def _retained_elsewhere(self, part: Replica) -> bool:
-        """Whether retention of ``part`` is applied by something else (its ranges: ring.ranges)."""
-        return False
-
-    def refresh_clock(self) -> None:
-        """Bring ``clock_refusal`` up to date before the clock is read for a decision."""
-        raise NotImplementedError  # ClusterBroker: membership judges the clock
-
     def start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
-        raise NotImplementedError  # ClusterBroker: replication carries it
+        self.host.start_moved(part)
 
     # --- status ------------------------------------------------------------------
 

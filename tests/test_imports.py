@@ -173,6 +173,23 @@ def test_the_routers_reach_the_broker_only_through_their_host_interfaces() -> No
     assert not {n for n in names(Routes) if not hasattr(Router, n) or not hasattr(LocalRouter, n)}
 
 
+def test_the_broker_asks_the_cluster_through_its_host_interface() -> None:
+    """``Broker`` takes a ``BrokerHost`` (ring/broker.py) for what the cluster around it decides: the
+    cluster node gives it a ``ClusterPolicy`` with every name the host lists, and overrides none of
+    them itself (no base whose hooks a subclass fills)."""
+    from pathlib import Path
+
+    from ring.broker import BrokerHost
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker, ClusterPolicy
+    from ring.config import BrokerConfig
+
+    node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
+    assert isinstance(node.host, ClusterPolicy) and node.host.node is node
+    assert len(names(BrokerHost)) >= 9 and not {n for n in names(BrokerHost) if not hasattr(ClusterPolicy, n)}
+    assert not set(names(BrokerHost)) & set(vars(ClusterBroker)), "ClusterBroker fills the broker's host itself"
+
+
 # The broker itself: what only the layers above it (the command line, the HTTP app) and the
 # cluster node may import. Everything else (its router included) is given a narrow host.
 BROKER_MODULES = {"ring.broker", "ring.cluster.node"}

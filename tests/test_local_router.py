@@ -1,9 +1,10 @@
 """A ``Broker`` alone routes through its ``LocalRouter`` (ring/replication/local.py): everything here.
 
 ``ring serve`` runs a ``ClusterBroker`` even alone; the storage half, ``Broker``, still has a router
-of its own, which serves every produce and read from its own logs. The broker here fills the hooks
-a ``ClusterBroker`` fills with the least that lets it open a topic (every partition held here, one
-replica each); its logs, group commit, turn writes and long-polls are the real ones.
+of its own, which serves every produce and read from its own logs. The broker here is given a host
+(``BrokerHost``, what a ``ClusterBroker`` gives it as its ``ClusterPolicy``) with the least that lets
+it open a topic (every partition held here, one replica each); its logs, group commit, turn writes
+and long-polls are the real ones.
 """
 
 from __future__ import annotations
@@ -26,14 +27,20 @@ from ring.replication.local import LocalRouter
 from ring.replication.replica import Replica
 
 
-class Alone(Broker):
-    def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
-        return {p: [self.config.name] for p in range(cfg.partitions)}
+class Alone:
+    """The ``BrokerHost`` of a broker alone: every partition held here, one replica each."""
 
-    def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.moved: list[tuple[str, int, int]] = []
+
+    def held(self, cfg: TopicConfig) -> dict[int, list[str]]:
+        return {p: [self.name] for p in range(cfg.partitions)}
+
+    def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         return None
 
-    def _appended(self, part: Replica) -> None:
+    def appended(self, part: Replica) -> None:
         pass
 
     def start_moved(self, part: Replica) -> None:
@@ -41,6 +48,18 @@ class Alone(Broker):
 
     def refresh_clock(self) -> None:
         pass
+
+    def retained_elsewhere(self, part: Replica) -> bool:
+        return False
+
+    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+        raise AssertionError("a broker alone here is given its topic")
+
+    async def change_topic(self, name: str, body: object, at_least: bool) -> dict[str, Any]:
+        raise AssertionError("no topic changes here")
+
+    async def delete_topic(self, name: str) -> None:
+        raise AssertionError("no topic changes here")
 
 
 def _batch(value: bytes) -> bytearray:
@@ -55,8 +74,8 @@ def _req(level: str) -> Produce:
 
 @pytest.fixture
 async def alone(tmp_path: Path) -> Any:
-    broker = Alone(BrokerConfig(name="solo", data_dir=tmp_path, fsync=FsyncPolicy.parse("always")), SystemClock())
-    broker.moved = []
+    broker = Broker(BrokerConfig(name="solo", data_dir=tmp_path, fsync=FsyncPolicy.parse("always")), SystemClock(),
+                    Alone("solo"))
     broker._open_dir()
     broker._add_topic_local(TopicConfig("t", partitions=2))
     yield broker
@@ -83,6 +102,6 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
     assert (await alone.offsets("t", 1, "latest"))["offset"] == 4
     assert (await alone.truncate("t", 1, 2))["earliest_offset"] == 2
-    assert alone.moved == [("t", 1, 2)]
+    assert alone.host.moved == [("t", 1, 2)]
     with pytest.raises(OffsetOutOfRange):
         await alone.fetch("t", 1, 1, 1 << 20, 0)

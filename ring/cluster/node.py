@@ -1,11 +1,13 @@
 """The clustered broker: the single broker plus membership, placement, forwarding and replication.
 
-``ClusterBroker`` keeps the ``Broker`` API the HTTP handlers call and fills
-its hooks; where its produces and reads go is its ``router``'s
-(``routing.py``). It holds the partition replicas placement gives it (the
-preference lists on the ring gossip knows; ``placement.py``), and those
-placed elsewhere that it still leads or votes for (``NodeCore.keep``; as it
-starts, the ones whose saved voter set names it), reconciling its local
+``ClusterBroker`` keeps the ``Broker`` API the HTTP handlers call and gives
+its storage half a ``ClusterPolicy`` (the ``BrokerHost`` it asks what is held,
+and through which appends, start moves and topic changes reach the cluster);
+where its produces and reads go is its ``router``'s (``routing.py``). It
+holds the partition replicas placement gives it (the preference lists on
+the ring gossip knows; ``placement.py``), and those placed elsewhere that
+it still leads or votes for (``NodeCore.keep``; as it starts, the ones
+whose saved voter set names it), reconciling its local
 catalogue and open logs whenever the gossiped catalogue or the ring
 changes. Topics are created, changed and deleted through the gossiped
 catalogue (last writer wins; a partition count never shrinks, see
@@ -95,7 +97,7 @@ def token_of(config: BrokerConfig) -> int:
 
 class ClusterBroker(Broker):
     def __init__(self, config: BrokerConfig, clock: Clock, rng: random.Random | None = None) -> None:
-        super().__init__(config, clock)
+        super().__init__(config, clock, ClusterPolicy(self))
         self.name = config.name
         self.token = token_of(config)
         self.rng = rng or random.Random()
@@ -209,16 +211,6 @@ class ClusterBroker(Broker):
 
     # --- placement and reconciling ---------------------------------------------------------
 
-    def _held(self, cfg: TopicConfig) -> dict[int, list[str]]:
-        """Placed here, plus partitions placed elsewhere that this broker still leads (it hands them over
-        first) or votes for (``NodeCore.keep``; as it starts, the ones whose saved voters name it)."""
-        assert self.membership is not None
-        now = self.clock.monotonic()
-        kept = [p for p, rep in self._parts.get(cfg.name, {}).items() if self.core.keep(rep, now)]
-        if self._starting:
-            kept += state.voting_here(self.data_dir / TOPICS_DIR / cfg.name, self.name, cfg.partitions)
-        return placement.held_here(self.membership.ring, cfg, self.name, kept)
-
     def preference_list(self, cfg: TopicConfig, p: int) -> list[str]:
         assert self.membership is not None
         return placement.preference_list(self.membership.ring, cfg, p)
@@ -239,9 +231,6 @@ class ClusterBroker(Broker):
             log.info("%s/%d came back from an unclean shutdown: not electable until it has caught up",
                      cfg.name, p)
         return rep
-
-    def _initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
-        return None if len(replicas) == 1 else self._hws.saved.get((topic, p), 0)
 
     def _cluster_changed(self) -> None:
         if self._closing:
@@ -281,7 +270,7 @@ class ClusterBroker(Broker):
     async def _replace(self, cfg: TopicConfig) -> None:
         """Open the partitions of ``cfg`` placement gives us, close the ones it took away."""
         open_ = self._parts.setdefault(cfg.name, {})
-        plan = placement.replacement(self._held(cfg), {p: rep.replicas for p, rep in open_.items()})
+        plan = placement.replacement(self.host.held(cfg), {p: rep.replicas for p, rep in open_.items()})
         for p in plan.close:
             log.info("%s/%d is no longer placed here; closing it (its data stays)", cfg.name, p)
             rep = open_.pop(p)
@@ -326,9 +315,6 @@ class ClusterBroker(Broker):
         """The follower's path before a sync frame (which may truncate): no fsync runs on the log."""
         await self.commits.idle(part)
 
-    def _appended(self, part: Replica) -> None:
-        self.step(msg.Appended(part))
-
     def begin_shutdown(self) -> None:
         if self.core is not None:
             self.core.closing = True
@@ -336,16 +322,10 @@ class ClusterBroker(Broker):
 
     # --- the log start offset and the clock ------------------------------------------------
 
-    def start_moved(self, part: Replica) -> None:
-        self.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower
-
     def gossip_load(self, load: dict[str, Any]) -> None:
         """What ``ranges`` adds to this broker's load in gossip (bytes held, free disk, full)."""
         if self.core is not None:
             self.core.load_extra = load
-
-    def _retained_elsewhere(self, part: Replica) -> bool:
-        return self.ranges.retains(part)
 
     async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
         """GET .../ranges: this broker's replica's catalogue, else a replica's."""
@@ -357,10 +337,6 @@ class ClusterBroker(Broker):
             "broker, or send batches with the client's timestamps")
         if self.pump is not None:
             self.pump.notify()
-
-    def refresh_clock(self) -> None:
-        if self.core is not None:
-            self.step(msg.ClockRead(self.clock.wall_ms()))
 
     # --- high watermark checkpoints ------------------------------------------------------
 
@@ -378,53 +354,6 @@ class ClusterBroker(Broker):
         """Brokers in the ring, down ones included: a partition's replicas are placed on them."""
         assert self.membership is not None
         return max(1, len(self.membership.ring))
-
-    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        self.check_joined()
-        assert self.membership is not None
-        await self.membership.announce()  # learn of a topic of that name created elsewhere
-        await self._reconcile()
-        if cfg.name in self.membership.topics() or cfg.name in self.catalog:
-            raise Conflict(f"topic {cfg.name!r} already exists", topic=cfg.name)
-        if len(self.catalog) >= limits.TOPICS_MAX:
-            raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
-        cfg = versions.new_topic(cfg, self.membership.members.protocol_version(), self.rng)  # (the simulation's seed)
-        self.membership.put_topic(cfg.name, cfg.to_json())
-        await self._reconcile()
-        await self.membership.announce()  # returns once live peers have opened their replicas
-        await self._elect_new_partitions(cfg)
-        return self.describe_topic(cfg.name)
-
-    async def _elect_new_partitions(self, cfg: TopicConfig) -> None:
-        """Stand now for the new partitions where this broker is first in line; return once all have leaders."""
-        assert self.pump is not None and self.core is not None
-        self.pump.carry_out(self.core.stand_now(self.clock.monotonic()))
-        self.step(msg.Reprobe())
-        await self.pump.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
-
-    async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
-        """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
-        self.check_joined()
-        assert self.membership is not None
-        await self.membership.announce()  # learn of a change made elsewhere first
-        await self._reconcile()
-        old = self.catalog.get(validate_topic_name(name))
-        cfg = changed_config(old, body, at_least)
-        if cfg != old:
-            self.membership.put_topic(name, cfg.to_json())
-            await self._reconcile()
-            await self.membership.announce()
-            if cfg.partitions > old.partitions:
-                await self._elect_new_partitions(cfg)
-        return self.describe_topic(name)
-
-    async def delete_topic(self, name: str) -> None:
-        self.check_joined()
-        assert self.membership is not None
-        self.catalog.get(validate_topic_name(name))
-        self.membership.delete_topic(name)
-        await self._reconcile()
-        await self.membership.announce()
 
     def _describe_partition(self, cfg: TopicConfig, p: int) -> dict[str, Any]:
         rep = self._parts.get(cfg.name, {}).get(p)
@@ -507,3 +436,90 @@ class ClusterBroker(Broker):
         if self.membership is None:
             return super().cluster()
         return {**self.membership.describe(), "self": self.name}
+
+
+class ClusterPolicy:
+    """What a ``ClusterBroker``'s storage half asks of the cluster around it (``ring.broker.BrokerHost``):
+    the partitions placement gives it, the saved high watermarks they open with, the node core told of
+    appends, start moves and clock reads, and topic changes made through the gossiped catalogue."""
+
+    def __init__(self, node: ClusterBroker) -> None:
+        self.node = node
+
+    def held(self, cfg: TopicConfig) -> dict[int, list[str]]:
+        """Placed here, plus partitions placed elsewhere that this broker still leads (it hands them over
+        first) or votes for (``NodeCore.keep``; as it starts, the ones whose saved voters name it)."""
+        node = self.node
+        assert node.membership is not None
+        now = node.clock.monotonic()
+        kept = [p for p, rep in node._parts.get(cfg.name, {}).items() if node.core.keep(rep, now)]
+        if node._starting:
+            kept += state.voting_here(node.data_dir / TOPICS_DIR / cfg.name, node.name, cfg.partitions)
+        return placement.held_here(node.membership.ring, cfg, node.name, kept)
+
+    def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
+        return None if len(replicas) == 1 else self.node._hws.saved.get((topic, p), 0)
+
+    def appended(self, part: Replica) -> None:
+        self.node.step(msg.Appended(part))
+
+    def start_moved(self, part: Replica) -> None:
+        self.node.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower
+
+    def retained_elsewhere(self, part: Replica) -> bool:
+        return self.node.ranges.retains(part)
+
+    def refresh_clock(self) -> None:
+        if self.node.core is not None:
+            self.node.step(msg.ClockRead(self.node.clock.wall_ms()))
+
+    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+        node = self.node
+        node.check_joined()
+        assert node.membership is not None
+        await node.membership.announce()  # learn of a topic of that name created elsewhere
+        await node._reconcile()
+        if cfg.name in node.membership.topics() or cfg.name in node.catalog:
+            raise Conflict(f"topic {cfg.name!r} already exists", topic=cfg.name)
+        if len(node.catalog) >= limits.TOPICS_MAX:
+            raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
+        cfg = versions.new_topic(cfg, node.membership.members.protocol_version(), node.rng)  # (the simulation's seed)
+        node.membership.put_topic(cfg.name, cfg.to_json())
+        await node._reconcile()
+        await node.membership.announce()  # returns once live peers have opened their replicas
+        await self._elect_new_partitions(cfg)
+        return node.describe_topic(cfg.name)
+
+    async def _elect_new_partitions(self, cfg: TopicConfig) -> None:
+        """Stand now for the new partitions where this broker is first in line; return once all have leaders."""
+        node = self.node
+        assert node.pump is not None and node.core is not None
+        node.pump.carry_out(node.core.stand_now(node.clock.monotonic()))
+        node.step(msg.Reprobe())
+        await node.pump.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
+
+    async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
+        """Gossip a topic's changed settings; with more partitions, return once they have leaders."""
+        node = self.node
+        node.check_joined()
+        assert node.membership is not None
+        await node.membership.announce()  # learn of a change made elsewhere first
+        await node._reconcile()
+        old = node.catalog.get(validate_topic_name(name))
+        cfg = changed_config(old, body, at_least)
+        if cfg != old:
+            node.membership.put_topic(name, cfg.to_json())
+            await node._reconcile()
+            await node.membership.announce()
+            if cfg.partitions > old.partitions:
+                await self._elect_new_partitions(cfg)
+        return node.describe_topic(name)
+
+    async def delete_topic(self, name: str) -> None:
+        node = self.node
+        node.check_joined()
+        assert node.membership is not None
+        node.catalog.get(validate_topic_name(name))
+        node.membership.delete_topic(name)
+        await node._reconcile()
+        await node.membership.announce()
