@@ -108,6 +108,27 @@ def test_the_ranges_reach_the_broker_only_through_their_host_interface() -> None
     assert not {n for n in names(Members) if not hasattr(Membership, n)}
 
 
+def test_the_ranges_parts_are_held_by_ranges_not_inherited() -> None:
+    """``Ranges`` holds its reads below the local logs (``Reads``), its audit (``Audit``) and its
+    copier, each given the ranges through a narrow owner interface, and derives from none of them:
+    ``Ranges`` has every name each owner interface lists."""
+    from pathlib import Path
+
+    from ring.clock import SystemClock
+    from ring.cluster.node import ClusterBroker
+    from ring.config import BrokerConfig
+    from ring.ranges.audit import Audit, AuditOwner
+    from ring.ranges.copier import CopyOwner
+    from ring.ranges.manager import Ranges
+    from ring.ranges.remote import Reads, ReadsOwner
+
+    assert Ranges.__mro__ == (Ranges, object) and Reads.__mro__ == (Reads, object) and Audit.__mro__ == (Audit, object)
+    ranges = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock()).ranges  # not opened: no file is made
+    assert isinstance(ranges.reads, Reads) and isinstance(ranges.audit, Audit)
+    for owner in (ReadsOwner, AuditOwner, CopyOwner):
+        assert len(names(owner)) >= 5 and not {n for n in names(owner) if not hasattr(ranges, n)}, owner
+
+
 def test_repair_reaches_the_broker_only_through_its_host_interface() -> None:
     """``Repair`` takes a ``RepairHost`` (ring/repair/host.py): no module of ring.repair imports the
     broker or anything of ring.cluster (the peer client included), and the node has every name the host

@@ -408,7 +408,7 @@ class Router:
             rep = host.replica(topic, partition)
             assert rep is not None
             if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
-                below = host.ranges.route(rep, offset, max_bytes)
+                below = host.ranges.reads.route(rep, offset, max_bytes)
                 if isinstance(below, FetchResult):
                     return below
                 if below is not None:
@@ -416,7 +416,7 @@ class Router:
             if remote is None:
                 remote = self._leader_if_unheard_of(rep, offset)
         elif offset is not None:
-            held = host.ranges.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
+            held = host.ranges.reads.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
             if held is not None:
                 return held
         if remote is None:
@@ -490,7 +490,7 @@ class Router:
             assert rep is not None
             remote = self._leader_if_unheard_of(rep, None)
             if remote is None:
-                in_ranges = await self.host.ranges.offsets(rep, timestamp)
+                in_ranges = await self.host.ranges.reads.offsets(rep, timestamp)
                 return in_ranges if in_ranges is not None else self.local.offset_for_timestamp(
                     topic, partition, timestamp)
         return await self.host.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
@@ -522,7 +522,7 @@ class Router:
             host.core.admit(host.clock.monotonic(), rep, topic, partition, "quorum")
             doc = await self.local.truncate(topic, partition, before_offset)
             # The ranges below go too, and the earliest offset may be in one.
-            doc["earliest_offset"] = await host.ranges.truncated(rep, before_offset)
+            doc["earliest_offset"] = await host.ranges.reads.truncated(rep, before_offset)
             await self._start_held(rep, before_offset)
             return doc
         url = host.proxy.leader_url(leader)

@@ -196,7 +196,7 @@ async def start(request: web.Request) -> web.Response:
 async def offset(request: web.Request) -> web.Response:
     ranges = _ranges_of(_node(request))
     topic, partition = _key(request)
-    found = ranges.offset_in_held(topic, partition, _int(request, "base"), _int(request, "timestamp"))
+    found = ranges.reads.offset_in_held(topic, partition, _int(request, "base"), _int(request, "timestamp"))
     return _json({"offset": found})
 
 

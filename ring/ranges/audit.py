@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,39 +31,55 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.ranges")
 
 
-class Audit:
-    # Provided by Ranges.
+class AuditOwner(Protocol):
+    """What ``Audit`` uses of the ranges it audits (``manager.Ranges``)."""
+
     host: RangesHost
     store: RangeStore
     copier: Copier
-    _scrubbed: dict[tuple[Key, int], float]
 
-    def catalogue(self, rep: Replica) -> Catalogue:
-        raise NotImplementedError
+    def catalogue(self, rep: Replica) -> Catalogue: ...
 
-    def created_ms(self, topic: str) -> int | None:
-        raise NotImplementedError
+    def created_ms(self, topic: str) -> int | None: ...
 
-    def _still_leads(self, rep: Replica, epoch: int) -> bool:
-        raise NotImplementedError
+    def still_leads(self, rep: Replica, epoch: int) -> bool: ...
 
-    def _tell(self, rep: Replica, holder: str, method: str, what: str, params: dict[str, str]) -> Any:
-        raise NotImplementedError
+    def tell(self, rep: Replica, holder: str, method: str, what: str, params: dict[str, str]) -> Any:
+        """A request to a holder in the background."""
 
-    def _let_go(self, rep: Replica, holder: str, base: int) -> None:
-        raise NotImplementedError
+    def let_go(self, rep: Replica, holder: str, base: int) -> None:
+        """``holder`` drops its copy of range ``base``."""
 
-    async def peer(self, method: str, name: str, path: str, **kw: Any) -> bytes:
-        raise NotImplementedError
+    async def peer(self, method: str, name: str, path: str, *, params: dict[str, str] | None = None,
+                   body: bytes | None = None, timeout_s: float = ...) -> bytes: ...
 
-    async def _audit_loop(self) -> None:
+
+class Audit:
+    def __init__(self, ranges: AuditOwner) -> None:
+        self.ranges = ranges
+        self._scrubbed: dict[tuple[Key, int], float] = {}
+
+    @property
+    def host(self) -> RangesHost:
+        return self.ranges.host
+
+    @property
+    def store(self) -> RangeStore:
+        return self.ranges.store
+
+    @property
+    def copier(self) -> Copier:
+        return self.ranges.copier
+
+    async def loop(self) -> None:
         while True:
             await self.host.clock.sleep(self.host.config.repair_interval_s)
             try:
                 self._drop_gone_topics()
                 await self._scrub()
                 for rep in list(self.host.replicas()):
-                    if rep.is_leader and not rep.deleted and self.catalogue(rep).ranges and not self.host.closing:
+                    if (rep.is_leader and not rep.deleted and self.ranges.catalogue(rep).ranges
+                            and not self.host.closing):
                         await self.audit(rep)
             except (RingError, OSError) as exc:
                 log.error("ranges audit: %s", getattr(exc, "message", exc))
@@ -74,16 +90,16 @@ class Audit:
         """Ask every live broker on the ring which ranges of ``rep`` it holds: holders that lost or
         spoiled a copy leave the range's holders (it is copied again), others drop what is not theirs."""
         key, epoch = (rep.topic, rep.index), rep.epoch
-        start = self.catalogue(rep).start
+        start = self.ranges.catalogue(rep).start
         for _, name in self.host.membership.ring.brokers:
             if not self.host.membership.alive(name):
                 continue
             if start:
-                self._tell(rep, name, "POST", "/start", {"offset": str(start)})
+                self.ranges.tell(rep, name, "POST", "/start", {"offset": str(start)})
             held = await self._held_by(name, key)
-            if held is None or not self._still_leads(rep, epoch):
+            if held is None or not self.ranges.still_leads(rep, epoch):
                 continue
-            cat = self.catalogue(rep)
+            cat = self.ranges.catalogue(rep)
             for r in list(cat.ranges):
                 if name in r.holders and held.get(r.base) != (r.end, r.checksum):
                     log.warning("%s/%d: %s no longer holds a sound copy of range %d-%d; copying it again",
@@ -92,13 +108,13 @@ class Audit:
             for base in held:
                 r = cat.get(base)
                 if (r is None or name not in r.holders) and not self.copier.in_flight(key, base, name):
-                    self._let_go(rep, name, base)
+                    self.ranges.let_go(rep, name, base)
 
     async def _held_by(self, name: str, key: Key) -> dict[int, tuple[int, str]] | None:
         if name == self.host.name:
             return {m.base: (m.end, m.checksum) for m in self.store.ranges(key)}
         try:
-            raw = await self.peer("GET", name, ranges_path(*key))
+            raw = await self.ranges.peer("GET", name, ranges_path(*key))
             return {int(b): (int(e), str(c)) for b, e, c in orjson.loads(raw)}
         except (RingError, ValueError, TypeError) as exc:
             log.debug("%s/%d: asking %s what it holds: %s", key[0], key[1], name, exc)
@@ -106,7 +122,7 @@ class Audit:
 
     def _drop_gone_topics(self) -> None:
         for key in self.store.keys():
-            created = self.created_ms(key[0])
+            created = self.ranges.created_ms(key[0])
             metas = self.store.ranges(key)
             if created is None or any(m.created_ms != created for m in metas):
                 if created is None and self.host.membership is not None and not self.host.membership.joined:

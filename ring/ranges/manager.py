@@ -21,8 +21,10 @@ For every partition it leads whose topic has ``local_retention_bytes`` set
    log start reaches the followers through replication (``hw`` frames), and
    they drop the same segments.
 
-Anti-entropy among holders and the scrub of held copies are ``audit``'s;
-reads below the local log are ``remote``'s.
+Anti-entropy among holders and the scrub of held copies are ``Audit``'s
+(``audit.py``), reads below the local log ``Reads``' (``remote.py``): parts
+that ``Ranges`` holds, each given the ranges as its owner (``AuditOwner``,
+``ReadsOwner``), as the ``Copier`` is (``CopyOwner``).
 """
 
 from __future__ import annotations
@@ -52,21 +54,21 @@ CATALOGUE_FILE = "ranges.catalogue"  # in the partition replica's directory
 STORE_DIR = "ranges"  # in the data directory
 
 
-class Ranges(Reads, Audit):
+class Ranges:
     def __init__(self, host: RangesHost) -> None:
         self.host = host  # the broker, through what the ranges use of it (ring.ranges.host)
         self.store = RangeStore(host.data_dir / STORE_DIR)
         self.copier = Copier(self)
+        self.reads = Reads(self)  # fetches and offsets below the local logs
+        self.audit = Audit(self)  # anti-entropy among holders, the scrub of held copies
         self._tasks: list[asyncio.Task[None]] = []
         self._term: dict[Key, int] = {}  # the epoch each partition was last led here in
         self._seen: dict[Key, dict[str, Catalogue]] = {}  # this term: each replica's catalogue as it answered
         self._handed: dict[Key, tuple[int, float]] = {}  # (catalogue seq, monotonic s) last handed to all
         self._saved: dict[Key, int] = {}  # catalogue seq last saved
-        self._scrubbed: dict[tuple[Key, int], float] = {}
-        self._hw_heard: dict[Key, int] = {}
+        self.hw_heard: dict[Key, int] = {}
         self._pulled: dict[Key, float] = {}  # when a follower last asked its leader for the catalogue
         self.ranges_cut = 0
-        self.bytes_served = 0
         self.segments_trimmed = 0
         self.rounds = 0
 
@@ -77,7 +79,7 @@ class Ranges(Reads, Audit):
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._loop(), name="ranges"))
-        self._tasks.append(asyncio.create_task(self._audit_loop(), name="ranges audit"))
+        self._tasks.append(asyncio.create_task(self.audit.loop(), name="ranges audit"))
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -120,7 +122,7 @@ class Ranges(Reads, Audit):
 
     def retains(self, rep: Replica) -> bool:
         """Whether retention of ``rep`` is the ranges' (its topic makes them, or it has some)."""
-        cfg = self._config(rep.topic)
+        cfg = self.topic_config(rep.topic)
         return cfg is not None and (self.enabled(cfg) or bool(self.catalogue(rep).ranges))
 
     def earliest(self, rep: Replica) -> int:
@@ -129,18 +131,18 @@ class Ranges(Reads, Audit):
         return cat.earliest(rep.log.start_offset) if cat.ranges else rep.log.start_offset
 
     def created_ms(self, topic: str) -> int | None:
-        cfg = self._config(topic)
+        cfg = self.topic_config(topic)
         return None if cfg is None else cfg.created_ms
 
-    def _config(self, topic: str) -> TopicConfig | None:
+    def topic_config(self, topic: str) -> TopicConfig | None:
         try:
             return self.host.catalog.get(topic)
         except UnknownTopic:
             return None
 
     def heard_hw(self, key: Key, hw: int) -> None:
-        if hw > self._hw_heard.get(key, -1):
-            self._hw_heard[key] = hw
+        if hw > self.hw_heard.get(key, -1):
+            self.hw_heard[key] = hw
 
     # --- the catalogue exchange (follower's side) -----------------------------------------------
 
@@ -214,7 +216,7 @@ class Ranges(Reads, Audit):
                     return
                 if not rep.is_leader or rep.deleted:
                     continue
-                cfg = self._config(rep.topic)
+                cfg = self.topic_config(rep.topic)
                 if cfg is None or not (self.enabled(cfg) or self.catalogue(rep).ranges):
                     continue
                 try:
@@ -232,19 +234,19 @@ class Ranges(Reads, Audit):
             self._term[key], self._seen[key] = epoch, {}
             self._handed.pop(key, None)
         await self._exchange(rep)
-        if not self._still_leads(rep, epoch):
+        if not self.still_leads(rep, epoch):
             return
         now_ms = None if self.host.clock_refusal is not None else self.host.clock.wall_ms()
         await self._retain(rep, cfg, now_ms)
-        if self.enabled(cfg) and self._still_leads(rep, epoch):
+        if self.enabled(cfg) and self.still_leads(rep, epoch):
             await self._cut(rep, cfg)
-        if self._still_leads(rep, epoch):
+        if self.still_leads(rep, epoch):
             self._place(rep, cfg)
             self._save_if_changed(rep)
-        if self.enabled(cfg) and self._still_leads(rep, epoch):
+        if self.enabled(cfg) and self.still_leads(rep, epoch):
             await self._trim(rep, cfg)
 
-    def _still_leads(self, rep: Replica, epoch: int) -> bool:
+    def still_leads(self, rep: Replica, epoch: int) -> bool:
         return rep.is_leader and rep.epoch == epoch and not rep.deleted
 
     def _live_members(self, rep: Replica) -> list[str]:
@@ -311,22 +313,22 @@ class Ranges(Reads, Audit):
                 self.host.start_moved(rep)
         for r in gone:
             for h in r.holders:
-                self._let_go(rep, h, r.base)
+                self.let_go(rep, h, r.base)
         first = cat.ranges[0] if cat.ranges else None
         if first is not None and first.base < cat.start:  # it holds offsets below the start: not to be served
-            told = [t for t in (self._tell(rep, h, "POST", "/start", {"offset": str(cat.start)}) for h in first.holders)
+            told = [t for t in (self.tell(rep, h, "POST", "/start", {"offset": str(cat.start)}) for h in first.holders)
                     if t is not None]  # (none: every holder is this broker or down)
             if told:  # one not answering in time hears it from the next audit
                 with contextlib.suppress(TimeoutError):
                     await self.host.clock.wait_for(asyncio.wait(told), limits.PEER_REQUEST_TIMEOUT_S)
 
-    def _let_go(self, rep: Replica, holder: str, base: int) -> None:
+    def let_go(self, rep: Replica, holder: str, base: int) -> None:
         if holder == self.host.name:
             self.store.drop((rep.topic, rep.index), base, "no longer placed here")
             return
-        self._tell(rep, holder, "DELETE", "", {"base": str(base)})
+        self.tell(rep, holder, "DELETE", "", {"base": str(base)})
 
-    def _tell(self, rep: Replica, holder: str, method: str, what: str,
+    def tell(self, rep: Replica, holder: str, method: str, what: str,
               params: dict[str, str]) -> asyncio.Task[None] | None:
         """A request to a holder in the background (one that misses it hears it from the next audit)."""
         key = (rep.topic, rep.index)
@@ -407,7 +409,7 @@ class Ranges(Reads, Audit):
                 r = cat.set_holders(r.base, [h for h in r.holders if h not in let_go], rep.epoch, copies)
                 for h in let_go:
                     if h in on_ring:
-                        self._let_go(rep, h, r.base)
+                        self.let_go(rep, h, r.base)
             for target in copy_to:
                 if self.host.membership.alive(target):
                     self.copier.order(rep, r, target, self._sources(rep, r))
@@ -423,7 +425,7 @@ class Ranges(Reads, Audit):
 
     def copied(self, rep: Replica, epoch: int, r: Range, target: str) -> None:
         """``target`` holds a verified copy of ``r``: one more holder (if this leader still leads)."""
-        if not self._still_leads(rep, epoch):
+        if not self.still_leads(rep, epoch):
             return
         cat = self.catalogue(rep)
         cur = cat.get(r.base)
@@ -476,7 +478,7 @@ class Ranges(Reads, Audit):
 
     def status(self) -> dict[str, Any]:
         return {"held": sum(len(self.store.ranges(k)) for k in self.store.keys()), "held_bytes": self.store.bytes,
-                "served_bytes": self.bytes_served,
+                "served_bytes": self.reads.bytes_served,
                 "cut": self.ranges_cut, "copied_in": self.copier.copies_in, "trimmed_segments": self.segments_trimmed,
                 "damaged_dropped": self.store.dropped, "refused_full": self.copier.refused_full,
                 "full": self.copier_full()}

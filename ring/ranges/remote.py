@@ -20,10 +20,11 @@ fetch path): a fetch of a local offset costs nothing more.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
 from ring.ranges.catalogue import Catalogue, Range
 from ring.ranges.host import RangesHost
@@ -34,27 +35,42 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.ranges")
 
 
-class Reads:
-    # Provided by Ranges.
+class ReadsOwner(Protocol):
+    """What ``Reads`` uses of the ranges it reads for (``manager.Ranges``)."""
+
     host: RangesHost
     store: RangeStore
-    _hw_heard: dict[Key, int]
-    bytes_served: int  # fetch answers read from the copies held here
+    hw_heard: dict[Key, int]  # each partition's high watermark as its leader last told a copy's holder
 
-    def catalogue(self, rep: Replica) -> Catalogue:
-        raise NotImplementedError
+    def catalogue(self, rep: Replica) -> Catalogue: ...
 
-    def earliest(self, rep: Replica) -> int:
-        raise NotImplementedError
+    def earliest(self, rep: Replica) -> int: ...
 
-    def created_ms(self, topic: str) -> int | None:
-        raise NotImplementedError
+    def created_ms(self, topic: str) -> int | None: ...
 
-    async def peer(self, method: str, name: str, path: str, **kw: Any) -> bytes:
-        raise NotImplementedError
+    def topic_config(self, topic: str) -> TopicConfig | None: ...
 
-    async def move_start(self, rep: Replica, start: int) -> None:
-        raise NotImplementedError
+    def pull_catalogue(self, rep: Replica) -> None:
+        """Ask the leader for its catalogue in the background."""
+
+    async def move_start(self, rep: Replica, start: int) -> None: ...
+
+    async def peer(self, method: str, name: str, path: str, *, params: dict[str, str] | None = None,
+                   body: bytes | None = None, timeout_s: float = ...) -> bytes: ...
+
+
+class Reads:
+    def __init__(self, ranges: ReadsOwner) -> None:
+        self.ranges = ranges
+        self.bytes_served = 0  # fetch answers read from the copies held here
+
+    @property
+    def host(self) -> RangesHost:
+        return self.ranges.host
+
+    @property
+    def store(self) -> RangeStore:
+        return self.ranges.store
 
     # --- fetch ------------------------------------------------------------------------------
 
@@ -62,13 +78,13 @@ class Reads:
         """A fetch at ``offset`` (None: the earliest) on a replica, when it is below the local log:
         the answer from our copy, or (client URLs of holders, or of the leader, offset) to proxy to;
         None when the local log serves it."""
-        cat = self.catalogue(rep)
+        cat = self.ranges.catalogue(rep)
         local = rep.log.start_offset
         earliest = cat.earliest(local) if cat.ranges else local
         if earliest == local and local > 0 and self._incomplete(rep):
             # Our log starts past the ranges we know of: a follower whose leader has not handed it the
             # catalogue yet (a new replica). The leader knows; we ask it for the catalogue meanwhile.
-            self.pull_catalogue(rep)
+            self.ranges.pull_catalogue(rep)
             leader = self.host.leader_of(rep.topic, rep.index)
             url = self.host.membership.client_url(leader) if leader and leader != self.host.name else None
             if url and self.host.membership.alive(leader):
@@ -107,20 +123,14 @@ class Reads:
         """Whether this follower's catalogue may lack ranges below its log (its topic makes ranges)."""
         if rep.is_leader:
             return False
-        cfg = self._config(rep.topic)
+        cfg = self.ranges.topic_config(rep.topic)
         return cfg is not None and cfg.local_retention_bytes >= 0
-
-    def _config(self, topic: str) -> Any:
-        raise NotImplementedError
-
-    def pull_catalogue(self, rep: Replica) -> None:
-        raise NotImplementedError
 
     def held(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult | None:
         """A fetch this broker answers from a range it holds for a partition it has no replica of."""
         key = (topic, partition)
         meta = self.store.find(key, offset)
-        if meta is None or meta.created_ms != self.created_ms(topic):
+        if meta is None or meta.created_ms != self.ranges.created_ms(topic):
             return None
         try:
             data = self.store.read(key, offset, max_bytes)
@@ -129,17 +139,17 @@ class Reads:
         if data is None:
             return None
         self.bytes_served += len(data)
-        hw = max(meta.end, self._hw_heard.get(key, 0))
+        hw = max(meta.end, self.ranges.hw_heard.get(key, 0))
         return FetchResult(topic, partition, offset, data, hw, -1)
 
     # --- offsets --------------------------------------------------------------------------------
 
     async def offsets(self, rep: Replica, timestamp: str) -> dict[str, Any] | None:
         """GET .../offsets when the answer is in the ranges; None when the local log answers it."""
-        cat = self.catalogue(rep)
+        cat = self.ranges.catalogue(rep)
         if not cat.ranges or timestamp == "latest":
             return None
-        earliest, local = self.earliest(rep), rep.log.start_offset
+        earliest, local = self.ranges.earliest(rep), rep.log.start_offset
         doc = {"topic": rep.topic, "partition": rep.index, "timestamp": timestamp}
         if timestamp == "earliest":
             return {**doc, "offset": earliest}
@@ -170,7 +180,7 @@ class Reads:
             if h == self.host.name or not self.host.membership.alive(h):
                 continue
             try:
-                raw = await self.peer("GET", h, f"/peer/v1/ranges/{rep.topic}/{rep.index}/offset",
+                raw = await self.ranges.peer("GET", h, f"/peer/v1/ranges/{rep.topic}/{rep.index}/offset",
                                       params={"base": str(r.base), "timestamp": str(ts)})
                 found = orjson.loads(raw).get("offset")
                 return found if type(found) is int else None
@@ -190,7 +200,7 @@ class Reads:
     async def truncated(self, rep: Replica, before_offset: int) -> int:
         """After the leader's log took a truncation: the ranges below ``before_offset`` go too; the
         partition's earliest offset."""
-        cat = self.catalogue(rep)
+        cat = self.ranges.catalogue(rep)
         if cat.ranges and before_offset > cat.start:
-            await self.move_start(rep, before_offset)
-        return self.earliest(rep)
+            await self.ranges.move_start(rep, before_offset)
+        return self.ranges.earliest(rep)
