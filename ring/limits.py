@@ -732,6 +732,22 @@ QUOTA_WAIT_S_MAX = 30.0
 QUOTA_RATE_MAX = 1 << 40
 
 
+# --- the Kafka protocol listener (ring.kafka_api) ----------------------------
+
+# One Kafka request as its 4-byte size prefix states it: a produce carries
+# batches up to REQUEST_BYTES_MAX like an HTTP produce body, plus a header and
+# topic names. A prefix above it closes the connection before a byte of the
+# frame is held: a hostile length cannot make the broker reserve gigabytes.
+KAFKA_REQUEST_BYTES_MAX = REQUEST_BYTES_MAX + 64 * KiB
+# Requests of one Kafka connection read and not yet answered; at the bound the
+# connection stops reading until answers leave. librdkafka pipelines up to a
+# million by default, so without it one client's queue would be unbounded.
+KAFKA_REQUESTS_IN_FLIGHT_MAX = 32
+# Partitions one Kafka fetch may name: each costs a read and, while the fetch
+# long-polls, a waiter; Kafka clients ask for the partitions they are assigned.
+KAFKA_FETCH_PARTITIONS_MAX = 1_000
+
+
 def markdown_table() -> str:
     """The limits table of docs/LIMITS.md: every UPPER_CASE constant with its why-comment."""
     import ast
@@ -791,6 +807,7 @@ def validate() -> None:
     assert GROUP_SESSION_TIMEOUT_MS_MIN <= POLAR_SESSION_TIMEOUT_MS <= GROUP_SESSION_TIMEOUT_MS_MAX
     assert 0 < LOOP_LAG_PROBE_INTERVAL_S * 1000 < LOOP_LAG_MS_MAX
     assert 0 < QUOTA_BURST_S <= QUOTA_WAIT_S_MAX and LOOP_LAG_PROBES_LATE >= 1
+    assert KAFKA_REQUEST_BYTES_MAX > REQUEST_BYTES_MAX
     assert FETCH_RECORDS_MAX <= 0xFFFF  # a PolarStreams binary poll answer counts its items in a uint16
 
 
