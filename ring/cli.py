@@ -149,7 +149,18 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     _interval_arguments(p)
     _security_arguments(p)
     _polarstreams_arguments(p)
+    _kafka_arguments(p)
     p.set_defaults(func=_cmd_serve)
+
+
+def _kafka_arguments(p: argparse.ArgumentParser) -> None:
+    """Kafka's binary protocol on one more port (ring.kafka_api, docs/KAFKA.md); off unless given."""
+    p.add_argument("--kafka-listen", type=parse_listen, default=_env("KAFKA_LISTEN", "") or None,
+                   help="HOST:PORT of a Kafka protocol listener; port 0 picks a free one (env RING_KAFKA_LISTEN; "
+                        "default none: no Kafka listener)")
+    p.add_argument("--kafka-advertise", type=parse_listen, default=_env("KAFKA_ADVERTISE", "") or None,
+                   help="HOST:PORT Kafka clients reach the Kafka listener at, named in Metadata; default the "
+                        "--kafka-listen address (env RING_KAFKA_ADVERTISE)")
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -287,6 +298,9 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         print(f"ring serve: unknown arguments {' '.join(rest)}", file=sys.stderr)
         return 2
+    if args.members > 1 and args.kafka_listen:
+        print("ring serve: --kafka-listen is for one broker a process, not --members yet", file=sys.stderr)
+        return 2
     if args.members > 1:
         from ring.commands.members import run_members
 
@@ -319,7 +333,7 @@ def _cmd_serve(args: argparse.Namespace, rest: list[str]) -> int:
     with runner:
         return runner.run(serve(config, access_log=args.log_level == "debug", tokens=tokens, polar=polar,
                                 bounds=(args.loop_lag_ms_max, args.requests_running_max),
-                                tokens_path=args.auth_tokens))
+                                tokens_path=args.auth_tokens, kafka=(args.kafka_listen, args.kafka_advertise)))
 
 
 def _parse_serve_arguments(args: argparse.Namespace):
@@ -335,6 +349,14 @@ def _parse_serve_arguments(args: argparse.Namespace):
             setattr(args, name, parse(getattr(args, name)))
     if args.loop_lag_ms_max <= 0 or args.requests_running_max <= 0:
         raise ValueError("--loop-lag-ms-max and --requests-running-max must be above 0")
+    for name in ("kafka_listen", "kafka_advertise"):
+        if isinstance(getattr(args, name), str):
+            setattr(args, name, parse_listen(getattr(args, name)))
+    if args.kafka_listen is not None and (args.auth_tokens is not None or args.tls_cert is not None):
+        raise ValueError("--kafka-listen serves neither SASL nor TLS yet: it would let in what --auth-tokens "
+                         "or --tls-cert keeps out of the client port")
+    if args.kafka_advertise is not None and args.kafka_listen is None:
+        raise ValueError("--kafka-advertise needs --kafka-listen")
     polar = None
     if args.polarstreams:
         from ring.http_api.polar_api import Ports
@@ -382,12 +404,13 @@ def _load_tokens(path: Path | None):
 
 
 async def serve(config, access_log: bool = False, tokens=None, polar=None, bounds=None, tokens_path=None,
-                clock=None, rng=None) -> int:
+                clock=None, rng=None, kafka=(None, None)) -> int:
     """Run one broker until SIGTERM/SIGINT; returns the exit code. ``polar``: PolarStreams' ports
     (``polar_api.Ports``) to serve its API on too; ``bounds``: the admission's (loop lag ms, requests
     running); ``tokens_path``: the file ``tokens`` came from, read again on SIGHUP; ``clock`` and
     ``rng``: the broker's clock and random source (default the system clock and an unseeded one; the
-    simulation passes its virtual clock and a seeded source)."""
+    simulation passes its virtual clock and a seeded source); ``kafka``: the (HOST, PORT) of a Kafka
+    listener and the one it is advertised at (None, None: no listener)."""
     import random
 
     from ring.clock import SystemClock
@@ -424,7 +447,22 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
     started = await _listen(config, peer_server, server, listeners, polar, default_peer)
     if started is None:
         return 1
-    broker.bind(server.port, peer_server.port)
+    kafka_addr = None
+    if kafka[0] is not None:
+        from ring.kafka_api.server import KafkaListener
+
+        kafka_listener = KafkaListener(broker, *kafka[0])
+        try:
+            await kafka_listener.start()
+        except OSError as exc:
+            log.error("cannot listen for Kafka clients on %s:%d: %s", *kafka[0], exc)
+            for s in started:
+                await s.stop()
+            return 1
+        started.insert(0, kafka_listener)
+        host, port = kafka[1] or (kafka[0][0], kafka_listener.port)
+        kafka_addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    broker.bind(server.port, peer_server.port, kafka_addr)
     stop = _stop_on_signals()  # a SIGTERM while starting stops the broker cleanly once it has started
     try:
         broker.open()
@@ -444,7 +482,8 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_tokens, tokens_path, tokens,
                                                       app.admission)
     polar_urls = f"; PolarStreams {' '.join(listeners.urls)}" if listeners is not None else ""
-    print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls})", flush=True)
+    kafka_url = f"; Kafka {kafka_addr}" if kafka_addr is not None else ""
+    print(f"{config.name} listening on {server.url} (peer {peer_server.url}{polar_urls}{kafka_url})", flush=True)
     await stop.wait()
     log.info("%s shutting down", config.name)
     await broker.hand_over()  # (controlled shutdown: still serving, so what moved is forwarded)

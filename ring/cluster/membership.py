@@ -232,6 +232,12 @@ class Membership:
                         "protocol": list(versions.parse_range(ep.extra.get(versions.EXTRA_KEY)))})
         return out
 
+    def gossiped(self, key: str) -> dict[str, Any]:
+        """Name -> what each live broker gossips under ``key`` in its entry's extra (those that do)."""
+        now = self.now()
+        return {name: ep.extra[key] for name, ep in self.members.gossip.state.endpoints.items()
+                if ep.extra.get(key) is not None and self.members.alive(name, now)}
+
     def describe(self) -> dict[str, Any]:
         """The brokers, and the peer-protocol version the cluster speaks (``ring.replication.versions``)."""
         return {"brokers": self.brokers(), "protocol_version": self.members.protocol_version()}

@@ -104,6 +104,7 @@ class ClusterBroker(Broker):
         self.client_addr = f"{config.advertise or config.host}:{config.port}"
         peer_port = config.peer_port if config.peer_port is not None else config.port + 1
         self.peer_addr = f"{config.advertise or config.peer_host}:{peer_port}"
+        self.kafka_addr: str | None = None  # the Kafka listener's advertised HOST:PORT (ring.kafka_api)
         self.membership: Membership | None = None
         self.core: NodeCore | None = None  # ring.node: made in open(), once our address is known
         self.pump: NodePump | None = None
@@ -120,11 +121,13 @@ class ClusterBroker(Broker):
         self._starting = False  # open(): the partitions this broker votes for open too, placed here or not
         self._opened_ms = 0  # wall clock when open() began (a new data directory was made then)
 
-    def bind(self, client_port: int, peer_port: int) -> None:
-        """The ports actually listened on (port 0 picks one): what gossip advertises. Before open()."""
+    def bind(self, client_port: int, peer_port: int, kafka_addr: str | None = None) -> None:
+        """The ports actually listened on (port 0 picks one): what gossip advertises. Before open().
+        ``kafka_addr``: the HOST:PORT Kafka clients reach this broker's Kafka listener at, if it has one."""
         host = self.config.advertise
         self.client_addr = f"{host or self.config.host}:{client_port}"
         self.peer_addr = f"{host or self.config.peer_host}:{peer_port}"
+        self.kafka_addr = kafka_addr
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -139,6 +142,8 @@ class ClusterBroker(Broker):
                           self.config.max_clock_offset_ms)
         members.set_extra("host", self.config.failure_host)
         members.set_extra("zone", self.config.zone)
+        if self.kafka_addr is not None:
+            members.set_extra("kafka", self.kafka_addr)  # where Kafka clients reach it (ring.kafka_api.cluster)
         self.core = NodeCore(self.name, self.replica, self.replicas, self.config.fsync.mode != "always",
                              random.Random(self.rng.random()), members, self.dir.incarnation)
         members.set_extra("incarnation", self.dir.incarnation)  # (its data directory's: see _open_partition)

@@ -37,6 +37,7 @@ from crc32c import crc32c
 
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
+from ring.kafka_api.errors import UNSUPPORTED_COMPRESSION_TYPE
 from ring.kafka_api.wire import Malformed, Reader, uvarint_bytes, zigzag
 from ring.log import batch as batchfmt
 
@@ -100,9 +101,10 @@ def _nullable(r: Reader) -> bytes | None:
     return None if n < 0 else bytes(r._take(n))
 
 
-def decode_batches(data: bytes | memoryview) -> list[KafkaRecord]:
+def decode_batches(data: bytes | memoryview, inflate_max: int = limits.REQUEST_BYTES_MAX) -> list[KafkaRecord]:
     """Every record of the batches of one produce's partition, checked (magic, CRC-32C, lengths,
-    counts, the record limits); raises CorruptBatch, Unsupported, PayloadTooLarge or BadRequest."""
+    counts, header limits); raises CorruptBatch, Unsupported, PayloadTooLarge or BadRequest. The
+    compressed batches together inflate to at most ``inflate_max`` bytes."""
     view = memoryview(data)
     out: list[KafkaRecord] = []
     pos = 0
@@ -120,9 +122,12 @@ def decode_batches(data: bytes | memoryview) -> list[KafkaRecord]:
             raise CorruptBatch("record batch CRC-32C mismatch")
         if attributes & (_TRANSACTIONAL | _CONTROL):
             raise Unsupported("transactional and control batches are not served")
-        if count < 1 or count > limits.RECORDS_PER_REQUEST_MAX:
-            raise CorruptBatch(f"a record batch of {count} records")
-        body = _inflate(attributes & 0x07, view[pos + HEADER_SIZE:end])
+        if count < 1 or count > limits.RECORDS_PER_REQUEST_MAX - len(out):
+            raise CorruptBatch(f"a record batch of {count} records (at most {limits.RECORDS_PER_REQUEST_MAX} "
+                               "in a request)")
+        body = _inflate(attributes & 0x07, view[pos + HEADER_SIZE:end], inflate_max)
+        if attributes & 0x07:
+            inflate_max -= len(body)
         r = Reader(body)
         try:
             for _ in range(count):
@@ -135,19 +140,19 @@ def decode_batches(data: bytes | memoryview) -> list[KafkaRecord]:
     return out
 
 
-def _inflate(compression: int, body: memoryview) -> bytes | memoryview:
+def _inflate(compression: int, body: memoryview, inflate_max: int) -> bytes | memoryview:
     if compression == COMPRESSION_NONE:
         return body
     if compression != COMPRESSION_GZIP:
         raise Unsupported(f"compression {COMPRESSION_NAMES.get(compression, compression)} is not read yet "
-                          "(none and gzip are)")
+                          "(none and gzip are)", kafka_error=UNSUPPORTED_COMPRESSION_TYPE)
     inflater = zlib.decompressobj(wbits=31)
     try:
-        out = inflater.decompress(body, limits.REQUEST_BYTES_MAX)
+        out = inflater.decompress(body, max(1, inflate_max))
     except zlib.error as exc:
         raise CorruptBatch(f"a gzip batch does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise PayloadTooLarge(f"a batch inflates to over {limits.REQUEST_BYTES_MAX} bytes")
+    if inflater.unconsumed_tail or len(out) > inflate_max:
+        raise PayloadTooLarge(f"the batches of a request inflate to over {limits.REQUEST_BYTES_MAX} bytes")
     if not inflater.eof:
         raise CorruptBatch("a truncated gzip batch")
     return out

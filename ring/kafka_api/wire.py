@@ -10,7 +10,7 @@ requests by their size prefix and hands each whole frame here.
 from __future__ import annotations
 
 import struct
-from typing import Callable, NamedTuple, TypeVar
+from typing import Awaitable, Callable, NamedTuple, TypeVar
 
 from ring.errors import BadRequest
 
@@ -230,6 +230,16 @@ def uvarint_bytes(v: int) -> bytes:
         v >>= 7
     out.append(v)
     return bytes(out)
+
+
+class Quiet:
+    """The answer to a request Kafka answers with nothing (a produce with acks=0): its work still runs,
+    and takes its turn among the connection's answers."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Awaitable[object]) -> None:
+        self.work = work
 
 
 class RequestHeader(NamedTuple):

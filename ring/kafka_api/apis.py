@@ -1,0 +1,80 @@
+"""The Kafka APIs the listener serves, at which versions, and their request and answer bodies.
+
+``handle`` parses one request's body and answers its body: bytes when it is ready at once, a
+coroutine when the broker must be awaited, a ``wire.Quiet`` for a request answered with nothing. Decisions
+(placement, leaders, durability, long-polls, offsets) are the broker's, as for the HTTP front:
+a produce goes through ``broker.intake`` (``produce.py``), a fetch through ``broker.fetch``, an
+offsets lookup through ``broker.offsets``. Errors of the broker are answered per partition with
+Kafka's codes (``errors.py``). Only non-flexible versions are served, but for ApiVersions v3.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ring.errors import RingError
+from ring.kafka_api import cluster
+from ring.kafka_api.errors import UNSUPPORTED_VERSION
+from ring.kafka_api.wire import Reader, RequestHeader, Writer
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
+
+Answer = Any  # bytes, an awaitable of bytes, or a wire.Quiet
+Handler = Callable[[Any, int, Reader], Answer]
+
+
+class NotServed(RingError):
+    """A request for an API or a version this listener does not serve: its connection is closed."""
+
+    code = "kafka_api_not_served"
+
+
+# The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
+FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3}
+
+
+def flexible(api_key: int, api_version: int) -> bool:
+    return api_version >= FLEXIBLE_FROM.get(api_key, 1 << 15)
+
+
+def api_versions(broker: Any, version: int, r: Reader) -> bytes:
+    if version >= 3:
+        r.compact_string()  # client_software_name
+        r.compact_string()  # client_software_version
+        r.tagged_fields()
+    return versions_body(version, 0)
+
+
+def versions_body(version: int, error: int) -> bytes:
+    w = Writer().int16(error)
+    served = sorted(SERVED.items())
+    if version >= 3:
+        w.compact_array_len(len(served))
+        for key, (low, high, _) in served:
+            w.int16(key).int16(low).int16(high).tagged_fields()
+        return bytes(w.int32(0).tagged_fields().buf)
+    w.array_len(len(served))
+    for key, (low, high, _) in served:
+        w.int16(key).int16(low).int16(high)
+    if version >= 1:
+        w.int32(0)  # throttle_time_ms
+    return bytes(w.buf)
+
+
+SERVED: dict[int, tuple[int, int, Handler]] = {
+    METADATA: (1, 8, cluster.metadata),
+    API_VERSIONS: (0, 3, api_versions),
+}
+
+
+def handle(broker: Any, header: RequestHeader, r: Reader) -> Answer:
+    served = SERVED.get(header.api_key)
+    if served is None:
+        raise NotServed(f"API key {header.api_key} is not served")
+    low, high, handler = served
+    if not low <= header.api_version <= high:
+        if header.api_key == API_VERSIONS:  # answered in v0, which every client reads, so it retries lower
+            return versions_body(0, UNSUPPORTED_VERSION)
+        raise NotServed(f"API key {header.api_key} version {header.api_version} is not served ({low}-{high} are)")
+    return handler(broker, header.api_version, r)
+

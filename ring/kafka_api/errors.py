@@ -1,0 +1,58 @@
+"""Kafka's error codes, and the one mapping from ``ring.errors`` to them.
+
+A client acts on the code: the retriable ones (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+NOT_ENOUGH_REPLICAS, LEADER_NOT_AVAILABLE) make it refresh its metadata and send again; the others
+fail the records or the read they concern.
+"""
+
+from __future__ import annotations
+
+from ring import errors
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+NOT_ENOUGH_REPLICAS = 19
+TOPIC_AUTHORIZATION_FAILED = 29
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+UNKNOWN_SERVER_ERROR = -1
+
+# Most specific first: the first class an error is an instance of gives its code.
+_CODES: list[tuple[type[errors.RingError], int]] = [
+    (errors.InvalidTopicName, INVALID_TOPIC_EXCEPTION),
+    (errors.CorruptBatch, CORRUPT_MESSAGE),
+    (errors.BadRequest, INVALID_RECORD),
+    (errors.UnknownTopic, UNKNOWN_TOPIC_OR_PARTITION),
+    (errors.UnknownPartition, UNKNOWN_TOPIC_OR_PARTITION),
+    (errors.OffsetOutOfRange, OFFSET_OUT_OF_RANGE),
+    (errors.PayloadTooLarge, MESSAGE_TOO_LARGE),
+    (errors.NotEnoughReplicas, NOT_ENOUGH_REPLICAS),
+    (errors.Unavailable, NOT_LEADER_OR_FOLLOWER),  # not leading, no leader yet, shutting down: go elsewhere
+    (errors.RequestTimeout, REQUEST_TIMED_OUT),
+    (errors.Overloaded, REQUEST_TIMED_OUT),  # retriable: the client backs off and sends again
+    (errors.Unauthorized, TOPIC_AUTHORIZATION_FAILED),
+    (errors.Forbidden, TOPIC_AUTHORIZATION_FAILED),
+    (errors.StorageError, KAFKA_STORAGE_ERROR),
+    (errors.InsufficientStorage, KAFKA_STORAGE_ERROR),
+]
+
+
+def code_of(exc: errors.RingError) -> int:
+    """Kafka's code for a ring error; a batch's own code (``records.Unsupported``) when it names one."""
+    own = exc.extra.get("kafka_error")
+    if isinstance(own, int):
+        return own
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return code
+    return UNKNOWN_SERVER_ERROR

@@ -1,0 +1,202 @@
+"""The Kafka protocol listener (``ring serve --kafka-listen``): one ``asyncio.Protocol`` per connection.
+
+Theory of operation.
+
+* Framing. A request is a 4-byte big-endian size and that many bytes. A size
+  below a header's or above ``KAFKA_REQUEST_BYTES_MAX`` closes the connection
+  at once, before a byte of the frame is held, and so does a frame whose
+  header does not parse or that names an API or version not served (as Kafka
+  does; ApiVersions alone answers an unknown version, with UNSUPPORTED_VERSION
+  in a v0 body, so the client retries lower). What the handlers of ``apis``
+  find wrong inside a request is answered with Kafka's error codes.
+* Order. Kafka requires the answers of one connection in the order of its
+  requests, though a later one (a produce answered at once) may be ready before
+  an earlier one (a fetch long-polling). Each request takes a slot in the
+  connection's queue; answers leave from its head as they become ready. A
+  produce with acks=0 takes a slot too, whose answer is nothing (as Kafka's).
+* Bounds. At ``KAFKA_REQUESTS_IN_FLIGHT_MAX`` requests taken in and not
+  answered, or while the transport asks to stop writing, the connection stops
+  reading; what is buffered then is at most one frame and one read. The
+  listener holds at most ``CLIENT_CONNECTIONS_OPEN_MAX`` connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections import deque
+from typing import Any
+
+from ring import limits
+from ring.errors import RingError
+from ring.kafka_api import apis
+from ring.kafka_api.wire import Malformed, Quiet, Reader, read_header
+
+log = logging.getLogger("ring.kafka")
+
+_SIZE = struct.Struct(">i")
+_HEADER_BYTES_MIN = 10  # api_key, api_version, correlation_id and a null client_id
+
+
+class _Slot:
+    __slots__ = ("answer", "quiet")
+
+    def __init__(self, quiet: bool) -> None:
+        self.answer: bytes | None = None
+        self.quiet = quiet  # answered with nothing (acks=0)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, listener: KafkaListener) -> None:
+        self.listener = listener
+        self.transport: Any = None
+        self.buf = bytearray()
+        self.slots: deque[_Slot] = deque()
+        self.tasks: set[asyncio.Task] = set()
+        self.closed = False
+        self.write_paused = False
+        self.read_paused = False
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        if len(self.listener.connections) >= limits.CLIENT_CONNECTIONS_OPEN_MAX:
+            log.warning("refusing a Kafka connection: %d are open (the bound)", limits.CLIENT_CONNECTIONS_OPEN_MAX)
+            self.closed = True
+            transport.close()
+            return
+        self.listener.connections.add(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        self.listener.connections.discard(self)
+        for task in self.tasks:
+            task.cancel()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._flow()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._flow()
+        self._frames()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._frames()
+
+    def _frames(self) -> None:
+        """Take every whole frame buffered while there is room for its answer."""
+        buf = self.buf
+        while not self.closed and len(buf) >= 4 and not self._full():
+            (size,) = _SIZE.unpack_from(buf)
+            if not _HEADER_BYTES_MIN <= size <= limits.KAFKA_REQUEST_BYTES_MAX:
+                self.abort(f"a frame of {size} bytes (at most {limits.KAFKA_REQUEST_BYTES_MAX})")
+                return
+            if len(buf) < 4 + size:
+                break
+            frame = bytes(buf[4:4 + size])
+            del buf[:4 + size]
+            self._request(frame)
+        self._flow()
+
+    def _full(self) -> bool:
+        return self.write_paused or len(self.slots) >= limits.KAFKA_REQUESTS_IN_FLIGHT_MAX
+
+    def _flow(self) -> None:
+        """Read while there is room for another request; a whole frame waiting stops reading too."""
+        if self.closed:
+            return
+        stop = self._full() or (len(self.buf) >= 4 and len(self.buf) >= 4 + _SIZE.unpack_from(self.buf)[0])
+        if stop and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        elif not stop and self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def _request(self, frame: bytes) -> None:
+        r = Reader(frame)
+        try:
+            header = read_header(r, apis.flexible)
+            answer = apis.handle(self.listener.broker, header, r)
+        except Malformed as exc:
+            self.abort(f"a malformed request: {exc.message}")
+            return
+        except RingError as exc:  # an API or version not served, or a request no answer can be built for
+            self.abort(exc.message)
+            return
+        quiet = isinstance(answer, Quiet)
+        if quiet:
+            answer = answer.work
+        slot = _Slot(quiet)
+        self.slots.append(slot)
+        head = _SIZE.pack(header.correlation_id)  # response header v0: every answer served here has it
+        if isinstance(answer, (bytes, bytearray)):
+            self._answered(slot, head, answer)
+            return
+        task = asyncio.ensure_future(answer)
+        self.tasks.add(task)
+        task.add_done_callback(lambda t: self._settled(t, slot, head))
+
+    def _settled(self, task: asyncio.Task, slot: _Slot, head: bytes) -> None:
+        self.tasks.discard(task)
+        if task.cancelled() or self.closed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, RingError):
+                self.abort(f"a request failed: {exc.message}")
+            else:
+                log.error("a Kafka request failed", exc_info=exc)
+                self.abort("a request failed")
+            return
+        self._answered(slot, head, task.result())
+
+    def _answered(self, slot: _Slot, head: bytes, body: bytes | bytearray) -> None:
+        slot.answer = b"" if slot.quiet else _SIZE.pack(4 + len(body)) + head + body
+        while self.slots and self.slots[0].answer is not None and not self.closed:
+            data = self.slots.popleft().answer
+            if data:
+                self.transport.write(data)
+        self._frames()
+
+    def abort(self, why: str) -> None:
+        """The client's fault: close at once, dropping what it sent and what was not answered."""
+        log.info("closing a Kafka connection from %s: %s", self.transport.get_extra_info("peername"), why)
+        self.closed = True
+        self.buf.clear()
+        self.transport.abort()
+
+
+class KafkaListener:
+    """The Kafka listener of one broker: ``start`` returns once it accepts, ``stop`` closes every connection."""
+
+    def __init__(self, broker: Any, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port, reuse_address=True,
+                                                family=family)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in list(self.connections):
+            conn.closed = True
+            conn.transport.abort()
+            conn.connection_lost(None)
