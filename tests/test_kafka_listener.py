@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from ring.kafka_api.cluster import node_id
 from ring.localcluster import free_port
 from tests.brokers import TestBroker
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +165,256 @@ def test_kafka_listen_is_refused_beside_auth_tokens(tmp_path):
                            "--listen", f"127.0.0.1:{free_port()}", "--kafka-listen", "127.0.0.1:0",
                            "--auth-tokens", str(tokens)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--kafka-listen serves neither SASL nor TLS" in proc.stderr
+
+
+# --- produce ---------------------------------------------------------------------------------
+
+
+def stored_records(b: TestBroker, topic: str, partition: int) -> list[tuple]:
+    """(offset, timestamp, key, value, headers) of every record of a partition, read over ring's HTTP API
+    as its stored batches."""
+    from ring.log import batch as batchfmt
+
+    reply = b.http.get(f"/v1/topics/{topic}/partitions/{partition}/messages", query={"offset": 0},
+                       headers={"Accept": "application/vnd.ring.batches"})
+    assert reply.status == 200, reply.body
+    hw = int(reply.headers["Ring-High-Watermark"])
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers or [])
+            for r, _ in batchfmt.records_between(reply.body, 0, hw, 10**6)]
+
+
+def produce_keyed(bootstrap: str, topic: str, n: int, **config: Any) -> dict[tuple[int, int], tuple]:
+    """``n`` keyed records with headers (a name repeated, a null value) and timestamps through
+    confluent-kafka's Producer; (partition, offset) -> (timestamp, key, value, headers) of each, as
+    its delivery report says it landed."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **config})
+    landed: dict[tuple[int, int], tuple] = {}
+    failed: list = []
+    for i in range(n):
+        rec = (1_700_000_000_000 + i, f"key-{i % 17}".encode(), None if i % 10 == 9 else f"value-{i}".encode(),
+               [("trace", str(i).encode()), ("trace", None), ("kind", b"\x00\xff")])
+
+        def report(err, msg, rec=rec):
+            if err is not None:
+                failed.append(err)
+            else:
+                landed[(msg.partition(), msg.offset())] = rec
+
+        producer.produce(topic, key=rec[1], value=rec[2], headers=rec[3], timestamp=rec[0], on_delivery=report)
+    assert producer.flush(30) == 0
+    assert not failed and len(landed) == n
+    return landed
+
+
+def assert_stored(b: TestBroker, topic: str, partitions: int, landed: dict[tuple[int, int], tuple]) -> None:
+    """Every record stored where its delivery report said, in order, as it was sent."""
+    stored = {}
+    for p in range(partitions):
+        for offset, ts, key, value, headers in stored_records(b, topic, p):
+            stored[(p, offset)] = (ts, key, value, [(n, v) for n, v in headers])
+    assert stored == landed
+
+
+def test_a_producer_with_acks_all_lands_every_record_where_its_report_says(kafka):
+    assert kafka.http.create_topic("produced", partitions=4).status == 201
+    landed = produce_keyed(kafka.bootstrap, "produced", 300)
+    assert_stored(kafka, "produced", 4, landed)
+    by_key: dict[bytes, set[int]] = {}
+    for (p, _), (_, key, _, _) in landed.items():
+        by_key.setdefault(key, set()).add(p)
+    assert all(len(ps) == 1 for ps in by_key.values())  # the client's partitioner, kept
+
+
+def test_gzip_batches_are_read(kafka):
+    assert kafka.http.create_topic("gzipped", partitions=2).status == 201
+    landed = produce_keyed(kafka.bootstrap, "gzipped", 100, **{"compression.type": "gzip"})
+    assert_stored(kafka, "gzipped", 2, landed)
+
+
+def produce_frame(correlation_id: int, topic: str, partition: int, batch: bytes, acks: int = -1) -> bytes:
+    name = topic.encode()
+    body = (struct.pack(">hhi", -1, acks, 10_000) + struct.pack(">ih", 1, len(name)) + name
+            + struct.pack(">iii", 1, partition, len(batch)) + batch)
+    return frame(0, 3, correlation_id, body)
+
+
+def produce_answer(body: bytes) -> tuple[int, int]:
+    """(error code, base offset) of a Produce v3 answer for one partition."""
+    name_len = struct.unpack(">h", body[4:6])[0]
+    pos = 6 + name_len + 4
+    _, error, base = struct.unpack(">ihq", body[pos:pos + 14])
+    return error, base
+
+
+def high_watermark(b: TestBroker, topic: str, partition: int) -> int:
+    return b.http.describe(topic)["partitions"][partition]["high_watermark"]
+
+
+def test_a_bad_crc_is_answered_corrupt_message_and_nothing_is_written(kafka):
+    from ring.kafka_api.records import encode_batch
+
+    assert kafka.http.create_topic("crc", partitions=1).status == 201
+    batch = encode_batch(0, 0, [(1, b"k", b"v", [])])
+    batch[-1] ^= 0x40
+    with connect(kafka) as s:
+        s.sendall(produce_frame(3, "crc", 0, bytes(batch)))
+        corr, body = read_answer(s)
+        assert (corr, produce_answer(body)[0]) == (3, 2)  # CORRUPT_MESSAGE
+        s.sendall(produce_frame(4, "crc", 7, bytes(encode_batch(0, 0, [(1, b"k", b"v", [])]))))
+        assert produce_answer(read_answer(s)[1])[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION: no partition 7
+    assert high_watermark(kafka, "crc", 0) == 0
+
+
+def test_acks_0_is_answered_with_nothing_and_still_written(kafka):
+    from ring.kafka_api.records import encode_batch
+
+    assert kafka.http.create_topic("quiet", partitions=1).status == 201
+    with connect(kafka) as s:
+        s.sendall(produce_frame(1, "quiet", 0, bytes(encode_batch(0, 0, [(5, b"k", b"v", [])])), acks=0))
+        s.sendall(frame(API_VERSIONS, 0, 2))
+        assert read_answer(s)[0] == 2  # the produce's turn passed without an answer
+    wait_for("the acks=0 record", lambda: high_watermark(kafka, "quiet", 0) == 1)
+    assert stored_records(kafka, "quiet", 0)[0][1:] == (5, b"k", b"v", [])
+
+
+# --- fetch -----------------------------------------------------------------------------------
+
+
+def consume_confluent(bootstrap: str, topic: str, partitions: int, count: int) -> dict[tuple[int, int], tuple]:
+    """``count`` records read from offset 0 of every partition by confluent-kafka's Consumer, assigned
+    (no group); (partition, offset) -> (timestamp, key, value, headers), checking offsets rise per partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-no-commits",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: dict[tuple[int, int], tuple] = {}
+    last = {p: -1 for p in range(partitions)}
+    try:
+        def more() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                assert msg.offset() > last[msg.partition()]  # in order within the partition
+                last[msg.partition()] = msg.offset()
+                got[(msg.partition(), msg.offset())] = (msg.timestamp()[1], msg.key(), msg.value(),
+                                                        list(msg.headers() or []))
+            return len(got) >= count
+        wait_for(f"{count} records through confluent-kafka", more, interval_s=0)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_confluent_consumer_reads_every_record_as_produced(kafka):
+    assert kafka.http.create_topic("consumed", partitions=3).status == 201
+    landed = produce_keyed(kafka.bootstrap, "consumed", 200)
+    assert consume_confluent(kafka.bootstrap, "consumed", 3, 200) == landed
+    assert_stored(kafka, "consumed", 3, landed)  # and over ring's HTTP API, the same offsets
+
+
+def test_kafka_python_consumer_reads_every_record_as_produced(kafka):
+    from kafka import KafkaConsumer, TopicPartition
+
+    assert kafka.http.create_topic("consumed-kp", partitions=2).status == 201
+    landed = produce_keyed(kafka.bootstrap, "consumed-kp", 100)
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False)
+    tps = [TopicPartition("consumed-kp", p) for p in range(2)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    got = {}
+    try:
+        def more() -> bool:
+            for tp, msgs in consumer.poll(timeout_ms=500).items():
+                for m in msgs:
+                    got[(tp.partition, m.offset)] = (m.timestamp, m.key, m.value, [tuple(h) for h in m.headers])
+            return len(got) >= 100
+        wait_for("100 records through kafka-python", more, interval_s=0)
+    finally:
+        consumer.close()
+    assert got == landed
+
+
+def fetch_frame(correlation_id: int, topic: str, partition: int, offset: int, max_wait_ms: int) -> bytes:
+    name = topic.encode()
+    body = (struct.pack(">iiiib", -1, max_wait_ms, 1, 1 << 20, 0) + struct.pack(">ih", 1, len(name)) + name
+            + struct.pack(">iiqi", 1, partition, offset, 1 << 20))
+    return frame(1, 4, correlation_id, body)
+
+
+def fetch_error(body: bytes) -> tuple[int, int]:
+    """(error code, high watermark) of a Fetch v4 answer's one partition."""
+    name_len = struct.unpack(">h", body[8:10])[0]
+    pos = 10 + name_len + 4
+    _, error, hw = struct.unpack(">ihq", body[pos:pos + 14])
+    return error, hw
+
+
+def test_a_long_poll_fetch_is_answered_before_the_request_after_it(kafka):
+    """Kafka's clients need answers in request order: an ApiVersions sent after a fetch waiting for
+    records is ready first, and leaves after the fetch's answer, which the next record ends."""
+    from ring.kafka_api.records import encode_batch
+
+    assert kafka.http.create_topic("polled", partitions=1).status == 201
+    with connect(kafka) as s, connect(kafka) as producer:
+        s.sendall(fetch_frame(1, "polled", 0, 0, 20_000) + frame(API_VERSIONS, 0, 2))
+        wait_for("the fetch to wait", lambda: kafka.http.get("/v1/status").json()["long_polls_open"] >= 1)
+        producer.sendall(produce_frame(9, "polled", 0, bytes(encode_batch(0, 0, [(5, b"k", b"late", [])]))))
+        assert produce_answer(read_answer(producer)[1]) == (0, 0)
+        corr, body = read_answer(s)
+        assert corr == 1 and fetch_error(body) == (0, 1)
+        assert b"late" in body  # (uncompressed)
+        assert read_answer(s)[0] == 2
+
+
+def test_a_fetch_past_the_end_is_offset_out_of_range_and_of_no_topic_unknown(kafka):
+    assert kafka.http.create_topic("ranged", partitions=1).status == 201
+    with connect(kafka) as s:
+        s.sendall(fetch_frame(1, "ranged", 0, 1000, 0))
+        assert fetch_error(read_answer(s)[1])[0] == 1  # OFFSET_OUT_OF_RANGE
+        s.sendall(fetch_frame(2, "no-such-ranged", 0, 0, 0))
+        assert fetch_error(read_answer(s)[1])[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+# --- a cluster -------------------------------------------------------------------------------
+
+
+def test_on_three_brokers_metadata_steers_produces_through_any_broker_to_the_leaders(tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    from tests.brokers import TestCluster
+
+    cluster = TestCluster(tmp_path, 3, args=["--fsync", "interval:100"])
+    bootstraps = []
+    for b in cluster.local.brokers:
+        port = free_port()
+        b.args += ["--kafka-listen", f"127.0.0.1:{port}"]
+        bootstraps.append(f"127.0.0.1:{port}")
+    cluster.start()
+    try:
+        assert cluster[0].http.create_topic("spread", partitions=6, replication_factor=3).status == 201
+        leaders = wait_for("a leader for every partition", lambda: (
+            lambda ls: ls if len(ls) == 6 and all(ls.values()) else None)(cluster.leaders("spread")))
+        ids = {node_id(m.name): m.name for m in cluster}
+        assert len(ids) == 3  # distinct node ids
+
+        def agree(bootstrap: str) -> bool:
+            md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("spread", timeout=10)
+            assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {
+                node_id(m.name): bs for m, bs in zip(cluster, bootstraps)}
+            parts = md.topics["spread"].partitions
+            return all(sorted(p.replicas) == sorted(ids) and ids.get(p.leader) == leaders[p.id]
+                       for p in parts.values()) and len(parts) == 6
+        for bootstrap in bootstraps:  # every broker answers the same metadata: ids, addresses, leaders
+            wait_for(f"metadata of {bootstrap} naming ring's leaders", lambda: agree(bootstrap))
+        landed = {}
+        for bootstrap in bootstraps:  # each client knows one broker only
+            landed.update(produce_keyed(bootstrap, "spread", 60))
+        assert len(landed) == 180
+        assert_stored(cluster[1], "spread", 6, landed)
+        assert consume_confluent(bootstraps[2], "spread", 6, 180) == landed
+    finally:
+        cluster.stop()
