@@ -418,3 +418,29 @@ def test_on_three_brokers_metadata_steers_produces_through_any_broker_to_the_lea
         assert consume_confluent(bootstraps[2], "spread", 6, 180) == landed
     finally:
         cluster.stop()
+
+
+# --- list offsets ----------------------------------------------------------------------------
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(kafka):
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    assert kafka.http.create_topic("listed", partitions=1).status == 201
+    landed = produce_keyed(kafka.bootstrap, "listed", 50)
+    offset_of = {ts: offset for (_, offset), (ts, _, _, _) in landed.items()}
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused-no-commits",
+                         "enable.auto.commit": False})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("listed", 0), timeout=10, cached=False) == (0, 50)
+        assert kafka.http.post("/v1/topics/listed/partitions/0/truncate", json_body={"before_offset": 10}).status == 200
+        assert consumer.get_watermark_offsets(TopicPartition("listed", 0), timeout=10, cached=False) == (10, 50)
+        first = 1_700_000_000_000
+        found = [consumer.offsets_for_times([TopicPartition("listed", 0, ts)], timeout=10)[0].offset
+                 for ts in (first + 20, first + 49, first + 1000)]  # (one request each: a partition once a request)
+        assert found == [offset_of[first + 20], offset_of[first + 49], 50]  # past every record: the end
+        consumer.assign([TopicPartition("listed", 0, OFFSET_BEGINNING)])  # resolved by ListOffsets
+        msg = wait_for("the first record kept", lambda: consumer.poll(0.5))
+        assert msg.error() is None and msg.offset() == 10
+    finally:
+        consumer.close()

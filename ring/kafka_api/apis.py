@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError
-from ring.kafka_api import cluster, consume, produce
+from ring.kafka_api import cluster, consume, offsets, produce
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -64,6 +64,7 @@ def versions_body(version: int, error: int) -> bytes:
 SERVED: dict[int, tuple[int, int, Handler]] = {
     PRODUCE: (3, 8, produce.handle),
     FETCH: (4, 11, consume.fetch),  # (librdkafka writes RecordBatch v2 only to a broker serving Fetch v4 too)
+    LIST_OFFSETS: (1, 5, offsets.list_offsets),
     METADATA: (1, 8, cluster.metadata),
     API_VERSIONS: (0, 3, api_versions),
 }

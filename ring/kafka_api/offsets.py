@@ -1,0 +1,67 @@
+"""ListOffsets (v1-v5): a partition's earliest offset, its latest (the high watermark: where a
+consumer that starts at the end reads from) or the first offset at or after a timestamp, by
+``broker.offsets`` (as the HTTP front's GET .../offsets), which asks the partition's leader or a
+replica when this broker holds none.
+
+Answers carry no record timestamp (-1) and no leader epoch (-1). When every record is older than
+the timestamp asked for, the answer is the high watermark, where Kafka answers -1: both send a
+consumer to the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ring.errors import BadRequest, RingError
+from ring.kafka_api import errors
+from ring.kafka_api.wire import Reader, Writer
+
+_EARLIEST, _LATEST = -2, -1
+
+
+def list_offsets(broker: Any, version: int, r: Reader) -> Any:
+    r.int32()  # replica_id
+    if version >= 2:
+        r.int8()  # isolation_level: the same offsets either way
+
+    def partition(r: Reader) -> tuple[int, int]:
+        p = r.int32()
+        if version >= 4:
+            r.int32()  # current_leader_epoch
+        return p, r.int64()
+
+    topics = r.array(lambda r: (r.string(), r.array(partition) or [])) or []
+    return _list_offsets(broker, version, topics)
+
+
+async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
+    w = Writer()
+    if version >= 2:
+        w.int32(0)  # throttle_time_ms
+    w.array_len(len(topics))
+    for topic, parts in topics:
+        w.string(topic).array_len(len(parts))
+        for p, timestamp in parts:
+            code, offset = errors.NONE, -1
+            try:
+                offset = await _offset(broker, topic, p, timestamp)
+            except RingError as exc:
+                code = errors.code_of(exc)
+            w.int32(p).int16(code).int64(-1).int64(offset)  # the found record's timestamp: not known here
+            if version >= 4:
+                w.int32(-1)  # leader_epoch
+    return bytes(w.buf)
+
+
+async def _offset(broker: Any, topic: str, partition: int, timestamp: int) -> int:
+    """Earliest (-2), latest (-1) or the first offset at or after a timestamp (ms)."""
+    if timestamp == _EARLIEST:
+        at = "earliest"
+    elif timestamp == _LATEST:
+        at = "latest"
+    elif timestamp >= 0:
+        at = str(timestamp)
+    else:
+        raise BadRequest(f"timestamp {timestamp} is not served (-2 earliest, -1 latest, or ms since the epoch)")
+    found = await broker.offsets(topic, partition, at)
+    return int(found["offset"])
