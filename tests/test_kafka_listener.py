@@ -444,3 +444,30 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafka):
         assert msg.error() is None and msg.offset() == 10
     finally:
         consumer.close()
+
+
+# --- docs/KAFKA.md ---------------------------------------------------------------------------
+
+
+def test_the_kafka_example_runs_as_written(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.docs import Shell, code, commands
+    from tests.support import Http
+
+    shell = Shell(tmp_path)
+    kafka_port = free_port()
+    (serve,) = commands(code("kafka-example", "sh"))
+    try:
+        shell.run(serve.replace("localhost:9092", f"127.0.0.1:{kafka_port}"))
+        script = code("kafka-example").replace("localhost:9092", f"127.0.0.1:{kafka_port}")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        broker = type("HttpOnly", (), {"http": Http("127.0.0.1", shell.port(9250))})()
+        partitions = broker.http.describe("clicks")["partition_count"]
+        got = [rec for p in range(partitions) for rec in stored_records(broker, "clicks", p)]
+        assert [(key, value, headers) for _, _, key, value, headers in got] == [
+            (b"user-7", b'{"page": "/"}', [("source", b"web")])]
+    finally:
+        assert shell.stop_servers() == [0]
