@@ -120,6 +120,18 @@ def test_metadata_of_an_unknown_topic_creates_it_when_auto_create_is_on(kafka):
     assert kafka.http.get("/v1/topics/made-by-metadata").status == 200
 
 
+def test_metadata_names_the_kafka_advertise_address(make_broker):
+    port = free_port()
+    b = make_broker("--kafka-listen", f"127.0.0.1:{port}", "--kafka-advertise", "kafka.example:19092")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame(METADATA, 1, 4, struct.pack(">i", -1)))  # every topic
+        corr, body = read_answer(s)
+    count, node, host_len = struct.unpack(">iih", body[:10])
+    host = body[10:10 + host_len].decode()
+    assert (corr, count, node, host, struct.unpack(">i", body[10 + host_len:14 + host_len])[0]) == (
+        4, 1, node_id(b.local.name), "kafka.example", 19092)
+
+
 @pytest.mark.parametrize("hostile", [
     pytest.param(struct.pack(">i", 2**31 - 1), id="length-prefix-of-2GiB"),
     pytest.param(struct.pack(">i", -5), id="negative-length"),
@@ -368,6 +380,32 @@ def test_a_long_poll_fetch_is_answered_before_the_request_after_it(kafka):
         assert corr == 1 and fetch_error(body) == (0, 1)
         assert b"late" in body  # (uncompressed)
         assert read_answer(s)[0] == 2
+
+
+def test_a_fetch_stops_reading_at_its_max_bytes_after_one_batch(kafka):
+    """Kafka's rule: the first partition gets a batch however small max_bytes is; the ones after it
+    answer their high watermark and no records."""
+    from ring.kafka_api.records import encode_batch
+
+    assert kafka.http.create_topic("capped", partitions=2).status == 201
+    with connect(kafka) as s:
+        for p in (0, 1):
+            s.sendall(produce_frame(p, "capped", p, bytes(encode_batch(0, 0, [(5, b"k", b"x" * 100, [])]))))
+            assert produce_answer(read_answer(s)[1]) == (0, 0)
+        name = b"capped"
+        body = (struct.pack(">iiiib", -1, 0, 1, 1, 0) + struct.pack(">ih", 1, len(name)) + name
+                + struct.pack(">i", 2) + struct.pack(">iqi", 0, 0, 1 << 20) + struct.pack(">iqi", 1, 0, 1 << 20))
+        s.sendall(frame(1, 4, 7, body))
+        corr, answer = read_answer(s)
+    pos = 4 + 4 + 2 + len(name) + 4
+    sizes = []
+    for p in (0, 1):
+        part, error, hw, _lso, aborted = struct.unpack(">ihqqi", answer[pos:pos + 26])
+        size = struct.unpack(">i", answer[pos + 26:pos + 30])[0]
+        assert (part, error, hw, aborted) == (p, 0, 1, 0)
+        sizes.append(size)
+        pos += 30 + size
+    assert corr == 7 and sizes[0] > 100 and sizes[1] == 0
 
 
 def test_a_fetch_past_the_end_is_offset_out_of_range_and_of_no_topic_unknown(kafka):

@@ -78,16 +78,19 @@ async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: 
 
 async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[FetchResult | RingError]:
     """Each partition's read, at once (a partition another broker must answer is awaited), within the
-    fetch's max bytes; a partition after that bound is reached reads one batch."""
+    fetch's max bytes and FETCH_BYTES_MAX: once they are reached, the partitions after answer their
+    high watermark and no records (the first always gets a batch, as in Kafka)."""
     budget = answer_budget.budget_of(broker)
     out: list[FetchResult | RingError] = []
-    left = max_bytes
+    left = min(max_bytes, limits.FETCH_BYTES_MAX)
     for w in wanted:
         try:
             ask = budget.grant(max(1, min(w.max_bytes, left)))
             result = broker.fetch_now(w.topic, w.partition, w.offset, ask, 0)
             if result is None:
                 result = await broker.fetch(w.topic, w.partition, w.offset, ask, 0)
+            if left <= 0:
+                result = result._replace(data=b"")  # (read for its high watermark and log start)
             left -= len(result.data)
             out.append(result)
         except RingError as exc:

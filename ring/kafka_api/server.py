@@ -48,7 +48,7 @@ class _Slot:
         self.quiet = quiet  # answered with nothing (acks=0)
 
 
-class Connection(asyncio.Protocol):
+class KafkaConnection(asyncio.Protocol):
     def __init__(self, listener: KafkaListener) -> None:
         self.listener = listener
         self.transport: Any = None
@@ -178,7 +178,7 @@ class KafkaListener:
         self.broker = broker
         self.host = host
         self.port = port
-        self.connections: set[Connection] = set()
+        self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
 
     @property
@@ -188,8 +188,8 @@ class KafkaListener:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port, reuse_address=True,
-                                                family=family)
+        self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
+                                                reuse_address=True, family=family)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
