@@ -150,6 +150,52 @@ def test_hostile_frames_close_the_connection_and_the_listener_serves_on(kafka, h
         assert read_answer(s)[0] == 5
 
 
+async def test_trickled_frames_hold_no_more_than_the_body_budget(tmp_path, monkeypatch):
+    """Buffered frame bytes count in the broker's request body budget as they arrive: many clients
+    each sending part of a large frame are closed once it is spent, and the rest of the broker serves."""
+    import asyncio
+
+    from ring import limits
+    from ring.http_api.budget import body_budget_of
+    from ring.kafka_api.server import KafkaListener
+    from tests.support import serve_alone
+
+    monkeypatch.setattr(limits, "REQUEST_BODY_BYTES_IN_FLIGHT_MAX", 10_000)
+    broker, server = await serve_alone(tmp_path / "data", "never")
+    listener = KafkaListener(broker, "127.0.0.1", 0)
+    await listener.start()
+    budget = body_budget_of(broker)
+
+    async def held(nbytes: int) -> None:
+        for _ in range(500):
+            if budget.used == nbytes:
+                return
+            await asyncio.sleep(0.01)
+        assert budget.used == nbytes
+
+    try:
+        trickling = []
+        for i in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.write(struct.pack(">i", 1_000_000) + b"\0" * 4000)  # a large frame, 4004 bytes of it so far
+            trickling.append((reader, writer))
+            if i < 2:
+                await held(4004 * (i + 1))
+        assert await asyncio.wait_for(trickling[2][0].read(), 5) == b""  # did not fit: closed
+        await held(8008)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(frame(API_VERSIONS, 0, 1))
+        assert struct.unpack(">i", (await asyncio.wait_for(reader.readexactly(8), 5))[4:])[0] == 1
+        for _, w in trickling + [(reader, writer)]:
+            w.close()
+        await held(0)  # given back as they close
+    finally:
+        await listener.stop()
+        broker.begin_shutdown()
+        await server.stop()
+        await broker.close()
+
+
 def test_a_truncated_frame_holds_only_its_connection(kafka):
     with connect(kafka) as cut:
         cut.sendall(frame(API_VERSIONS, 0, 1)[:-3])

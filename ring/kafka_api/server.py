@@ -16,7 +16,11 @@ Theory of operation.
   produce with acks=0 takes a slot too, whose answer is nothing (as Kafka's).
 * Bounds. At ``KAFKA_REQUESTS_IN_FLIGHT_MAX`` requests taken in and not
   answered, or while the transport asks to stop writing, the connection stops
-  reading; what is buffered then is at most one frame and one read. The
+  reading; what is buffered then is at most one frame and one read. The bytes
+  buffered are counted in the broker's request body budget
+  (``REQUEST_BODY_BYTES_IN_FLIGHT_MAX``, shared with the HTTP front) as they
+  arrive: a connection whose next bytes do not fit is closed, so many clients
+  each trickling a large frame cannot hold more than the budget. The
   listener holds at most ``CLIENT_CONNECTIONS_OPEN_MAX`` connections.
 """
 
@@ -30,7 +34,8 @@ from collections import deque
 from typing import Any
 
 from ring import limits
-from ring.errors import RingError
+from ring.errors import Overloaded, RingError
+from ring.http_api.budget import body_budget_of
 from ring.kafka_api import apis
 from ring.kafka_api.wire import Malformed, Quiet, Reader, read_header
 
@@ -58,6 +63,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = False
         self.write_paused = False
         self.read_paused = False
+        self.hold = body_budget_of(listener.broker).hold()  # counts what ``buf`` holds
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -70,6 +76,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
+        self.buf.clear()
+        self.hold.release()
         self.listener.connections.discard(self)
         for task in self.tasks:
             task.cancel()
@@ -84,6 +92,13 @@ class KafkaConnection(asyncio.Protocol):
         self._frames()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.hold.charge(len(data))
+        except Overloaded as exc:
+            self.abort(exc.message)
+            return
         self.buf += data
         self._frames()
 
@@ -100,6 +115,9 @@ class KafkaConnection(asyncio.Protocol):
             frame = bytes(buf[4:4 + size])
             del buf[:4 + size]
             self._request(frame)
+        if self.hold.held > len(buf):  # what was taken out is given back (a smaller charge always fits)
+            self.hold.release()
+            self.hold.charge(len(buf))
         self._flow()
 
     def _full(self) -> bool:
@@ -168,6 +186,7 @@ class KafkaConnection(asyncio.Protocol):
         log.info("closing a Kafka connection from %s: %s", self.transport.get_extra_info("peername"), why)
         self.closed = True
         self.buf.clear()
+        self.hold.release()
         self.transport.abort()
 
 
