@@ -196,6 +196,34 @@ async def test_trickled_frames_hold_no_more_than_the_body_budget(tmp_path, monke
         await broker.close()
 
 
+async def test_a_frame_not_whole_in_time_closes_its_connection(tmp_path, monkeypatch):
+    import asyncio
+
+    from ring import limits
+    from ring.http_api.budget import body_budget_of
+    from ring.kafka_api.server import KafkaListener
+    from tests.support import serve_alone
+
+    monkeypatch.setattr(limits, "BODY_READ_TIMEOUT_S", 0.5)
+    broker, server = await serve_alone(tmp_path / "data", "never")
+    listener = KafkaListener(broker, "127.0.0.1", 0)
+    await listener.start()
+    try:
+        slow_r, slow_w = await asyncio.open_connection("127.0.0.1", listener.port)
+        idle_r, idle_w = await asyncio.open_connection("127.0.0.1", listener.port)
+        slow_w.write(frame(API_VERSIONS, 0, 1)[:-2])
+        assert await asyncio.wait_for(slow_r.read(), 5) == b""  # closed at its deadline
+        assert body_budget_of(broker).used == 0
+        idle_w.write(frame(API_VERSIONS, 0, 2))  # an idle connection stays open
+        assert struct.unpack(">i", (await asyncio.wait_for(idle_r.readexactly(8), 5))[4:])[0] == 2
+        idle_w.close()
+    finally:
+        await listener.stop()
+        broker.begin_shutdown()
+        await server.stop()
+        await broker.close()
+
+
 def test_a_truncated_frame_holds_only_its_connection(kafka):
     with connect(kafka) as cut:
         cut.sendall(frame(API_VERSIONS, 0, 1)[:-3])

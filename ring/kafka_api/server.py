@@ -20,8 +20,11 @@ Theory of operation.
   buffered are counted in the broker's request body budget
   (``REQUEST_BODY_BYTES_IN_FLIGHT_MAX``, shared with the HTTP front) as they
   arrive: a connection whose next bytes do not fit is closed, so many clients
-  each trickling a large frame cannot hold more than the budget. The
-  listener holds at most ``CLIENT_CONNECTIONS_OPEN_MAX`` connections.
+  each trickling a large frame cannot hold more than the budget. A frame
+  begun must be whole within ``BODY_READ_TIMEOUT_S`` while the connection
+  reads, else the connection is closed (slowloris). An idle connection stays:
+  Kafka clients keep theirs for the client's life. The listener holds at
+  most ``CLIENT_CONNECTIONS_OPEN_MAX`` connections.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class KafkaConnection(asyncio.Protocol):
         self.write_paused = False
         self.read_paused = False
         self.hold = body_budget_of(listener.broker).hold()  # counts what ``buf`` holds
+        self.frame_timer: asyncio.TimerHandle | None = None  # armed while a frame begun is not whole
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -78,6 +82,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.buf.clear()
         self.hold.release()
+        self._time_frame()
         self.listener.connections.discard(self)
         for task in self.tasks:
             task.cancel()
@@ -119,6 +124,21 @@ class KafkaConnection(asyncio.Protocol):
             self.hold.release()
             self.hold.charge(len(buf))
         self._flow()
+        self._time_frame()
+
+    def _time_frame(self) -> None:
+        """Arm the frame deadline when a frame has begun and the connection reads; else disarm it."""
+        partial = bool(self.buf) and not self.read_paused and not self.closed
+        if partial and self.frame_timer is None:
+            self.frame_timer = asyncio.get_running_loop().call_later(limits.BODY_READ_TIMEOUT_S, self._frame_late)
+        elif not partial and self.frame_timer is not None:
+            self.frame_timer.cancel()
+            self.frame_timer = None
+
+    def _frame_late(self) -> None:
+        self.frame_timer = None
+        if self.buf and not self.read_paused and not self.closed:
+            self.abort(f"a frame not whole within {limits.BODY_READ_TIMEOUT_S} s")
 
     def _full(self) -> bool:
         return self.write_paused or len(self.slots) >= limits.KAFKA_REQUESTS_IN_FLIGHT_MAX
@@ -187,6 +207,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.buf.clear()
         self.hold.release()
+        self._time_frame()
         self.transport.abort()
 
 
