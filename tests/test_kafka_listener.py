@@ -401,6 +401,22 @@ def test_confluent_consumer_reads_every_record_as_produced(kafka):
     assert_stored(kafka, "consumed", 3, landed)  # and over ring's HTTP API, the same offsets
 
 
+def test_records_produced_over_http_read_the_same_through_kafka(kafka):
+    """The other way round: a msgpack produce over ring's HTTP API (keys, a null value, headers in
+    order with a repeated name, timestamps) reads the same, at the same offsets, in a Kafka consumer."""
+    import msgpack
+
+    assert kafka.http.create_topic("from-http", partitions=1).status == 201
+    sent = [{"key": f"k{i}", "value": None if i == 3 else f"v{i}".encode(), "timestamp": 1_600_000_000_000 + i,
+             "headers": [["h", b"1"], ["h", None], ["z", b"\x00"]]} for i in range(20)]
+    reply = kafka.http.produce("from-http", msgpack.packb(sent), "application/msgpack", partition=0)
+    assert reply.status == 200, reply.body
+    got = consume_confluent(kafka.bootstrap, "from-http", 1, 20)
+    assert got == {(0, i): (r["timestamp"], r["key"].encode(), r["value"], [("h", b"1"), ("h", None), ("z", b"\x00")])
+                   for i, r in enumerate(sent)}
+    assert [rec[0] for rec in stored_records(kafka, "from-http", 0)] == list(range(20))
+
+
 def test_kafka_python_consumer_reads_every_record_as_produced(kafka):
     from kafka import KafkaConsumer, TopicPartition
 
