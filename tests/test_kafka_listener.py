@@ -510,9 +510,8 @@ def test_a_fetch_past_the_end_is_offset_out_of_range_and_of_no_topic_unknown(kaf
 # --- a cluster -------------------------------------------------------------------------------
 
 
-def test_on_three_brokers_metadata_steers_produces_through_any_broker_to_the_leaders(tmp_path):
-    from confluent_kafka.admin import AdminClient
-
+def kafka_cluster(tmp_path) -> tuple[Any, list[str]]:
+    """Three brokers, each with a Kafka listener: the started ``TestCluster`` and their bootstraps."""
     from tests.brokers import TestCluster
 
     cluster = TestCluster(tmp_path, 3, args=["--fsync", "interval:100"])
@@ -521,23 +520,36 @@ def test_on_three_brokers_metadata_steers_produces_through_any_broker_to_the_lea
         port = free_port()
         b.args += ["--kafka-listen", f"127.0.0.1:{port}"]
         bootstraps.append(f"127.0.0.1:{port}")
-    cluster.start()
-    try:
-        assert cluster[0].http.create_topic("spread", partitions=6, replication_factor=3).status == 201
-        leaders = wait_for("a leader for every partition", lambda: (
-            lambda ls: ls if len(ls) == 6 and all(ls.values()) else None)(cluster.leaders("spread")))
-        ids = {node_id(m.name): m.name for m in cluster}
-        assert len(ids) == 3  # distinct node ids
+    return cluster.start(), bootstraps
 
-        def agree(bootstrap: str) -> bool:
-            md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("spread", timeout=10)
-            assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {
-                node_id(m.name): bs for m, bs in zip(cluster, bootstraps)}
-            parts = md.topics["spread"].partitions
-            return all(sorted(p.replicas) == sorted(ids) and ids.get(p.leader) == leaders[p.id]
-                       for p in parts.values()) and len(parts) == 6
-        for bootstrap in bootstraps:  # every broker answers the same metadata: ids, addresses, leaders
-            wait_for(f"metadata of {bootstrap} naming ring's leaders", lambda: agree(bootstrap))
+
+def led_topic(cluster: Any, bootstraps: list[str], topic: str, partitions: int) -> dict[int, str]:
+    """Create ``topic`` (replication factor 3) and wait until every broker's Metadata names the
+    same three brokers (ids, addresses) and ring's leader of each partition; partition -> leader."""
+    from confluent_kafka.admin import AdminClient
+
+    assert cluster[0].http.create_topic(topic, partitions=partitions, replication_factor=3).status == 201
+    leaders = wait_for("a leader for every partition", lambda: (
+        lambda ls: ls if len(ls) == partitions and all(ls.values()) else None)(cluster.leaders(topic)))
+    ids = {node_id(m.name): m.name for m in cluster}
+    assert len(ids) == 3  # distinct node ids
+
+    def agree(bootstrap: str) -> bool:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+        assert {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()} == {
+            node_id(m.name): bs for m, bs in zip(cluster, bootstraps)}
+        parts = md.topics[topic].partitions
+        return all(sorted(p.replicas) == sorted(ids) and ids.get(p.leader) == leaders[p.id]
+                   for p in parts.values()) and len(parts) == partitions
+    for bootstrap in bootstraps:
+        wait_for(f"metadata of {bootstrap} naming ring's leaders", lambda: agree(bootstrap))
+    return leaders
+
+
+def test_on_three_brokers_metadata_steers_produces_through_any_broker_to_the_leaders(tmp_path):
+    cluster, bootstraps = kafka_cluster(tmp_path)
+    try:
+        led_topic(cluster, bootstraps, "spread", 6)  # every broker answers the same metadata
         landed = {}
         for bootstrap in bootstraps:  # each client knows one broker only
             landed.update(produce_keyed(bootstrap, "spread", 60))
@@ -599,3 +611,45 @@ def test_the_kafka_example_runs_as_written(tmp_path):
             (b"user-7", b'{"page": "/"}', [("source", b"web")])]
     finally:
         assert shell.stop_servers() == [0]
+
+
+def test_a_producer_with_acks_all_rides_through_a_leaders_sigkill_losing_no_acknowledged_record(tmp_path):
+    """The leader of a partition is killed mid-stream: the client's produces to it fail over (its metadata
+    leads it to the new leader once one is elected) and every record acknowledged is stored where its
+    report said, read from the brokers that remain."""
+    from confluent_kafka import Producer
+
+    cluster, bootstraps = kafka_cluster(tmp_path)
+    try:
+        leaders = led_topic(cluster, bootstraps, "failover", 3)
+        victim = cluster.member(leaders[0])
+        producer = Producer({"bootstrap.servers": ",".join(bootstraps), "acks": "all", "linger.ms": 5,
+                             "message.timeout.ms": 120_000, "topic.metadata.refresh.interval.ms": 1000})
+        landed: dict[tuple[int, int], tuple] = {}
+        failed: list = []
+
+        def report(err, msg, rec):
+            if err is not None:
+                failed.append(err)
+            else:
+                landed[(msg.partition(), msg.offset())] = rec
+
+        for i in range(300):
+            rec = (1_700_000_000_000 + i, f"key-{i}".encode(), f"value-{i}".encode(), [("i", str(i).encode())])
+            producer.produce("failover", key=rec[1], value=rec[2], headers=rec[3], timestamp=rec[0],
+                             on_delivery=lambda err, msg, rec=rec: report(err, msg, rec))
+            producer.poll(0)
+            if i == 100:
+                assert producer.flush(30) == 0
+                victim.kill()
+        assert producer.flush(150) == 0
+        assert not failed and len(landed) == 300  # every record acknowledged, none given up
+        assert {p for p, _ in landed} == {0, 1, 2}
+        survivor = next(m for m in cluster if m is not victim)
+        stored = {}
+        for p in range(3):
+            for offset, ts, key, value, headers in stored_records(survivor, "failover", p):
+                stored[(p, offset)] = (ts, key, value, list(headers))
+        assert {k: stored.get(k) for k in landed} == landed  # (a retry may have stored a record twice)
+    finally:
+        cluster.kill()
