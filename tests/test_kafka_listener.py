@@ -224,6 +224,43 @@ async def test_a_frame_not_whole_in_time_closes_its_connection(tmp_path, monkeyp
         await broker.close()
 
 
+async def test_metadata_before_the_broker_opens_closes_the_connection_and_serves_after(tmp_path, caplog):
+    """``ring serve`` listens before the broker opens its data directory: a client then is turned away
+    (it connects again), as an expected refusal, not a failure, and not answered from a broker that
+    knows no cluster yet."""
+    import asyncio
+
+    from ring.kafka_api.server import KafkaListener
+    from tests.support import _cluster_broker
+
+    async def answer(reader: asyncio.StreamReader) -> int:
+        size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))[0]
+        return struct.unpack(">i", (await reader.readexactly(size))[:4])[0]
+
+    broker = _cluster_broker(tmp_path / "data", "never")
+    listener = KafkaListener(broker, "127.0.0.1", 0)
+    await listener.start()
+    opened = False
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(frame(API_VERSIONS, 0, 1) + frame(METADATA, 1, 2, struct.pack(">i", -1)))
+        assert await answer(reader) == 1
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # no answer to the Metadata: closed
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        broker.bind(1, 2, f"127.0.0.1:{listener.port}")
+        broker.open()
+        opened = True
+        await broker.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(frame(METADATA, 1, 3, struct.pack(">i", -1)))
+        assert await answer(reader) == 3
+        writer.close()
+    finally:
+        await listener.stop()
+        if opened:
+            await broker.close()
+
+
 def test_a_truncated_frame_holds_only_its_connection(kafka):
     with connect(kafka) as cut:
         cut.sendall(frame(API_VERSIONS, 0, 1)[:-3])

@@ -189,3 +189,11 @@ def test_too_many_headers_on_a_record_is_a_bad_request():
     buf = records.encode_batch(0, 0, [(5, None, b"v", [("h", b"")] * (limits.HEADERS_PER_RECORD_MAX + 1))])
     with pytest.raises(BadRequest, match="headers"):
         records.decode_batches(bytes(buf))
+
+
+def test_acks_map_to_consistency_levels():
+    from ring.kafka_api.produce import consistency_of
+
+    assert [consistency_of(acks) for acks in (0, 1, -1)] == ["one", "one", None]  # None: the topic's own
+    with pytest.raises(BadRequest):
+        consistency_of(2)
