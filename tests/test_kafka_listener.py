@@ -224,7 +224,7 @@ async def test_a_frame_not_whole_in_time_closes_its_connection(tmp_path, monkeyp
         await broker.close()
 
 
-async def test_metadata_before_the_broker_opens_closes_the_connection_and_serves_after(tmp_path, caplog):
+async def test_requests_before_the_broker_opens_close_the_connection_and_are_served_after(tmp_path, caplog):
     """``ring serve`` listens before the broker opens its data directory: a client then is turned away
     (it connects again), as an expected refusal, not a failure, and not answered from a broker that
     knows no cluster yet."""
@@ -242,10 +242,14 @@ async def test_metadata_before_the_broker_opens_closes_the_connection_and_serves
     await listener.start()
     opened = False
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
-        writer.write(frame(API_VERSIONS, 0, 1) + frame(METADATA, 1, 2, struct.pack(">i", -1)))
-        assert await answer(reader) == 1
-        assert await asyncio.wait_for(reader.read(), 5) == b""  # no answer to the Metadata: closed
+        from ring.kafka_api.records import encode_batch
+
+        for request in (frame(METADATA, 1, 2, struct.pack(">i", -1)), fetch_frame(2, "t", 0, 0, 0),
+                        produce_frame(2, "t", 0, bytes(encode_batch(0, 0, [(5, b"k", b"v", [])])))):
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.write(frame(API_VERSIONS, 0, 1) + request)
+            assert await answer(reader) == 1
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # no answer to the request: closed
         assert not [r for r in caplog.records if r.levelname == "ERROR"]
         broker.bind(1, 2, f"127.0.0.1:{listener.port}")
         broker.open()

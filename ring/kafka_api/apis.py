@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ring.errors import RingError
+from ring.errors import RingError, Unavailable
 from ring.kafka_api import cluster, consume, offsets, produce
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
@@ -79,5 +79,8 @@ def handle(broker: Any, header: RequestHeader, r: Reader) -> Answer:
         if header.api_key == API_VERSIONS:  # answered in v0, which every client reads, so it retries lower
             return versions_body(0, UNSUPPORTED_VERSION)
         raise NotServed(f"API key {header.api_key} version {header.api_version} is not served ({low}-{high} are)")
+    if header.api_key != API_VERSIONS and broker.membership is None:
+        # Listening before the broker opened (``ring serve`` binds first): the client connects again.
+        raise Unavailable(f"{broker.config.name} is starting")
     return handler(broker, header.api_version, r)
 

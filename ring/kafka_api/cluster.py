@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from ring.catalog import INTERNAL_TOPICS, validate_topic_name, with_defaults
-from ring.errors import Conflict, RingError, Unavailable
+from ring.errors import Conflict, RingError
 from ring.kafka_api import errors
 from ring.kafka_api.wire import Reader, Writer
 
@@ -43,8 +43,6 @@ def kafka_brokers(broker: Any) -> dict[str, tuple[str, int]]:
 async def metadata(broker: Any, version: int, r: Reader) -> bytes:
     topics = r.array(Reader.string)
     auto_create = r.boolean() if version >= 4 else True
-    if broker.membership is None:  # listening before the broker opened: the client connects again
-        raise Unavailable(f"{broker.config.name} is starting")
     # (v8's include_*_authorized_operations are not read: no operations are answered)
     brokers = kafka_brokers(broker)
     names = [cfg.name for cfg in broker.catalog] if topics is None else topics
