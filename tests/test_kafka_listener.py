@@ -282,16 +282,23 @@ def test_answers_keep_the_order_of_requests_on_a_connection(kafka):
         assert [read_answer(s)[0] for _ in range(50)] == list(range(100, 150))
 
 
-def test_kafka_listen_is_refused_beside_auth_tokens(tmp_path):
+@pytest.mark.parametrize("flags, why", [
+    (["--kafka-listen", "127.0.0.1:0", "--auth-tokens", "TOKENS"], "--kafka-listen serves neither SASL nor TLS"),
+    (["--kafka-advertise", "h:1"], "--kafka-advertise needs --kafka-listen"),
+    (["--kafka-listen", "127.0.0.1:0", "--members", "2"], "--kafka-listen is for one broker a process"),
+])
+def test_kafka_listen_is_refused_where_it_would_not_hold(tmp_path, flags, why):
+    """Beside client tokens (it would let in what the client port keeps out), without a listener to
+    advertise, and with --members (one port for several processes)."""
     import subprocess
     import sys
 
     tokens = tmp_path / "tokens"
     tokens.write_text("alice s3cret-token-of-alice-0123456789 admin\n")
-    proc = subprocess.run([sys.executable, "-m", "ring", "serve", "--data-dir", str(tmp_path / "d"),
-                           "--listen", f"127.0.0.1:{free_port()}", "--kafka-listen", "127.0.0.1:0",
-                           "--auth-tokens", str(tokens)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--kafka-listen serves neither SASL nor TLS" in proc.stderr
+    argv = [sys.executable, "-m", "ring", "serve", "--data-dir", str(tmp_path / "d"), "--listen",
+            f"127.0.0.1:{free_port()}", *[str(tokens) if f == "TOKENS" else f for f in flags]]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and why in proc.stderr, proc.stderr[-2000:]
 
 
 # --- produce ---------------------------------------------------------------------------------
