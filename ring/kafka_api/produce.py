@@ -18,7 +18,7 @@ from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge, RingError, UnknownPartition
 from ring.kafka_api import errors, records
 from ring.kafka_api.wire import Quiet, Reader, Writer
-from ring.replication.appends import Appending
+from ring.produce import Produce, Records
 
 
 def consistency_of(acks: int) -> str | None:
@@ -80,7 +80,7 @@ async def _failed(exc: RingError) -> tuple[int, int]:
 
 async def _written(got: Any) -> tuple[int, int]:
     try:
-        if isinstance(got, Appending):
+        if hasattr(got, "add_done_callback"):  # an Appending or a Forwarding: a future of (base, count)
             loop = asyncio.get_running_loop()
             settled = loop.create_future()
             got.add_done_callback(lambda _: settled.done() or settled.set_result(None))
@@ -95,7 +95,8 @@ async def _written(got: Any) -> tuple[int, int]:
 def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaRecord],
               level: str | None) -> Any:
     """Hand one partition's records to the broker as the HTTP front does (``http_api.app.produce``):
-    an ``Appending`` or an awaitable of ``ProduceResult`` s. Raises for records over ring's limits."""
+    a future of (base offset, count) (``Appending``, ``Forwarding``) or an awaitable of ``ProduceResult`` s.
+    Raises for records over ring's limits."""
     if partition < 0:
         raise UnknownPartition(f"partition {partition} of {topic!r}", topic=topic, partition=partition)
     ins = []
@@ -109,7 +110,7 @@ def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaR
             raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
         ins.append((rec.timestamp if rec.timestamp >= 0 else None, key, value, headers))
         sizes.append(size)
-    return broker.intake.records_soon(topic, partition, ins, sizes, False, False, level, None)
+    return broker.intake.produce_soon(Produce(topic, Records(ins, sizes, False, False), partition, None, level))
 
 
 async def _answer(version: int, work: Awaitable[list]) -> bytes:
