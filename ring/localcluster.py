@@ -197,6 +197,7 @@ class LocalCluster:
     host: str = "127.0.0.1"
     client_ports: list[int] | None = None
     peer_ports: list[int] | None = None
+    kafka_ports: list[int] | None = None  # a Kafka listener per broker (None: none)
     secret: str | None = None
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -218,6 +219,8 @@ class LocalCluster:
         for i, (host, port, peer) in enumerate(zip(hosts, clients, peers)):
             name = f"ring-{i}"
             flags = ["--peer-listen", f"{host}:{peer}", "--seeds", seeds]
+            if self.kafka_ports is not None:
+                flags += ["--kafka-listen", f"{host}:{self.kafka_ports[i]}"]
             self.brokers.append(LocalBroker(
                 name, self.root / name, port, host=host, args=[*flags, *self.args],
                 env={CLUSTER_SECRET_ENV: self.secret, **self.env},
@@ -295,9 +298,10 @@ def dev_secret(root: Path) -> str:
 
 
 def dev_cluster(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_PORT) -> LocalCluster:
+    """ring-N on client port base + 10N, its peer port one above and its Kafka listener two above."""
     clients = [base_port + DEV_PORT_STEP * i for i in range(size)]
     return LocalCluster(root, size, client_ports=clients, peer_ports=[p + 1 for p in clients],
-                        secret=dev_secret(root), detach=True)
+                        kafka_ports=[p + 2 for p in clients], secret=dev_secret(root), detach=True)
 
 
 def _pid_file(root: Path, name: str) -> Path:
@@ -345,10 +349,11 @@ def cluster_start(root: Path, size: int = DEV_SIZE, base_port: int = DEV_CLIENT_
             print(f"--- {b.log_path} (tail)\n" + "\n".join(log), file=sys.stderr)
         cluster_stop(root, size)
         return 1
-    for b, peer in zip(cluster.brokers, cluster.peer_ports or []):
-        print(f"{b.name}  {b.url}  peer {cluster.host}:{peer}  pid {b.proc.pid if b.proc else '?'}  "
-              f"log {b.log_path}")
+    for b, peer, kafka in zip(cluster.brokers, cluster.peer_ports or [], cluster.kafka_ports or []):
+        print(f"{b.name}  {b.url}  peer {cluster.host}:{peer}  kafka {cluster.host}:{kafka}  "
+              f"pid {b.proc.pid if b.proc else '?'}  log {b.log_path}")
     print(f"brokers: {','.join(cluster.urls)}")
+    print(f"kafka bootstrap.servers: {','.join(f'{cluster.host}:{k}' for k in cluster.kafka_ports or [])}")
     return 0
 
 

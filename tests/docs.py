@@ -88,12 +88,12 @@ def makefile_module(target: str) -> str:
 
 
 def free_base_port() -> int:
-    """A client port P with P, P+1 (its peer port), P+10, P+11, P+20 and P+21 free: the ports of
-    `make cluster`'s brokers moved from 9250 to P."""
+    """A client port P with P, P+1 (its peer port), P+2 (its Kafka listener), and the same at P+10 and
+    P+20 free: the ports of `make cluster`'s brokers moved from 9250 to P."""
     for _ in range(100):
         base = localcluster.free_port()
         try:
-            for offset in (0, 1, 10, 11, 20, 21):
+            for offset in (0, 1, 2, 10, 11, 12, 20, 21, 22):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", base + offset))
         except OSError:

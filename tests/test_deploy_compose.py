@@ -67,8 +67,12 @@ def test_same_flags_as_make_cluster(compose: dict, tmp_path: Path, monkeypatch: 
         local_flags = set(_flags(broker.command()[3:]))
         compose_flags = set(_flags(compose["services"][name]["command"]))
         assert local_flags <= compose_flags
-        # --advertise: in compose the service name, locally the listen host (the default)
-        assert compose_flags - local_flags == {"--advertise"}
+        # --advertise: in compose the service name, locally the listen host (the default); the Kafka
+        # listener's advertised address: in compose the published port on the host's loopback, locally
+        # the listen address (the default), the same address
+        assert compose_flags - local_flags == {"--advertise", "--kafka-advertise"}
+        kafka = _flags(compose["services"][name]["command"])["--kafka-advertise"]
+        assert kafka == _flags(broker.command()[3:])["--kafka-listen"]
         # the secret travels in the environment in both, never on a command line
         assert broker.env[SECRET_ENV] == "test-secret"
         assert "--cluster-secret" not in compose_flags | local_flags
@@ -94,13 +98,18 @@ def test_each_broker_has_its_own_named_volume_under_its_data_dir(compose: dict) 
     assert len(set(used)) == 3 and set(used) == declared
 
 
-def test_published_ports_are_loopback_client_ports(compose: dict) -> None:
+def test_published_ports_are_loopback_client_and_kafka_ports(compose: dict) -> None:
     for i, name in enumerate(BROKERS):
-        [port] = compose["services"][name]["ports"]
-        host, published, target = port.split(":")
+        client, kafka = compose["services"][name]["ports"]
+        host, published, target = client.split(":")
         assert host == "127.0.0.1"
         assert int(published) == localcluster.DEV_CLIENT_PORT + localcluster.DEV_PORT_STEP * i
         assert int(target) == _listen(compose["services"][name])[1]
+        flags = _flags(compose["services"][name]["command"])
+        host, published, target = kafka.split(":")
+        assert (host, int(published)) == ("127.0.0.1", localcluster.DEV_CLIENT_PORT + localcluster.DEV_PORT_STEP * i + 2)
+        assert flags["--kafka-listen"] == f"0.0.0.0:{target}"
+        assert flags["--kafka-advertise"] == f"127.0.0.1:{published}"
 
 
 def _health_command(svc: dict) -> list[str]:

@@ -113,7 +113,7 @@ def test_kinds_and_selectors_fit_together(docs: list[dict], sts: dict) -> None:
 
 def test_ports_are_consistent(docs: list[dict], sts: dict, container: dict) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"client": 9250, "peer": 9251}
+    assert ports == {"client": 9250, "peer": 9251, "kafka": 9252}
     for svc in (d for d in docs if d["kind"] == "Service"):
         for p in svc["spec"]["ports"]:
             target = p["targetPort"]
@@ -122,6 +122,7 @@ def test_ports_are_consistent(docs: list[dict], sts: dict, container: dict) -> N
     flags = _flags(_expanded_args(container, "ring-0"))
     assert cli.parse_listen(flags["--listen"]) == ("0.0.0.0", ports["client"])
     assert cli.parse_listen(flags["--peer-listen"]) == ("0.0.0.0", ports["peer"])
+    assert cli.parse_listen(flags["--kafka-listen"]) == ("0.0.0.0", ports["kafka"])
     ann = sts["spec"]["template"]["metadata"]["annotations"]
     assert ann["prometheus.io/path"] == "/metrics" and int(ann["prometheus.io/port"]) == ports["client"]
 
@@ -164,6 +165,7 @@ def test_broker_command_parses_with_the_real_cli(container: dict, ordinal: int) 
     flags = _flags(argv)
     domain = f"ring-peers.{NAMESPACE}.svc.cluster.local"
     assert flags["--advertise"] == f"{pod}.{domain}"
+    assert flags["--kafka-advertise"] == f"{pod}.{domain}:9252"  # its pod's stable name, as peers reach it
     assert flags["--seeds"] == ",".join(f"ring-{i}.{domain}:9251" for i in range(3))
     assert "--cluster-secret" not in flags, "the secret stays out of the pod spec's command line"
 
