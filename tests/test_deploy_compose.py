@@ -176,16 +176,16 @@ def test_dockerfile_builds_both_targets_from_python_311_slim(compose: dict) -> N
 
 
 def _free_base_port() -> int:
-    """A client port P with P, P+1, P+10, P+11, P+20, P+21 all free."""
+    """A client port P with P, P+1, P+2 and the same at P+10 and P+20 all free."""
     import socket
 
     for _ in range(50):
         base = localcluster.free_port()
-        if base + 21 > 65535:
+        if base + 22 > 65535:
             continue
         try:
             with contextlib.ExitStack() as stack:
-                for off in (0, 1, 10, 11, 20, 21):
+                for off in (0, 1, 2, 10, 11, 12, 20, 21, 22):
                     s = stack.enter_context(socket.socket())
                     s.bind(("127.0.0.1", base + off))
             return base
@@ -216,6 +216,13 @@ def test_make_cluster_start_status_stop_by_pid_files(tmp_path: Path) -> None:
         for i, name in enumerate(BROKERS):
             assert f"http://127.0.0.1:{base + 10 * i}" in started.stdout
             assert (root / name).is_dir() and (root / f"{name}.log").exists()
+        # Kafka's clients bootstrap from the address it prints, and find all three brokers there.
+        bootstrap = f"127.0.0.1:{base + 2},127.0.0.1:{base + 12},127.0.0.1:{base + 22}"
+        assert f"kafka bootstrap.servers: {bootstrap}" in started.stdout
+        from confluent_kafka.admin import AdminClient
+
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{base + 2}"}).list_topics(timeout=30)
+        assert sorted(f"{b.host}:{b.port}" for b in metadata.brokers.values()) == sorted(bootstrap.split(","))
         assert _localcluster("status", *opts).returncode == 0
         assert _localcluster("start", *opts).returncode == 1  # already running: nothing started twice
     finally:
