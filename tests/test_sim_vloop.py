@@ -89,3 +89,49 @@ def test_the_seed_sets_the_random_source() -> None:
         return [loop.rng.random() for _ in range(3)]
 
     assert run(7, main) == run(7, main) != run(8, main)
+
+
+def test_a_killed_host_revived_runs_as_a_new_incarnation_and_the_old_stays_frozen() -> None:
+    async def ticker(loop: VirtualLoop, name: str, ticks: list[tuple[str, float]]) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            ticks.append((name, loop.time()))
+
+    async def main(loop: VirtualLoop) -> list[tuple[str, float]]:
+        ticks: list[tuple[str, float]] = []
+        loop.spawn("a", ticker(loop, "first", ticks))
+        await asyncio.sleep(2.5)
+        loop.kill("a")
+        await asyncio.sleep(1.0)
+        assert loop.revive("a") == 1
+        loop.spawn("a", ticker(loop, "second", ticks))
+        await asyncio.sleep(2.2)
+        return list(ticks)
+
+    ticks = run(9, main)
+    assert [t for h, t in ticks if h == "first"] == [1.0, 2.0]
+    assert [t for h, t in ticks if h == "second"] == [4.5, 5.5]
+
+
+def test_a_paused_host_runs_nothing_until_resumed_then_everything_in_order() -> None:
+    async def ticker(loop: VirtualLoop, ticks: list[tuple[str | None, float]]) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            ticks.append((HOST.get(), loop.time()))
+
+    async def main(loop: VirtualLoop) -> list[tuple[str | None, float]]:
+        ticks: list[tuple[str | None, float]] = []
+        loop.spawn("a", ticker(loop, ticks))
+        loop.spawn("b", ticker(loop, ticks))
+        await asyncio.sleep(1.5)
+        loop.pause("a")
+        loop.call_in("a", 0.5, ticks.append, ("a-late", loop.time()))  # scheduled while paused: held too
+        await asyncio.sleep(3.0)
+        loop.resume("a")
+        await asyncio.sleep(1.2)
+        return list(ticks)
+
+    ticks = run(10, main)
+    assert [t for h, t in ticks if h == "b"] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [t for h, t in ticks if h == "a"] == [1.0, 4.5, 5.5]  # its 2.0 tick runs at the resume
+    assert ("a-late", 1.5) in ticks

@@ -10,10 +10,15 @@ file work would otherwise finish in real time and in any order. Signal handlers
 are recorded, never installed (several brokers share one process and one loop).
 
 Every callback and task runs in the ``contextvars`` context of the host whose
-code scheduled it (``HOST``): ``kill`` freezes a host the way a crash does.
-Its scheduled callbacks are dropped, nothing it schedules later runs, its tasks
-never resume (no ``finally`` of theirs runs), and the network
-(``tests.sim.vnet``) closes its connections.
+code scheduled it (``HOST``) and of that host's incarnation (``INCARNATION``):
+``kill`` freezes a host the way a crash does. Its scheduled callbacks are
+dropped, nothing it schedules later runs, its tasks never resume (no
+``finally`` of theirs runs), and the network (``tests.sim.vnet``) closes its
+connections. ``revive`` makes the host live again as a new incarnation: what
+the old one left frozen stays frozen, and what is spawned as the host from
+then on runs. ``pause`` holds a host's callbacks (a stopped process, a long
+garbage-collection pause): nothing of its code runs, what arrives for it waits,
+and ``resume`` lets it all run, in the order it was scheduled.
 
 ``rng`` is the world's one seeded random source; the network's delays and
 anything else the simulated world draws come from it. ``sched_log``, when set
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
 import random
 import selectors
 from typing import Any, Callable
@@ -32,6 +38,7 @@ from typing import Any, Callable
 WALL_START_S = 1_700_000_000.0  # the wall clock's reading at virtual time 0
 
 HOST: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_host", default=None)
+INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("sim_incarnation", default=0)
 
 
 class _Stuck(RuntimeError):
@@ -85,6 +92,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.rng = random.Random(seed)
         self.signal_handlers: dict[int, tuple[Callable[..., Any], tuple]] = {}
         self.dead: set[str] = set()
+        self.incarnations: dict[str, int] = {}  # hosts revived, and how many times
+        self.paused: dict[str, list[asyncio.Handle]] = {}  # a paused host's callbacks, held in order
         self._host_tasks: dict[str | None, set[asyncio.Task]] = {}
         self.set_task_factory(self._make_task)
         self.network: Any = None  # tests.sim.vnet.Network, once one is attached
@@ -154,10 +163,23 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         return task
 
     def _host_dead(self, context: contextvars.Context | None) -> bool:
-        if not self.dead:
+        if not self.dead and not self.incarnations:
+            return False
+        if context is None:
+            host, incarnation = HOST.get(), INCARNATION.get()
+        else:
+            host, incarnation = context.get(HOST), context.get(INCARNATION, 0)
+        return host in self.dead or (host in self.incarnations and incarnation != self.incarnations[host])
+
+    def _held(self, handle: asyncio.Handle, context: contextvars.Context | None) -> bool:
+        """Whether ``handle`` (just scheduled) belongs to a paused host: then it waits in its list."""
+        if not self.paused:
             return False
         host = context.get(HOST) if context is not None else HOST.get()
-        return host in self.dead
+        if host not in self.paused:
+            return False
+        self.paused[host].append(handle)
+        return True
 
     def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
                   ) -> asyncio.Handle:
@@ -166,6 +188,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             self.sched_log.append((self._now, "soon", getattr(callback, "__qualname__", type(callback).__name__)))
         if self._host_dead(context):
             handle.cancel()
+        elif self._held(handle, context):
+            self._ready.pop()  # type: ignore[attr-defined]  # (it was appended last)
         return handle
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
@@ -175,35 +199,77 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             self.sched_log.append((self._now, when, getattr(callback, "__qualname__", type(callback).__name__)))
         if self._host_dead(context):
             handle.cancel()
+        elif self._held(handle, context):
+            self._scheduled = [h for h in self._scheduled if h is not handle]  # (TimerHandles compare by value)
+            heapq.heapify(self._scheduled)
         return handle
+
+    def _context_of(self, host: str | None) -> contextvars.Context:
+        ctx = contextvars.copy_context()
+        ctx.run(HOST.set, host)
+        ctx.run(INCARNATION.set, self.incarnations.get(host, 0) if host is not None else 0)
+        return ctx
 
     def call_in(self, host: str | None, delay: float, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
         """``callback`` after ``delay`` virtual seconds, run as ``host``'s code (its tasks, its timers)."""
-        ctx = contextvars.copy_context()
-        ctx.run(HOST.set, host)
+        ctx = self._context_of(host)
         if delay <= 0:
             return self.call_soon(callback, *args, context=ctx)
         return self.call_later(delay, callback, *args, context=ctx)
 
     def spawn(self, host: str | None, coro: Any) -> asyncio.Task:
-        """A task running ``coro`` as ``host``'s code: everything it schedules is that host's."""
-        ctx = contextvars.copy_context()
-        ctx.run(HOST.set, host)
-        return self.create_task(coro, context=ctx)
+        """A task running ``coro`` as ``host``'s code (its live incarnation): everything it schedules is
+        that host's."""
+        return self.create_task(coro, context=self._context_of(host))
 
     def tasks_of(self, host: str | None) -> set[asyncio.Task]:
         return {t for t in self._host_tasks.get(host, ()) if not t.done()}
 
     def kill(self, host: str) -> None:
         """``host`` crashes: none of its callbacks runs from now on, its tasks stay where they are
-        forever, and the network drops its connections and refuses new ones to it. A host killed stays dead."""
+        forever, and the network drops its connections and refuses new ones to it, until ``revive``."""
         self.dead.add(host)
-        for handle in [*self._ready, *self._scheduled]:
+        self.paused.pop(host, None)  # (what a paused host held dies with it)
+        for handle in [*self._ready, *self._scheduled]:  # type: ignore[attr-defined]
             ctx = getattr(handle, "_context", None)
             if ctx is not None and ctx.get(HOST) == host:
                 handle.cancel()
         if self.network is not None:
             self.network.host_down(host)
+
+    def revive(self, host: str) -> int:
+        """A killed ``host`` is alive again as a new incarnation (its number): the old one's code stays
+        frozen, and code spawned as ``host`` from now on runs (a process started again on that machine)."""
+        assert host in self.dead, f"{host} is not dead"
+        self.dead.discard(host)
+        self.incarnations[host] = self.incarnations.get(host, 0) + 1
+        return self.incarnations[host]
+
+    def pause(self, host: str) -> None:
+        """None of ``host``'s callbacks runs until ``resume``: those due and those scheduled meanwhile wait."""
+        if host in self.paused or host in self.dead:
+            return
+        held: list[asyncio.Handle] = []
+        for queue in (self._ready, self._scheduled):  # type: ignore[attr-defined]
+            for handle in list(queue):
+                ctx = getattr(handle, "_context", None)
+                if ctx is not None and ctx.get(HOST) == host:
+                    held.append(handle)
+        ids = {id(h) for h in held}
+        self._ready = type(self._ready)(h for h in self._ready if id(h) not in ids)  # type: ignore[attr-defined]
+        self._scheduled = [h for h in self._scheduled if id(h) not in ids]  # type: ignore[attr-defined]
+        heapq.heapify(self._scheduled)
+        self.paused[host] = held
+
+    def resume(self, host: str) -> None:
+        """``host`` runs again: what it held runs, timers at their time (those past due at once)."""
+        for handle in self.paused.pop(host, []):
+            if handle.cancelled():
+                continue
+            if isinstance(handle, asyncio.TimerHandle):
+                heapq.heappush(self._scheduled, handle)  # type: ignore[attr-defined]
+            else:
+                self._ready.append(handle)  # type: ignore[attr-defined]
 
     def forget(self, host: str) -> None:
         """Drop the frozen tasks of a dead host without running them (called at the end of a run)."""
