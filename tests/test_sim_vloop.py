@@ -135,3 +135,21 @@ def test_a_paused_host_runs_nothing_until_resumed_then_everything_in_order() -> 
     assert [t for h, t in ticks if h == "b"] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert [t for h, t in ticks if h == "a"] == [1.0, 4.5, 5.5]  # its 2.0 tick runs at the resume
     assert ("a-late", 1.5) in ticks
+
+
+def test_a_timer_never_runs_before_its_time_on_the_virtual_clock() -> None:
+    """A timer due less than a machine clock's resolution from now runs when the clock reads its time, not
+    at once while other callbacks keep the loop busy: code waiting out ``deadline - now`` while it is above
+    0 would otherwise spin at one instant."""
+    async def main(loop: VirtualLoop) -> tuple[float, list[float]]:
+        await asyncio.sleep(1.0)
+        t0 = loop.time()
+        fired: list[float] = []
+        loop.call_later(4e-10, lambda: fired.append(loop.time()))
+        for _ in range(3):
+            await asyncio.sleep(0)  # (the loop is busy: its ready queue is not empty)
+        await asyncio.sleep(1e-9)
+        return t0, fired
+
+    t0, fired = run(11, main)
+    assert len(fired) == 1 and fired[0] >= t0 + 4e-10, (t0, fired)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
+import math
 import random
 import selectors
 from typing import Any, Callable
@@ -100,6 +101,19 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.sched_log: list[tuple[float, Any, str]] | None = None  # every callback scheduled, when a list
 
     # --- time ------------------------------------------------------------------------
+
+    @property
+    def _clock_resolution(self) -> float:
+        """How far past now asyncio runs timers: no further than now itself on the virtual clock (one unit
+        in the last place). A timer due within a machine clock's resolution (1 ns) of now would otherwise run
+        before its time without the clock moving, and code that waits out the rest of a deadline (wait for
+        ``deadline - now``, again while it is above 0) would spin at one instant while other hosts keep the
+        loop busy."""
+        return math.ulp(self._now)
+
+    @_clock_resolution.setter
+    def _clock_resolution(self, value: float) -> None:
+        pass  # (asyncio sets the machine clock's)
 
     def time(self) -> float:
         return self._now
