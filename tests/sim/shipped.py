@@ -8,6 +8,17 @@ as seeds, one cluster secret. It runs as its host's code on the
 where it is and the network resets its connections. Its clock reads the
 loop's virtual time and its random source is drawn from the loop's seeded one.
 
+``restart`` starts a killed broker again, as a new incarnation of its host,
+on the data directory it left: a crash that keeps the page cache (a SIGKILL)
+keeps every byte written, and the crashed process's open files are closed
+(its data directory's lock too). ``restart(name, wipe=True)`` starts it on an
+empty directory instead: a disk lost. ``kill(name, power_loss=True)`` is a
+power loss instead of a crash: every file of its data directory is cut back
+to the length it had at its last fsync (none: empty). While a virtual loop
+runs, ``os.fsync`` and ``os.fdatasync`` sync nothing on the machine's disk:
+they record the length of the file (by inode, so a file renamed after its
+fsync keeps it), which is what a power loss keeps.
+
 ``Client`` talks to the brokers' client API with aiohttp from its own host,
 its bytes on the simulated network (``tests.sim.vnet``) like the brokers'.
 
@@ -25,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import random
 import secrets
 import shutil
@@ -92,6 +104,8 @@ def _route_escapes() -> None:
     import ring.ranges.copier
     import ring.ranges.manager
 
+    if os.fsync is not SYNCED.fsync:
+        os.fsync, os.fdatasync = SYNCED.fsync, SYNCED.fdatasync  # type: ignore[assignment]
     ring.cli.gc = _VirtualGc()  # type: ignore[attr-defined]
     ring.http_api.server.time = VirtualTimeModule()  # type: ignore[attr-defined]
     ring.log.datadir.secrets = _VirtualSecrets()  # type: ignore[attr-defined]
@@ -115,19 +129,35 @@ class ShippedCluster:
         self.serving: dict[str, asyncio.Task] = {}
 
     def start(self) -> None:
+        for config in self.configs:
+            self._serve(config)
+
+    def _serve(self, config: BrokerConfig) -> None:
         from ring.cli import serve
 
-        for config in self.configs:
-            rng = random.Random(self.loop.rng.getrandbits(64))
-            self.serving[config.name] = self.loop.spawn(config.host, serve(config, clock=VirtualClock(self.loop),
-                                                                           rng=rng))
+        rng = random.Random(self.loop.rng.getrandbits(64))
+        self.serving[config.name] = self.loop.spawn(config.host, serve(config, clock=VirtualClock(self.loop), rng=rng))
 
     def host_of(self, name: str) -> str:
         return self.hosts[self.names.index(name)]
 
-    def kill(self, name: str) -> None:
-        """The broker crashes: none of its code runs again, its connections are reset."""
+    def kill(self, name: str, power_loss: bool = False) -> list[str]:
+        """The broker crashes: none of its code runs again, its connections are reset, and its open files
+        are closed as the process's end closes them (so its data directory's lock is free). ``power_loss``:
+        its machine loses power too, and its files what was not synced (the files cut are returned)."""
         self.loop.kill(self.host_of(name))
+        data_dir = self.configs[self.names.index(name)].data_dir
+        _close_files_under(data_dir)
+        return SYNCED.lose_power(data_dir) if power_loss else []
+
+    def restart(self, name: str, wipe: bool = False) -> None:
+        """The killed broker starts again (``serve``, as at first) on its data directory, or, ``wipe``, on an
+        empty one (its disk lost)."""
+        config = self.configs[self.names.index(name)]
+        if wipe:
+            shutil.rmtree(config.data_dir, ignore_errors=True)
+        self.loop.revive(config.host)
+        self._serve(config)
 
     def alive(self) -> list[str]:
         return [n for n in self.names if self.host_of(n) not in self.loop.dead]
@@ -137,6 +167,64 @@ class ShippedCluster:
         for name, task in self.serving.items():
             if task.done():
                 raise AssertionError(f"{name}'s serve ended: {task.result()!r}")
+
+
+class SyncedLengths:
+    """What ``os.fsync`` and ``os.fdatasync`` made durable, while a virtual loop runs: each file's length
+    at its last sync, by (device, inode)."""
+
+    def __init__(self) -> None:
+        self.lengths: dict[tuple[int, int], int] = {}
+        self.real_fsync = os.fsync
+        self.real_fdatasync = os.fdatasync
+
+    def sync(self, fd: int) -> None:
+        st = os.fstat(fd)
+        self.lengths[(st.st_dev, st.st_ino)] = st.st_size
+
+    def fsync(self, fd: Any) -> None:
+        fd = fd if isinstance(fd, int) else fd.fileno()
+        if running() is None:
+            return self.real_fsync(fd)
+        self.sync(fd)
+
+    def fdatasync(self, fd: Any) -> None:
+        fd = fd if isinstance(fd, int) else fd.fileno()
+        if running() is None:
+            return self.real_fdatasync(fd)
+        self.sync(fd)
+
+    def lose_power(self, root: Path) -> list[str]:
+        """Every file under ``root`` back to its last synced length; the files cut, relative to ``root``."""
+        cut = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            st = path.stat()
+            keep = self.lengths.get((st.st_dev, st.st_ino), 0)
+            if st.st_size > keep:
+                os.truncate(path, keep)
+                cut.append(str(path.relative_to(root)))
+        return cut
+
+
+SYNCED = SyncedLengths()
+
+
+def _close_files_under(root: Path) -> None:
+    """Every file descriptor of this process open on a file under ``root`` now refers to /dev/null: the
+    files are closed as a crashed process's are (its locks released), and the frozen objects that hold the
+    numbers close /dev/null, not some later file, if they are ever collected."""
+    prefix = str(root.resolve()) + os.sep
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(prefix):
+                os.dup2(null, int(fd))
+    finally:
+        os.close(null)
 
 
 class Reply:
