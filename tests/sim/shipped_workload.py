@@ -1,0 +1,319 @@
+"""A seeded workload and fault schedule on three shipped brokers, and the checker of what it leaves.
+
+``run_workload(seed, root)`` starts three brokers (``tests.sim.shipped``),
+makes a topic of ``PARTITIONS`` partitions at replication factor 3, and for
+``WORKLOAD_S`` virtual seconds runs producers that write one record a request
+at ``one``, ``quorum`` or ``all`` through any broker (the two that do not lead
+forward it), idempotent ones retrying a request that got no answer through
+another broker with the same producer id and sequence, one that is not
+idempotent and never retries, and a reader that fetches from any broker. The
+faults come from the seed, one after another, at least ``FAULTS_MIN`` of
+them: a leader crash and a follower crash (half of them power losses, which
+lose what was not synced; each restarted after a while on its data
+directory, a follower now and then on an empty one), a link cut
+both ways, and a broker paused (its callbacks held, then run). Then every
+link heals, every broker runs, the cluster settles, and ``check`` looks at
+what is left:
+
+* every record acknowledged at ``quorum`` or ``all`` is read back from its
+  partition's leader at the offset it was acknowledged at (records
+  acknowledged at ``one`` may go with their leader and are not checked);
+* no value of an idempotent producer is in a partition twice, and no value
+  is in a partition that nobody produced;
+* every record a fetch returned is in the partition at that offset (a fetch
+  sees only what is committed);
+* every replica's log, read from its data directory once the brokers are
+  stopped, holds the same records as the leader's.
+
+``check`` returns the problems found, each a sentence; none means the seed
+passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ring.clock import ManualClock
+from ring.log import batch as batchfmt
+from ring.log.config import LogConfig
+from ring.log.fsync import FsyncPolicy
+from ring.log.partition import PartitionLog
+from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster
+from tests.sim.vloop import VirtualLoop, run
+
+TOPIC = "work"
+PARTITIONS = 2
+WORKLOAD_S = 30.0  # virtual seconds of produces and faults, once the cluster is up
+FAULTS_MIN = 3  # faults per seed at the least: a seed that draws fewer draws more
+IDEMPOTENT_PRODUCERS = 2
+ATTEMPTS = 4  # an idempotent request, sent at most this often
+LEVELS = ("one", "quorum", "all")
+SETTLE_S = 90.0  # after healing: every broker up and every partition led, within this
+QUIET_S = 6.0  # then this long without produces, for followers to catch up
+
+
+@dataclass
+class Ack:
+    partition: int
+    offset: int
+    value: str
+    level: str
+
+
+@dataclass
+class Outcome:
+    seed: int
+    acks: list[Ack] = field(default_factory=list)
+    produced: set[str] = field(default_factory=set)  # every value a request carried
+    idempotent: set[str] = field(default_factory=set)
+    fetched: dict[tuple[int, int], str] = field(default_factory=dict)  # (partition, offset) -> value a fetch saw
+    faults: list[str] = field(default_factory=list)
+    leader_log: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    replica_logs: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=dict)
+    virtual_s: float = 0.0
+    deliveries: int = 0
+
+
+class _World:
+    def __init__(self, loop: VirtualLoop, root: Path, seed: int) -> None:
+        self.loop = loop
+        self.root = root
+        self.cluster = ShippedCluster(loop, root)
+        self.client = Client(self.cluster)
+        self.out = Outcome(seed)
+        self.rng = loop.rng
+        self.stop_at = 0.0
+
+    # --- asking the brokers ---------------------------------------------------------------
+
+    async def ask(self, name: str, method: str, path: str, **kwargs: Any) -> Any:
+        """The answer (status, json or None), or None for no answer."""
+        try:
+            r = await self.client.request(name, method, path, timeout_s=5.0, **kwargs)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return None
+        try:
+            return r.status, r.json()
+        except orjson.JSONDecodeError:
+            return r.status, None
+
+    async def leaders(self) -> dict[int, str] | None:
+        """Each partition's leader as every running broker reports it, once they all agree."""
+        seen: list[tuple] = []
+        for name in self.cluster.alive():
+            got = await self.ask(name, "GET", f"/v1/topics/{TOPIC}")
+            if got is None or got[0] != 200:
+                return None
+            seen.append(tuple(p["leader"] for p in got[1]["partitions"]))
+        if len(set(seen)) != 1 or None in seen[0]:
+            return None
+        return dict(enumerate(seen[0]))
+
+    async def all_up(self) -> bool:
+        names = self.cluster.names
+        for name in names:
+            got = await self.ask(name, "GET", "/v1/cluster")
+            if got is None or got[0] != 200:
+                return False
+            if {b["name"]: b["status"] for b in got[1]["brokers"]} != {n: "up" for n in names}:
+                return False
+        return True
+
+    async def until(self, what: str, probe: Any, within_s: float) -> Any:
+        deadline = self.loop.time() + within_s
+        while self.loop.time() < deadline:
+            self.cluster.check_serving()
+            got = await probe()
+            if got:
+                return got
+            await asyncio.sleep(0.25)
+        raise AssertionError(f"{what}: not within {within_s} virtual s")
+
+    # --- the workload -----------------------------------------------------------------------
+
+    async def produce(self, name: str, partition: int, value: str, level: str,
+                      producer: tuple[int, int] | None) -> int | None:
+        params = {"partition": str(partition), "consistency": level, "timeout_ms": "3000"}
+        if producer is not None:
+            params.update(producer_id=str(producer[0]), sequence=str(producer[1]))
+        got = await self.ask(name, "POST", f"/v1/topics/{TOPIC}/messages", params=params,
+                             data=orjson.dumps(value), headers={"Content-Type": "application/x-ndjson"})
+        if got is None or got[0] != 200:
+            return None
+        return got[1]["base_offset"]
+
+    async def producer(self, pid: int | None) -> None:
+        sequences = [0] * PARTITIONS
+        n = 0
+        while self.loop.time() < self.stop_at:
+            partition = self.rng.randrange(PARTITIONS)
+            level = self.rng.choice(LEVELS)
+            value = f"p{pid if pid is not None else 'x'}-{n}"
+            n += 1
+            self.out.produced.add(value)
+            producer = None
+            if pid is not None:
+                self.out.idempotent.add(value)
+                producer = (pid, sequences[partition])
+                sequences[partition] += 1
+            for _ in range(ATTEMPTS if pid is not None else 1):
+                offset = await self.produce(self.rng.choice(self.cluster.names), partition, value, level, producer)
+                if offset is not None:
+                    self.out.acks.append(Ack(partition, offset, value, level))
+                    break
+                await asyncio.sleep(self.rng.uniform(0.1, 0.5))
+            await asyncio.sleep(self.rng.uniform(0.1, 0.4))
+
+    async def reader(self) -> None:
+        nexts = [0] * PARTITIONS
+        while self.loop.time() < self.stop_at:
+            await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+            partition = self.rng.randrange(PARTITIONS)
+            got = await self.ask(self.rng.choice(self.cluster.names), "GET",
+                                 f"/v1/topics/{TOPIC}/partitions/{partition}/messages",
+                                 params={"offset": str(nexts[partition]), "max_records": "100", "wait_ms": "0"},
+                                 headers={"Accept": "application/json"})
+            if got is None or got[0] != 200:
+                continue
+            for rec in got[1]["records"]:
+                self.out.fetched[(partition, rec["offset"])] = rec["value"]
+            nexts[partition] = got[1]["next_offset"]
+
+    # --- the faults -------------------------------------------------------------------------
+
+    async def faults(self) -> None:
+        names = self.cluster.names
+        await asyncio.sleep(self.rng.uniform(2.0, 4.0))
+        while len(self.out.faults) < FAULTS_MIN or self.loop.time() < self.stop_at - 8.0:
+            kind = self.rng.choice(("leader-crash", "follower-crash", "cut", "pause"))
+            lasts = self.rng.uniform(1.0, 5.0)
+            at = self.loop.time()
+            if kind in ("leader-crash", "follower-crash"):
+                leaders = await self.leaders() or {}
+                leader = leaders.get(self.rng.randrange(PARTITIONS)) or self.rng.choice(names)
+                victim = leader if kind == "leader-crash" else self.rng.choice([n for n in names if n != leader])
+                wipe = kind == "follower-crash" and self.rng.random() < 0.25
+                power = self.rng.random() < 0.5
+                self.cluster.kill(victim, power_loss=power)
+                await asyncio.sleep(lasts)
+                self.cluster.restart(victim, wipe=wipe)
+                what = f"{kind} {victim}" + (" losing power" if power else "") + \
+                    (" (back on an empty disk)" if wipe else "")
+            elif kind == "cut":
+                a, b = self.rng.sample(names, 2)
+                ha, hb = self.cluster.host_of(a), self.cluster.host_of(b)
+                self.cluster.net.cut(ha, hb)
+                await asyncio.sleep(lasts)
+                self.cluster.net.heal(ha, hb)
+                what = f"cut {a}-{b}"
+            else:
+                victim = self.rng.choice(names)
+                self.loop.pause(self.cluster.host_of(victim))
+                await asyncio.sleep(lasts)
+                self.loop.resume(self.cluster.host_of(victim))
+                what = f"pause {victim}"
+            self.out.faults.append(f"{what} at {at:.1f}s for {lasts:.1f}s")
+            await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+
+    # --- the end ------------------------------------------------------------------------------
+
+    async def read_leader(self, leader: str, partition: int) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        offset = 0
+        while True:
+            got = await self.ask(leader, "GET", f"/v1/topics/{TOPIC}/partitions/{partition}/messages",
+                                 params={"offset": str(offset), "max_records": "10000", "wait_ms": "0"},
+                                 headers={"Accept": "application/json"})
+            assert got is not None and got[0] == 200, (leader, partition, got)
+            out.extend((rec["offset"], rec["value"]) for rec in got[1]["records"])
+            if got[1]["next_offset"] == offset:
+                return out
+            offset = got[1]["next_offset"]
+
+    async def main(self) -> Outcome:
+        cluster = self.cluster
+        cluster.start()
+        await self.until("every broker sees every broker up", self.all_up, 30.0)
+        got = await self.ask(cluster.names[0], "POST", "/v1/topics",
+                             json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3})
+        assert got is not None and got[0] == 201, got
+        await self.until("a leader for every partition", self.leaders, 30.0)
+        self.stop_at = self.loop.time() + WORKLOAD_S
+        work = [self.loop.create_task(self.producer(pid)) for pid in range(1, IDEMPOTENT_PRODUCERS + 1)]
+        work += [self.loop.create_task(self.producer(None)), self.loop.create_task(self.reader()),
+                 self.loop.create_task(self.faults())]
+        await asyncio.gather(*work)
+        await self.until("every broker up again", self.all_up, SETTLE_S)
+        leaders = await self.until("a leader for every partition again", self.leaders, SETTLE_S)
+        await asyncio.sleep(QUIET_S)
+        leaders = await self.until("a leader for every partition at the end", self.leaders, SETTLE_S)
+        for p in range(PARTITIONS):
+            self.out.leader_log[p] = await self.read_leader(leaders[p], p)
+        await self.client.close()
+        self.out.virtual_s = self.loop.time()
+        self.out.deliveries = cluster.net.deliveries
+        for name in cluster.names:
+            cluster.kill(name)
+        for config in cluster.configs:
+            for p in range(PARTITIONS):
+                self.out.replica_logs[(config.name, p)] = replica_records(config.data_dir / "topics" / TOPIC / str(p))
+        return self.out
+
+
+def replica_records(directory: Path) -> list[tuple[int, str]]:
+    """The records in a stopped broker's partition log, (offset, value) in order."""
+    if not directory.exists():
+        return []
+    log = PartitionLog(directory, LogConfig(fsync=FsyncPolicy("never")), ManualClock())
+    try:
+        end = log.end_offset
+        data = log.read(0, 1 << 30)
+        return [(r.offset, orjson.loads(r.value)) for r, _ in batchfmt.records_between(data, 0, end, 1 << 30)]
+    finally:
+        log.close()
+
+
+def run_workload(seed: int, root: Path) -> Outcome:
+    async def main(loop: VirtualLoop) -> Outcome:
+        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed).main())
+
+    return run(seed, main)
+
+
+def check(out: Outcome) -> list[str]:
+    """What the run left that breaks a promise, a sentence each (empty: the seed passed)."""
+    problems: list[str] = []
+    logs = {p: dict(recs) for p, recs in out.leader_log.items()}
+    for p, recs in out.leader_log.items():
+        offsets = [o for o, _ in recs]
+        if offsets != sorted(set(offsets)):
+            problems.append(f"partition {p}: the leader's offsets are not in order or repeat")
+        values = [v for _, v in recs]
+        twice = sorted({v for v in values if v in out.idempotent and values.count(v) > 1})
+        if twice:
+            problems.append(f"partition {p}: an idempotent produce written twice: {twice[:5]}")
+        unknown = sorted(set(values) - out.produced)
+        if unknown:
+            problems.append(f"partition {p}: values nobody produced: {unknown[:5]}")
+    lost = [a for a in out.acks if a.level != "one" and logs.get(a.partition, {}).get(a.offset) != a.value]
+    if lost:
+        a = lost[0]
+        problems.append(f"{len(lost)} records acknowledged at quorum or all lost, e.g. {a.value} at {a.level} at "
+                        f"offset {a.offset} of partition {a.partition} (the leader has "
+                        f"{logs.get(a.partition, {}).get(a.offset)!r} there)")
+    unread = [(k, v) for k, v in out.fetched.items() if logs.get(k[0], {}).get(k[1]) != v]
+    if unread:
+        (p, o), v = unread[0]
+        problems.append(f"{len(unread)} records a fetch returned are not in the log, e.g. {v} at offset {o} of "
+                        f"partition {p}")
+    for (name, p), recs in sorted(out.replica_logs.items()):
+        if recs != out.leader_log.get(p):
+            problems.append(f"{name}'s replica of partition {p} differs from its leader's log "
+                            f"({len(recs)} records, the leader {len(out.leader_log.get(p, []))})")
+    return problems
