@@ -1,0 +1,88 @@
+"""Bugs planted one at a time in the shipped broker's driver code (not the node core), to show the
+shipped-broker simulation's workload finds them (docs/RELIABILITY.md).
+
+Each plant is a context manager that patches ring's own code for the
+duration of one run and nothing else: there is no switch for them in
+``ring/``. ``tests/test_sim_shipped_plants.py`` runs, for each, the seed of
+``tests.sim.shipped_workload`` that the table names with the plant (the
+checker reports the problem) and without it (it reports none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Iterator
+
+import pytest
+
+from ring.cluster import forwards
+from ring.replication import appends, follower, idempotence
+
+
+@contextlib.contextmanager
+def turn_answers_before_acks() -> Iterator[None]:
+    """The turn writer (``replication/appends.py``) answers every produce of the turn once its batches are
+    durable on the leader, without waiting for the acknowledgements its consistency level needs."""
+    def acknowledge(self: appends.TurnAppends, part: Any, pending: list[appends.Appending]) -> None:
+        for a in pending:
+            if not a.done():
+                a.set_result(None)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(appends.TurnAppends, "_acknowledge", acknowledge)
+        yield
+
+
+class _OldestFirst(dict):
+    """The produces waiting on a forward link, handing out the oldest still waiting for any id."""
+
+    def get(self, rid: Any, default: Any = None) -> Any:
+        return next((w for w in self.values() if not w.done()), default)
+
+
+@contextlib.contextmanager
+def forward_answer_to_oldest() -> Iterator[None]:
+    """Forwarding (``cluster/forwards.py``) matches an answer from the leader to the oldest produce waiting
+    on the link instead of the one its request id names (answers come back in any order)."""
+    real = forwards._Link.__init__
+
+    def init(self: forwards._Link, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        self.pending = _OldestFirst(self.pending)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(forwards._Link, "__init__", init)
+        yield
+
+
+@contextlib.contextmanager
+def idempotent_retry_written_again() -> Iterator[None]:
+    """Idempotence (``replication/idempotence.py``) never recognises a retry: a produce retried with the
+    same producer id and sequence after its answer was lost is appended a second time."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(idempotence.ProducerStates, "check", lambda self, part, batches: None)
+        yield
+
+
+@contextlib.contextmanager
+def follower_acks_before_fsync() -> Iterator[None]:
+    """The follower link driver (``replication/follower.py``) sends its acknowledgement of appended batches
+    without waiting for the fsync that makes them durable."""
+    def persisted(ready: Any, host: Any) -> asyncio.Future[None] | None:
+        for rep, end in ready.persist:
+            if rep.durable < end:
+                host.sync_soon(rep)  # (still synced, later: the answer does not wait for it)
+        return None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(follower, "_persisted", persisted)
+        yield
+
+
+PLANTS = {
+    "turn_answers_before_acks": turn_answers_before_acks,
+    "forward_answer_to_oldest": forward_answer_to_oldest,
+    "idempotent_retry_written_again": idempotent_retry_written_again,
+    "follower_acks_before_fsync": follower_acks_before_fsync,
+}

@@ -1,0 +1,27 @@
+"""Bugs planted in the shipped broker's driver code (``tests/sim/driver_plants.py``) are caught by a seed
+of the shipped-broker workload (``tests/sim/shipped_workload.py``): with the plant the checker reports the
+problem named, without it nothing (docs/RELIABILITY.md lists them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.sim.driver_plants import PLANTS
+from tests.sim.shipped_workload import check, run_workload
+
+# plant -> (seed, words of the problem the checker reports)
+CAUGHT = {
+    "forward_answer_to_oldest": (0, "acknowledged at quorum or all lost"),
+    "idempotent_retry_written_again": (0, "an idempotent produce written twice"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(CAUGHT))
+def test_a_driver_plant_is_caught_by_its_seed_and_the_seed_passes_without_it(plant: str, tmp_path: Path) -> None:
+    seed, words = CAUGHT[plant]
+    with PLANTS[plant]():
+        problems = check(run_workload(seed, tmp_path / "planted"))
+    assert any(words in p for p in problems), (plant, seed, problems)
+    assert check(run_workload(seed, tmp_path / "clean")) == [], (plant, seed)
