@@ -15,6 +15,7 @@ from tests.sim.shipped_workload import check, run_workload
 CAUGHT = {
     "forward_answer_to_oldest": (0, "acknowledged at quorum or all lost"),
     "idempotent_retry_written_again": (0, "an idempotent produce written twice"),
+    "turn_answers_before_acks": (42, "acknowledged at quorum or all lost"),
 }
 
 
