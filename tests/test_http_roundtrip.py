@@ -120,6 +120,7 @@ def test_query_key_picks_the_partition_by_hash(http: Http, topic: str) -> None:
 
 
 def test_stored_batches_in_and_out(http: Http, topic: str) -> None:
+    http.create_topic(topic, partitions=1, retention_ms=-1)  # records of 2023: kept, no retention warning
     b1 = batchfmt.encode([(None, b"k", b"v0", {"h": b"x"}), (None, None, b"v1", None)], now_ms=1_700_000_000_000)
     b2 = batchfmt.encode([(1_700_000_000_005, None, b"v2", None)], now_ms=0, codec=batchfmt.CODEC_ZSTD)
     r = http.produce(topic, bytes(b1) + bytes(b2), "application/vnd.ring.batch", partition=0)
