@@ -208,6 +208,8 @@ def _forward_done(outbox: forwards.Outbox, f: forwards.Forward, running: set[int
     try:
         got = result()
         base, count = (got.base_offset, got.count) if isinstance(got, ProduceResult) else got
+    except asyncio.CancelledError:  # the broker is stopping: the link closes, and its sender counts it unknown
+        return
     except RingError as exc:
         _answer(outbox, f.id, exc)
         return
