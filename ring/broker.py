@@ -52,7 +52,7 @@ from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
-from ring.errors import RingError, StorageError, Unavailable, UnknownPartition, UnknownTopic
+from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
@@ -318,9 +318,7 @@ class Broker:
         """The replica held here; UnknownTopic/UnknownPartition when there is no such partition,
         Unavailable when another broker holds it."""
         cfg = self.catalog.get(validate_topic_name(topic))
-        if not 0 <= partition < cfg.partitions:
-            raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
-                                   topic=topic, partition=partition)
+        cfg.check_partition(partition)
         rep = self.replica(topic, partition)
         if rep is None:
             raise Unavailable(f"{self.config.name} holds no replica of {topic}/{partition}; ask one that does",

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import orjson
 
 from ring import limits
-from ring.errors import BadRequest, Conflict, InvalidTopicName, StorageError, UnknownTopic
+from ring.errors import BadRequest, Conflict, InvalidTopicName, StorageError, UnknownPartition, UnknownTopic
 
 COMPRESSIONS = ("none", "zstd", "lz4")
 REPLICATION_FACTOR_DEFAULT = 3
@@ -197,6 +197,12 @@ class TopicConfig:
             id=_topic_id(body) if stored else "",
             unclean_leader_election=_bool_field(body, "unclean_leader_election"),
         )
+
+    def check_partition(self, partition: int) -> None:
+        """UnknownPartition unless ``partition`` is one of this topic's."""
+        if not 0 <= partition < self.partitions:
+            raise UnknownPartition(f"topic {self.name!r} has partitions 0..{self.partitions - 1}, not {partition}",
+                                   topic=self.name, partition=partition)
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)

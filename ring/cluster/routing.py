@@ -44,8 +44,7 @@ from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient, Relayed, answer_json
 from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
-from ring.errors import (NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable,
-                         UnknownPartition)
+from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
@@ -388,9 +387,7 @@ class Router:
         host = self.host
         host.check_joined()
         cfg = host.catalog.get(validate_topic_name(topic))
-        if not 0 <= partition < cfg.partitions:
-            raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
-                                   topic=topic, partition=partition)
+        cfg.check_partition(partition)
         rep = host.replica(topic, partition)
         if rep is not None and rep.damaged_at is None:
             return None

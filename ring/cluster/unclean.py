@@ -19,7 +19,7 @@ from typing import Any
 
 from ring import limits
 from ring.catalog import validate_topic_name
-from ring.errors import Conflict, RingError, Unavailable, UnknownPartition
+from ring.errors import Conflict, RingError, Unavailable
 from ring.node import ready as msg
 
 
@@ -31,9 +31,7 @@ async def unclean_election(broker: Any, topic: str, partition: int) -> dict[str,
     """Ask the partition's live replicas for one unclean election; the partition once it has a leader."""
     broker.check_joined()
     cfg = broker.catalog.get(validate_topic_name(topic))
-    if not 0 <= partition < cfg.partitions:
-        raise UnknownPartition(f"topic {topic!r} has partitions 0..{cfg.partitions - 1}, not {partition}",
-                               topic=topic, partition=partition)
+    cfg.check_partition(partition)
     leader = broker.leader_of(topic, partition)
     if leader is not None:
         raise ElectionNotNeeded(f"{topic}/{partition} has a leader ({leader}): no election is needed",
