@@ -121,7 +121,9 @@ def assert_never_elected_without_the_records(live: list[Member], wiped: Member, 
         assert part["no_eligible_leader"] is True and part["lost_state"] == [wiped.name], (m.name, part)
 
 
-def test_stale_follower_and_wiped_follower_elect_nobody(make_cluster) -> None:
+def stale_and_wiped(make_cluster) -> tuple[TestCluster, Member, Member, Member, dict[int, Any]]:
+    """The issue's scenario: records acknowledged by the leader L and F2 while F1 is paused, then L
+    killed and F2 back on an empty data directory as F1 resumes: (cluster, L, F1, F2, acked)."""
     c, lead, f1, f2, acked, created_s = in_sync_cluster(make_cluster)
     f1.pause()
     try:
@@ -131,6 +133,11 @@ def test_stale_follower_and_wiped_follower_elect_nobody(make_cluster) -> None:
     finally:
         f1.resume()
     f2.local.wait_ready()
+    return c, lead, f1, f2, acked
+
+
+def test_stale_follower_and_wiped_follower_elect_nobody(make_cluster) -> None:
+    c, lead, f1, f2, acked = stale_and_wiped(make_cluster)
     assert_never_elected_without_the_records([f1, f2], f2, acked)
     # The old leader comes back with its disk: it holds everything, and is elected with the stale
     # replica's vote; both others catch up from it.

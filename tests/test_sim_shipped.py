@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster
+from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster, seeds_from_env
 from tests.sim.vloop import VirtualLoop, run
 
 TOPIC = "shipped"
@@ -190,11 +190,7 @@ FAILOVER_SEEDS = (1, 11, 27)
 
 
 def _failover_seeds() -> tuple[int, ...]:
-    if os.environ.get("RING_SIM_SHIPPED_SEED"):
-        return (int(os.environ["RING_SIM_SHIPPED_SEED"]),)
-    if os.environ.get("RING_SIM_SHIPPED_SEEDS"):
-        return tuple(range(int(os.environ["RING_SIM_SHIPPED_SEEDS"])))
-    return FAILOVER_SEEDS
+    return seeds_from_env("RING_SIM_SHIPPED", FAILOVER_SEEDS)
 
 
 def test_three_shipped_brokers_fail_over_without_losing_an_acknowledged_record(tmp_path: Path) -> None:

@@ -17,21 +17,17 @@ every replica's log, read from its data directory, the same as the leader's.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
+from tests.sim.shipped import seeds_from_env
 from tests.sim.shipped_workload import FAULTS_MIN, WORKLOAD_S, check, run_workload
 
 WORKLOAD_SEEDS = (2, 3, 4)
 
 
 def _seeds() -> tuple[int, ...]:
-    if os.environ.get("RING_SIM_SHIPPED_WORKLOAD_SEED"):
-        return (int(os.environ["RING_SIM_SHIPPED_WORKLOAD_SEED"]),)
-    if os.environ.get("RING_SIM_SHIPPED_WORKLOAD_SEEDS"):
-        return tuple(range(int(os.environ["RING_SIM_SHIPPED_WORKLOAD_SEEDS"])))
-    return WORKLOAD_SEEDS
+    return seeds_from_env("RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS)
 
 
 def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(tmp_path: Path) -> None:

@@ -97,6 +97,16 @@ class _VirtualGc:
         return getattr(gc, name)
 
 
+def seeds_from_env(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The seeds a test runs: ``{name}_SEED=S`` replays one, ``{name}_SEEDS=N`` sweeps 0 to N-1, else
+    ``default``."""
+    if os.environ.get(f"{name}_SEED"):
+        return (int(os.environ[f"{name}_SEED"]),)
+    if os.environ.get(f"{name}_SEEDS"):
+        return tuple(range(int(os.environ[f"{name}_SEEDS"])))
+    return default
+
+
 def _route_escapes() -> None:
     import ring.cli
     import ring.http_api.server
