@@ -22,8 +22,7 @@ import pytest
 
 from tests.brokers import Member, TestCluster
 from tests.support import wait_for
-from tests.test_disk_loss import (ELECTED_WITHIN_S, TOPIC, acknowledge_without, in_sync_cluster, leader_seen_by,
-                                  produce, wipe_and_restart)
+from tests.test_disk_loss import ELECTED_WITHIN_S, TOPIC, leader_seen_by, produce, stale_and_wiped
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,15 +31,7 @@ REFUSED_WITHIN_S = 40.0  # detection of L's death, then F1's rounds finding F2 w
 
 def leaderless_after_disk_loss(make_cluster) -> tuple[TestCluster, Member, Member, Member, dict[int, Any]]:
     """The issue's scenario, up to writes refused as no_eligible_leader: (cluster, L, F1, F2, acked)."""
-    c, lead, f1, f2, acked, created_s = in_sync_cluster(make_cluster)
-    f1.pause()
-    try:
-        acknowledge_without(c, lead, acked)
-        lead.kill()
-        wipe_and_restart(f2, created_s, wait=False)
-    finally:
-        f1.resume()
-    f2.local.wait_ready()
+    c, lead, f1, f2, acked = stale_and_wiped(make_cluster)
 
     def refused() -> bool:
         status, doc = produce(f1, ["probe"])
@@ -104,7 +95,12 @@ def test_the_topic_setting_elects_without_a_command(make_cluster) -> None:
 def test_what_is_refused(shared_cluster: TestCluster, topic: str) -> None:
     c = shared_cluster
     assert c[0].http.create_topic(topic, partitions=1).status == 201
-    wait_for("a leader", lambda: c[0].http.describe(topic)["partitions"][0]["leader"] is not None, 20)
+    # The broker asked knows the leader (under load, gossip may bring it a moment after the creator knows it).
+    def known() -> bool:
+        r = c[1].http.get(f"/v1/topics/{topic}")
+        return r.status == 200 and r.json()["partitions"][0]["leader"] is not None
+
+    wait_for("a leader known to the broker asked", known, 20)
     r = c[1].http.post(f"/v1/topics/{topic}/partitions/0/unclean-election")
     assert r.status == 409 and r.json()["error"] == "election_not_needed", r.body
     assert c[1].http.post(f"/v1/topics/{topic}/partitions/1/unclean-election").status == 404
