@@ -169,6 +169,79 @@ def test_holder_changes_copy_first_then_let_go() -> None:
     assert plan.holder_changes(r, ["a", "b", "c"], {"a", "b", "c"}) == (["c"], ["x"])  # off the ring: at once
 
 
+class _Owner:
+    """What ``Audit`` uses of the ranges (``AuditOwner``), for a leader whose catalogue is ``cat`` and
+    whose peers hold ``held`` (broker -> base -> (end, checksum)); it records what it tells them."""
+
+    def __init__(self, cat: Catalogue, held: dict[str, dict[int, tuple[int, str]]]) -> None:
+        import types
+
+        self.cat, self.held, self.let = cat, held, []
+        names = sorted(held)
+        ring = types.SimpleNamespace(brokers=[(i, n) for i, n in enumerate(names)])
+        membership = types.SimpleNamespace(ring=ring, alive=lambda n: True)
+        self.host = types.SimpleNamespace(name="leader", membership=membership)
+        self.copier = types.SimpleNamespace(in_flight=lambda key, base, name: False)
+
+    def catalogue(self, rep: object) -> Catalogue:
+        return self.cat
+
+    def still_leads(self, rep: object, epoch: int) -> bool:
+        return True
+
+    def tell(self, *args: object) -> None:
+        return None
+
+    def let_go(self, rep: object, holder: str, base: int) -> None:
+        self.let.append((holder, base))
+
+    async def peer(self, method: str, name: str, path: str, **kw: object) -> bytes:
+        import orjson
+
+        return orjson.dumps([[b, e, c] for b, (e, c) in self.held[name].items()])
+
+
+async def audit(cat: Catalogue, held: dict[str, dict[int, tuple[int, str]]]) -> _Owner:
+    import types
+
+    from ring.ranges.audit import Audit
+
+    owner = _Owner(cat, held)
+    await Audit(owner).audit(types.SimpleNamespace(topic="t", index=3, epoch=3))  # type: ignore[arg-type]
+    return owner
+
+
+async def test_a_new_leaders_audit_keeps_copies_of_a_range_its_catalogue_has_not_heard_of() -> None:
+    # An isolated leader comes back and leads again before the catalogue exchange of its term: the
+    # range 53-106 the interim leader cut and copied to a, b and c is not in its catalogue yet, and
+    # those three copies are the only ones (the interim leader's log was trimmed below 106).
+    cat = Catalogue(0, [rng(0, 53, ("a", "b", "c"))])
+    held = {n: {0: (53, SUM), 53: (106, SUM)} for n in "abc"}
+    owner = await audit(cat, held)
+    assert owner.let == [] and [r.holders for r in cat.ranges] == [("a", "b", "c")]
+
+
+async def test_an_audit_lets_go_of_copies_safe_elsewhere_and_adopts_sound_copies_of_short_ranges() -> None:
+    cat = Catalogue(60, [rng(0, 100, ("a", "b", "c")), rng(100, 200, ("a",), copies=2), rng(200, 300, ("a", "b"))])
+    held = {"a": {0: (100, SUM), 100: (200, SUM), 200: (300, SUM)},
+            "b": {0: (100, SUM), 100: (200, SUM), 200: (300, SUM)},
+            "c": {0: (100, SUM), 10: (50, SUM)},  # an older cut below the start
+            "d": {0: (100, SUM), 100: (200, "cd" * 20), 200: (300, SUM), 300: (400, SUM)}}
+    owner = await audit(cat, held)
+    # b's sound copy of 100-200 and d's of 200-300 make them holders of ranges short of holders. d's
+    # copy of 0-100 is one too many, its 100-200 differs from the range's (safe with a and b by then),
+    # and its 300-400 is in no range: kept, as the catalogue may not have heard of it yet. c's older cut
+    # lies wholly below the start.
+    assert sorted(owner.let) == [("c", 10), ("d", 0), ("d", 100)]
+    assert [r.holders for r in cat.ranges] == [("a", "b", "c"), ("a", "b"), ("a", "b", "d")]
+
+
+async def test_an_audit_takes_a_spoiled_copy_out_of_the_holders() -> None:
+    cat = Catalogue(0, [rng(0, 100, ("a", "b", "c"))])
+    owner = await audit(cat, {"a": {0: (100, SUM)}, "b": {0: (100, "cd" * 20)}, "c": {}})
+    assert owner.let == [] and [r.holders for r in cat.ranges] == [("a",)]
+
+
 def test_trim_point_keeps_the_tail_and_stays_below_what_is_safe() -> None:
     closed = [seg(0, 10), seg(10, 20), seg(20, 30)]
     assert plan.trim_point(closed, 400, -1, 30) is None

@@ -5,8 +5,12 @@ the ring which ranges of the partition it holds, with their checksums
 (``audit``): a holder that lost a copy, or whose copy no longer matches
 (its scrub or a read dropped it), leaves the range's holders, and the
 leader's next round copies the range to it again from a good holder; a
-broker holding a range the catalogue does not give it (moved, dropped by
-retention, an older leader's cut) is told to drop it. Every broker also
+sound copy of a range short of holders makes its broker a holder (a copy
+the catalogue did not hear of); a broker holding a copy the catalogue does
+not give it (moved, dropped by retention, an older leader's cut) is told to
+drop it once all of its offsets are in safe ranges others hold
+(``plan.held_changes``): a new leader's catalogue may not know yet of a
+range an older leader cut and copied, whose copies are then the only ones. Every broker also
 reads each copy it holds whole once per ``REPAIR_REREAD_ROUNDS`` rounds and
 compares its checksum (``_scrub``), and drops the ranges of topics that are
 gone (or were created again).
@@ -22,6 +26,7 @@ import orjson
 
 from ring import limits
 from ring.errors import RingError
+from ring.ranges import plan
 from ring.ranges.catalogue import Catalogue
 from ring.ranges.copier import Copier, ranges_path
 from ring.ranges.host import RangesHost
@@ -100,15 +105,19 @@ class Audit:
             if held is None or not self.ranges.still_leads(rep, epoch):
                 continue
             cat = self.ranges.catalogue(rep)
-            for r in list(cat.ranges):
-                if name in r.holders and held.get(r.base) != (r.end, r.checksum):
-                    log.warning("%s/%d: %s no longer holds a sound copy of range %d-%d; copying it again",
-                                key[0], key[1], name, r.base, r.end)
-                    cat.set_holders(r.base, [h for h in r.holders if h != name], epoch)
-            for base in held:
+            changes = plan.held_changes(cat, name, held, lambda base: self.copier.in_flight(key, base, name))
+            for base in changes.spoiled:
                 r = cat.get(base)
-                if (r is None or name not in r.holders) and not self.copier.in_flight(key, base, name):
-                    self.ranges.let_go(rep, name, base)
+                log.warning("%s/%d: %s no longer holds a sound copy of range %d-%d; copying it again",
+                            key[0], key[1], name, r.base, r.end)
+                cat.set_holders(r.base, [h for h in r.holders if h != name], epoch)
+            for base in changes.adopted:
+                r = cat.get(base)
+                log.info("%s/%d: %s holds a sound copy of range %d-%d the catalogue did not name; it is a holder",
+                         key[0], key[1], name, r.base, r.end)
+                cat.set_holders(r.base, (*r.holders, name), epoch)
+            for base in changes.let_go:
+                self.ranges.let_go(rep, name, base)
 
     async def _held_by(self, name: str, key: Key) -> dict[int, tuple[int, str]] | None:
         if name == self.host.name:

@@ -8,6 +8,12 @@
   and not holding it) and the holders to let go: at once when they left the
   ring, otherwise only once every placed broker holds a verified copy, so a
   range never has fewer copies than before while it moves.
+* ``held_changes``: what a leader's audit does with what one broker says it
+  holds: holders that lost or spoiled a copy leave the range's holders, a
+  sound copy of a range short of holders becomes a holder, and a copy is let
+  go only once every offset in it is in safe ranges held by others (or below
+  the partition's start), so an audit never drops a copy the leader's
+  catalogue has not caught up with, nor the last one of its offsets.
 * ``trim_point``: how far the replicas' local logs may start, given how far
   the ranges are safe in the catalogue of every voter: the oldest closed
   segments wholly below that go, as long as ``local_retention_bytes`` stay.
@@ -19,7 +25,7 @@
 
 from __future__ import annotations
 
-from typing import Collection, NamedTuple, Sequence
+from typing import Callable, Collection, Mapping, NamedTuple, Sequence
 
 from ring.ranges.catalogue import Catalogue, Range
 
@@ -54,6 +60,45 @@ def holder_changes(r: Range, placed: Sequence[str], on_ring: Collection[str]) ->
     off_ring = [h for h in r.holders if h not in on_ring]
     extra = [h for h in r.holders if h in on_ring and h not in placed]
     return copy_to, off_ring + (extra if not copy_to else [])
+
+
+class HeldChanges(NamedTuple):
+    """What an audit changes for one broker (``held_changes``), as range bases."""
+
+    spoiled: list[int]  # the broker holds no sound copy any more: it leaves the holders
+    adopted: list[int]  # a sound copy of a range short of holders: the broker becomes one
+    let_go: list[int]  # copies the broker drops
+
+
+def held_changes(cat: Catalogue, name: str, held: Mapping[int, tuple[int, str]],
+                 in_flight: Callable[[int], bool]) -> HeldChanges:
+    """``held``: base -> (end, checksum) of the copies ``name`` holds; ``in_flight(base)``: a copy of
+    that range to ``name`` is under way."""
+    out = HeldChanges([], [], [])
+    for r in cat.ranges:
+        if name in r.holders and held.get(r.base) != (r.end, r.checksum):
+            out.spoiled.append(r.base)
+    for base, (end, checksum) in held.items():
+        r = cat.get(base)
+        if r is not None and name in r.holders or in_flight(base):
+            continue
+        if r is not None and (r.end, r.checksum) == (end, checksum) and not r.safe:
+            out.adopted.append(base)
+        elif _safe_elsewhere(cat, name, base, end):
+            out.let_go.append(base)
+    return out
+
+
+def _safe_elsewhere(cat: Catalogue, name: str, base: int, end: int) -> bool:
+    """Whether every offset of ``[base, end)`` at or past the start is in a safe range that other
+    brokers than ``name`` hold."""
+    at = max(base, cat.start)
+    while at < end:
+        r = cat.find(at)
+        if r is None or not r.safe or len([h for h in r.holders if h != name]) < r.copies:
+            return False
+        at = r.end
+    return True
 
 
 def trim_point(closed: Sequence[SegmentInfo], log_size: int, local_retention_bytes: int,
