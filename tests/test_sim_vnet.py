@@ -123,3 +123,65 @@ def test_a_cut_resets_the_connections_open_across_it() -> None:
     kind, at, still_open = run(6, main)
     assert kind in ("CLOSED", "ERROR") and 2.0 <= at < 2.1
     assert still_open == 0
+
+
+def test_bytes_held_while_reading_is_paused_come_before_later_bytes() -> None:
+    """A receiver that pauses reading gets what arrived meanwhile first when it resumes, then what arrives
+    after: one connection is one ordered stream, whatever the receiver's flow control does."""
+
+    class Receiver(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.got: list[bytes] = []
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.got.append(data)
+
+    async def main(loop: VirtualLoop) -> list[bytes]:
+        Network(loop, delay_s=(0.001, 0.001))
+        receiver = Receiver()
+        await loop.create_server(lambda: receiver, "127.0.0.1", 9001)
+
+        async def sender() -> None:
+            transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", 9001)
+            await asyncio.sleep(0.01)
+            receiver.transport.pause_reading()
+            transport.write(b"1")
+            transport.write(b"2")
+            await asyncio.sleep(0.01)  # both held by the paused receiver
+            # The receiver resumes in the instant "3" arrives, just before it is delivered.
+            loop.call_in("127.0.0.1", 0.001, receiver.transport.resume_reading)
+            transport.write(b"3")
+            await asyncio.sleep(0.01)
+
+        await loop.spawn("10.0.0.9", sender())
+        return receiver.got
+
+    assert b"".join(run(1, main)) == b"123"
+
+
+def test_writes_that_arrive_in_the_same_instant_arrive_in_the_order_written() -> None:
+    class Receiver(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.got = bytearray()
+
+        def data_received(self, data: bytes) -> None:
+            self.got += data
+
+    async def main(loop: VirtualLoop) -> bytes:
+        Network(loop, delay_s=(0.001, 0.001))  # every write arrives 1 ms after it is made
+        receiver = Receiver()
+        await loop.create_server(lambda: receiver, "127.0.0.1", 9002)
+
+        async def sender() -> None:
+            transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", 9002)
+            for i in range(100):
+                transport.write(b"%d," % i)
+            await asyncio.sleep(0.01)
+
+        await loop.spawn("10.0.0.9", sender())
+        return bytes(receiver.got)
+
+    assert run(1, main) == b"".join(b"%d," % i for i in range(100))

@@ -27,6 +27,7 @@ waiters (``random``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import functools
 import hashlib
@@ -85,6 +86,7 @@ class SimTransport(asyncio.Transport):
         self._reading = True
         self._held: list[bytes | None] = []  # arrived while reading was paused (None: the EOF)
         self.arrive_at = 0.0  # when the last byte written towards the peer arrives there
+        self.in_flight: collections.deque[bytes | None] = collections.deque()  # written, not yet arrived
 
     # --- asyncio.Transport ---------------------------------------------------------------
 
@@ -111,9 +113,12 @@ class SimTransport(asyncio.Transport):
         if self._reading:
             return
         self._reading = True
-        held, self._held = self._held, []
-        for data in held:
-            self.net.loop.call_in(self.host, 0, self._arrive, data)
+        if self._held:  # what arrived meanwhile goes first: later bytes queue behind it (``_arrive``)
+            self.net.loop.call_in(self.host, 0, self._drain)
+
+    def _drain(self) -> None:
+        while self._held and self._reading and not self._lost:
+            self._take(self._held.pop(0))
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -159,9 +164,12 @@ class SimTransport(asyncio.Transport):
     def _arrive(self, data: bytes | None) -> None:
         if self._lost:
             return
-        if not self._reading:
+        if not self._reading or self._held:  # (reading with bytes held: a drain is due, they go first)
             self._held.append(data)
             return
+        self._take(data)
+
+    def _take(self, data: bytes | None) -> None:
         assert self.protocol is not None
         if data is None:
             keep_open = self.protocol.eof_received()  # type: ignore[attr-defined]
@@ -288,9 +296,13 @@ class Network:
             return
         at = max(self.loop.time() + self._delay(), src.arrive_at)  # one stream: in order
         src.arrive_at = at
-        self.loop.call_in(dst.host, at - self.loop.time(), self._deliver, src, dst, data)
+        # Each delivery takes the oldest bytes in flight: timers due in the same instant may fire in any
+        # order, the stream's bytes may not.
+        src.in_flight.append(data)
+        self.loop.call_in(dst.host, at - self.loop.time(), self._deliver, src, dst)
 
-    def _deliver(self, src: SimTransport, dst: SimTransport, data: bytes | None) -> None:
+    def _deliver(self, src: SimTransport, dst: SimTransport) -> None:
+        data = src.in_flight.popleft()
         if dst._lost:
             if self.log is not None:
                 self.log.append((self.loop.time(), src.local, dst.local, b"DROPPED"))
