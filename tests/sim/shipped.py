@@ -125,7 +125,9 @@ def _route_escapes() -> None:
 class ShippedCluster:
     """``size`` shipped brokers that seed each other, on ``loop`` and a network made here."""
 
-    def __init__(self, loop: VirtualLoop, root: Path, size: int = 3, fsync: str = "always") -> None:
+    def __init__(self, loop: VirtualLoop, root: Path, size: int = 3, fsync: str = "always",
+                 **config: Any) -> None:
+        """``config``: more of every broker's ``BrokerConfig`` (``repair_interval_s=2``)."""
         _route_escapes()
         self.loop = loop
         self.net = Network(loop)
@@ -133,7 +135,7 @@ class ShippedCluster:
         seeds = tuple(f"{h}:{PEER_PORT}" for h in self.hosts)
         self.configs = [BrokerConfig(name=f"ring-{i}", data_dir=root / f"ring-{i}", host=h, port=CLIENT_PORT,
                                      peer_host=h, peer_port=PEER_PORT, seeds=seeds, cluster_secret=SECRET,
-                                     host_label=h, fsync=FsyncPolicy.parse(fsync))
+                                     host_label=h, fsync=FsyncPolicy.parse(fsync), **config)
                         for i, h in enumerate(self.hosts)]
         self.names = [c.name for c in self.configs]
         self.serving: dict[str, asyncio.Task] = {}
