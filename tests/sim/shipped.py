@@ -139,6 +139,7 @@ class ShippedCluster:
                         for i, h in enumerate(self.hosts)]
         self.names = [c.name for c in self.configs]
         self.serving: dict[str, asyncio.Task] = {}
+        self.clocks = {name: VirtualClock(loop) for name in self.names}  # each host's wall clock, kept over restarts
 
     def start(self) -> None:
         for config in self.configs:
@@ -148,7 +149,7 @@ class ShippedCluster:
         from ring.cli import serve
 
         rng = random.Random(self.loop.rng.getrandbits(64))
-        self.serving[config.name] = self.loop.spawn(config.host, serve(config, clock=VirtualClock(self.loop), rng=rng))
+        self.serving[config.name] = self.loop.spawn(config.host, serve(config, clock=self.clocks[config.name], rng=rng))
 
     def host_of(self, name: str) -> str:
         return self.hosts[self.names.index(name)]
@@ -170,6 +171,11 @@ class ShippedCluster:
             shutil.rmtree(config.data_dir, ignore_errors=True)
         self.loop.revive(config.host)
         self._serve(config)
+
+    def jump_clock(self, name: str, seconds: float) -> None:
+        """``name``'s wall clock jumps by ``seconds`` (back when negative), as a clock stepped by hand or by a
+        bad time server does; its monotonic time goes on."""
+        self.clocks[name].offset_s += seconds
 
     def alive(self) -> list[str]:
         return [n for n in self.names if self.host_of(n) not in self.loop.dead]

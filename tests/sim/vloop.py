@@ -299,9 +299,10 @@ class VirtualClock:
 
     def __init__(self, loop: VirtualLoop) -> None:
         self.loop = loop
+        self.offset_s = 0.0  # how far this host's wall clock is off (a jump moves it; monotonic time never jumps)
 
     def wall_ms(self) -> int:
-        return int(self.loop.wall() * 1000)
+        return int((self.loop.wall() + self.offset_s) * 1000)
 
     def monotonic(self) -> float:
         return self.loop.time()

@@ -87,6 +87,7 @@ class SimTransport(asyncio.Transport):
         self._held: list[bytes | None] = []  # arrived while reading was paused (None: the EOF)
         self.arrive_at = 0.0  # when the last byte written towards the peer arrives there
         self.in_flight: collections.deque[bytes | None] = collections.deque()  # written, not yet arrived
+        self.blocked: list[bytes | None] = []  # written while the way to the peer is cut one-way
 
     # --- asyncio.Transport ---------------------------------------------------------------
 
@@ -235,6 +236,7 @@ class Network:
         self.servers: dict[Addr, SimServer] = {}
         self.open: dict[SimTransport, None] = {}  # (ordered: faults visit connections in the order they opened)
         self.cuts: set[frozenset[str]] = set()
+        self.one_way: set[tuple[str, str]] = set()  # (from, to): bytes from one host to the other go nowhere
         self._next_port: dict[str, int] = {}
         self._hash = hashlib.sha256()
         self.deliveries = 0
@@ -268,6 +270,8 @@ class Network:
         me = HOST.get()
         assert me is not None, "a connection from code that runs as no simulated host"
         await asyncio.sleep(2 * self._delay())  # the handshake's round trip
+        while (me, remote[0]) in self.one_way or (remote[0], me) in self.one_way:
+            await asyncio.sleep(1.0)  # the handshake is lost one way: retried until the caller gives up
         server = self.servers.get(remote)
         if server is None or server.host in self.loop.dead or frozenset((me, server.host)) in self.cuts:
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"connection refused: {remote[0]}:{remote[1]}")
@@ -293,6 +297,9 @@ class Network:
     def send(self, src: SimTransport, data: bytes | None) -> None:
         dst = src.peer
         if dst is None or dst._lost:
+            return
+        if src.blocked or (src.host, dst.host) in self.one_way:
+            src.blocked.append(data)  # resent once the way is open again, as TCP retransmits
             return
         at = max(self.loop.time() + self._delay(), src.arrive_at)  # one stream: in order
         src.arrive_at = at
@@ -347,6 +354,20 @@ class Network:
 
     def heal(self, a: str, b: str) -> None:
         self.cuts.discard(frozenset((a, b)))
+
+    def cut_one_way(self, a: str, b: str) -> None:
+        """Bytes from host ``a`` to host ``b`` go nowhere until ``heal_one_way``: open connections stay open
+        and what ``a`` writes on them is held (TCP retransmits it once the way is open, unless an end gives
+        up first); no new connection between them completes its handshake."""
+        self.one_way.add((a, b))
+
+    def heal_one_way(self, a: str, b: str) -> None:
+        self.one_way.discard((a, b))
+        for end in list(self.open):
+            if end.blocked and (end.host, end.remote[0]) == (a, b):
+                held, end.blocked = end.blocked, []
+                for data in held:
+                    self.send(end, data)
 
     def host_down(self, host: str) -> None:
         """``host`` crashed: its servers are gone and every connection it had is reset at the other end."""
