@@ -11,8 +11,14 @@ record acknowledged at quorum or all is at its offset in the leader's log, no
 idempotent produce twice, every record fetched in the log at its offset, and
 every replica's log, read from its data directory, the same as the leader's.
 
-``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` runs seeds 0 to N-1 instead (a sweep);
-``RING_SIM_SHIPPED_WORKLOAD_SEED=S`` replays one.
+A second run draws its faults from more kinds (``MORE_FAULTS``): a link cut
+one way only (what one broker writes to another is held, no new connection
+between them completes), a broker's wall clock jumping by seconds to an hour
+and back, and two brokers losing power together.
+
+``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``
+for the second) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays
+one.
 """
 
 from __future__ import annotations
@@ -21,21 +27,24 @@ import time
 from pathlib import Path
 
 from tests.sim.shipped import seeds_from_env
-from tests.sim.shipped_workload import FAULTS_MIN, WORKLOAD_S, check, run_workload
+import pytest
+
+from tests.sim.shipped_workload import FAULTS, FAULTS_MIN, MORE_FAULTS, WORKLOAD_S, check, run_workload
 
 WORKLOAD_SEEDS = (2, 3, 4)
+MORE_FAULTS_SEEDS = (0, 1, 2)
 
 
-def _seeds() -> tuple[int, ...]:
-    return seeds_from_env("RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS)
-
-
-def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),
+                                                 (MORE_FAULTS, "RING_SIM_SHIPPED_MORE_FAULTS", MORE_FAULTS_SEEDS)],
+                         ids=["faults", "more-faults"])
+def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(
+        tmp_path: Path, kinds: tuple[str, ...], env: str, default: tuple[int, ...]) -> None:
     failed = []
-    for seed in _seeds():
+    for seed in seeds_from_env(env, default):
         started = time.monotonic()
         try:
-            out = run_workload(seed, tmp_path / str(seed))
+            out = run_workload(seed, tmp_path / str(seed), kinds)
             problems = check(out)
         except AssertionError as exc:
             failed.append(f"seed {seed}: {exc}")
@@ -47,5 +56,5 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
         assert out.virtual_s >= WORKLOAD_S, seed
         assert levels["quorum"] and levels["all"], seed
         if problems:
-            failed.append(f"seed {seed} (RING_SIM_SHIPPED_WORKLOAD_SEED={seed} replays it): {'; '.join(problems)}")
+            failed.append(f"seed {seed} ({env}_SEED={seed} replays it): {'; '.join(problems)}; faults: {out.faults}")
     assert not failed, "\n".join(failed)

@@ -11,7 +11,9 @@ faults come from the seed, one after another, at least ``FAULTS_MIN`` of
 them: a leader crash and a follower crash (half of them power losses, which
 lose what was not synced; each restarted after a while on its data
 directory, a follower now and then on an empty one), a link cut
-both ways, and a broker paused (its callbacks held, then run). Then every
+both ways, and a broker paused (its callbacks held, then run); with
+``MORE_FAULTS`` also a link cut one way, a wall clock jumping and back, and
+two brokers losing power together. Then every
 link heals, every broker runs, the cluster settles, and ``check`` looks at
 what is left:
 
@@ -80,10 +82,17 @@ class Outcome:
     deliveries: int = 0
 
 
+FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
+# More faults drawn from the same seed: a link cut one way only, a broker's wall clock jumping (back or
+# forward, by seconds to an hour) and back, and two brokers losing power together.
+MORE_FAULTS = (*FAULTS, "one-way", "clock-jump", "power-pair")
+
+
 class _World:
-    def __init__(self, loop: VirtualLoop, root: Path, seed: int) -> None:
+    def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS) -> None:
         self.loop = loop
         self.root = root
+        self.kinds = kinds
         self.cluster = ShippedCluster(loop, root)
         self.client = Client(self.cluster)
         self.out = Outcome(seed)
@@ -191,7 +200,7 @@ class _World:
         names = self.cluster.names
         await asyncio.sleep(self.rng.uniform(2.0, 4.0))
         while len(self.out.faults) < FAULTS_MIN or self.loop.time() < self.stop_at - 8.0:
-            kind = self.rng.choice(("leader-crash", "follower-crash", "cut", "pause"))
+            kind = self.rng.choice(self.kinds)
             lasts = self.rng.uniform(1.0, 5.0)
             at = self.loop.time()
             if kind in ("leader-crash", "follower-crash"):
@@ -212,6 +221,28 @@ class _World:
                 await asyncio.sleep(lasts)
                 self.cluster.net.heal(ha, hb)
                 what = f"cut {a}-{b}"
+            elif kind == "one-way":
+                a, b = self.rng.sample(names, 2)
+                ha, hb = self.cluster.host_of(a), self.cluster.host_of(b)
+                self.cluster.net.cut_one_way(ha, hb)
+                await asyncio.sleep(lasts)
+                self.cluster.net.heal_one_way(ha, hb)
+                what = f"cut {a}->{b} one way"
+            elif kind == "clock-jump":
+                victim = self.rng.choice(names)
+                jump = self.rng.choice((-1, 1)) * self.rng.uniform(5.0, 3600.0)
+                self.cluster.jump_clock(victim, jump)
+                await asyncio.sleep(lasts)
+                self.cluster.jump_clock(victim, -jump)
+                what = f"{victim}'s wall clock {jump:+.0f}s"
+            elif kind == "power-pair":
+                pair = self.rng.sample(names, 2)
+                for victim in pair:
+                    self.cluster.kill(victim, power_loss=True)
+                await asyncio.sleep(lasts)
+                for victim in pair:
+                    self.cluster.restart(victim)
+                what = f"{pair[0]} and {pair[1]} losing power together"
             else:
                 victim = self.rng.choice(names)
                 self.loop.pause(self.cluster.host_of(victim))
@@ -279,9 +310,10 @@ def replica_records(directory: Path) -> list[tuple[int, str]]:
         log.close()
 
 
-def run_workload(seed: int, root: Path) -> Outcome:
+def run_workload(seed: int, root: Path, kinds: tuple[str, ...] = FAULTS) -> Outcome:
+    """One seed's run, its faults drawn from ``kinds``."""
     async def main(loop: VirtualLoop) -> Outcome:
-        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed).main())
+        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed, kinds).main())
 
     return run(seed, main)
 
