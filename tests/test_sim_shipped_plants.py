@@ -16,6 +16,7 @@ CAUGHT = {
     "forward_answer_to_oldest": (0, "acknowledged at quorum or all lost"),
     "idempotent_retry_written_again": (0, "an idempotent produce written twice"),
     "turn_answers_before_acks": (42, "acknowledged at quorum or all lost"),
+    "fetch_reads_past_high_watermark": (22, "records a fetch returned are not in the log"),
 }
 
 

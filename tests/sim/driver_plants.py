@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from ring.cluster import forwards
-from ring.replication import appends, follower, idempotence
+from ring.replication import appends, follower, idempotence, reads
 
 
 @contextlib.contextmanager
@@ -80,9 +80,24 @@ def follower_acks_before_fsync() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def fetch_reads_past_high_watermark() -> Iterator[None]:
+    """A fetch (``replication/reads.py``) reads up to the end of the replica's log instead of its high
+    watermark: records no quorum holds yet are handed to readers."""
+    def read(part: Any, offset: int, max_bytes: int) -> Any:
+        end = part.log.end_offset
+        data = b"" if offset >= end else part.log.read(offset, max_bytes, upto=end)
+        return reads.FetchResult(part.topic, part.index, offset, bytes(data), end, part.log.start_offset)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reads, "read", read)
+        yield
+
+
 PLANTS = {
     "turn_answers_before_acks": turn_answers_before_acks,
     "forward_answer_to_oldest": forward_answer_to_oldest,
     "idempotent_retry_written_again": idempotent_retry_written_again,
     "follower_acks_before_fsync": follower_acks_before_fsync,
+    "fetch_reads_past_high_watermark": fetch_reads_past_high_watermark,
 }
