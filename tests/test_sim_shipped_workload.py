@@ -51,10 +51,13 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
             continue
         levels = {lv: sum(a.level == lv for a in out.acks) for lv in ("one", "quorum", "all")}
         print(f"seed {seed}: {out.virtual_s:.0f} virtual s in {time.monotonic() - started:.1f} real s; "
-              f"acknowledged {levels}; {len(out.fetched)} fetched; faults: {'; '.join(out.faults)}")
+              f"acknowledged {levels}; {len(out.fetched)} fetched; {len(out.group_read)} handed to the group, "
+              f"committed {out.committed}; faults: {'; '.join(out.faults)}")
         assert len(out.faults) >= FAULTS_MIN, seed
         assert out.virtual_s >= WORKLOAD_S, seed
         assert levels["quorum"] and levels["all"], seed
+        if kinds == MORE_FAULTS:  # the group read, and committed: its rule was checked on something
+            assert out.group_read and out.committed, (seed, out.committed)
         if problems:
             failed.append(f"seed {seed} ({env}_SEED={seed} replays it): {'; '.join(problems)}; faults: {out.faults}")
     assert not failed, "\n".join(failed)

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from ring.cluster import forwards
+from ring.groups import poller
 from ring.replication import appends, follower, idempotence, reads
 
 
@@ -94,10 +95,29 @@ def fetch_reads_past_high_watermark() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def poll_acknowledged_when_answered() -> Iterator[None]:
+    """The group poller (``groups/poller.py``) moves a member's positions past a poll's records when it
+    answers the poll, not when the member's next request names the answer: an answer lost on its way
+    is committed by the next poll all the same."""
+    real = poller.Poller._poll
+
+    async def poll(self: poller.Poller, slot: Any, group: str, member_id: str, *args: Any, **kwargs: Any) -> Any:
+        polled = await real(self, slot, group, member_id, *args, **kwargs)
+        g, m = await self._member(group, member_id, polled.generation)
+        g.acknowledge(m, polled.token)
+        return polled
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(poller.Poller, "_poll", poll)
+        yield
+
+
 PLANTS = {
     "turn_answers_before_acks": turn_answers_before_acks,
     "forward_answer_to_oldest": forward_answer_to_oldest,
     "idempotent_retry_written_again": idempotent_retry_written_again,
     "follower_acks_before_fsync": follower_acks_before_fsync,
     "fetch_reads_past_high_watermark": fetch_reads_past_high_watermark,
+    "poll_acknowledged_when_answered": poll_acknowledged_when_answered,
 }

@@ -13,7 +13,9 @@ lose what was not synced; each restarted after a while on its data
 directory, a follower now and then on an empty one), a link cut
 both ways, and a broker paused (its callbacks held, then run); with
 ``MORE_FAULTS`` also a link cut one way, a wall clock jumping and back, and
-two brokers losing power together. Then every
+two brokers losing power together, while two members of a consumer group
+(``ring.client``, each crashing now and then and replaced) read the topic.
+Then every
 link heals, every broker runs, the cluster settles, and ``check`` looks at
 what is left:
 
@@ -24,6 +26,7 @@ what is left:
   is in a partition that nobody produced;
 * every record a fetch returned is in the partition at that offset (a fetch
   sees only what is committed);
+* the group commits no offset past a record no member was handed;
 * every replica's log, read from its data directory once the brokers are
   stopped, holds the same records as the leader's.
 
@@ -41,13 +44,15 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ring.client import AsyncGroupConsumer
 from ring.clock import ManualClock
+from ring.errors import RingError
 from ring.log import batch as batchfmt
 from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy
 from ring.log.partition import PartitionLog
 from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster
-from tests.sim.vloop import VirtualLoop, run
+from tests.sim.vloop import VirtualClock, VirtualLoop, run
 
 TOPIC = "work"
 PARTITIONS = 2
@@ -56,6 +61,8 @@ FAULTS_MIN = 3  # faults per seed at the least: a seed that draws fewer draws mo
 IDEMPOTENT_PRODUCERS = 2
 ATTEMPTS = 4  # an idempotent request, sent at most this often
 LEVELS = ("one", "quorum", "all")
+GROUP = "work-group"
+GROUP_MEMBERS = 2  # with MORE_FAULTS: consumers of one group, each crashing now and then and replaced
 SETTLE_S = 90.0  # after healing: every broker up and every partition led, within this
 QUIET_S = 6.0  # then this long without produces, for followers to catch up
 
@@ -80,6 +87,8 @@ class Outcome:
     replica_logs: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=dict)
     virtual_s: float = 0.0
     deliveries: int = 0
+    group_read: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) a group member was handed
+    committed: dict[int, int] = field(default_factory=dict)  # the group's committed offset per partition, at the end
 
 
 FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
@@ -178,6 +187,44 @@ class _World:
                     break
                 await asyncio.sleep(self.rng.uniform(0.1, 0.5))
             await asyncio.sleep(self.rng.uniform(0.1, 0.4))
+
+    async def group_member(self, n: int) -> None:
+        """A member of the group (``ring.client``, committing what it was handed at its next poll), through
+        a broker of its own at first; now and then it crashes (no leave, no commit) and a new one joins."""
+        names = self.cluster.names
+        while self.loop.time() < self.stop_at:
+            k = self.rng.randrange(len(names))
+            urls = [f"http://{self.cluster.host_of(b)}:9250" for b in names[k:] + names[:k]]
+            member = AsyncGroupConsumer(urls, GROUP, [TOPIC], consumer_id=f"m{n}-{self.rng.randrange(1 << 30)}",
+                                        session_timeout_ms=6_000, wait_ms=500, timeout_s=2.0,
+                                        retry_backoff_ms=200.0, clock=VirtualClock(self.loop))
+            lives_s = self.rng.uniform(5.0, 20.0)
+            until = min(self.stop_at, self.loop.time() + lives_s)
+            while self.loop.time() < until:
+                try:
+                    record = await asyncio.wait_for(member.__anext__(), max(0.1, until - self.loop.time()))
+                except asyncio.TimeoutError:
+                    break
+                except RingError:
+                    await asyncio.sleep(0.2)
+                    continue
+                self.out.group_read.add((record.partition, record.offset))
+            if self.loop.time() >= self.stop_at:
+                try:
+                    await asyncio.wait_for(member.close(), 10.0)  # the last members commit and leave
+                except (RingError, asyncio.TimeoutError, OSError):
+                    pass
+                return
+            if member._transport is not None:  # a crash: its connections dropped, no leave, no commit
+                await member._transport.session.close()
+
+    async def committed(self) -> dict[int, int] | None:
+        for name in self.cluster.names:
+            got = await self.ask(name, "GET", f"/v1/groups/{GROUP}")
+            if got is not None and got[0] == 200:
+                return {o["partition"]: o["committed"] for o in got[1]["offsets"]
+                        if o["topic"] == TOPIC and o["committed"] is not None}
+        return None
 
     async def reader(self) -> None:
         nexts = [0] * PARTITIONS
@@ -279,6 +326,8 @@ class _World:
         work = [self.loop.create_task(self.producer(pid)) for pid in range(1, IDEMPOTENT_PRODUCERS + 1)]
         work += [self.loop.create_task(self.producer(None)), self.loop.create_task(self.reader()),
                  self.loop.create_task(self.faults())]
+        if self.kinds != FAULTS:
+            work += [self.loop.create_task(self.group_member(n)) for n in range(GROUP_MEMBERS)]
         await asyncio.gather(*work)
         await self.until("every broker up again", self.all_up, SETTLE_S)
         leaders = await self.until("a leader for every partition again", self.leaders, SETTLE_S)
@@ -286,6 +335,8 @@ class _World:
         leaders = await self.until("a leader for every partition at the end", self.leaders, SETTLE_S)
         for p in range(PARTITIONS):
             self.out.leader_log[p] = await self.read_leader(leaders[p], p)
+        if self.kinds != FAULTS:
+            self.out.committed = await self.until("the group's offsets", self.committed, SETTLE_S)
         await self.client.close()
         self.out.virtual_s = self.loop.time()
         self.out.deliveries = cluster.net.deliveries
@@ -339,6 +390,11 @@ def check(out: Outcome) -> list[str]:
         problems.append(f"{len(lost)} records acknowledged at quorum or all lost, e.g. {a.value} at {a.level} at "
                         f"offset {a.offset} of partition {a.partition} (the leader has "
                         f"{logs.get(a.partition, {}).get(a.offset)!r} there)")
+    for p, committed in sorted(out.committed.items()):
+        undelivered = [o for o, _ in out.leader_log.get(p, []) if o < committed and (p, o) not in out.group_read]
+        if undelivered:
+            problems.append(f"the group committed offset {committed} of partition {p}, but no member was handed "
+                            f"{len(undelivered)} records below it, e.g. offset {undelivered[0]}")
     unread = [(k, v) for k, v in out.fetched.items() if logs.get(k[0], {}).get(k[1]) != v]
     if unread:
         (p, o), v = unread[0]
