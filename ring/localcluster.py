@@ -74,9 +74,12 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now, below the ephemeral range (in this process's slice of it,
     see ``PORT_SLICE_ENV``), and not handed out lately by this process."""
     low, high = _port_range()
-    for _ in range(200 if high > low + _RECENT_PORTS_MAX else 0):
+    # Ports handed out lately are skipped while they leave most of the range free (a slice of it may
+    # be narrower than the ports kept); the oldest of them are allowed again before that.
+    recent = set(list(_recent_ports)[-((high - low) // 2):]) if high - low >= 2 else set()
+    for _ in range(200 if high > low else 0):
         port = random.randrange(low, high)
-        if port in _recent_ports:
+        if port in recent:
             continue
         with socket.socket() as s:
             try:

@@ -41,3 +41,14 @@ def test_workers_given_slices_pick_ports_from_disjoint_parts_of_the_range(monkey
     middle = low + (high - low) // 2
     assert all(low <= p < middle for p in picked[0]), picked[0]
     assert all(middle <= p < high for p in picked[1]), picked[1]
+
+
+def test_a_slice_narrower_than_the_recent_ports_kept_still_picks_from_its_slice(monkeypatch) -> None:
+    # One sixth of the range (ports 10,000 to 32,768) is under 4,096 ports wide: its ports must still
+    # come from the slice, not from the kernel's ephemeral range.
+    low, high = localcluster.LISTEN_PORT_MIN, localcluster._ephemeral_low()
+    width = (high - low) // 6
+    monkeypatch.setenv(localcluster.PORT_SLICE_ENV, "5/6")
+    ports = [localcluster.free_port() for _ in range(100)]
+    assert all(low + 5 * width <= p < low + 6 * width for p in ports), sorted(ports)[:5]
+    assert len(set(ports)) == len(ports)
