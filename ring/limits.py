@@ -746,6 +746,22 @@ KAFKA_REQUESTS_IN_FLIGHT_MAX = 32
 # Partitions one Kafka fetch may name: each costs a read and, while the fetch
 # long-polls, a waiter; Kafka clients ask for the partitions they are assigned.
 KAFKA_FETCH_PARTITIONS_MAX = 1_000
+# Protocols (assignors) one JoinGroup may name: clients name the few they are
+# configured with (librdkafka "range,roundrobin" by default), and every
+# member's list is held by the coordinator for as long as it is a member.
+KAFKA_GROUP_PROTOCOLS_MAX = 8
+# A protocol's name, and its metadata (a consumer's subscription: its topics,
+# user data and, for cooperative assignors, the partitions it owns): held per
+# member and handed to the leader in one JoinGroup answer, so together with
+# GROUP_MEMBERS_MAX they bound that answer and the group's memory.
+KAFKA_GROUP_PROTOCOL_NAME_MAX = 64
+KAFKA_GROUP_METADATA_BYTES_MAX = 16 * KiB
+# All the assignments of one leader's SyncGroup together: held until the next
+# rebalance, each handed to its member.
+KAFKA_GROUP_ASSIGNMENT_BYTES_MAX = 1 * MiB
+# The client id a generated member id starts with (Kafka's "client-id-UUID"):
+# a client id is the client's to choose, a member id is kept and logged.
+KAFKA_GROUP_CLIENT_ID_IN_MEMBER_ID_MAX = 64
 
 
 def markdown_table() -> str:

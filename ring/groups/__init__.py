@@ -3,7 +3,8 @@
 Pure cores: sticky assignment (assignment.py), one group's state machine of
 members, generations and offsets (group.py), the offsets topic's record format
 (codec.py), the groups of one offsets partition with replay and
-checkpoints (shard.py), and when an ``auto`` topic should grow (autogrow.py). Drivers: the coordinator that loads shards from the
+checkpoints (shard.py), when an ``auto`` topic should grow (autogrow.py), and Kafka's classic
+membership of a group (classic.py). Drivers: the coordinator that loads shards from the
 log and persists changes (driver.py), reading records for group polls
 (poller.py), and the operations the HTTP layer calls (service.py).
 """

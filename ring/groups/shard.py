@@ -26,6 +26,7 @@ import logging
 from ring import limits
 from ring.errors import CorruptBatch
 from ring.groups import codec
+from ring.groups.classic import ClassicGroup
 from ring.groups.group import Event, Group
 from ring.log import batch as batchfmt
 from ring.log.batch import RecordIn
@@ -37,6 +38,9 @@ class Shard:
     def __init__(self, partition: int, now_ms: int) -> None:
         self.partition = partition
         self.groups: dict[str, Group] = {}
+        # Kafka's classic membership of groups (``classic``): not persisted, so a new coordinator starts
+        # with none and the members join again; their committed offsets are in ``groups``.
+        self.classic: dict[str, ClassicGroup] = {}
         self.checkpoint: int | None = None  # where the latest complete checkpoint starts
         self.since_checkpoint = 0  # records after it
         self.checkpoint_ms = now_ms  # when it was written (or when this shard was loaded)
