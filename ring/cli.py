@@ -451,7 +451,9 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
     if kafka[0] is not None:
         from ring.kafka_api.server import KafkaListener
 
-        kafka_listener = KafkaListener(broker, *kafka[0])
+        from ring.http_api.groups_api import GROUPS_KEY
+
+        kafka_listener = KafkaListener(broker, *kafka[0], groups=app[GROUPS_KEY])
         try:
             await kafka_listener.start()
         except OSError as exc:

@@ -202,12 +202,16 @@ class TestCluster:
     __test__ = False
 
     def __init__(self, root: Path, size: int = 3, args: Iterable[str] = (), env: dict[str, str] | None = None,
-                 prefixes: dict[int, list[str]] | None = None, hosts: list[str] | None = None) -> None:
-        """``prefixes``: broker index -> a prefix its command runs through (``faketime("+8d")``)."""
-        from ring.localcluster import LocalCluster
+                 prefixes: dict[int, list[str]] | None = None, hosts: list[str] | None = None,
+                 kafka: bool = False) -> None:
+        """``prefixes``: broker index -> a prefix its command runs through (``faketime("+8d")``);
+        ``kafka``: each broker serves a Kafka listener (``kafka_bootstrap`` names them all)."""
+        from ring.localcluster import LocalCluster, free_port
 
-        self.local = LocalCluster(root, size, args=list(args),
+        kafka_ports = [free_port() for _ in range(size)] if kafka else None
+        self.local = LocalCluster(root, size, args=list(args), kafka_ports=kafka_ports,
                                   env={"PYTHONPATH": str(REPO_ROOT), **(env or {})}, hosts=hosts)
+        self.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports or [])
         for i, prefix in (prefixes or {}).items():
             self.local.brokers[i].prefix = list(prefix)
         assert self.local.peer_ports is None  # free ports, chosen in LocalCluster

@@ -6,5 +6,6 @@ members, generations and offsets (group.py), the offsets topic's record format
 checkpoints (shard.py), when an ``auto`` topic should grow (autogrow.py), and Kafka's classic
 membership of a group (classic.py). Drivers: the coordinator that loads shards from the
 log and persists changes (driver.py), reading records for group polls
-(poller.py), and the operations the HTTP layer calls (service.py).
+(poller.py), the operations the HTTP layer calls (service.py), and those Kafka's group
+APIs call (membership.py).
 """

@@ -42,6 +42,7 @@ again and reads from the reset offsets.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -59,7 +60,7 @@ INCONSISTENT_PROTOCOL = "inconsistent_group_protocol"
 MEMBER_ID_REQUIRED = "member_id_required"
 GROUP_FULL = "group_max_size_reached"
 INVALID_SESSION_TIMEOUT = "invalid_session_timeout"
-TOO_LARGE = "invalid_request"
+INVALID_REQUEST = "invalid_request"  # metadata or assignments over their limits, a negative offset
 
 
 class JoinAnswer(NamedTuple):
@@ -128,14 +129,14 @@ class ClassicGroup:
         if not limits.GROUP_SESSION_TIMEOUT_MS_MIN <= session_timeout_ms <= limits.GROUP_SESSION_TIMEOUT_MS_MAX:
             return JoinAnswer(INVALID_SESSION_TIMEOUT, member_id=member_id)
         if check_protocols(protocols) is not None:
-            return JoinAnswer(TOO_LARGE, member_id=member_id)
+            return JoinAnswer(INVALID_REQUEST, member_id=member_id)
         if self.members and (protocol_type != self.protocol_type or not self._common(protocols)):
             return JoinAnswer(INCONSISTENT_PROTOCOL, member_id=member_id)
         self._forget_pending(now)
         known = self.members.get(member_id)
         if known is None:
             if member_id and member_id not in self.pending:
-                return JoinAnswer(UNKNOWN_MEMBER, member_id=member_id)
+                return JoinAnswer(UNKNOWN_MEMBER)  # (an id never handed out is not echoed back)
             if len(self.members) + len(self.pending) >= limits.GROUP_MEMBERS_MAX:
                 return JoinAnswer(GROUP_FULL, member_id=member_id)
             if not member_id and require_id:
@@ -255,7 +256,7 @@ class ClassicGroup:
             return SyncAnswer(WAIT)
         given = dict(assignments)
         if sum(len(a) for a in given.values()) > limits.KAFKA_GROUP_ASSIGNMENT_BYTES_MAX:
-            return SyncAnswer(TOO_LARGE)
+            return SyncAnswer(INVALID_REQUEST)
         self.state = STABLE
         for o in self.members.values():
             o.assignment = given.get(o.id, b"")
@@ -325,3 +326,37 @@ class ClassicGroup:
     def idle(self) -> bool:
         """Nothing here worth keeping: no member, no id handed out."""
         return not self.members and not self.pending and not self.outbox
+
+
+# --- the consumer protocol's metadata, read for views only -----------------------------------------
+
+
+def _strings_and_parts(data: bytes, with_parts: bool) -> list:
+    """The leading (version, [topic...]) or (version, [(topic, [partition...])...]) of a consumer
+    protocol subscription or assignment; [] for anything that does not parse (it is the client's)."""
+    try:
+        pos, out = 2, []
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        for _ in range(min(count, limits.GROUP_MEMBER_TOPICS_MAX * 4)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2:pos + 2 + n].decode()
+            pos += 2 + n
+            if not with_parts:
+                out.append(topic)
+                continue
+            (k,) = struct.unpack_from(">i", data, pos)
+            parts = list(struct.unpack_from(f">{k}i", data, pos + 4))
+            pos += 4 + 4 * k
+            out.extend((topic, p) for p in parts)
+        return out
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return []
+
+
+def subscription_topics(metadata: bytes) -> list[str]:
+    return _strings_and_parts(metadata, False)
+
+
+def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
+    return sorted(_strings_and_parts(assignment, True))

@@ -14,9 +14,10 @@ from typing import Any, Callable, Iterable
 
 from ring import limits
 from ring.catalog import validate_topic_name
-from ring.errors import BadRequest, RingError, TopicRecreated, UnknownPartition
+from ring.errors import BadRequest, Conflict, NotFound, RingError, TopicRecreated, UnknownPartition
 from ring.groups.driver import Coordinator
 from ring.groups.group import RESET_POLICIES, Commit, Group
+from ring.groups.membership import KafkaMembers
 from ring.groups.poller import Polled, Poller
 from ring.metrics import GroupLag
 
@@ -39,6 +40,7 @@ class Groups:
         self.broker = broker
         self.coord = Coordinator(broker)
         self.poller = Poller(self.coord)
+        self.membership = KafkaMembers(self.coord)  # Kafka's classic members (the Kafka listener's group APIs)
 
     # --- membership ---------------------------------------------------------------------
 
@@ -49,6 +51,12 @@ class Groups:
         topics = sorted({validate_topic_name(t) for t in topics})
         if reset not in RESET_POLICIES:
             raise BadRequest(f"reset must be one of {', '.join(RESET_POLICIES)}")
+        _, shard, _ = await self.coord.group(group)
+        kafka = shard.classic.get(group)
+        if kafka is not None and kafka.members:
+            raise Conflict(f"group {group!r} has Kafka consumers ({len(kafka.members)}): a group's members are "
+                           "all Kafka consumers or all ring consumers; use another group name",
+                           group=group, reason="kafka_group")
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_join(
             consumer, topics, session_timeout_ms, client, reset, self.coord.partitions_of(topics),
@@ -177,6 +185,7 @@ class Groups:
             offsets.append((topic, p, int(doc["offset"])))
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_reset(offsets, clock.wall_ms()), [topic])
+        await self.membership.fence(group)  # Kafka members join again and read from the reset offsets
         return {"group": group, "topic": topic, "to": to,
                 "offsets": [{"partition": p, "offset": o} for _, p, o in offsets]}
 
@@ -220,7 +229,29 @@ class Groups:
         return tps
 
     async def describe(self, group: str) -> dict[str, Any]:
-        return await self.describe_group(await self.coord.existing(group))
+        _, shard, g = await self.coord.group(group)
+        kafka = shard.classic.get(group)
+        if g is None or g.dropped:
+            if kafka is None or not kafka.members:
+                raise NotFound(f"no consumer group {group!r}", group=group)
+            g = Group(group)
+        return await self._with_kafka(await self.describe_group(g), kafka)
+
+    async def _with_kafka(self, doc: dict[str, Any], kafka: Any) -> dict[str, Any]:
+        """A group's view with its Kafka members in it, when it has any."""
+        if kafka is None or not kafka.members:
+            return doc
+        view = self.membership.describe(kafka)
+        owners = {(a["topic"], a["partition"]): m["member"] for m in view["members"] for a in m["assignment"]}
+        for o in doc["offsets"]:
+            o["consumer"] = owners.get((o["topic"], o["partition"]), o["consumer"])
+        known = {(o["topic"], o["partition"]) for o in doc["offsets"]}
+        for tp in sorted(set(owners) - known):  # assigned, nothing committed yet
+            hw = await self._high_watermark(*tp) if tp[0] in self.broker.catalog else None
+            doc["offsets"].append({"topic": tp[0], "partition": tp[1], "committed": None, "high_watermark": hw,
+                                   "lag": hw, "consumer": owners[tp]})
+        doc.update(view)
+        return doc
 
     def lag_rows(self) -> list[Any]:
         """(group, topic, partition, committed, high watermark, members) for the metrics scrape: the
@@ -237,4 +268,12 @@ class Groups:
         return rows
 
     async def list_local(self) -> list[dict[str, Any]]:
-        return [await self.describe_group(g) for _, g in await self.coord.local_groups()]
+        out, seen = [], set()
+        for shard, g in await self.coord.local_groups():
+            seen.add(g.name)
+            out.append(await self._with_kafka(await self.describe_group(g), shard.classic.get(g.name)))
+        for shard in self.coord.loaded_shards():  # Kafka groups that have committed nothing yet
+            for name, kafka in sorted(shard.classic.items()):
+                if name not in seen and kafka.members:
+                    out.append(await self._with_kafka(await self.describe_group(Group(name)), kafka))
+        return out

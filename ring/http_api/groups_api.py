@@ -471,6 +471,7 @@ def register(app: web.App) -> None:
         metrics.group_source = groups.lag_rows
     for method, path, handler in ROUTES:
         app.router.add(method, path, handler, **BODIES.get(handler, {}))
+    app.on_cleanup.append(groups.membership.close)
     app.on_cleanup.append(groups.coord.close)
 
 

@@ -5,7 +5,8 @@ coroutine when the broker must be awaited, a ``wire.Quiet`` for a request answer
 (placement, leaders, durability, long-polls, offsets) are the broker's, as for the HTTP front:
 a produce goes through ``broker.intake`` (``produce.py``), a fetch through ``broker.fetch``, an
 offsets lookup through ``broker.offsets``. Errors of the broker are answered per partition with
-Kafka's codes (``errors.py``). Only non-flexible versions are served, but for ApiVersions v3.
+Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
+(``groups.py``). Only non-flexible versions are served, but for ApiVersions v3 and FindCoordinator v3-4.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import cluster, consume, offsets, produce
+from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -30,7 +31,7 @@ class NotServed(RingError):
 
 
 # The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
-FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3}
+FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3, **group_codec.FLEXIBLE_FROM}
 
 
 def flexible(api_key: int, api_version: int) -> bool:
@@ -67,10 +68,12 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     LIST_OFFSETS: (1, 5, offsets.list_offsets),
     METADATA: (1, 8, cluster.metadata),
     API_VERSIONS: (0, 3, api_versions),
+    **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
 }
 
 
-def handle(broker: Any, header: RequestHeader, r: Reader) -> Answer:
+def handle(broker: Any, header: RequestHeader, r: Reader, group_service: Any = None) -> Answer:
+    """``group_service``: the broker's ``ring.groups.service.Groups``, which the group APIs are served by."""
     served = SERVED.get(header.api_key)
     if served is None:
         raise NotServed(f"API key {header.api_key} is not served")
@@ -82,5 +85,9 @@ def handle(broker: Any, header: RequestHeader, r: Reader) -> Answer:
     if header.api_key != API_VERSIONS and broker.membership is None:
         # Listening before the broker opened (``ring serve`` binds first): the client connects again.
         raise Unavailable(f"{broker.config.name} is starting")
+    if header.api_key in groups.HANDLERS:
+        if group_service is None:
+            raise NotServed(f"API key {header.api_key}: this listener serves no groups")
+        return handler(group_service, header, r)
     return handler(broker, header.api_version, r)
 

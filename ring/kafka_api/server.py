@@ -159,7 +159,7 @@ class KafkaConnection(asyncio.Protocol):
         r = Reader(frame)
         try:
             header = read_header(r, apis.flexible)
-            answer = apis.handle(self.listener.broker, header, r)
+            answer = apis.handle(self.listener.broker, header, r, self.listener.groups)
         except Malformed as exc:
             self.abort(f"a malformed request: {exc.message}")
             return
@@ -171,7 +171,9 @@ class KafkaConnection(asyncio.Protocol):
             answer = answer.work
         slot = _Slot(quiet)
         self.slots.append(slot)
-        head = _SIZE.pack(header.correlation_id)  # response header v0: every answer served here has it
+        head = _SIZE.pack(header.correlation_id)  # response header v0 ...
+        if header.api_key != apis.API_VERSIONS and apis.flexible(header.api_key, header.api_version):
+            head += b"\x00"  # ... or v1 (its tagged fields, none) for a flexible version but ApiVersions
         if isinstance(answer, (bytes, bytearray)):
             self._answered(slot, head, answer)
             return
@@ -194,7 +196,7 @@ class KafkaConnection(asyncio.Protocol):
         self._answered(slot, head, task.result())
 
     def _answered(self, slot: _Slot, head: bytes, body: bytes | bytearray) -> None:
-        slot.answer = b"" if slot.quiet else _SIZE.pack(4 + len(body)) + head + body
+        slot.answer = b"" if slot.quiet else _SIZE.pack(len(head) + len(body)) + head + body
         while self.slots and self.slots[0].answer is not None and not self.closed:
             data = self.slots.popleft().answer
             if data:
@@ -214,8 +216,9 @@ class KafkaConnection(asyncio.Protocol):
 class KafkaListener:
     """The Kafka listener of one broker: ``start`` returns once it accepts, ``stop`` closes every connection."""
 
-    def __init__(self, broker: Any, host: str, port: int) -> None:
+    def __init__(self, broker: Any, host: str, port: int, groups: Any = None) -> None:
         self.broker = broker
+        self.groups = groups  # the broker's ring.groups.service.Groups: the group APIs are served by it
         self.host = host
         self.port = port
         self.connections: set[KafkaConnection] = set()

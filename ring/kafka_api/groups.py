@@ -1,0 +1,168 @@
+"""Kafka's classic consumer-group APIs on the listener: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit and OffsetFetch, each parsed (``group_codec``), carried out by ring's group
+coordinator (``ring.groups.membership`` through ``Groups.membership``) and answered with Kafka's codes.
+
+A group's coordinator is the broker ring's groups pick (the leader of the group's ``__offsets``
+partition); FindCoordinator names that broker's Kafka listener, and any other broker answers the
+group APIs NOT_COORDINATOR, so the client finds the coordinator again. Every error of the broker
+is answered with a code (``code_of_group``), never by closing the connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ring.errors import BadRequest, RingError, Unavailable
+from ring.groups import classic
+from ring.groups.membership import NOT_COORDINATOR, UNKNOWN_PARTITION
+from ring.groups.service import validate_name
+from ring.kafka_api import errors
+from ring.kafka_api import group_codec as gc
+from ring.kafka_api.cluster import kafka_brokers, node_id
+from ring.kafka_api.wire import Reader, RequestHeader
+
+OUTCOMES = {
+    classic.OK: errors.NONE,
+    classic.UNKNOWN_MEMBER: errors.UNKNOWN_MEMBER_ID,
+    classic.ILLEGAL_GENERATION: errors.ILLEGAL_GENERATION,
+    classic.REBALANCE_IN_PROGRESS: errors.REBALANCE_IN_PROGRESS,
+    classic.INCONSISTENT_PROTOCOL: errors.INCONSISTENT_GROUP_PROTOCOL,
+    classic.MEMBER_ID_REQUIRED: errors.MEMBER_ID_REQUIRED,
+    classic.GROUP_FULL: errors.GROUP_MAX_SIZE_REACHED,
+    classic.INVALID_SESSION_TIMEOUT: errors.INVALID_SESSION_TIMEOUT,
+    classic.INVALID_REQUEST: errors.INVALID_REQUEST,
+    NOT_COORDINATOR: errors.NOT_COORDINATOR,
+    UNKNOWN_PARTITION: errors.UNKNOWN_TOPIC_OR_PARTITION,
+}
+
+
+def code_of_group(exc: RingError) -> int:
+    """A broker error met serving a group request: not coordinating it here (the client finds the
+    coordinator again), a group id ring does not take, or anything else retriable at the coordinator."""
+    if isinstance(exc, Unavailable):
+        return errors.NOT_COORDINATOR
+    if isinstance(exc, BadRequest):
+        return errors.INVALID_GROUP_ID
+    return errors.COORDINATOR_NOT_AVAILABLE
+
+
+async def _guarded(group: str, work: Any, failed: Any) -> bytes:
+    """``work()``'s answer, or ``failed(code)`` for a group id ring refuses or a broker error."""
+    try:
+        validate_name(group, "group")
+        return await work()
+    except RingError as exc:
+        return failed(code_of_group(exc))
+
+
+# --- FindCoordinator ---------------------------------------------------------------------------
+
+
+async def _find_one(groups: Any, key_type: int, key: str) -> gc.CoordinatorFound:
+    if key_type != 0:  # transactions: none are served
+        return gc.CoordinatorFound(key, -1, "", -1, errors.INVALID_REQUEST, "only group coordinators are served")
+    try:
+        validate_name(key, "group")
+        remote = await groups.coord.locate(key)
+    except RingError as exc:
+        code = errors.INVALID_GROUP_ID if isinstance(exc, BadRequest) else errors.COORDINATOR_NOT_AVAILABLE
+        return gc.CoordinatorFound(key, -1, "", -1, code, exc.message[:200])
+    name = groups.broker.config.name if remote is None else remote.name
+    addr = kafka_brokers(groups.broker).get(name)
+    if addr is None:
+        return gc.CoordinatorFound(key, -1, "", -1, errors.COORDINATOR_NOT_AVAILABLE,
+                                   f"the coordinator {name} has no Kafka listener")
+    return gc.CoordinatorFound(key, node_id(name), addr[0], addr[1], errors.NONE, None)
+
+
+def find_coordinator(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    req = gc.read_find_coordinator(header.api_version, r)
+
+    async def answer() -> bytes:
+        found = [await _find_one(groups, req.key_type, k) for k in req.keys[:64]]
+        return gc.find_coordinator_answer(header.api_version, found)
+    return answer()
+
+
+# --- membership -------------------------------------------------------------------------------
+
+
+def join_group(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_join_group(v, r)
+
+    async def work() -> bytes:
+        a = await groups.membership.join(req.group, req.member_id, v >= 4, header.client_id or "consumer",
+                                         req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                                         req.protocols)
+        return gc.join_group_answer(v, OUTCOMES[a.outcome], a.generation, a.protocol, a.leader, a.member_id,
+                                    list(a.members))
+    return _guarded(req.group, work, lambda code: gc.join_group_answer(v, code, -1, "", "", req.member_id[:255], []))
+
+
+def sync_group(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_sync_group(v, r)
+
+    async def work() -> bytes:
+        a = await groups.membership.sync(req.group, req.generation, req.member_id, req.assignments)
+        return gc.sync_group_answer(v, OUTCOMES[a.outcome], a.assignment)
+    return _guarded(req.group, work, lambda code: gc.sync_group_answer(v, code, b""))
+
+
+def heartbeat(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_heartbeat(v, r)
+
+    async def work() -> bytes:
+        outcome = await groups.membership.heartbeat(req.group, req.generation, req.member_id)
+        return gc.heartbeat_answer(v, OUTCOMES[outcome])
+    return _guarded(req.group, work, lambda code: gc.heartbeat_answer(v, code))
+
+
+def leave_group(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_leave_group(v, r)
+
+    async def work() -> bytes:
+        outcomes = [OUTCOMES[o] for o in await groups.membership.leave(req.group, [m for m, _ in req.members])]
+        top = outcomes[0] if v < 3 and outcomes else errors.NONE
+        return gc.leave_group_answer(v, top, [(m, i, c) for (m, i), c in zip(req.members, outcomes)])
+    return _guarded(req.group, work, lambda code: gc.leave_group_answer(v, code, []))
+
+
+# --- offsets ----------------------------------------------------------------------------------
+
+
+def offset_commit(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_offset_commit(v, r)
+    offsets = [(t, p, o) for t, parts in req.topics for p, o, _ in parts]
+
+    def answer(codes: dict[tuple[str, int], int]) -> bytes:
+        return gc.offset_commit_answer(v, [(t, [(p, codes[(t, p)]) for p, _, _ in parts]) for t, parts in req.topics])
+
+    async def work() -> bytes:
+        outcomes = await groups.membership.commit(req.group, req.generation, req.member_id, offsets)
+        return answer({tp: OUTCOMES[o] for tp, o in outcomes.items()})
+    return _guarded(req.group, work, lambda code: answer({(t, p): code for t, p, _ in offsets}))
+
+
+def offset_fetch(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+    req = gc.read_offset_fetch(v, r)
+
+    async def work() -> bytes:
+        found = await groups.membership.committed(req.group, req.topics)
+        return gc.offset_fetch_answer(v, errors.NONE, [(t, [(p, o, errors.NONE) for p, o in parts])
+                                                       for t, parts in found])
+
+    def failed(code: int) -> bytes:
+        topics = [(t, [(p, -1, code) for p in parts]) for t, parts in req.topics or []]
+        return gc.offset_fetch_answer(v, code, topics)
+    return _guarded(req.group, work, failed)
+
+
+HANDLERS = {gc.FIND_COORDINATOR: find_coordinator, gc.JOIN_GROUP: join_group, gc.SYNC_GROUP: sync_group,
+            gc.HEARTBEAT: heartbeat, gc.LEAVE_GROUP: leave_group, gc.OFFSET_COMMIT: offset_commit,
+            gc.OFFSET_FETCH: offset_fetch}
