@@ -762,6 +762,10 @@ KAFKA_GROUP_ASSIGNMENT_BYTES_MAX = 1 * MiB
 # The client id a generated member id starts with (Kafka's "client-id-UUID"):
 # a client id is the client's to choose, a member id is kept and logged.
 KAFKA_GROUP_CLIENT_ID_IN_MEMBER_ID_MAX = 64
+# A member's rebalance timeout (its max.poll.interval.ms, 5 minutes by default)
+# is taken up to this: a rebalance waits that long for members to join again,
+# and heartbeats keep a member that never does in the group meanwhile.
+KAFKA_GROUP_REBALANCE_TIMEOUT_MS_MAX = 30 * 60 * 1000
 
 
 def markdown_table() -> str:

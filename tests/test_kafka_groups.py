@@ -98,6 +98,8 @@ def test_two_consumers_split_rebalance_and_a_new_one_resumes_from_the_commits(ri
     doc = describe(ring, group)
     assert doc["state"] == "stable" and [len(m["assignment"]) for m in doc["members"]] == [PARTITIONS]
     assert doc["members"][0]["topics"] == [topic] and doc["kafka"]["protocol"] == strategy
+    listed = ring[0].http.get("/v1/groups").json()["groups"]
+    assert [g["state"] for g in listed if g["group"] == group] == ["stable"]
 
     # ring groups reset applies: the member's generation ends, it joins again and reads from the reset offsets
     r = ring[2].http.request("PUT", f"/v1/groups/{group}/offsets/{topic}", json_body={"to": "earliest"})
@@ -208,8 +210,27 @@ def test_hostile_joins_and_syncs_get_their_error_codes_and_nothing_is_kept(ring)
     assert call(other, hb, 3, HeartbeatResponse).error_code == 16  # NOT_COORDINATOR: find it again
     assert call(coord, hb, 3, HeartbeatResponse).error_code == 0
     assert describe(ring, group)["members"][0]["member"] == first.member_id
+    refused = ring[0].http.post(f"/v1/groups/{group}/members", json_body={"consumer": "c", "topics": ["t"]})
+    assert (refused.status, refused.json().get("reason")) == (409, "kafka_group")  # one kind of member a group
     ident = LeaveGroupRequest.MemberIdentity
     left = call(coord, LeaveGroupRequest(group_id=group, members=[ident(member_id=first.member_id)]), 3,
                 LeaveGroupResponse)
     assert left.error_code == 0 and [m.error_code for m in left.members] == [0]
     nothing_kept()
+
+
+def test_a_kafka_join_to_a_group_of_ring_consumers_is_refused(ring):
+    from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+
+    assert ring[0].http.create_topic("ring-only", partitions=1).status == 201
+    r = ring[0].http.post("/v1/groups/ring-group/members", json_body={"consumer": "c", "topics": ["ring-only"]})
+    assert r.status == 200, r.body
+    bootstrap = ("127.0.0.1", int(ring.kafka_bootstrap.split(",")[0].rpartition(":")[2]))
+    found = call(bootstrap, FindCoordinatorRequest(key="ring-group", key_type=0), 2, FindCoordinatorResponse)
+    proto = JoinGroupRequest.JoinGroupRequestProtocol
+    req = JoinGroupRequest(group_id="ring-group", session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id="",
+                           group_instance_id=None, protocol_type="consumer",
+                           protocols=[proto(name="range", metadata=b"")])
+    assert call((found.host, found.port), req, 3, JoinGroupResponse).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+    assert [m["member"] for m in describe(ring, "ring-group")["members"]] == ["c"]

@@ -144,7 +144,8 @@ class ClassicGroup:
                 return JoinAnswer(MEMBER_ID_REQUIRED, member_id=new_id)
             member_id = member_id or new_id
             self.pending.pop(member_id, None)
-        rebalance_timeout_ms = max(rebalance_timeout_ms, session_timeout_ms)
+        rebalance_timeout_ms = min(max(rebalance_timeout_ms, session_timeout_ms),
+                                   limits.KAFKA_GROUP_REBALANCE_TIMEOUT_MS_MAX)
         m = ClassicMember(member_id, client_id, session_timeout_ms, rebalance_timeout_ms, tuple(protocols), now)
         if known is not None:
             m.assignment = known.assignment

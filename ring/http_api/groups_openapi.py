@@ -53,8 +53,14 @@ _OFFSET = {"type": "object", "required": ["topic", "partition", "offset"],
 _RECORD = {"allOf": [{"$ref": "#/components/schemas/Record"}, {"type": "object", "properties": {
     "topic": {"type": "string"}, "partition": {"type": "integer"}}}]}
 _GROUP_DOC = {"type": "object", "properties": {
-    "group": {"type": "string"}, "state": {"enum": ["empty", "stable"]}, "generation": {"type": "integer"},
-    "coordinator": {"type": "string"},
+    "group": {"type": "string"},
+    "state": {"enum": ["empty", "stable", "preparing", "completing"],
+              "description": "a Kafka group's rebalance: preparing (gathering members), completing (awaiting the "
+                             "leader's assignment)"},
+    "generation": {"type": "integer"}, "coordinator": {"type": "string"},
+    "kafka": {"type": "object", "description": "a group of Kafka consumers (the Kafka listener's classic protocol)",
+              "properties": {"protocol_type": {"type": "string"}, "protocol": {"type": "string"},
+                             "leader": {"type": "string"}}},
     "members": {"type": "array", "items": {"type": "object", "properties": {
         "member": {"type": "string"}, "client": {"type": ["string", "null"]}, "topics": {"type": "array"},
         "assignment": {"type": "array", "items": _TP}, "session_timeout_ms": {"type": "integer"},
