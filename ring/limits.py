@@ -766,6 +766,10 @@ KAFKA_GROUP_CLIENT_ID_IN_MEMBER_ID_MAX = 64
 # is taken up to this: a rebalance waits that long for members to join again,
 # and heartbeats keep a member that never does in the group meanwhile.
 KAFKA_GROUP_REBALANCE_TIMEOUT_MS_MAX = 30 * 60 * 1000
+# Group ids one FindCoordinator (v4) asks about: each is a lookup of the
+# group's offsets partition's leader; a consumer asks for its one group, an
+# admin client for a few. The ids past it are answered INVALID_REQUEST.
+KAFKA_FIND_COORDINATOR_KEYS_MAX = 64
 
 
 def markdown_table() -> str:

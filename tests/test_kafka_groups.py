@@ -140,15 +140,18 @@ def test_kafka_python_group_consumer_commits_and_resumes(ring):
 # --- raw frames -----------------------------------------------------------------------------------
 
 
-def call(addr: tuple[str, int], request: Any, version: int, response: Any) -> Any:
+def call(addr: tuple[str, int], request: Any, version: int, response: Any, flexible: bool = False) -> Any:
+    """One request (header v2 and its answer's header v1 when ``flexible``) on a connection of its own."""
     body = bytes(request.encode(version=version))
-    head = struct.pack(">hhih", request.API_KEY, version, 7, 4) + b"test"
+    head = struct.pack(">hhih", request.API_KEY, version, 7, 4) + b"test" + (b"\x00" if flexible else b"")
     with socket.create_connection(addr, timeout=30) as s:
         s.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
         size = struct.unpack(">i", _exactly(s, 4))[0]
         data = _exactly(s, size)
     assert struct.unpack(">i", data[:4])[0] == 7
-    return response.decode(data[4:], version=version)
+    if flexible:
+        assert data[4] == 0, "a response header v1 with no tagged fields"
+    return response.decode(data[5 if flexible else 4:], version=version)
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:
@@ -174,6 +177,13 @@ def test_hostile_joins_and_syncs_get_their_error_codes_and_nothing_is_kept(ring)
     assert found.error_code == 0
     coord = (found.host, found.port)
     other = next(a for a in addrs if a != coord)
+    most = limits.KAFKA_FIND_COORDINATOR_KEYS_MAX
+    many = call(other, FindCoordinatorRequest(key_type=0, coordinator_keys=[group] * (most + 1)), 4,
+                FindCoordinatorResponse, flexible=True)
+    assert [(c.error_code, c.port) for c in many.coordinators] == [(0, found.port)] * most + [(42, -1)]
+    txn = call(other, FindCoordinatorRequest(key_type=1, coordinator_keys=["t"]), 4, FindCoordinatorResponse,
+               flexible=True)
+    assert [c.error_code for c in txn.coordinators] == [42]  # INVALID_REQUEST: no transaction coordinators
     proto = JoinGroupRequest.JoinGroupRequestProtocol
 
     def join(member_id: str, metadata: bytes = b"\x00\x00") -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ring import limits
 from ring.errors import BadRequest, RingError, Unavailable
 from ring.groups import classic
 from ring.groups.membership import NOT_COORDINATOR, UNKNOWN_PARTITION
@@ -79,7 +80,10 @@ def find_coordinator(groups: Any, header: RequestHeader, r: Reader) -> Any:
     req = gc.read_find_coordinator(header.api_version, r)
 
     async def answer() -> bytes:
-        found = [await _find_one(groups, req.key_type, k) for k in req.keys[:64]]
+        most = limits.KAFKA_FIND_COORDINATOR_KEYS_MAX
+        found = [await _find_one(groups, req.key_type, k) for k in req.keys[:most]]
+        found += [gc.CoordinatorFound(k[:255], -1, "", -1, errors.INVALID_REQUEST, f"at most {most} keys a request")
+                  for k in req.keys[most:]]
         return gc.find_coordinator_answer(header.api_version, found)
     return answer()
 
