@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections import Counter
 from typing import Any, Iterator
 
 import pytest
@@ -244,3 +245,43 @@ def test_a_kafka_join_to_a_group_of_ring_consumers_is_refused(ring):
                            protocols=[proto(name="range", metadata=b"")])
     assert call((found.host, found.port), req, 3, JoinGroupResponse).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
     assert [m["member"] for m in describe(ring, "ring-group")["members"]] == ["c"]
+
+
+def test_a_consumer_follows_its_group_to_a_new_coordinator_when_the_old_one_dies(ring):
+    """Last in the module: it kills a broker. The membership is the coordinator's alone; the committed offsets
+    are in __offsets, so the consumer joins again at the new coordinator and goes on from its commits."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    topic, group = "fo", "fo-group"
+    assert ring[0].http.create_topic(topic, partitions=2).status == 201
+    produce(ring, {0: 5, 1: 5}, topic)
+    x = consumer(ring, group)
+    seen: dict[str, list[tuple[int, int]]] = {"x": []}
+    x.subscribe([topic])
+    pump({"x": x}, seen, lambda: len(seen["x"]) == 10, "x reads the first 10")
+    assert all(tp.error is None for tp in x.commit(asynchronous=False))
+    old = describe(ring, group)["coordinator"]
+    next(m for m in ring if m.name == old).kill()
+    produce(ring, {0: 5, 1: 5}, topic)
+    pump({"x": x}, seen, lambda: len(set(seen["x"])) == 20, "x reads the next 10 through the new coordinator")
+
+    tps = [TopicPartition(topic, p) for p in range(2)]
+
+    def commit() -> bool:
+        """Refused (UNKNOWN_MEMBER_ID) until x has joined at the new coordinator, which polling does."""
+        m = x.poll(0.05)
+        if m is not None and m.error() is None:
+            seen["x"].append((m.partition(), m.offset()))
+        return all(tp.error is None for tp in x.commit(offsets=[TopicPartition(topic, p, 10) for p in range(2)],
+                                                       asynchronous=False))
+    wait_for("x's commit at the new coordinator", commit, timeout_s=40, interval_s=0, errors=(KafkaException,))
+    assert [tp.offset for tp in x.committed(tps, timeout=10)] == [10, 10]  # OffsetFetch at the new coordinator
+    x.close()
+    assert sorted(set(seen["x"])) == [(p, o) for p in range(2) for o in range(10)]  # none missed
+    # Read again at most what was read after the last commit, before the rejoin at the new coordinator
+    # assigned the partitions afresh from the committed offsets (at-least-once, as in Kafka).
+    assert all(o >= 5 for (p, o), n in Counter(seen["x"]).items() if n > 1)
+    alive = next(m for m in ring if m.name != old)
+    doc = alive.http.get(f"/v1/groups/{group}").json()
+    assert doc["coordinator"] != old and {(o["partition"], o["committed"]) for o in doc["offsets"]} == {(0, 10),
+                                                                                                      (1, 10)}
