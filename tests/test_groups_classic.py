@@ -122,3 +122,33 @@ def test_hostile_joins_are_refused_with_nothing_kept():
     join(g, "a", 0)
     assert join(g, "", 0, new_id="x", protocols=[("cooperative-sticky", b"")]).outcome == c.INCONSISTENT_PROTOCOL
     assert g.pending == {}
+
+
+def test_a_leader_that_does_not_sync_in_time_is_dropped_and_the_rest_rebalance():
+    g = c.ClassicGroup("g")
+    join(g, "", 0, new_id="a")
+    join(g, "a", 0)
+    join(g, "", 0, new_id="b")
+    join(g, "b", 0)  # waits for a
+    join(g, "a", 1)  # completes: a leads generation 2, and never syncs
+    drain(g)
+    assert g.sync("b", 2, [], 1.5) == c.SyncAnswer(c.WAIT)
+    for now in (10, 20, 30):  # a heartbeats: alive, but its assignment never comes
+        assert g.heartbeat("a", 2, now) == c.OK
+        g.tick(now)
+    assert "a" in g.members
+    g.tick(31.1)  # a's rebalance timeout (30 s) from the completion at 1
+    assert "a" not in g.members and g.state == c.PREPARING
+    assert drain(g) == {"b": c.SyncAnswer(c.REBALANCE_IN_PROGRESS)}  # b joins again and leads
+
+
+def test_a_leaders_assignments_over_their_bound_are_refused_and_a_full_group_takes_no_one_more(monkeypatch):
+    g = c.ClassicGroup("g")
+    join(g, "", 0, new_id="a")
+    join(g, "a", 0)
+    too_much = [("a", b"x" * (limits.KAFKA_GROUP_ASSIGNMENT_BYTES_MAX + 1))]
+    assert g.sync("a", 1, too_much, 1) == c.SyncAnswer(c.INVALID_REQUEST)
+    assert g.state == c.COMPLETING and g.members["a"].assignment == b""
+    monkeypatch.setattr(limits, "GROUP_MEMBERS_MAX", 2)
+    assert join(g, "", 2, new_id="b").outcome == c.MEMBER_ID_REQUIRED  # b's id is held for it
+    assert join(g, "", 2, new_id="x").outcome == c.GROUP_FULL

@@ -167,7 +167,8 @@ def _exactly(s: socket.socket, n: int) -> bytes:
 def test_hostile_joins_and_syncs_get_their_error_codes_and_nothing_is_kept(ring):
     from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
                                                JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-                                               SyncGroupRequest, SyncGroupResponse)
+                                               OffsetCommitRequest, OffsetCommitResponse, SyncGroupRequest,
+                                               SyncGroupResponse)
     from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
     from ring import limits
@@ -220,6 +221,15 @@ def test_hostile_joins_and_syncs_get_their_error_codes_and_nothing_is_kept(ring)
     hb = HeartbeatRequest(group_id=group, generation_id=1, member_id=first.member_id, group_instance_id=None)
     assert call(other, hb, 3, HeartbeatResponse).error_code == 16  # NOT_COORDINATOR: find it again
     assert call(coord, hb, 3, HeartbeatResponse).error_code == 0
+    t = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=1, member_id=first.member_id,
+                                 group_instance_id=None, topics=[t(name="no-such-topic", partitions=[
+                                     t.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                                    committed_leader_epoch=-1,
+                                                                    committed_metadata="")])])
+    answer = call(coord, commit, 7, OffsetCommitResponse)
+    assert [p.error_code for p in answer.topics[0].partitions] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
+    assert describe(ring, group)["offsets"] == []  # nothing committed
     assert describe(ring, group)["members"][0]["member"] == first.member_id
     refused = ring[0].http.post(f"/v1/groups/{group}/members", json_body={"consumer": "c", "topics": ["t"]})
     assert (refused.status, refused.json().get("reason")) == (409, "kafka_group")  # one kind of member a group
