@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.brokers import TestCluster
+from tests.test_cli_commands import cli
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -99,6 +100,8 @@ def test_two_consumers_split_rebalance_and_a_new_one_resumes_from_the_commits(ri
     doc = describe(ring, group)
     assert doc["state"] == "stable" and [len(m["assignment"]) for m in doc["members"]] == [PARTITIONS]
     assert doc["members"][0]["topics"] == [topic] and doc["kafka"]["protocol"] == strategy
+    shown = cli(ring[0].url, "groups", "describe", group)  # ring groups describe, as a shell runs it
+    assert shown.returncode == 0 and doc["members"][0]["member"] in shown.stdout.decode()
     listed = ring[0].http.get("/v1/groups").json()["groups"]
     assert [g["state"] for g in listed if g["group"] == group] == ["stable"]
 
