@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,spark
 
-.PHONY: venv system-deps demo test bench cluster cluster-stop clean
+.PHONY: venv system-deps spark-kafka-jars demo test bench cluster cluster-stop clean
 
 venv: $(STAMP)
 
@@ -21,11 +21,11 @@ demo: venv
 # System packages some tests drive for real: Chromium (the admin page, via
 # Playwright with the system browser), iproute2 and iptables (network
 # partitions in namespaces), curl (the examples of README.md and docs/), a Java 17 runtime
-# (the Spark tier), faketime (a broker whose wall clock is wrong). Installed
-# with apt-get when we are root and they are missing; otherwise those tests
-# skip and say why. CI (CI=true) insists: a missing package fails the run.
+# (the Spark tier), Maven (Spark's Kafka source, below), faketime (a broker whose wall
+# clock is wrong). Installed with apt-get when we are root and they are missing;
+# otherwise those tests skip and say why. CI (CI=true) insists: a missing package fails the run.
 SYSTEM_DEPS := chromium:chromium ip:iproute2 iptables:iptables curl:curl java:openjdk-17-jre-headless \
-	faketime:faketime
+	mvn:maven faketime:faketime
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
@@ -38,12 +38,18 @@ system-deps:
 	  else echo "note: missing$$missing; the tests that need them will skip"; fi; \
 	fi
 
+# Spark's own Kafka source (spark-sql-kafka-0-10 and its dependencies) from Maven Central with
+# mvn, cached under ~/.cache/ring-bench: tests/spark reads ring's Kafka listener through it.
+# Without it those tests skip and say why; CI (CI=true) insists.
+spark-kafka-jars: venv system-deps
+	@$(BIN)/python -m ring.bench.spark_kafka_jars >/dev/null || [ "$$CI" != true ]
+
 # Two pytest-xdist workers: most of the suite waits on brokers, Spark and timers, not
 # on a core. Each worker picks ports from its own slice and the Spark tests share one
 # worker (tests/conftest.py); TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-test: venv system-deps
+test: venv system-deps spark-kafka-jars
 	PYTEST_ADDOPTS="$(XDIST_ARGS) $$PYTEST_ADDOPTS" $(BIN)/python -m pytest
 
 # The peers' clients and the plot need the `bench` extra; NATS and RabbitMQ

@@ -3,11 +3,16 @@ for the whole session, and helpers that create a fresh topic per test.
 
 Spark needs Java and the ``spark`` extra (pyspark, pyarrow), both of which
 ``make test`` installs; without them the suite is skipped with the reason,
-never half-run, and under CI=true the run fails.
+never half-run, and under CI=true the run fails. The session also carries
+Spark's own Kafka source (``ring.bench.spark_kafka_jars``, from Maven
+Central, which ``make test`` installs and a run installs when missing);
+without it the tests marked ``kafka_source`` skip with the reason, and under
+CI=true the run fails.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -23,15 +28,30 @@ from sparkio.client import BrokerClient
 SKIP_REASON = missing()
 
 
+@functools.cache
+def kafka_source_jars() -> tuple[str, list[str]] | str:
+    """(connector version, jars) of Spark's Kafka source, installed when missing; or why not."""
+    from ring.bench.spark_kafka_jars import jars
+
+    return jars()
+
+
 def pytest_collection_modifyitems(config, items):
-    if SKIP_REASON is None:
-        return
     here = Path(__file__).parent
     ours = [item for item in items if here in Path(item.fspath).parents]
-    if ours and os.environ.get("CI") == "true":
-        raise pytest.UsageError(f"{SKIP_REASON} (CI=true: `make test` installs the Spark extra and Java)")
-    for item in ours:
-        item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+    if SKIP_REASON is not None:
+        if ours and os.environ.get("CI") == "true":
+            raise pytest.UsageError(f"{SKIP_REASON} (CI=true: `make test` installs the Spark extra and Java)")
+        for item in ours:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+        return
+    kafka = [item for item in ours if item.get_closest_marker("kafka_source")]
+    if kafka and isinstance(kafka_source_jars(), str):
+        why = f"Spark's Kafka source is not installed: {kafka_source_jars()}"
+        if os.environ.get("CI") == "true":
+            raise pytest.UsageError(f"{why} (CI=true: `make test` installs it with mvn)")
+        for item in kafka:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 _names = itertools.count()
@@ -45,7 +65,9 @@ def spark():
     # interpreter exits, into pytest's already closed capture stream: a traceback
     # printed after the summary line. Its warnings and errors still show.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    session = local_session("ring-tests", cores=2, shuffle_partitions=2)
+    kafka = kafka_source_jars()  # on the classpath from the start: a session cannot load a source later
+    conf = {"spark.jars": ",".join(kafka[1])} if not isinstance(kafka, str) else {}
+    session = local_session("ring-tests", cores=2, shuffle_partitions=2, conf=conf)
     yield session
     session.stop()
 
