@@ -38,6 +38,9 @@ UNRUN = {
                                                                 "tests/spark/test_spark_standalone.py "
                                                                 "submits the same job to a cluster on loopback",
     ("SECURITY.md", "python -m tests.soak --seconds 300"): "five minutes of load; tests/test_soak.py runs 30 s",
+    ("SPARK.md", "python -m ring.bench.spark_kafka"): "starts three Apache Kafka JVMs beside three brokers and "
+                                                      "runs for minutes; tests/spark/test_spark_kafka_source.py "
+                                                      "reads ring through Spark's Kafka source",
 }
 
 
