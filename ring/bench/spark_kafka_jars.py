@@ -20,6 +20,7 @@ jars, or why not (exit status 1).
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import sys
@@ -108,12 +109,18 @@ def jars() -> tuple[str, list[str]] | str:
     why = ensure_packages({"java": "openjdk-17-jre-headless", "mvn": "maven"})
     if why:
         return why
-    refusals = []
-    for version in dict.fromkeys(wanted):
-        why = _resolve(version)
-        if why is None:
-            return version, _installed(version) or []
-        refusals.append(why)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "spark-kafka.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist's workers each ask at once: one mvn at a time
+        refusals = []
+        for version in dict.fromkeys(wanted):
+            found = _installed(version)  # another process may have put it there while this one waited
+            if found:
+                return version, found
+            why = _resolve(version)
+            if why is None:
+                return version, _installed(version) or []
+            refusals.append(why)
     return "; ".join(refusals)
 
 

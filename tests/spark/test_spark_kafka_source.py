@@ -113,3 +113,25 @@ def test_a_stream_stopped_and_restarted_from_its_checkpoint_reads_every_record_o
     got = [tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect()]
     expected = [(p, i, None if i % 7 == 3 else f"v{i}") for p in range(PARTITIONS) for i in range(50)]
     assert sorted(got, key=lambda r: r[:2]) == expected  # every record, once
+
+
+def test_the_connector_from_the_cache_is_only_the_jars_pyspark_does_not_ship(tmp_path, monkeypatch):
+    """A cached connector needs neither mvn nor the network, and Spark keeps its own Scala, Hadoop and
+    compression jars: only the connector, its token provider, kafka-clients and commons-pool2 are added."""
+    from ring.bench import spark_kafka_jars
+
+    version = spark_kafka_jars.FALLBACK
+    monkeypatch.setattr(spark_kafka_jars, "pyspark_version", lambda: "0.0.0-not-on-maven-central")
+    monkeypatch.setenv("RING_BENCH_CACHE", str(tmp_path))
+    lib = tmp_path / f"spark-kafka-{version}" / "lib"
+    lib.mkdir(parents=True)
+    copied = [f"spark-sql-kafka-0-10_2.13-{version}.jar", f"spark-token-provider-kafka-0-10_2.13-{version}.jar",
+              "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar", "scala-library-2.13.15.jar",
+              "hadoop-client-runtime-3.5.0.jar", "snappy-java-1.1.10.5.jar", f"spark-tags_2.13-{version}.jar"]
+    for jar in copied:
+        (lib / jar).write_bytes(b"")
+    (lib.parent / "lib.complete").write_text(version)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no java, no mvn, no apt-get to be found
+    assert spark_kafka_jars.jars() == (version, sorted(str(lib / j) for j in copied[:4]))
+    assert (f"<artifactId>{spark_kafka_jars.ARTIFACT}</artifactId><version>{version}</version>"
+            in spark_kafka_jars.pom(version))
