@@ -101,7 +101,10 @@ def _resolve(version: str) -> str | None:
 def jars() -> tuple[str, list[str]] | str:
     """(connector version, jars for ``spark.jars``) from the cache, resolving what is not there
     (the pyspark version first, then ``FALLBACK``); or why they cannot be had."""
-    wanted = [pyspark_version(), FALLBACK]
+    try:
+        wanted = [pyspark_version(), FALLBACK]
+    except ImportError:
+        return "pyspark is not installed (the spark extra: pip install -e '.[spark]')"
     for version in dict.fromkeys(wanted):
         found = _installed(version)
         if found:
