@@ -68,9 +68,9 @@ class Settings:
     @classmethod
     def quick(cls) -> "Settings":
         return cls(reps=1, produce_s=0.5, latency_s=0.4, e2e_s=0.5, fill_records=10_000, consume_s=5.0,
-                   ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=2.0, cpu_s=1.0,
-                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"), members_s=1.0,
-                   overload_s=1.0)
+                   ceiling_s=0.3, single_records=10_000, spark_records=10_000, profile_s=1.0, cpu_s=0.5,
+                   hostile_cases=("json-records-bytes", "over-gzip-records", "trickle"), members_s=0.5,
+                   overload_s=0.5)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
