@@ -152,3 +152,23 @@ def test_a_leaders_assignments_over_their_bound_are_refused_and_a_full_group_tak
     monkeypatch.setattr(limits, "GROUP_MEMBERS_MAX", 2)
     assert join(g, "", 2, new_id="b").outcome == c.MEMBER_ID_REQUIRED  # b's id is held for it
     assert join(g, "", 2, new_id="x").outcome == c.GROUP_FULL
+
+
+def test_a_kafka_group_with_members_keeps_its_offsets_however_long_since_its_last_commit():
+    # Kafka expires a group's offsets only once it has been empty for the retention period: a group of
+    # Kafka consumers that reads on without committing keeps what it committed.
+    from ring.groups.group import Group
+    from ring.groups.shard import Shard
+
+    now_ms = 10 * limits.GROUP_OFFSETS_RETENTION_MS
+    shard = Shard(0, now_ms)
+    for name in ("kafka", "idle"):
+        shard.groups[name] = Group(name)  # used long ago: its last commit is older than the retention
+    live = shard.classic["kafka"] = c.ClassicGroup("kafka")
+    join(live, "", 0, new_id="a")
+    join(live, "a", 0)
+    _, forgotten = shard.checkpoint_records(now_ms)
+    assert forgotten == ["idle"]
+    live.members.clear()  # its last member gone: the retention counts from when it was last in use
+    assert shard.checkpoint_records(now_ms + limits.GROUP_OFFSETS_RETENTION_MS)[1] == ["idle"]
+    assert shard.checkpoint_records(now_ms + limits.GROUP_OFFSETS_RETENTION_MS + 1)[1] == ["idle", "kafka"]

@@ -117,6 +117,11 @@ class Shard:
         forgotten: list[str] = []
         for name in sorted(self.groups):
             g = self.groups[name]
+            kafka = self.classic.get(name)
+            if kafka is not None and kafka.members:
+                # A group of Kafka consumers is in use while it has members, committing or not: Kafka's
+                # offsets expire once their group has been empty for the retention period.
+                g.used_ms = max(g.used_ms, now_ms)
             if g.dropped or g.forgettable(now_ms):
                 forgotten.append(name)
                 continue
