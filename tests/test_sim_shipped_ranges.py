@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import orjson
 
-from tests.sim.shipped import Client, CLIENT_HOST, ShippedCluster, seeds_from_env
+from tests.sim.shipped import CLIENT_HOST, Probes, ShippedCluster, seeds_from_env
 from tests.sim.vloop import VirtualLoop, run
 
 TOPIC = "ranged"
@@ -33,34 +31,12 @@ AFTER_S = 12.0  # produces after the heal
 READ_S = 60.0  # the whole partition read back within this
 
 
-class _World:
+class _World(Probes):
     def __init__(self, loop: VirtualLoop, root: Path) -> None:
-        self.loop = loop
-        self.cluster = ShippedCluster(loop, root, size=BROKERS, range_interval_s=3.0, repair_interval_s=1.0)
-        self.client = Client(self.cluster)
+        super().__init__(loop, ShippedCluster(loop, root, size=BROKERS, range_interval_s=3.0, repair_interval_s=1.0))
         self.acks: dict[int, str] = {}
         self.events: list[str] = []
         self.producing = True
-
-    async def ask(self, name: str, method: str, path: str, **kwargs: Any) -> tuple[int, Any] | None:
-        try:
-            r = await self.client.request(name, method, path, timeout_s=5.0, **kwargs)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return None
-        try:
-            return r.status, r.json()
-        except orjson.JSONDecodeError:
-            return r.status, None
-
-    async def until(self, what: str, probe: Any, within_s: float) -> Any:
-        deadline = self.loop.time() + within_s
-        while self.loop.time() < deadline:
-            self.cluster.check_serving()
-            got = await probe()
-            if got:
-                return got
-            await asyncio.sleep(0.25)
-        raise AssertionError(f"{what}: not within {within_s} virtual s; {self.events}")
 
     async def leader(self) -> str | None:
         """The partition's leader once every broker names the same one."""
@@ -71,13 +47,6 @@ class _World:
                 return None
             seen.add(got[1]["partitions"][0]["leader"])
         return seen.pop() if len(seen) == 1 and None not in seen else None
-
-    async def all_up(self) -> bool:
-        for name in self.cluster.names:
-            got = await self.ask(name, "GET", "/v1/cluster")
-            if got is None or got[0] != 200 or {b["status"] for b in got[1]["brokers"]} != {"up"}:
-                return False
-        return True
 
     async def producer(self) -> None:
         n = 0

@@ -271,3 +271,45 @@ class Client:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+
+
+class Probes:
+    """A world's questions to the brokers' client API, from ``CLIENT_HOST``, and its waits in virtual time."""
+
+    def __init__(self, loop: VirtualLoop, cluster: ShippedCluster) -> None:
+        self.loop = loop
+        self.cluster = cluster
+        self.client = Client(cluster)
+
+    async def ask(self, name: str, method: str, path: str, **kwargs: Any) -> tuple[int, Any] | None:
+        """The answer (status, json or None), or None for no answer."""
+        try:
+            r = await self.client.request(name, method, path, timeout_s=5.0, **kwargs)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return None
+        try:
+            return r.status, r.json()
+        except orjson.JSONDecodeError:
+            return r.status, None
+
+    async def all_up(self) -> bool:
+        """Every broker answers, and sees every broker up."""
+        names = self.cluster.names
+        for name in names:
+            got = await self.ask(name, "GET", "/v1/cluster")
+            if got is None or got[0] != 200:
+                return False
+            if {b["name"]: b["status"] for b in got[1]["brokers"]} != {n: "up" for n in names}:
+                return False
+        return True
+
+    async def until(self, what: str, probe: Any, within_s: float) -> Any:
+        """``probe()``'s first true answer, asked every 0.25 virtual s for at most ``within_s``."""
+        deadline = self.loop.time() + within_s
+        while self.loop.time() < deadline:
+            self.cluster.check_serving()
+            got = await probe()
+            if got:
+                return got
+            await asyncio.sleep(0.25)
+        raise AssertionError(f"{what}: not within {within_s} virtual s")

@@ -39,9 +39,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import orjson
 
 from ring.client import AsyncGroupConsumer
@@ -51,7 +49,7 @@ from ring.log import batch as batchfmt
 from ring.log.config import LogConfig
 from ring.log.fsync import FsyncPolicy
 from ring.log.partition import PartitionLog
-from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster
+from tests.sim.shipped import CLIENT_HOST, Probes, ShippedCluster
 from tests.sim.vloop import VirtualClock, VirtualLoop, run
 
 TOPIC = "work"
@@ -97,29 +95,16 @@ FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
 MORE_FAULTS = (*FAULTS, "one-way", "clock-jump", "power-pair")
 
 
-class _World:
+class _World(Probes):
     def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS) -> None:
-        self.loop = loop
+        super().__init__(loop, ShippedCluster(loop, root))
         self.root = root
         self.kinds = kinds
-        self.cluster = ShippedCluster(loop, root)
-        self.client = Client(self.cluster)
         self.out = Outcome(seed)
         self.rng = loop.rng
         self.stop_at = 0.0
 
     # --- asking the brokers ---------------------------------------------------------------
-
-    async def ask(self, name: str, method: str, path: str, **kwargs: Any) -> Any:
-        """The answer (status, json or None), or None for no answer."""
-        try:
-            r = await self.client.request(name, method, path, timeout_s=5.0, **kwargs)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return None
-        try:
-            return r.status, r.json()
-        except orjson.JSONDecodeError:
-            return r.status, None
 
     async def leaders(self) -> dict[int, str] | None:
         """Each partition's leader as every running broker reports it, once they all agree."""
@@ -132,26 +117,6 @@ class _World:
         if len(set(seen)) != 1 or None in seen[0]:
             return None
         return dict(enumerate(seen[0]))
-
-    async def all_up(self) -> bool:
-        names = self.cluster.names
-        for name in names:
-            got = await self.ask(name, "GET", "/v1/cluster")
-            if got is None or got[0] != 200:
-                return False
-            if {b["name"]: b["status"] for b in got[1]["brokers"]} != {n: "up" for n in names}:
-                return False
-        return True
-
-    async def until(self, what: str, probe: Any, within_s: float) -> Any:
-        deadline = self.loop.time() + within_s
-        while self.loop.time() < deadline:
-            self.cluster.check_serving()
-            got = await probe()
-            if got:
-                return got
-            await asyncio.sleep(0.25)
-        raise AssertionError(f"{what}: not within {within_s} virtual s")
 
     # --- the workload -----------------------------------------------------------------------
 
