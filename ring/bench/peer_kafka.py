@@ -80,19 +80,27 @@ def install_kafka(home: Path, version: str = VERSION) -> str | None:
     why = ensure_packages({"java": "openjdk-17-jre-headless", "mvn": "maven"})
     if why:
         return why
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "pom.xml").write_text(pom(version))
-    shutil.rmtree(lib, ignore_errors=True)
-    try:
-        r = subprocess.run(["mvn", "-q", "-B", f"-Dmaven.repo.local={home / 'm2'}", "-f", str(home / "pom.xml"),
-                            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
-                           capture_output=True, text=True, timeout=MVN_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"mvn could not resolve Apache Kafka {version}: {exc}"
+    r = copy_dependencies(home, pom(version), lib)
+    if isinstance(r, str):
+        return f"mvn could not resolve Apache Kafka {version}: {r}"
     if r.returncode != 0 or not (lib / f"kafka_2.13-{version}.jar").exists():
         return f"mvn could not resolve Apache Kafka {version}: {(r.stdout + r.stderr)[-400:]}"
     done.write_text(version + "\n")
     return None
+
+
+def copy_dependencies(home: Path, pom_xml: str, lib: Path) -> subprocess.CompletedProcess[str] | str:
+    """mvn copies the runtime dependencies of the project ``pom_xml`` (written to ``home``) into ``lib``,
+    emptied first, with its own local repository under ``home``: mvn's outcome, or why it could not run."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "pom.xml").write_text(pom_xml)
+    shutil.rmtree(lib, ignore_errors=True)
+    try:
+        return subprocess.run(["mvn", "-q", "-B", f"-Dmaven.repo.local={home / 'm2'}", "-f", str(home / "pom.xml"),
+                               "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
+                              capture_output=True, text=True, timeout=MVN_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
 
 
 def cluster_id() -> str:

@@ -21,18 +21,15 @@ jars, or why not (exit status 1).
 from __future__ import annotations
 
 import fcntl
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from ring.bench.peer_kafka import cache_dir
+from ring.bench.peer_kafka import cache_dir, copy_dependencies
 from ring.bench.system import ensure_packages
 
 ARTIFACT = "spark-sql-kafka-0-10_2.13"
 # Maven Central has no spark-sql-kafka-0-10_2.13 4.3.0 (its newest release is 4.2.0).
 FALLBACK = "4.2.0"
-MVN_S = 900.0
 
 
 def pyspark_version() -> str:
@@ -81,15 +78,9 @@ def _resolve(version: str) -> str | None:
     """mvn copies the connector and its runtime dependencies; None when done, else why not."""
     home = _home(version)
     lib = home / "lib"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "pom.xml").write_text(pom(version))
-    shutil.rmtree(lib, ignore_errors=True)
-    try:
-        r = subprocess.run(["mvn", "-q", "-B", f"-Dmaven.repo.local={home / 'm2'}", "-f", str(home / "pom.xml"),
-                            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
-                           capture_output=True, text=True, timeout=MVN_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"mvn could not resolve {ARTIFACT} {version}: {exc}"
+    r = copy_dependencies(home, pom(version), lib)
+    if isinstance(r, str):
+        return f"mvn could not resolve {ARTIFACT} {version}: {r}"
     if r.returncode != 0 or not (lib / f"{ARTIFACT}-{version}.jar").exists():
         out = r.stdout + r.stderr
         missing = f"Maven Central has no {ARTIFACT} {version}" if "Could not find artifact" in out else ""
