@@ -485,8 +485,10 @@ PRODUCER_BATCHES_KEPT = 5
 PRODUCER_IDS_PER_PARTITION_MAX = 1_000
 # A leader that has no producer table for a partition (after a restart or a
 # failover) rebuilds it from the batch headers written in this window, newest
-# last; retries come within a client's delivery timeout (2 min), so an hour is
-# ample and keeps the scan of a busy partition short.
+# last, counted back from the log's newest record or the wall clock, whichever
+# is earlier (a clock stepped forward leaves out nothing recent); retries come
+# within a client's delivery timeout (2 min), so an hour is ample and keeps the
+# scan of a busy partition short.
 PRODUCER_STATE_WINDOW_MS = 3_600_000
 # Bytes of stored batches read per step of that rebuild; the loop yields between
 # steps so other partitions are served meanwhile.

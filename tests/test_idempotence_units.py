@@ -113,14 +113,33 @@ def test_a_new_leader_rebuilds_the_table_from_the_log(tmp_path: Path) -> None:
     plog.close()
 
 
-def test_the_rebuild_window_starts_at_old_enough_records(tmp_path: Path) -> None:
+def stamped(pid: int, seq: int, ts_ms: int) -> bytearray:
+    return batchfmt.encode([(None, None, b"v", None)], now_ms=ts_ms, producer_id=pid, base_sequence=seq)
+
+
+def test_the_rebuild_window_reaches_back_from_the_newest_record(tmp_path: Path) -> None:
     clock = ManualClock()
     plog = _log(tmp_path, clock)
-    plog.append(batch(1, 0, 1), 1)
-    clock.advance(limits.PRODUCER_STATE_WINDOW_MS / 1000 + 60)
+    plog.append(stamped(1, 0, NOW_MS), 1)
+    later = NOW_MS + limits.PRODUCER_STATE_WINDOW_MS + 60_000
+    plog.append(stamped(2, 0, later), 1)
+    clock.advance((later - NOW_MS) / 1000)
     states = ProducerStates(clock)
-    # The only batch of producer 1 is older than the window: a retry of it is not recognised.
-    assert _append(states, Part(plog), [batch(1, 0, 1)]) == (1, 1)
+    # Producer 1's only batch is older than the window before the newest record: a retry of it is not
+    # recognised; producer 2's is.
+    assert _append(states, Part(plog), [stamped(2, 0, later)]) == Duplicate(1, 1)
+    assert _append(states, Part(plog, epoch=2), [stamped(1, 0, NOW_MS)]) == (2, 1)
+    plog.close()
+
+
+def test_a_wall_clock_stepped_forward_still_recognises_a_retry(tmp_path: Path) -> None:
+    # A new leader whose wall clock jumped hours ahead builds its table: the window counts back from the
+    # log's newest record, not from that clock, so the retry of a batch written a moment ago is no append.
+    clock = ManualClock()
+    plog = _log(tmp_path, clock)
+    plog.append(stamped(1, 0, NOW_MS), 1)
+    jumped = ManualClock(wall_ms=NOW_MS + 3 * limits.PRODUCER_STATE_WINDOW_MS)
+    assert _append(ProducerStates(jumped), Part(plog), [stamped(1, 0, NOW_MS)]) == Duplicate(0, 1)
     plog.close()
 
 

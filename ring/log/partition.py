@@ -138,6 +138,13 @@ class PartitionLog(Rewrites):
         return self._unsynced_bytes
 
     @property
+    def max_timestamp(self) -> int | None:
+        """The newest record timestamp in the log (ms), None when it holds none."""
+        stamps = [seg.max_timestamp for seg in self._segments
+                  if seg.end_offset > max(seg.base_offset, self._start_offset)]
+        return max(stamps) if stamps else None
+
+    @property
     def segment_count(self) -> int:
         return len(self._segments)
 

@@ -172,7 +172,11 @@ class ProducerStates:
         e = self._entry(part)
         if e is None:
             plog = part.log
-            found = plog.offset_for_timestamp(self.clock.wall_ms() - limits.PRODUCER_STATE_WINDOW_MS)
+            # The window counts back from the log's newest record when this broker's wall clock is past
+            # it: a clock stepped forward (or a partition idle a while) must not leave out recent batches.
+            newest = plog.max_timestamp
+            now_ms = self.clock.wall_ms() if newest is None else min(self.clock.wall_ms(), newest)
+            found = plog.offset_for_timestamp(now_ms - limits.PRODUCER_STATE_WINDOW_MS)
             e = _Entry(plog, part.epoch, plog.end_offset if found is None else max(found, plog.start_offset))
             self._entries[(part.topic, part.index)] = e
         for _ in range(_PREPARE_STEPS_MAX):  # check() finishes whatever is left, without yielding
