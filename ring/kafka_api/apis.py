@@ -6,7 +6,8 @@ coroutine when the broker must be awaited, a ``wire.Quiet`` for a request answer
 a produce goes through ``broker.intake`` (``produce.py``), a fetch through ``broker.fetch``, an
 offsets lookup through ``broker.offsets``. Errors of the broker are answered per partition with
 Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
-(``groups.py``). Only non-flexible versions are served, but for ApiVersions v3 and FindCoordinator v3-4.
+(``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). Only non-flexible
+versions are served, but for ApiVersions v3, FindCoordinator v3-4 and InitProducerId v2-5.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce
+from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce, producer_ids
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 22
 
 Answer = Any  # bytes, an awaitable of bytes, or a wire.Quiet
 Handler = Callable[[Any, int, Reader], Answer]
@@ -31,7 +32,8 @@ class NotServed(RingError):
 
 
 # The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
-FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3, **group_codec.FLEXIBLE_FROM}
+FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3,
+                 INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, **group_codec.FLEXIBLE_FROM}
 
 
 def flexible(api_key: int, api_version: int) -> bool:
@@ -68,6 +70,7 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     LIST_OFFSETS: (1, 5, offsets.list_offsets),
     METADATA: (1, 8, cluster.metadata),
     API_VERSIONS: (0, 3, api_versions),
+    INIT_PRODUCER_ID: (*producer_ids.VERSIONS, producer_ids.handle),
     **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
 }
 

@@ -30,10 +30,13 @@ REBALANCE_IN_PROGRESS = 27
 TOPIC_AUTHORIZATION_FAILED = 29
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 KAFKA_STORAGE_ERROR = 56
 UNSUPPORTED_COMPRESSION_TYPE = 76
 MEMBER_ID_REQUIRED = 79
 GROUP_MAX_SIZE_REACHED = 81
+UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
 
@@ -57,11 +60,17 @@ _CODES: list[tuple[type[errors.RingError], int]] = [
 ]
 
 
+# ring's idempotence refusing a batch's sequence (``ring.replication.idempotence``).
+_SEQUENCE = ("out_of_order_sequence", "partial_duplicate")
+
+
 def code_of(exc: errors.RingError) -> int:
     """Kafka's code for a ring error; a batch's own code (``records.Unsupported``) when it names one."""
     own = exc.extra.get("kafka_error")
     if isinstance(own, int):
         return own
+    if isinstance(exc, errors.Conflict) and ("producer_id" in exc.extra or exc.extra.get("reason") in _SEQUENCE):
+        return OUT_OF_ORDER_SEQUENCE_NUMBER
     for cls, code in _CODES:
         if isinstance(exc, cls):
             return code
