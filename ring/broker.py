@@ -403,14 +403,19 @@ class Broker:
 
     async def append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
         """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
-        await self.producers.prepare(part, batches)  # idempotent batches: their producer table is ready
-        self.check_writable(part)
-        dup = self.producers.check(part, batches)  # no await from here to the append
+        # Idempotent batches: after the partition's earlier ones, with their producer table ready.
+        turn = await self.producers.turn(part, batches)
+        try:
+            self.check_writable(part)
+            dup = self.producers.check(part, batches)  # no await from here to the append
+            if dup is None:
+                base, end = steps.append_as_leader(part, batches)
+                self.producers.appended(part, batches, base)
+        finally:
+            self.producers.end_turn(turn)
         if dup is not None:  # a retry of batches written before: their offsets, nothing appended
             await self.make_durable(part, dup.base_offset + dup.count)
             return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
-        base, end = steps.append_as_leader(part, batches)
-        self.producers.appended(part, batches, base)
         self.host.appended(part)
         await self.make_durable(part, end)
         return ProduceResult(part.topic, part.index, base, end - base)

@@ -55,6 +55,7 @@ class Produce(NamedTuple):  # immutable, and a tuple for the reason Records is o
     consistency: str | None = None
     producer: tuple[int, int] | None = None
     timeout_ms: int | None = None  # 1..PRODUCE_TIMEOUT_MS_MAX; None: REPLICATION_ACK_TIMEOUT_MS
+    sequences_contiguous: bool = False  # the producer's sequences have no gap (Kafka's): a batch after one is refused
 
     @property
     def ack_timeout_ms(self) -> int:

@@ -27,9 +27,14 @@ def header(pid: int, seq: int, n: int) -> batchfmt.BatchHeader:
 NOW_MS = ManualClock().wall_ms()
 
 
-def batch(pid: int, seq: int, n: int) -> bytearray:
+def batch(pid: int, seq: int, n: int, contiguous: bool = False) -> bytearray:
     return batchfmt.encode([(None, None, b"v%d" % i, None) for i in range(n)], now_ms=NOW_MS, producer_id=pid,
-                           base_sequence=seq)
+                           base_sequence=seq, sequences_contiguous=contiguous)
+
+
+def kafka_header(pid: int, seq: int, n: int) -> batchfmt.BatchHeader:
+    """The header of a batch whose producer's sequences have no gap (a Kafka producer's)."""
+    return batchfmt.read_header(batch(pid, seq, n, contiguous=True))
 
 
 def test_a_retry_gets_the_original_offsets() -> None:
@@ -68,6 +73,51 @@ def test_producer_ids_are_bounded_least_recently_used_first() -> None:
     t.record(4, 0, 1, 11)
     assert len(t) == 3 and t.evicted == 1 and t.batches(2) == []
     assert t.judge("t", 0, [header(2, 0, 1)]) is None  # forgotten: written again
+
+
+def test_a_producer_with_contiguous_sequences_is_refused_a_gap() -> None:
+    t = ProducerTable()
+    assert t.judge("t", 0, [kafka_header(3, 40, 2)]) is None  # unknown: it may start anywhere
+    t.record(3, 40, 2, 0)
+    assert kafka_header(3, 42, 1).sequences_contiguous and not header(3, 42, 1).sequences_contiguous
+    assert t.judge("t", 0, [kafka_header(3, 42, 1)]) is None  # the next one
+    assert t.judge("t", 0, [kafka_header(3, 40, 2)]) == Duplicate(0, 2)  # a retry
+    with pytest.raises(Conflict) as info:
+        t.judge("t", 0, [kafka_header(3, 43, 1)])  # 42 not written yet: it would be overtaken
+    assert info.value.extra["reason"] == "out_of_order_sequence" and info.value.extra["last_sequence"] == 41
+    assert t.judge("t", 0, [kafka_header(3, 42, 1), kafka_header(3, 43, 1)]) is None  # in one request, in turn
+    with pytest.raises(Conflict):
+        t.judge("t", 0, [kafka_header(3, 42, 1), kafka_header(3, 44, 1)])  # a gap inside the request
+    assert t.judge("t", 0, [header(3, 50, 1)]) is None  # a batch without the flag may skip
+
+
+def test_an_append_waits_for_the_idempotent_appends_before_it(tmp_path: Path) -> None:
+    """Two appends of one partition on the awaited path go in arrival order, while the table is built."""
+    clock = ManualClock()
+
+    async def run(tmp: Path) -> list[int]:
+        states = ProducerStates(clock)
+        part = Part(_log(tmp, clock))
+        order: list[int] = []
+
+        async def append(seq: int) -> None:
+            b = [batch(5, seq, 1, contiguous=True)]
+            turn = await states.turn(part, b)
+            try:
+                assert not states.ready(part, b)  # a later append would take the awaited path too
+                assert states.check(part, b) is None
+                base = part.log.end_offset
+                part.log.append(b[0], part.epoch)
+                states.appended(part, b, base)
+                order.append(seq)
+            finally:
+                states.end_turn(turn)
+
+        await asyncio.gather(append(0), append(1), append(2))
+        assert states.ready(part, [batch(5, 3, 1, contiguous=True)])  # every turn ended: none is kept
+        return order
+
+    assert asyncio.run(run(tmp_path)) == [0, 1, 2]
 
 
 def _log(tmp: Path, clock: ManualClock) -> PartitionLog:

@@ -8,7 +8,7 @@ Layout (big-endian), header of ``HEADER_SIZE`` bytes then the payload::
     12  4    length           uint32  bytes after this field (crc .. payload end)
     16  4    crc              uint32  CRC-32 (zlib's) of bytes [20, 16 + length)
     20  1    magic            uint8   == MAGIC
-    21  1    attributes       uint8   bits 0-2 codec, bit 3 value_format json
+    21  1    attributes       uint8   bits 0-2 codec, bit 3 value_format json, bit 4 sequences contiguous
     22  4    record_count     int32   >= 1
     26  8    first_timestamp  int64   ms since epoch; record deltas are from it
     34  8    max_timestamp    int64   ms
@@ -67,6 +67,11 @@ CODEC_LZ4 = 2
 CODECS = {"none": CODEC_NONE, "zstd": CODEC_ZSTD, "lz4": CODEC_LZ4}
 _CODEC_MASK = 0b0000_0111
 VALUE_FORMAT_JSON = 0b0000_1000  # values are JSON texts (produced as JSON)
+# An idempotent producer whose sequences per partition go up by one, with no gap (Kafka's): a batch
+# after a gap is refused, so a batch lost on its way is never overtaken by the next. Zero in batches
+# of producers that may skip sequences (ring's HTTP producers), and in every batch of older brokers,
+# which read no meaning into it.
+SEQUENCES_CONTIGUOUS = 0b0001_0000
 
 
 class BatchHeader(NamedTuple):
@@ -102,6 +107,10 @@ class BatchHeader(NamedTuple):
     @property
     def values_are_json(self) -> bool:
         return bool(self.attributes & VALUE_FORMAT_JSON)
+
+    @property
+    def sequences_contiguous(self) -> bool:
+        return bool(self.attributes & SEQUENCES_CONTIGUOUS)
 
 
 Header = tuple[str, bytes | None]
@@ -223,6 +232,7 @@ def encode(
     values_are_json: bool = False,
     producer_id: int = -1,
     base_sequence: int = -1,
+    sequences_contiguous: bool = False,
 ) -> bytearray:
     """Build one batch (base offset 0, epoch 0) from records.
 
@@ -252,6 +262,7 @@ def encode(
         values_are_json=values_are_json,
         producer_id=producer_id,
         base_sequence=base_sequence,
+        sequences_contiguous=sequences_contiguous,
     )
 
 
@@ -265,10 +276,13 @@ def encode_payload(
     values_are_json: bool = False,
     producer_id: int = -1,
     base_sequence: int = -1,
+    sequences_contiguous: bool = False,
 ) -> bytearray:
     """Frame an already packed (uncompressed) msgpack payload as a batch."""
+    assert producer_id >= 0 or not sequences_contiguous
     body = _compress(codec, payload)
-    attributes = codec | (VALUE_FORMAT_JSON if values_are_json else 0)
+    attributes = (codec | (VALUE_FORMAT_JSON if values_are_json else 0)
+                  | (SEQUENCES_CONTIGUOUS if sequences_contiguous else 0))
     buf = bytearray(HEADER_SIZE + len(body))
     HEADER.pack_into(
         buf, 0, 0, 0, _LENGTH_BASE + len(body), 0, MAGIC, attributes,

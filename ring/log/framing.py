@@ -60,8 +60,9 @@ def group(topic: str, partitions: int, partition: int | None, records: Sequence[
 
 def frame(groups: dict[int, Sequence[int]], records: Sequence[batchfmt.RecordIn], sizes: list[int],
           values_are_json: bool, producer: tuple[int, int] | None, codec: int,
-          now_ms: int) -> dict[int, list[bytearray]]:
-    """Partition -> the stored batches its records (``groups``' indexes) are framed into."""
+          now_ms: int, sequences_contiguous: bool = False) -> dict[int, list[bytearray]]:
+    """Partition -> the stored batches its records (``groups``' indexes) are framed into; an idempotent
+    ``producer``'s batches say whether its sequences must have no gap (``batch.SEQUENCES_CONTIGUOUS``)."""
     if len(groups) == 1 and producer is None and sum(sizes) <= BATCH_RECORD_BYTES_MAX:
         ((p, _),) = groups.items()  # one batch of them all, as they are
         return {p: [batchfmt.encode(records, now_ms=now_ms, codec=codec, values_are_json=values_are_json)]}
@@ -73,7 +74,8 @@ def frame(groups: dict[int, Sequence[int]], records: Sequence[batchfmt.RecordIn]
             framed[p].append(batchfmt.encode([records[i] for i in chunk], now_ms=now_ms, codec=codec,
                                              values_are_json=values_are_json,
                                              producer_id=-1 if producer is None else producer[0],
-                                             base_sequence=seq))
+                                             base_sequence=seq,
+                                             sequences_contiguous=sequences_contiguous and producer is not None))
             seq += len(chunk) if producer is not None else 0
     return framed
 

@@ -12,7 +12,11 @@ per partition, the last ``PRODUCER_BATCHES_KEPT`` batches of each producer id
 * a batch at or below the producer's last sequence that matches nothing
   remembered (an old retry, or a reordering): 409, nothing is written;
 * otherwise new (sequences must grow per partition; gaps are allowed, so a
-  producer may use one counter for all partitions); a request mixing
+  producer may use one counter for all partitions, unless its batches say
+  ``SEQUENCES_CONTIGUOUS``, as a Kafka producer's do: then a batch must
+  follow the producer's last one (or the one before it in the request)
+  exactly, else 409, so a batch still on its way is never overtaken; a
+  producer the table does not know may start anywhere); a request mixing
   duplicates and new batches is refused with 409.
 
 At most ``PRODUCER_IDS_PER_PARTITION_MAX`` producer ids are kept per partition;
@@ -31,6 +35,7 @@ failover the new leader recognises retries of batches it holds.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
@@ -38,7 +43,7 @@ from typing import Any, Iterable, NamedTuple
 from ring import limits
 from ring.errors import Conflict
 from ring.log import batch as batchfmt
-from ring.log.batch import BatchHeader
+from ring.log.batch import SEQUENCES_CONTIGUOUS, BatchHeader
 
 # Yielding steps of a rebuild before the append goes on; a log written faster
 # than it is scanned is finished synchronously by check().
@@ -101,7 +106,8 @@ class ProducerTable:
             if seq < 0:
                 raise Conflict(f"batch of producer {pid} has no sequence", topic=topic, partition=partition,
                                producer_id=pid)
-            if pid in last_in_request and seq <= last_in_request[pid]:
+            before = last_in_request.get(pid)
+            if before is not None and seq <= before:
                 raise Conflict(f"sequences of producer {pid} go backwards within one request",
                                topic=topic, partition=partition, producer_id=pid)
             last_in_request[pid] = seq + n - 1
@@ -110,13 +116,20 @@ class ProducerTable:
             if match is not None:
                 dups.append(match)
                 continue
-            if sent and seq <= sent[-1].base_sequence + sent[-1].count - 1:
-                last = sent[-1].base_sequence + sent[-1].count - 1
+            last = sent[-1].base_sequence + sent[-1].count - 1 if sent else None
+            if last is not None and seq <= last:
                 raise Conflict(
                     f"sequence {seq} of producer {pid} on {topic}/{partition} is not after its last one ({last}) "
                     f"and matches none of its last {self.batches_kept} batches: an old retry or out of order; "
                     "nothing was written", topic=topic, partition=partition, producer_id=pid, sequence=seq,
                     last_sequence=last, reason="out_of_order_sequence")
+            after = before if before is not None else last
+            if h.attributes & SEQUENCES_CONTIGUOUS and after is not None and seq != after + 1:
+                raise Conflict(
+                    f"sequence {seq} of producer {pid} on {topic}/{partition} skips {seq - after - 1} after {after}, "
+                    "and this producer's sequences have no gap: a batch before it is still on its way; nothing "
+                    "was written", topic=topic, partition=partition, producer_id=pid, sequence=seq,
+                    last_sequence=after, reason="out_of_order_sequence")
             fresh += 1
         if not dups:
             return None
@@ -127,6 +140,17 @@ class ProducerTable:
         base = min(s.base_offset for s in dups)
         end = max(s.base_offset + s.count for s in dups)
         return Duplicate(base, end - base)
+
+
+class _Turn:
+    """The appends of one partition's idempotent batches on the awaited path, one at a time in arrival order."""
+
+    __slots__ = ("key", "lock", "taking")
+
+    def __init__(self, key: tuple[str, int]) -> None:
+        self.key = key
+        self.lock = asyncio.Lock()  # FIFO: its waiters acquire it in the order they asked
+        self.taking = 0  # appends holding or waiting for the lock
 
 
 class _Entry:
@@ -151,6 +175,9 @@ class ProducerStates:
     def __init__(self, clock: Any) -> None:
         self.clock = clock
         self._entries: dict[tuple[str, int], _Entry] = {}
+        # Partition -> the lock its idempotent appends on the awaited path take, in arrival order, from
+        # before their table is built to right after their append; dropped when none holds or waits for it.
+        self._turns: dict[tuple[str, int], _Turn] = {}
 
     def _entry(self, part: Any) -> _Entry | None:
         e = self._entries.get((part.topic, part.index))
@@ -162,8 +189,45 @@ class ProducerStates:
         """Whether ``prepare`` has nothing to do for an append of ``batches`` (no table to build or catch up)."""
         if _idempotent(batches) is None:
             return True
+        if (part.topic, part.index) in self._turns:  # an earlier append is on its way: go after it
+            return False
         e = self._entry(part)
         return e is not None and e.scanned_to >= e.log.end_offset
+
+    async def turn(self, part: Any, batches: list[bytearray]) -> _Turn | None:
+        """Before an append of idempotent batches on the awaited path: wait for the appends of ``part`` that
+        came first (a sequence judged before the one it follows would look like a gap), then ``prepare``.
+        The lock returned is held: ``end_turn`` it right after the append (or the refusal). None for batches
+        of no idempotent producer."""
+        if _idempotent(batches) is None:
+            return None
+        key = (part.topic, part.index)
+        turn = self._turns.get(key)
+        if turn is None:
+            turn = self._turns[key] = _Turn(key)
+        turn.taking += 1
+        try:
+            await turn.lock.acquire()
+        except BaseException:
+            self._left(turn)
+            raise
+        try:
+            await self.prepare(part, batches)
+        except BaseException:
+            self.end_turn(turn)
+            raise
+        return turn
+
+    def end_turn(self, turn: _Turn | None) -> None:
+        """The append ``turn`` was taken for is done (or refused): the next one may go."""
+        if turn is not None:
+            turn.lock.release()
+            self._left(turn)
+
+    def _left(self, turn: _Turn) -> None:
+        turn.taking -= 1
+        if turn.taking == 0 and self._turns.get(turn.key) is turn:
+            del self._turns[turn.key]
 
     async def prepare(self, part: Any, batches: list[bytearray]) -> None:
         """Before an append of idempotent batches: have ``part``'s table built and caught up (yielding)."""

@@ -190,7 +190,7 @@ class Intake:
         if host.clock_refusal is not None:
             raise ClockUnusable(host.clock_refusal, broker=host.config.name)
         return framing.frame(groups, body.records, body.sizes, body.values_are_json, req.producer,
-                             batchfmt.CODECS[cfg.compression], host.clock.wall_ms())
+                             batchfmt.CODECS[cfg.compression], host.clock.wall_ms(), req.sequences_contiguous)
 
     async def _produce_framed(self, req: Produce, cfg: TopicConfig,
                               framed: dict[int, list[bytearray]]) -> list[ProduceResult]:
