@@ -6,7 +6,11 @@ acks maps to ring's consistency levels: acks=0 and acks=1 to ``one`` (acks=0 get
 Kafka), acks=all (-1) to the topic's own consistency (``quorum`` unless the topic says otherwise),
 which keeps what Kafka's acks=all with min.insync.replicas=2 keeps on three replicas. Records keep
 the partition the client chose, their timestamps (CreateTime), keys, values, null values and
-headers in order; producer ids and sequences (idempotence) are not read yet.
+headers in order. An idempotent producer's batches are judged by ring's idempotence
+(``ring.replication.idempotence``) as an HTTP idempotent produce is: a retry of one of its last
+batches is answered NONE with the offset it was first given, nothing written; a sequence at or below
+its last that matches none of them, or one past a gap (its batches are ``SEQUENCES_CONTIGUOUS``, as Kafka
+requires), OUT_OF_ORDER_SEQUENCE_NUMBER (``errors.code_of``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Awaitable
 
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge, RingError, UnknownPartition
-from ring.kafka_api import errors, records
+from ring.kafka_api import errors, producer_ids, records
 from ring.kafka_api.wire import Quiet, Reader, Writer
 from ring.produce import Produce, Records
 
@@ -62,9 +66,9 @@ async def _produce(broker: Any, topics: list, level: str | None) -> list:
             try:
                 if data is None:
                     raise CorruptBatch("a partition's records are null")
-                recs = records.decode_batches(data, inflate_left)
+                recs, producer = records.decode_produced(data, inflate_left)
                 inflate_left -= sum(len(r.value or b"") + len(r.key or b"") for r in recs)
-                writes.append((name, p, _written(to_intake(broker, name, p, recs, level))))
+                writes.append((name, p, _written(to_intake(broker, name, p, recs, level, producer))))
             except RingError as exc:
                 writes.append((name, p, _failed(exc)))
     results = await asyncio.gather(*(w for _, _, w in writes))
@@ -93,12 +97,20 @@ async def _written(got: Any) -> tuple[int, int]:
 
 
 def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaRecord],
-              level: str | None) -> Any:
+              level: str | None, producer: records.KafkaProducerId | None = None) -> Any:
     """Hand one partition's records to the broker as the HTTP front does (``http_api.app.produce``):
     a future of (base offset, count) (``Appending``, ``Forwarding``) or an awaitable of ``ProduceResult`` s.
-    Raises for records over ring's limits."""
+    An idempotent ``producer``'s id and epoch go in as ring's producer id (``producer_ids.fold``) with its
+    base sequence, so ring's idempotence judges a retry as it judges an HTTP one. Raises for records over
+    ring's limits."""
     if partition < 0:
         raise UnknownPartition(f"partition {partition} of {topic!r}", topic=topic, partition=partition)
+    idempotent = None
+    if producer is not None:
+        if producer.producer_id >= 1 << producer_ids.ID_BITS:
+            raise BadRequest(f"producer id {producer.producer_id} was not handed out by InitProducerId",
+                             kafka_error=errors.UNKNOWN_PRODUCER_ID)
+        idempotent = (producer_ids.fold(producer.producer_id, producer.epoch), producer.base_sequence)
     ins = []
     sizes = []
     for rec in recs:
@@ -110,7 +122,8 @@ def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaR
             raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
         ins.append((rec.timestamp if rec.timestamp >= 0 else None, key, value, headers))
         sizes.append(size)
-    return broker.intake.produce_soon(Produce(topic, Records(ins, sizes, False, False), partition, None, level))
+    return broker.intake.produce_soon(Produce(topic, Records(ins, sizes, False, False), partition, None, level,
+                                              idempotent, sequences_contiguous=idempotent is not None))
 
 
 async def _answer(version: int, work: Awaitable[list]) -> bytes:

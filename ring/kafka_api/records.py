@@ -24,7 +24,8 @@ offset delta, key length and key, value length and value (-1: null), then its
 headers (count, and for each a key and a nullable value). Compression none and
 gzip are read here; snappy, lz4 and zstd are answered UNSUPPORTED_COMPRESSION_TYPE
 (``Unsupported``), and so are transactional and control batches. Fetches answer
-uncompressed batches.
+uncompressed batches. An idempotent producer's id, epoch and base sequence are kept: in the
+stored batches' headers (``producer_ids.fold``), and in the batches a fetch answers.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from crc32c import crc32c
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge
 from ring.kafka_api.errors import UNSUPPORTED_COMPRESSION_TYPE
+from ring.kafka_api.producer_ids import unfold
 from ring.kafka_api.wire import uvarint_bytes
 from ring.log import batch as batchfmt
 
@@ -137,17 +139,34 @@ def _read_records(buf: bytes, count: int, base_offset: int, base_ts: int) -> lis
     return out
 
 
+class KafkaProducerId(NamedTuple):
+    """The idempotent producer of a partition's batches: Kafka's id and epoch, and the first record's sequence."""
+
+    producer_id: int
+    epoch: int
+    base_sequence: int
+
+
 def decode_batches(data: bytes | memoryview, inflate_max: int = limits.REQUEST_BYTES_MAX) -> list[KafkaRecord]:
+    """Every record of the batches of one produce's partition (``decode_produced`` without the producer)."""
+    return decode_produced(data, inflate_max)[0]
+
+
+def decode_produced(data: bytes | memoryview,
+                    inflate_max: int = limits.REQUEST_BYTES_MAX) -> tuple[list[KafkaRecord], KafkaProducerId | None]:
     """Every record of the batches of one produce's partition, checked (magic, CRC-32C, lengths,
-    counts, header limits); raises CorruptBatch, Unsupported, PayloadTooLarge or BadRequest. The
-    compressed batches together inflate to at most ``inflate_max`` bytes."""
+    counts, header limits), and their idempotent producer (None: not idempotent); raises CorruptBatch,
+    Unsupported, PayloadTooLarge or BadRequest. The compressed batches together inflate to at most
+    ``inflate_max`` bytes. Batches of an idempotent producer must all be its, one after another in
+    sequence, as Kafka's one batch per partition of a request is."""
     view = memoryview(data)
     out: list[KafkaRecord] = []
+    producer: KafkaProducerId | None = None
     pos = 0
     while pos < len(view):
         if len(view) - pos < HEADER_SIZE:
             raise CorruptBatch("a truncated record batch header")
-        (base_offset, length, _epoch, magic, crc, attributes, _last_delta, base_ts, _max_ts, _pid, _pepoch, _seq,
+        (base_offset, length, _epoch, magic, crc, attributes, _last_delta, base_ts, _max_ts, pid, pepoch, seq,
          count) = HEADER.unpack_from(view, pos)
         if magic != MAGIC:
             raise Unsupported(f"record batch magic {magic}: only magic 2 (RecordBatch v2) is read")
@@ -161,12 +180,19 @@ def decode_batches(data: bytes | memoryview, inflate_max: int = limits.REQUEST_B
         if count < 1 or count > limits.RECORDS_PER_REQUEST_MAX - len(out):
             raise CorruptBatch(f"a record batch of {count} records (at most {limits.RECORDS_PER_REQUEST_MAX} "
                                "in a request)")
+        if pos == 0:
+            producer = None if pid < 0 else KafkaProducerId(pid, pepoch, seq)
+        elif (pid >= 0) != (producer is not None) or producer is not None and (
+                (pid, pepoch) != producer[:2] or seq != producer.base_sequence + len(out)):
+            raise BadRequest("the batches of a partition are of one idempotent producer, in sequence, or of none")
+        if producer is not None and (pepoch < 0 or seq < 0):
+            raise BadRequest(f"an idempotent batch (producer {pid}) with epoch {pepoch} and sequence {seq}")
         body = _inflate(attributes & 0x07, view[pos + HEADER_SIZE:end], inflate_max)
         if attributes & 0x07:
             inflate_max -= len(body)
         out += _read_records(bytes(body), count, base_offset, base_ts)
         pos = end
-    return out
+    return out, producer
 
 
 def _inflate(compression: int, body: memoryview, inflate_max: int) -> bytes | memoryview:
@@ -197,9 +223,11 @@ def _zz(v: int) -> bytes:
 
 
 def encode_batch(base_offset: int, leader_epoch: int, records: Sequence[tuple[int, bytes | None, bytes | None,
-                 Sequence[tuple[str, bytes | None]] | None]], compression: int = COMPRESSION_NONE) -> bytearray:
+                 Sequence[tuple[str, bytes | None]] | None]], compression: int = COMPRESSION_NONE,
+                 producer: KafkaProducerId | None = None) -> bytearray:
     """One batch of ``(timestamp, key, value, headers)`` records at consecutive offsets from
-    ``base_offset``, not idempotent, CreateTime timestamps; ``compression`` none or gzip."""
+    ``base_offset``, of ``producer`` (None: not idempotent), CreateTime timestamps; ``compression``
+    none or gzip."""
     assert records
     base_ts = records[0][0]
     max_ts = base_ts
@@ -236,7 +264,7 @@ def encode_batch(base_offset: int, leader_epoch: int, records: Sequence[tuple[in
         assert compression == COMPRESSION_NONE, compression
     buf = bytearray(HEADER_SIZE)
     HEADER.pack_into(buf, 0, base_offset, _LENGTH_BASE + len(body), leader_epoch, MAGIC, 0, compression,
-                     len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
+                     len(records) - 1, base_ts, max_ts, *(producer or (-1, -1, -1)), len(records))
     buf += body
     struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[_CRC_FROM:]))
     return buf
@@ -244,10 +272,12 @@ def encode_batch(base_offset: int, leader_epoch: int, records: Sequence[tuple[in
 
 def from_stored(data: bytes | memoryview) -> bytearray:
     """ring's stored batches (read back from a log, so already checked) as Kafka batches: one for each,
-    with its base offset, leader epoch, timestamps, keys, values and headers."""
+    with its base offset, leader epoch, timestamps, keys, values and headers, and the producer id,
+    epoch and base sequence of an idempotent one (``producer_ids.unfold``)."""
     out = bytearray()
     for h, pos in batchfmt.scan(data, verify=False):
         _, records = batchfmt.decode(data, pos, verify=False)
+        producer = None if h.producer_id < 0 else KafkaProducerId(*unfold(h.producer_id), h.base_sequence)
         out += encode_batch(h.base_offset, h.leader_epoch, [(r.timestamp, r.key, r.value, r.headers)
-                                                            for r in records])
+                                                            for r in records], producer=producer)
     return out
