@@ -47,3 +47,19 @@ def test_fold_keeps_id_and_epoch_apart_and_non_negative():
         assert 0 <= stored < 1 << 63 and producer_ids.unfold(stored) == (pid, epoch)
     assert producer_ids.fold(5, 1) != producer_ids.fold(5, 0)  # a bumped epoch is another producer to ring
     assert producer_ids.unfold(-1) == (-1, -1)
+
+
+def test_errors_a_forwarded_produce_met_get_the_codes_their_classes_would():
+    """A produce forwarded to the leader comes back with the leader's error as ``Relayed`` (its code name and
+    fields): a client must see the retriable or out-of-order code, not UNKNOWN_SERVER_ERROR."""
+    from ring.cluster.peers import Relayed
+    from ring.errors import NotLeader, Unavailable
+
+    gap = Relayed(409, {"error": "conflict", "message": "m", "reason": "out_of_order_sequence", "producer_id": 1},
+                  None)
+    assert errors.code_of(gap) == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    for cls in (NotLeader, Unavailable):
+        assert errors.code_of(Relayed(503, {"error": cls.code, "message": "m"}, None)) == (
+            errors.NOT_LEADER_OR_FOLLOWER)
+    assert errors.code_of(Relayed(504, {"error": "timeout", "message": "m"}, None)) == errors.REQUEST_TIMED_OUT
+    assert errors.code_of(Relayed(500, {"error": "internal", "message": "m"}, None)) == errors.UNKNOWN_SERVER_ERROR

@@ -65,13 +65,31 @@ _SEQUENCE = ("out_of_order_sequence", "partial_duplicate")
 
 
 def code_of(exc: errors.RingError) -> int:
-    """Kafka's code for a ring error; a batch's own code (``records.Unsupported``) when it names one."""
+    """Kafka's code for a ring error; a batch's own code (``records.Unsupported``) when it names one. An
+    error another broker answered (a forwarded produce's, passed on by its ``code``) gets the code its
+    class would."""
     own = exc.extra.get("kafka_error")
     if isinstance(own, int):
         return own
-    if isinstance(exc, errors.Conflict) and ("producer_id" in exc.extra or exc.extra.get("reason") in _SEQUENCE):
+    if exc.code == errors.Conflict.code and ("producer_id" in exc.extra or exc.extra.get("reason") in _SEQUENCE):
         return OUT_OF_ORDER_SEQUENCE_NUMBER
     for cls, code in _CODES:
         if isinstance(exc, cls):
             return code
-    return UNKNOWN_SERVER_ERROR
+    return _by_name().get(exc.code, UNKNOWN_SERVER_ERROR)
+
+
+_BY_NAME: dict[str, int] = {}
+
+
+def _by_name() -> dict[str, int]:
+    """Error code name (``RingError.code``) -> Kafka's code, over every error class with one in ``_CODES``."""
+    if not _BY_NAME:
+        todo = [errors.RingError]
+        while todo:
+            cls = todo.pop()
+            todo += cls.__subclasses__()
+            code = next((c for base, c in _CODES if issubclass(cls, base)), None)
+            if code is not None:
+                _BY_NAME.setdefault(cls.code, code)
+    return _BY_NAME
