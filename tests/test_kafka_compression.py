@@ -108,6 +108,7 @@ def bombs() -> dict[str, tuple[int, bytes]]:
     }
 
 
+@pytest.mark.integration
 def test_bombs_truncations_and_unknown_codecs_are_refused_with_memory_bounded(kafka):
     """Runs first on its broker, so the peak RSS it measures is its own."""
     assert kafka.http.create_topic("hostile", partitions=1).status == 201
@@ -136,6 +137,7 @@ def test_bombs_truncations_and_unknown_codecs_are_refused_with_memory_bounded(ka
     assert high_watermark(kafka, "hostile", 0) == 200  # only the good batch
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd", "gzip"])
 def test_confluent_producers_compressed_read_back_identical_over_kafka_and_http(kafka, codec):
     topic = f"compressed-{codec}"
