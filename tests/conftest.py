@@ -74,6 +74,18 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., TestBroker]]:
         b.kill()
 
 
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
+    """One broker with a Kafka listener, for a test module; ``kafka.bootstrap`` is its HOST:PORT."""
+    from ring.localcluster import free_port
+
+    port = free_port()
+    b = TestBroker(tmp_path_factory.mktemp("kafka"), args=["--kafka-listen", f"127.0.0.1:{port}"]).start()
+    b.bootstrap = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+    yield b
+    b.stop()
+
+
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
     """Three gossiping brokers for the whole session: for tests that neither kill nor pause one."""

@@ -6,7 +6,6 @@ Kafka's error codes, nothing stored, the broker's memory bounded by the limit.""
 from __future__ import annotations
 
 import struct
-from typing import Iterator
 
 import cramjam
 import lz4.frame
@@ -16,8 +15,6 @@ from crc32c import crc32c
 
 from ring import limits
 from ring.kafka_api import records
-from ring.localcluster import free_port
-from tests.brokers import TestBroker
 from tests.rss_consume import vm_kib
 from tests.test_kafka_listener import (assert_stored, connect, consume_confluent, high_watermark, produce_answer,
                                        produce_frame, produce_keyed, read_answer)
@@ -86,13 +83,6 @@ def test_snappy_raw_and_xerial_framed_decode_alike(frame):
 # --- on a broker -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
-    port = free_port()
-    b = TestBroker(tmp_path_factory.mktemp("kcomp"), args=["--kafka-listen", f"127.0.0.1:{port}"]).start()
-    b.bootstrap = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
-    yield b
-    b.stop()
 
 
 def bombs() -> dict[str, tuple[int, bytes]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,14 +19,6 @@ pytestmark = pytest.mark.integration
 API_VERSIONS, METADATA = 18, 3
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
-    """One broker with a Kafka listener; ``kafka.bootstrap`` is its HOST:PORT."""
-    port = free_port()
-    b = TestBroker(tmp_path_factory.mktemp("kafka"), args=["--kafka-listen", f"127.0.0.1:{port}"]).start()
-    b.bootstrap = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
-    yield b
-    b.stop()
 
 
 # --- raw frames ------------------------------------------------------------------------------
