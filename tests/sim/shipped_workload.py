@@ -226,20 +226,15 @@ class _World(Probes):
                 self.cluster.restart(victim, wipe=wipe)
                 what = f"{kind} {victim}" + (" losing power" if power else "") + \
                     (" (back on an empty disk)" if wipe else "")
-            elif kind == "cut":
+            elif kind in ("cut", "one-way"):
                 a, b = self.rng.sample(names, 2)
                 ha, hb = self.cluster.host_of(a), self.cluster.host_of(b)
-                self.cluster.net.cut(ha, hb)
+                net = self.cluster.net
+                cut, heal = (net.cut, net.heal) if kind == "cut" else (net.cut_one_way, net.heal_one_way)
+                cut(ha, hb)
                 await asyncio.sleep(lasts)
-                self.cluster.net.heal(ha, hb)
-                what = f"cut {a}-{b}"
-            elif kind == "one-way":
-                a, b = self.rng.sample(names, 2)
-                ha, hb = self.cluster.host_of(a), self.cluster.host_of(b)
-                self.cluster.net.cut_one_way(ha, hb)
-                await asyncio.sleep(lasts)
-                self.cluster.net.heal_one_way(ha, hb)
-                what = f"cut {a}->{b} one way"
+                heal(ha, hb)
+                what = f"cut {a}-{b}" if kind == "cut" else f"cut {a}->{b} one way"
             elif kind == "clock-jump":
                 victim = self.rng.choice(names)
                 jump = self.rng.choice((-1, 1)) * self.rng.uniform(5.0, 3600.0)
