@@ -29,6 +29,7 @@ import pytest
 from ring.commands.positions import (Position, format_bytes, format_duration_ms, parse_bytes, parse_duration_ms,
                                     parse_position)
 from ring.commands.base import UsageError, table
+from ring.commands.consume import LEAVE_REQUEST_TIMEOUT_S, LEAVE_TIMEOUT_S
 from ring.hashing import partition_for_key
 from tests.brokers import REPO_ROOT, TestBroker, TestCluster
 
@@ -385,7 +386,7 @@ def test_group_consume_commits_what_it_printed(broker: TestBroker, topic: str) -
 def _running(brokers: str, *args: str) -> Iterator[subprocess.Popen]:
     """``ring ARGS`` as a process the test talks to, killed if the test leaves it running."""
     proc = subprocess.Popen([sys.executable, "-m", "ring", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=_env(brokers), cwd=REPO_ROOT)
+                            env=_env(brokers, PYTHONFAULTHANDLER="1"), cwd=REPO_ROOT)
     try:
         yield proc
     finally:
@@ -406,9 +407,16 @@ def _read_until(proc: subprocess.Popen, want: bytes) -> bytes:
 
 
 def _interrupted_quietly(proc: subprocess.Popen) -> None:
-    """Ctrl-C: it commits what it printed and leaves, with exit 130 and nothing on stderr."""
+    """Ctrl-C: it commits what it printed and leaves, with exit 130 and nothing on stderr; within
+    the time leaving has (and a request's timeout) even if the broker does not answer."""
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=RUN_TIMEOUT_S) == 130, proc.stderr.read()
+    try:
+        code = proc.wait(timeout=LEAVE_TIMEOUT_S + LEAVE_REQUEST_TIMEOUT_S + 5)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: where it is stuck, on stderr
+        proc.wait(timeout=RUN_TIMEOUT_S)
+        raise AssertionError(f"still running after Ctrl-C: {proc.stderr.read().decode(errors='replace')}") from None
+    assert code == 130, proc.stderr.read()
     assert proc.stderr.read().strip() == b""  # no "committing: ..." note, no traceback
 
 
@@ -445,6 +453,33 @@ def test_group_consume_commits_the_partitions_it_kept_when_one_moved(broker: Tes
     assert committed[kept] == 15  # all it printed of the partition it kept
     assert committed[moved] == 10  # its first poll's, committed by the next poll; not the moved one's last
     assert f"not committed: {topic}/{moved}" in stderr, stderr
+
+
+def test_a_leaving_call_ends_within_its_time_even_if_the_broker_never_answers() -> None:
+    """``Api.within``: a broker that accepts and never answers gets the request again on a fresh
+    connection after each request's timeout, and the call gives up once the time is spent (what
+    ``ring consume --group`` leaving on Ctrl-C relies on to end)."""
+    from ring.client.transport import BrokerUnreachable
+    from ring.commands.api import Api
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        api = Api([f"http://127.0.0.1:{server.getsockname()[1]}"], timeout_s=30)
+        api.within(1.5, 0.4)
+        started = time.monotonic()
+        with pytest.raises(BrokerUnreachable):
+            api.call("DELETE", "/v1/groups/g/members/m", repeatable=True)
+        spent_s = time.monotonic() - started
+        accepted = []
+        server.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                accepted.append(server.accept()[0])
+        for conn in accepted:
+            conn.close()
+    assert len(accepted) >= 2  # sent again, each time on a new connection
+    assert spent_s < 1.5 + 0.4 + 1.0  # the time given, one request's timeout, and a last pause's rounding
 
 
 def test_group_consume_follows_through_a_broker_restart(make_broker: Any, topic: str) -> None:

@@ -53,6 +53,15 @@ class Api:
         self._tls: ssl.SSLContext | None = None  # made on the first https:// broker
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self._good: str | None = None  # the broker that answered last
+        self._deadline: float | None = None  # see within()
+        self._request_timeout_s: float | None = None
+
+    def within(self, total_s: float, request_timeout_s: float) -> None:
+        """From now on, every call together ends within ``total_s`` (and one request's timeout),
+        each request waiting ``request_timeout_s`` at most; a request left unanswered is sent
+        again on a fresh connection while time is left."""
+        self._deadline = time.monotonic() + total_s
+        self._request_timeout_s = request_timeout_s
 
     def _order(self) -> list[str]:
         return [self._good, *(u for u in self.urls if u != self._good)] if self._good else list(self.urls)
@@ -110,6 +119,10 @@ class Api:
         if query:
             path += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         body = None if doc is None else orjson.dumps(doc)
+        if self._deadline is not None:
+            left_s = max(self._deadline - time.monotonic(), 0.5)
+            self.retry_timeout_s = left_s
+            timeout_s = min(timeout_s or self.timeout_s, self._request_timeout_s or left_s, left_s)
         last = "no broker tried"
         reached = False
         started = time.monotonic()

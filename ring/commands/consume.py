@@ -40,6 +40,12 @@ FETCH_RECORDS = 5_000  # per fetch or poll: big answers keep a fast consumer's r
 FOLLOW_WAIT_MS = 10_000  # a long-poll, well under proxies' idle timeouts
 GROUP_FOLLOW_WAIT_MS = 5_000  # under the shortest session timeout a member may have, with room
 REJOINS_MAX = 20  # consecutive rebalances without a poll answered: the group is in turmoil
+# Leaving (done, Ctrl-C, a closed pipe): the final commit and the leave together get this long, each
+# request at most LEAVE_REQUEST_TIMEOUT_S (a commit is answered, 504 at worst, within the produce
+# timeout). A request left unanswered is sent again on a fresh connection; past the time the command
+# says so and ends, and the group drops the member after its session timeout.
+LEAVE_TIMEOUT_S = 15.0
+LEAVE_REQUEST_TIMEOUT_S = limits.PRODUCE_TIMEOUT_MS_MAX / 1000 + 2.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -260,7 +266,6 @@ def _consume_group(ctx: Context, args: argparse.Namespace, start: Position) -> i
                 break
     finally:
         progress.finish()
-        api.retry_timeout_s = None  # leaving: a few rounds, not a minute (the session times out anyway)
         _leave(ctx, api, group, consumer, generation, printed)
     return EXIT_OK
 
@@ -284,7 +289,9 @@ def _leave(ctx: Context, api: Any, group: str, consumer: str, generation: int,
     """Commit exactly what was written out, then leave without the poll's own commit:
     however the command ends (done, Ctrl-C, a closed pipe), nothing unprinted is
     committed. A failure here is said, not raised: the group drops the member
-    after its session timeout anyway, and uncommitted records are read again."""
+    after its session timeout anyway, and uncommitted records are read again.
+    Both together take LEAVE_TIMEOUT_S at most (and one request's timeout)."""
+    api.within(LEAVE_TIMEOUT_S, LEAVE_REQUEST_TIMEOUT_S)
     try:
         _commit_printed(ctx, api, group, consumer, generation, printed)
     except (errors.RingError, OSError) as exc:
