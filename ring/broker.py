@@ -64,7 +64,7 @@ from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
 from ring.replication.intake import Intake, ProduceResult
 from ring.replication.local import LocalRouter, Routes
-from ring.replication.reads import FetchResult, LongPolls
+from ring.replication.reads import Fetched, LongPolls
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.broker")
@@ -347,14 +347,9 @@ class Broker:
         """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
         return self.router.produce_partition_soon(req, cfg, p, batches)
 
-    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult:
-        return await self.router.fetch(topic, partition, offset, max_bytes, wait_ms)
-
-    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                  wait_ms: int) -> FetchResult | None:
-        """``fetch`` when it is answered at once; None when the caller must take ``fetch``."""
-        return self.router.fetch_now(topic, partition, offset, max_bytes, wait_ms)
+    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+        """The read at once when this broker can answer it so, else an awaitable of it (``reads.settled``)."""
+        return self.router.fetch(topic, partition, offset, max_bytes, wait_ms)
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
         """GET .../offsets: the first offset with a timestamp at or after ``timestamp``."""

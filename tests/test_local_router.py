@@ -24,6 +24,7 @@ from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
 from ring.produce import Batches, Produce
 from ring.replication.local import LocalRouter
+from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
 
@@ -94,14 +95,15 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     soon.add_done_callback(lambda a: settled.set_result(None))
     await asyncio.wait_for(settled, 10)  # no other voter to wait for: answered once durable here
     assert (soon.base, soon.count) == (2, 1)
-    assert alone.fetch_now("t", 1, None, 1 << 20, 0).high_watermark == 3
-    waiting = asyncio.ensure_future(alone.fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end
-    assert alone.fetch_now("t", 1, 3, 1 << 20, 10_000) is None
+    assert alone.fetch("t", 1, None, 1 << 20, 0).high_watermark == 3  # answered at once
+    waiting = alone.fetch("t", 1, 3, 1 << 20, 10_000)  # a long-poll at the end: an awaitable
+    assert not isinstance(waiting, FetchResult)
+    waiting = asyncio.ensure_future(waiting)
     await alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")])
     got = await asyncio.wait_for(waiting, 10)
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
     assert (await alone.offsets("t", 1, "latest"))["offset"] == 4
     assert (await alone.truncate("t", 1, 2))["earliest_offset"] == 2
     assert alone.host.moved == [("t", 1, 2)]
-    with pytest.raises(OffsetOutOfRange):
-        await alone.fetch("t", 1, 1, 1 << 20, 0)
+    with pytest.raises(OffsetOutOfRange):  # at once, before any wait
+        alone.fetch("t", 1, 1, 1 << 20, 10_000)

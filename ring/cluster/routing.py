@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 from ring import limits
 from ring.catalog import Catalog, TopicConfig, validate_topic_name
@@ -53,7 +53,7 @@ from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
 from ring.replication.local import LocalHost, LocalRouter
-from ring.replication.reads import FetchResult
+from ring.replication.reads import Fetched, FetchResult, settled
 from ring.replication.replica import Replica
 
 # A forwarded produce checks this often whether its leader became unreachable.
@@ -397,8 +397,32 @@ class Router:
         names = list(dict.fromkeys(self.host.preference_list(cfg, partition) + self._voters(cfg, partition)))
         return self.host.proxy.urls(names, topic, partition)
 
-    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult:
+    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+        """A read of this broker's replica at once when it can answer it (records there, or a long poll
+        on it, awaitable); anything else (the earliest offset, one below the local log, another replica
+        to ask, a damaged copy) is an awaitable of the answer."""
+        if self.remote_partition(topic, partition) is None:
+            rep = self.host.replica(topic, partition)
+            assert rep is not None
+            if offset is not None and offset >= rep.serves_from and self._leader_if_unheard_of(rep, offset) is None:
+                try:
+                    got = self.local.fetch(topic, partition, offset, max_bytes, wait_ms)
+                except StorageError:
+                    return self._fetch(topic, partition, offset, max_bytes, wait_ms)  # reads it again, says where
+                return got if isinstance(got, FetchResult) else self._waited(got, topic, partition, offset,
+                                                                             max_bytes, wait_ms)
+        return self._fetch(topic, partition, offset, max_bytes, wait_ms)
+
+    async def _waited(self, waiting: Awaitable[FetchResult], topic: str, partition: int, offset: int,
+                      max_bytes: int, wait_ms: int) -> FetchResult:
+        """A long poll on this broker's replica; a damaged copy found after it is read from another."""
+        try:
+            return await waiting
+        except StorageError as exc:
+            return await self._elsewhere(exc, topic, partition, offset, max_bytes, wait_ms)
+
+    async def _fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
+                     wait_ms: int) -> FetchResult:
         host = self.host
         remote = self.remote_partition(topic, partition)
         if remote is None:
@@ -418,30 +442,20 @@ class Router:
                 return held
         if remote is None:
             try:
-                return await self.local.fetch(topic, partition, offset, max_bytes, wait_ms)
+                return await settled(self.local.fetch(topic, partition, offset, max_bytes, wait_ms))
             except StorageError as exc:
-                rep = host.replica(topic, partition)
-                if rep is not None:
-                    host.damaged(rep, exc.extra.get("offset", offset or 0))
-                remote = self._replica_urls(host.catalog.get(topic), partition, topic)
+                return await self._elsewhere(exc, topic, partition, offset, max_bytes, wait_ms)
         return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
 
-    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                  wait_ms: int) -> FetchResult | None:
-        """A read of this broker's replica answered at once; None for anything else (a wait, another
-        replica to ask, a damaged copy): the caller takes ``fetch``."""
-        if self.remote_partition(topic, partition) is not None:
-            return None
-        rep = self.host.replica(topic, partition)
-        assert rep is not None
-        if offset is None or offset < rep.serves_from:
-            return None  # the earliest offset, or one below the local log: ranges may hold it (fetch)
-        if self._leader_if_unheard_of(rep, offset) is not None:
-            return None
-        try:
-            return self.local.fetch_now(topic, partition, offset, max_bytes, wait_ms)
-        except StorageError:
-            return None
+    async def _elsewhere(self, exc: StorageError, topic: str, partition: int, offset: int | None,
+                         max_bytes: int, wait_ms: int) -> FetchResult:
+        """This broker's copy is damaged where ``exc`` says: noted, and the read goes to the other replicas."""
+        host = self.host
+        rep = host.replica(topic, partition)
+        if rep is not None:
+            host.damaged(rep, exc.extra.get("offset", offset or 0))
+        remote = self._replica_urls(host.catalog.get(topic), partition, topic)
+        return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high

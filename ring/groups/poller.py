@@ -58,6 +58,7 @@ from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
 from ring.log.selection import select_batches, select_records  # the fetch's own selection
 from ring.log.batch import Record
+from ring.replication.reads import settled
 
 log = logging.getLogger("ring.groups")
 
@@ -307,7 +308,7 @@ class Poller:
         max_bytes = answer_budget.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
-                res = await self.broker.fetch(tp[0], tp[1], offset, max_bytes, wait_ms)
+                res = await settled(self.broker.fetch(tp[0], tp[1], offset, max_bytes, wait_ms))
             except RingError as exc:
                 if exc.status != 416:
                     raise

@@ -191,17 +191,15 @@ def fetch(request: Request) -> web.Answer:
     budget: answer_budget.AnswerBudget = request.app[BUDGET_KEY]
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
-    result = broker.fetch_now(topic, partition, offset, budget.grant(max_bytes), wait_ms)
-    if result is None:  # a long-poll, or a read another replica answers
-        return _fetch_later(broker, topic, partition, offset, max_bytes, wait_ms, max_records, accept)
+    result = broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
+    if not isinstance(result, FetchResult):  # a long-poll, or a read another replica answers
+        return _fetch_later(budget, result, offset, max_records, accept)
     return _fetched(budget, result, offset, max_records, accept)
 
 
-async def _fetch_later(broker: Broker, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int,
+async def _fetch_later(budget: answer_budget.AnswerBudget, later: Awaitable[FetchResult], offset: int | None,
                        max_records: int, accept: str) -> Response:
-    budget = answer_budget.budget_of(broker)
-    result = await broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
-    return _fetched(budget, result, offset, max_records, accept)
+    return _fetched(budget, await later, offset, max_records, accept)
 
 
 def _fetched(budget: answer_budget.AnswerBudget, result: FetchResult, offset: int | None, max_records: int,

@@ -1,5 +1,5 @@
 """Fetch (v4-v11): ring's stored batches read through the broker
-(``broker.fetch_now``/``broker.fetch``, as the HTTP front's fetch reads them) and answered as Kafka
+(``broker.fetch``, answered at once or awaited, as the HTTP front's fetch reads them) and answered as Kafka
 RecordBatch v2 with the same offsets.
 
 A fetch reads every partition it names at once. When that finds nothing and the client would wait
@@ -21,7 +21,7 @@ from ring import answer_budget, limits
 from ring.errors import BadRequest, RingError
 from ring.kafka_api import errors, records
 from ring.kafka_api.wire import Reader, Writer
-from ring.replication.reads import FetchResult
+from ring.replication.reads import FetchResult, settled
 
 class _Wanted(NamedTuple):
     topic: str
@@ -63,7 +63,7 @@ def fetch(broker: Any, version: int, r: Reader) -> Any:
 async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: int, max_bytes: int) -> bytes:
     got = await _read_all(broker, wanted, max(max_bytes, 1))
     if max_wait_ms and not any(isinstance(g, FetchResult) and g.data for g in got):
-        waits = [asyncio.ensure_future(broker.fetch(w.topic, w.partition, w.offset, 1, max_wait_ms))
+        waits = [asyncio.ensure_future(_waited(broker, w, max_wait_ms))
                  for w, g in zip(wanted, got) if isinstance(g, FetchResult)]
         if waits:
             try:
@@ -76,6 +76,11 @@ async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: 
     return _fetch_answer(version, wanted, got)
 
 
+async def _waited(broker: Any, w: _Wanted, max_wait_ms: int) -> FetchResult:
+    """A long poll on one partition (its errors stay in its task)."""
+    return await settled(broker.fetch(w.topic, w.partition, w.offset, 1, max_wait_ms))
+
+
 async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[FetchResult | RingError]:
     """Each partition's read, at once (a partition another broker must answer is awaited), within the
     fetch's max bytes and FETCH_BYTES_MAX: once they are reached, the partitions after answer their
@@ -86,9 +91,9 @@ async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[
     for w in wanted:
         try:
             ask = budget.grant(max(1, min(w.max_bytes, left)))
-            result = broker.fetch_now(w.topic, w.partition, w.offset, ask, 0)
-            if result is None:
-                result = await broker.fetch(w.topic, w.partition, w.offset, ask, 0)
+            result = broker.fetch(w.topic, w.partition, w.offset, ask, 0)
+            if not isinstance(result, FetchResult):
+                result = await result
             if left <= 0:
                 result = result._replace(data=b"")  # (read for its high watermark and log start)
             left -= len(result.data)

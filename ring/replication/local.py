@@ -23,7 +23,7 @@ from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.intake import ProduceResult
-from ring.replication.reads import FetchResult, LongPolls
+from ring.replication.reads import Fetched, FetchResult, LongPolls
 from ring.replication.replica import Replica
 
 
@@ -81,11 +81,8 @@ class Routes(Protocol):
 
     def forget(self, topic: str) -> None: ...
 
-    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult: ...
-
-    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                  wait_ms: int) -> FetchResult | None: ...
+    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+        """The read answered at once, or an awaitable of it (``reads.settled`` gives either)."""
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]: ...
 
@@ -146,28 +143,21 @@ class LocalRouter:
             return
         reads.check_offset(part, offset)
 
-    async def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult:
-        host = self.host
-        part = host.replica_of(topic, partition)
-        if offset is None:
-            offset = part.log.start_offset
-        self.check_offset(part, offset)
-        if offset >= part.hw and wait_ms > 0 and not host.closing:
-            await host.long_polls.wait(part, offset, wait_ms, lambda: host.closing)
-            self.check_offset(part, offset)  # a truncate may have moved the start
-        return reads.read(part, offset, max_bytes)
-
-    def fetch_now(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                  wait_ms: int) -> FetchResult | None:
-        """``fetch`` when it is answered at once (records are there, or no wait was asked for); None
-        when it would wait: the caller takes ``fetch``."""
+    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+        """The read, at once when records are there or no wait was asked for; else (a long poll at
+        the high watermark) an awaitable of it. A bad offset raises here, before any wait."""
         part = self.host.replica_of(topic, partition)
         if offset is None:
             offset = part.log.start_offset
         self.check_offset(part, offset)
         if offset >= part.hw and wait_ms > 0 and not self.host.closing:
-            return None
+            return self._after_wait(part, offset, max_bytes, wait_ms)
+        return reads.read(part, offset, max_bytes)
+
+    async def _after_wait(self, part: Replica, offset: int, max_bytes: int, wait_ms: int) -> FetchResult:
+        host = self.host
+        await host.long_polls.wait(part, offset, wait_ms, lambda: host.closing)
+        self.check_offset(part, offset)  # a truncate may have moved the start
         return reads.read(part, offset, max_bytes)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ refused with ``Overloaded`` (429).
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, NamedTuple
+from typing import Awaitable, Callable, NamedTuple, Union
 
 from ring import limits
 from ring.clock import Clock
@@ -26,6 +26,15 @@ class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make tha
     data: bytes  # whole stored batches, all below high_watermark
     high_watermark: int
     earliest_offset: int
+
+
+Fetched = Union[FetchResult, Awaitable[FetchResult]]
+"""What a fetch gives: its result at once, or (a long poll, a read another replica answers) an awaitable of it."""
+
+
+async def settled(got: Fetched) -> FetchResult:
+    """A fetch's result, awaited if it was not there at once."""
+    return got if isinstance(got, FetchResult) else await got
 
 
 def check_offset(part: Replica, offset: int) -> None:
