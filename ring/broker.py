@@ -46,7 +46,7 @@ import asyncio
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
@@ -337,15 +337,11 @@ class Broker:
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         return self.router.unkeyed_partition(cfg)
 
-    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                                batches: list[bytearray]) -> ProduceResult:
-        """Where a partition's batches go: ``append`` here as its leader, or forwarded to it."""
-        return await self.router.produce_partition(req, cfg, p, batches)
-
-    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | None:
-        """``produce_partition`` in this turn's write when nothing need be awaited first, else None."""
-        return self.router.produce_partition_soon(req, cfg, p, batches)
+    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                          batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
+        """Where a partition's batches go: this turn's write here as its leader, or forwarded to it
+        (``ring.replication.intake.IntakeHost.produce_partition``)."""
+        return self.router.produce_partition(req, cfg, p, batches)
 
     def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
         """The read at once when this broker can answer it so, else an awaitable of it (``reads.settled``)."""

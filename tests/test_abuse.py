@@ -20,6 +20,7 @@ from ring.errors import Overloaded
 from ring.http_api.budget import body_budget_of
 from ring.http_api.server import Server
 from ring.produce import Batches, Produce, Records
+from ring.replication.intake import results_of
 from tests.support import serve_alone
 
 _REQ = Produce("t", Batches([bytearray(b"x")], 1), 0, None, "one")  # a forwarded produce's request
@@ -73,8 +74,8 @@ async def test_an_answer_the_client_never_reads_is_dropped_with_its_connection(s
     await broker.add_topic(TopicConfig(name="big", partitions=1))
     value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
     for _ in range(6):  # ~6 MiB to fetch
-        await broker.intake.produce(Produce("big", Records([(None, None, value, None)], [len(value)], True, False), 0,
-                                             consistency="one"))
+        await results_of("big", broker.intake.produce(Produce("big", Records([(None, None, value, None)], [len(value)],
+                                                                         True, False), 0, consistency="one")))
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))

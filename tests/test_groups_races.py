@@ -13,6 +13,7 @@ from ring.catalog import TopicConfig
 from ring.errors import Conflict
 from ring.groups.service import Groups
 from ring.produce import Produce, Records
+from ring.replication.intake import results_of
 from tests.support import lone_broker, until
 
 SESSION_MS = 1_000  # the shortest session a member may have: its expiry is what the first test waits for
@@ -51,7 +52,7 @@ async def test_a_member_whose_poll_met_a_rebalance_still_expires(tmp_path: Path)
 
 async def _produce(b, n: int) -> None:
     records = [(None, None, b'{"i": 1}', None)] * n
-    await b.intake.produce(Produce("t", Records(records, [24] * n, True, False), 0))
+    await results_of("t", b.intake.produce(Produce("t", Records(records, [24] * n, True, False), 0)))
 
 
 @pytest.mark.parametrize("move", ["reset", "seek"])

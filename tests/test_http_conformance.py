@@ -32,6 +32,7 @@ from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
 from ring.produce import Produce, Records
+from ring.replication.intake import results_of
 from tests.support import serving_alone
 
 HEADER_TIMEOUT_S = 0.6
@@ -524,8 +525,8 @@ async def test_send_deadline_a_slow_reader_in_time_gets_it_all_one_past_it_is_cu
         await broker.add_topic(TopicConfig(name="big", partitions=1, replication_factor=1))
         value = b'"' + b"x" * (limits.MESSAGE_BYTES_MAX - 100) + b'"'
         for _ in range(12):  # an answer larger than the socket buffers the kernel may give it (4 MiB)
-            await broker.intake.produce(Produce("big", Records([(None, None, value, None)], [len(value)], True, False),
-                                                 0, consistency="one"))
+            await results_of("big", broker.intake.produce(Produce("big", Records([(None, None, value, None)], [len(value)],
+                                                                             True, False), 0, consistency="one")))
         fetch = _request_bytes("GET", "/v1/topics/big/partitions/0/messages?offset=0&max_bytes=16777216",
                                [("Accept", "application/vnd.ring.batches")])
         sock = socket.socket()

@@ -17,6 +17,7 @@ from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
 from ring.http_api.server import Server
 from ring.produce import Produce, Records
+from ring.replication.intake import results_of
 from ring.replication.reads import settled
 from tests.support import lone_broker, serving_alone
 
@@ -126,7 +127,7 @@ async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: P
         await broker.add_topic(TopicConfig(name="gc", partitions=1))
         part = broker._parts["gc"][0]
         records = [(None, None, b"v", None)]
-        tasks = [asyncio.create_task(broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0))) for _ in range(40)]
+        tasks = [asyncio.create_task(results_of("gc", broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0)))) for _ in range(40)]
         await asyncio.sleep(0)  # every task appends in this turn; the fsync has not run
         assert part.log.end_offset == 40 and part.hw == 0
         fetched = await settled(broker.fetch("gc", 0, 0, 1 << 20, 0))
@@ -137,9 +138,9 @@ async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: P
         assert broker.fsyncs <= 2, broker.fsyncs  # one shared fsync, not forty
         # appends that arrive while an fsync runs wait, then share the next one
         before = broker.fsyncs
-        wave1 = [asyncio.create_task(broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0))) for _ in range(5)]
+        wave1 = [asyncio.create_task(results_of("gc", broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0)))) for _ in range(5)]
         await asyncio.sleep(0)
-        wave2 = [asyncio.create_task(broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0))) for _ in range(5)]
+        wave2 = [asyncio.create_task(results_of("gc", broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0)))) for _ in range(5)]
         await asyncio.gather(*wave1, *wave2)
         assert broker.fsyncs - before <= 2 and part.hw == 50
     finally:
@@ -154,11 +155,11 @@ async def test_interval_policy_starts_writeback_between_fsyncs(tmp_path: Path) -
         part = broker._parts["wb"][0]
         value = b"x" * 1000
         small = [(None, None, value, None)] * 100
-        await broker.intake.produce(Produce("wb", Records(small, [1016] * 100, False, False), 0))  # ~100 KB: under the threshold
+        await results_of("wb", broker.intake.produce(Produce("wb", Records(small, [1016] * 100, False, False), 0)))  # ~100 KB: under the threshold
         await asyncio.sleep(3 * limits.WRITEBACK_CHECK_INTERVAL_MS / 1000)
         assert broker.status()["writebacks"] == 0 and part.log.writeback_due(1)
         for _ in range(2 * limits.WRITEBACK_START_BYTES // (100 * 1016) + 1):
-            await broker.intake.produce(Produce("wb", Records(small, [1016] * 100, False, False), 0))
+            await results_of("wb", broker.intake.produce(Produce("wb", Records(small, [1016] * 100, False, False), 0)))
         def under_way() -> bool:  # a writeback started, and less than its threshold is left since
             return broker.status()["writebacks"] >= 1 and not part.log.writeback_due(limits.WRITEBACK_START_BYTES)
 

@@ -22,7 +22,8 @@ from ring.config import BrokerConfig
 from ring.errors import OffsetOutOfRange
 from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
-from ring.produce import Batches, Produce
+from ring.produce import Batches, Produce, Records
+from ring.replication.intake import is_pending, result_of, results_of
 from ring.replication.local import LocalRouter
 from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
@@ -87,10 +88,10 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     cfg = alone.catalog.get("t")
     assert isinstance(alone.router, LocalRouter)
     assert [alone.unkeyed_partition(cfg) for _ in range(4)] == [0, 1, 0, 1]  # round-robin over every partition
-    first = await alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"a"), _batch(b"b")])
+    first = await result_of("t", alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"a"), _batch(b"b")]))
     assert (first.partition, first.base_offset, first.count) == (1, 0, 2)
-    soon = alone.produce_partition_soon(_req("quorum"), cfg, 1, [_batch(b"c")])
-    assert soon is not None
+    soon = alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"c")])
+    assert is_pending(soon)  # this turn's write: no task
     settled = asyncio.get_running_loop().create_future()
     soon.add_done_callback(lambda a: settled.set_result(None))
     await asyncio.wait_for(settled, 10)  # no other voter to wait for: answered once durable here
@@ -99,7 +100,7 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     waiting = alone.fetch("t", 1, 3, 1 << 20, 10_000)  # a long-poll at the end: an awaitable
     assert not isinstance(waiting, FetchResult)
     waiting = asyncio.ensure_future(waiting)
-    await alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")])
+    await result_of("t", alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
     got = await asyncio.wait_for(waiting, 10)
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
     assert (await alone.offsets("t", 1, "latest"))["offset"] == 4
@@ -107,3 +108,28 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert alone.host.moved == [("t", 1, 2)]
     with pytest.raises(OffsetOutOfRange):  # at once, before any wait
         alone.fetch("t", 1, 1, 1 << 20, 10_000)
+
+
+async def test_a_request_over_several_partitions_takes_each_partitions_turn_write(alone: Any) -> None:
+    """Records whose keys spread over both partitions: each partition's batches join that partition's
+    turn write, as a one-partition produce's do; none takes the awaited append."""
+    awaited = []
+    append = alone.append
+    alone.append = lambda part, batches: awaited.append(part.index) or append(part, batches)
+    keys = [b"k%d" % i for i in range(16)]
+    records = [(None, k, b"v-" + k, None) for k in keys]
+    got = alone.intake.produce(Produce("t", Records(records, [16] * len(records), False, True), None))
+    assert not is_pending(got)  # two partitions: an awaitable of both results
+    results = await asyncio.wait_for(results_of("t", got), 10)
+    assert sorted(r.partition for r in results) == [0, 1] and sum(r.count for r in results) == 16
+    assert awaited == []
+    for r in results:
+        stored = alone.fetch("t", r.partition, 0, 1 << 20, 0)
+        assert [x.key for x in batchfmt.decode(stored.data, 0)[1]] == [k for k, p in zip(keys, _partitions(keys))
+                                                                      if p == r.partition]
+
+
+def _partitions(keys: list[bytes]) -> list[int]:
+    from ring.hashing import partition_for_key
+
+    return [partition_for_key(k, 2) for k in keys]

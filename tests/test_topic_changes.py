@@ -20,6 +20,7 @@ from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
 from ring.hashing import partition_for_key
 from ring.produce import Produce, Records
+from ring.replication.intake import results_of
 from tests.brokers import Http, Member, TestBroker, TestCluster
 from tests.support import lone_broker, wait_for
 
@@ -102,7 +103,7 @@ async def test_a_new_retention_reaches_the_open_logs(local_broker: ClusterBroker
     await b.add_topic(TopicConfig(name="t", partitions=1, segment_bytes=4096, replication_factor=1))
     value = b"x" * 1000
     for _ in range(20):
-        await b.intake.produce(Produce("t", Records([(None, None, value, None)], [len(value)], False, False), 0))
+        await results_of("t", b.intake.produce(Produce("t", Records([(None, None, value, None)], [len(value)], False, False), 0)))
     part = b._parts["t"][0]
     assert part.log.enforce_retention(b.clock.wall_ms(), upto=part.hw) == 0  # unlimited by size: nothing goes
     assert part.log.start_offset == 0

@@ -160,8 +160,8 @@ class Forwarding:
 
     def _again(self) -> None:
         self.router._forwarding.discard(self)  # the awaited way bounds itself
-        task = asyncio.ensure_future(self.router.produce_partition(self.request, self.cfg, self.partition,
-                                                                   self.batches))
+        task = asyncio.ensure_future(self.router._produce_awaited(self.request, self.cfg, self.partition,
+                                                                  self.batches))
         task.add_done_callback(self._settle)
 
     def _settle(self, task: asyncio.Task) -> None:
@@ -190,13 +190,17 @@ class Router:
         host = self.host
         return not host.closing and host.membership is not None and host.membership.joined
 
-    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | Forwarding | None:
-        """``produce_partition`` with no task: this turn's write when this broker leads the partition now
-        (``append_soon``), or sent at once on the open forward link to the leader this broker knows
-        alive and reachable (``Forwarding``); else None (the awaited way)."""
+    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                          batches: list[bytearray]) -> Appending | Forwarding | Awaitable[ProduceResult]:
+        """``batches`` of ``req`` (its consistency resolved) on their way into partition ``p``: with no task,
+        this turn's write when this broker leads the partition now (``append_soon``), or sent at once on
+        the open forward link to the leader this broker knows alive and reachable (``Forwarding``), each
+        a future of (base offset, count); else the awaited way (``_produce_awaited``), which waits for a
+        leader and follows it."""
         pending = self.append_soon(req, cfg, p, batches)
-        return pending if pending is not None else self._forward_soon(req, cfg, p, batches)
+        if pending is None:
+            pending = self._forward_soon(req, cfg, p, batches)
+        return pending if pending is not None else self._produce_awaited(req, cfg, p, batches)
 
     def append_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
@@ -257,7 +261,7 @@ class Router:
         cfg = catalog.get(rep.topic)
 
         async def again() -> None:
-            result = await self.produce_partition(pending.request, cfg, rep.index, pending.batches)
+            result = await self._produce_awaited(pending.request, cfg, rep.index, pending.batches)
             pending.base, pending.count = result.base_offset, result.count
 
         def settle(task: asyncio.Task) -> None:
@@ -283,8 +287,8 @@ class Router:
         rep = self.host.replica(cfg.name, p)
         return rep.voters if rep is not None else self.host.preference_list(cfg, p)
 
-    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                                batches: list[bytearray]) -> ProduceResult:
+    async def _produce_awaited(self, req: Produce, cfg: TopicConfig, p: int,
+                               batches: list[bytearray]) -> ProduceResult:
         host = self.host
         level = req.consistency
         deadline = host.clock.monotonic() + limits.LEADER_WAIT_MS / 1000

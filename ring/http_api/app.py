@@ -24,7 +24,7 @@ from ring.http_api.keys import BROKER_KEY
 from ring.log import selection
 from ring.produce import Batches, Produce
 from ring.replication import protocol
-from ring.replication.intake import ProduceResult
+from ring.replication.intake import ProduceResult, is_pending
 from ring.replication.reads import FetchResult
 
 BUDGET_KEY = "answer budget"  # the broker's answer_budget.budget_of, looked up once
@@ -158,9 +158,9 @@ def produce(request: Request) -> web.Answer:
     request.body = b""  # the decoded records are copies: the body is not held while they are framed and acknowledged
     if args.producer is not None and type(decoded) is Batches:
         raise BadRequest("stored batches carry producer_id and base_sequence in their headers, not the query")
-    got = broker.intake.produce_soon(Produce(args.topic, decoded, args.partition, args.key, args.consistency,
-                                             args.producer, args.timeout_ms))
-    if hasattr(got, "add_done_callback"):
+    got = broker.intake.produce(Produce(args.topic, decoded, args.partition, args.key, args.consistency,
+                                        args.producer, args.timeout_ms))
+    if is_pending(got):
         return web.Later(got, lambda _: _produced(args.topic, got.partition, *got.result()))
     return _produce_answer(got)
 

@@ -47,6 +47,7 @@ from ring.http_api.groups_api import GROUPS_KEY
 from ring.http_api.server import Server
 from ring.http_api.web import Request, Response
 from ring.produce import Produce
+from ring.replication.intake import results_of
 
 log = logging.getLogger("ring.polar")
 
@@ -165,7 +166,8 @@ async def produce(request: Request) -> Response:
     values, is_json = polar_codec.produce_values(request.content_type, request.body)
     request.body = b""
     if values:  # an NDJSON body of empty lines holds no record: stored as nothing, as there
-        await broker.intake.produce(Produce(topic, codec.stored_as_given(values, key, is_json), key=key))
+        await results_of(topic, broker.intake.produce(Produce(topic, codec.stored_as_given(values, key, is_json),
+                                                              key=key)))
     return text("OK", content_type=OK_TYPE)
 
 

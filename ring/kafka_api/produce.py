@@ -23,6 +23,7 @@ from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge, RingError, Un
 from ring.kafka_api import errors, producer_ids, records
 from ring.kafka_api.wire import Quiet, Reader, Writer
 from ring.produce import Produce, Records
+from ring.replication.intake import results_of
 
 
 def consistency_of(acks: int) -> str | None:
@@ -68,7 +69,7 @@ async def _produce(broker: Any, topics: list, level: str | None) -> list:
                     raise CorruptBatch("a partition's records are null")
                 recs, producer = records.decode_produced(data, inflate_left)
                 inflate_left -= sum(len(r.value or b"") + len(r.key or b"") for r in recs)
-                writes.append((name, p, _written(to_intake(broker, name, p, recs, level, producer))))
+                writes.append((name, p, _written(name, to_intake(broker, name, p, recs, level, producer))))
             except RingError as exc:
                 writes.append((name, p, _failed(exc)))
     results = await asyncio.gather(*(w for _, _, w in writes))
@@ -82,16 +83,9 @@ async def _failed(exc: RingError) -> tuple[int, int]:
     return errors.code_of(exc), -1
 
 
-async def _written(got: Any) -> tuple[int, int]:
+async def _written(topic: str, got: Any) -> tuple[int, int]:
     try:
-        if hasattr(got, "add_done_callback"):  # an Appending or a Forwarding: a future of (base, count)
-            loop = asyncio.get_running_loop()
-            settled = loop.create_future()
-            got.add_done_callback(lambda _: settled.done() or settled.set_result(None))
-            await settled
-            return errors.NONE, got.result()[0]
-        results = await got
-        return errors.NONE, results[0].base_offset
+        return errors.NONE, (await results_of(topic, got))[0].base_offset
     except RingError as exc:
         return errors.code_of(exc), -1
 
@@ -122,8 +116,8 @@ def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaR
             raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
         ins.append((rec.timestamp if rec.timestamp >= 0 else None, key, value, headers))
         sizes.append(size)
-    return broker.intake.produce_soon(Produce(topic, Records(ins, sizes, False, False), partition, None, level,
-                                              idempotent, sequences_contiguous=idempotent is not None))
+    return broker.intake.produce(Produce(topic, Records(ins, sizes, False, False), partition, None, level,
+                                         idempotent, sequences_contiguous=idempotent is not None))
 
 
 async def _answer(version: int, work: Awaitable[list]) -> bytes:

@@ -5,10 +5,12 @@ partition's leader, or forwarded to it).
 
 A request comes as one ``ring.produce.Produce``, built by its front; the intake puts in the topic's
 consistency when the request names none and hands it on with each partition's batches.
-``produce_soon`` takes no task where it can: when nothing need be awaited to know the topic and one
+``produce`` takes no task where it can: when nothing need be awaited to know the topic and one
 partition's write of this loop turn takes the batches (``ring.replication.appends``), it answers an
 ``Appending``, and when they go at once on the forward link to the partition's leader, the router's
 ``Forwarding`` (both futures of (base offset, count)); else the awaited path's coroutine.
+``results_of`` gives any of them as the results. A request whose records go to several partitions
+hands each partition's batches on the same way, and waits for them all.
 """
 
 from __future__ import annotations
@@ -53,6 +55,33 @@ class ProduceResult:
         return doc
 
 
+def is_pending(got: Any) -> bool:
+    """Whether a produce's ``got`` is a future of (base offset, count) (a turn's write, a forward on
+    the link), rather than an awaitable of its result."""
+    return hasattr(got, "add_done_callback")
+
+
+async def result_of(topic: str, got: Any) -> ProduceResult:
+    """A partition's produce result, from ``produce_partition``'s answer whichever it is."""
+    if not is_pending(got):
+        return await got
+    if not got.done():
+        done = asyncio.get_running_loop().create_future()
+        got.add_done_callback(lambda _: done.done() or done.set_result(None))
+        await done
+    base, count = got.result()
+    return ProduceResult(topic, got.partition, base, count)
+
+
+async def results_of(topic: str, got: Any) -> list[ProduceResult]:
+    """A produce's results, from ``Intake.produce``'s answer whichever it is."""
+    return [await result_of(topic, got)] if is_pending(got) else await got
+
+
+async def _listed(got: Awaitable[ProduceResult]) -> list[ProduceResult]:
+    return [await got]
+
+
 class IntakeHost(Protocol):
     """What the intake uses of its broker."""
 
@@ -72,14 +101,11 @@ class IntakeHost(Protocol):
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         """The partition a request with no key and no partition goes to."""
 
-    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                                batches: list[bytearray]) -> ProduceResult:
-        """``batches`` of ``req`` (its consistency resolved) appended to partition ``p``."""
-
-    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | None:
-        """``produce_partition`` with no task when nothing need be awaited first (this turn's write, or
-        the forward link's answer: a future of (base offset, count) either way), else None."""
+    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                          batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
+        """``batches`` of ``req`` (its consistency resolved) on their way into partition ``p``: with no
+        task when nothing need be awaited first (this turn's write, or the forward link's answer: a
+        future of (base offset, count) either way, ``is_pending``), else an awaitable of the result."""
 
 
 class Intake:
@@ -87,7 +113,7 @@ class Intake:
         self.host = host
         self._past_retention_logged: dict[str, float] = {}  # topic -> when it was last logged (monotonic)
 
-    async def produce(self, req: Produce) -> list[ProduceResult]:
+    def produce(self, req: Produce) -> Appending | Awaitable[list[ProduceResult]]:
         """Append ``req``'s records: framed into batches (``Records``, per partition, cut at
         BATCH_BYTES_MAX) or as they are (``Batches``, all to one partition).
 
@@ -99,20 +125,15 @@ class Intake:
         counted from ``sequence`` per partition; unkeyed records then go to
         the partition of the producer id, so a retry lands where the first
         try did.
-        """
-        cfg = await self._topic(req.topic)
-        if req.consistency is None:
-            req = req._replace(consistency=cfg.consistency)
-        framed = self._framed(req, cfg)
-        old = self._past_retention(cfg, framed)
-        results = await self._produce_framed(req, cfg, framed)
-        return self._warned(cfg, results, old) if old else results
 
-    def produce_soon(self, req: Produce) -> Appending | Awaitable[list[ProduceResult]]:
-        """``produce`` without a task where it can."""
+        With no task where nothing need be awaited first (the topic exists, the records go to one
+        partition, which takes them in this turn's write or on the forward link): a future of
+        (base offset, count), ``is_pending``; else an awaitable of the results (``results_of`` gives
+        either as the results).
+        """
         cfg = self._topic_at_once(req.topic)
         if cfg is None:
-            return self.produce(req)
+            return self._produce_awaited(req)
         framed = self._framed(req, cfg)
         if req.consistency is None:
             req = req._replace(consistency=cfg.consistency)
@@ -121,10 +142,19 @@ class Intake:
             return self._produce_warned(req, cfg, framed, old)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            soon = self.host.produce_partition_soon(req, cfg, p, batches)
-            if soon is not None:
-                return soon
+            got = self.host.produce_partition(req, cfg, p, batches)
+            return got if is_pending(got) else _listed(got)
         return self._produce_framed(req, cfg, framed)
+
+    async def _produce_awaited(self, req: Produce) -> list[ProduceResult]:
+        """``produce`` once the topic is known (created first if it is new and auto-create is on)."""
+        cfg = await self._topic(req.topic)
+        if req.consistency is None:
+            req = req._replace(consistency=cfg.consistency)
+        framed = self._framed(req, cfg)
+        old = self._past_retention(cfg, framed)
+        results = await self._produce_framed(req, cfg, framed)
+        return self._warned(cfg, results, old) if old else results
 
     def _past_retention(self, cfg: TopicConfig, framed: dict[int, list[bytearray]]) -> dict[int, int]:
         """Partition -> how many of its records are older than the topic's retention already (a batch's
@@ -196,6 +226,6 @@ class Intake:
                               framed: dict[int, list[bytearray]]) -> list[ProduceResult]:
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            return [await self.host.produce_partition(req, cfg, p, batches)]
-        return list(await asyncio.gather(*(self.host.produce_partition(req, cfg, p, b)
+            return [await result_of(req.topic, self.host.produce_partition(req, cfg, p, batches))]
+        return list(await asyncio.gather(*(result_of(req.topic, self.host.produce_partition(req, cfg, p, b))
                                            for p, b in framed.items())))

@@ -15,7 +15,7 @@ it never imports the broker.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
@@ -67,11 +67,9 @@ class Routes(Protocol):
 
     def unkeyed_partition(self, cfg: TopicConfig) -> int: ...
 
-    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                                batches: list[bytearray]) -> ProduceResult: ...
-
-    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | None: ...
+    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                          batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
+        """``ring.replication.intake.IntakeHost.produce_partition``."""
 
     def refused(self, pending: Appending, exc: RingError) -> None: ...
 
@@ -113,13 +111,12 @@ class LocalRouter:
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         return self.next_unkeyed(cfg.name) % cfg.partitions
 
-    async def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                                batches: list[bytearray]) -> ProduceResult:
-        return await self.host.append(self.host.replica_of(cfg.name, p), batches)
-
-    def produce_partition_soon(self, req: Produce, cfg: TopicConfig, p: int,
-                               batches: list[bytearray]) -> Appending | None:
-        return self.host.turn.add(self.host.replica_of(cfg.name, p), batches, 1, req)
+    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
+                          batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
+        """This turn's write to the partition, or the awaited append when the turn will not take it."""
+        part = self.host.replica_of(cfg.name, p)
+        pending = self.host.turn.add(part, batches, 1, req)
+        return pending if pending is not None else self.host.append(part, batches)
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """A produce whose partition would not take its turn's write: the error the awaited path gives."""
