@@ -410,7 +410,7 @@ class Router:
             assert rep is not None
             if offset is not None and offset >= rep.serves_from and self._leader_if_unheard_of(rep, offset) is None:
                 try:
-                    got = self.local.fetch(topic, partition, offset, max_bytes, wait_ms)
+                    got = self.local.read(rep, offset, max_bytes, wait_ms)
                 except StorageError:
                     return self._fetch(topic, partition, offset, max_bytes, wait_ms)  # reads it again, says where
                 return got if isinstance(got, FetchResult) else self._waited(got, topic, partition, offset,
@@ -446,7 +446,7 @@ class Router:
                 return held
         if remote is None:
             try:
-                return await settled(self.local.fetch(topic, partition, offset, max_bytes, wait_ms))
+                return await settled(self.local.read(rep, offset, max_bytes, wait_ms))
             except StorageError as exc:
                 return await self._elsewhere(exc, topic, partition, offset, max_bytes, wait_ms)
         return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)

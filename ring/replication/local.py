@@ -143,7 +143,10 @@ class LocalRouter:
     def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
         """The read, at once when records are there or no wait was asked for; else (a long poll at
         the high watermark) an awaitable of it. A bad offset raises here, before any wait."""
-        part = self.host.replica_of(topic, partition)
+        return self.read(self.host.replica_of(topic, partition), offset, max_bytes, wait_ms)
+
+    def read(self, part: Replica, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+        """``fetch`` of a replica held here, already found (its topic and partition checked)."""
         if offset is None:
             offset = part.log.start_offset
         self.check_offset(part, offset)
