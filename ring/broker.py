@@ -53,6 +53,7 @@ from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_n
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
+from ring.fetch import Fetch
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
@@ -343,9 +344,9 @@ class Broker:
         (``ring.replication.intake.IntakeHost.produce_partition``)."""
         return self.router.produce_partition(req, cfg, p, batches)
 
-    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+    def fetch(self, req: Fetch) -> Fetched:
         """The read at once when this broker can answer it so, else an awaitable of it (``reads.settled``)."""
-        return self.router.fetch(topic, partition, offset, max_bytes, wait_ms)
+        return self.router.fetch(req)
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
         """GET .../offsets: the first offset with a timestamp at or after ``timestamp``."""

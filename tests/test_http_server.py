@@ -15,6 +15,7 @@ import pytest
 from ring import limits
 from ring.catalog import TopicConfig
 from ring.cluster.node import ClusterBroker
+from ring.fetch import Fetch
 from ring.http_api.server import Server
 from ring.produce import Produce, Records
 from ring.replication.intake import results_of
@@ -130,7 +131,7 @@ async def test_group_commit_acknowledges_only_after_one_shared_fsync(tmp_path: P
         tasks = [asyncio.create_task(results_of("gc", broker.intake.produce(Produce("gc", Records(records, [20], False, False), 0)))) for _ in range(40)]
         await asyncio.sleep(0)  # every task appends in this turn; the fsync has not run
         assert part.log.end_offset == 40 and part.hw == 0
-        fetched = await settled(broker.fetch("gc", 0, 0, 1 << 20, 0))
+        fetched = await settled(broker.fetch(Fetch("gc", 0, 0, 1 << 20)))
         assert fetched.data == b"" and fetched.high_watermark == 0  # nothing visible before the fsync
         results = await asyncio.gather(*tasks)
         assert sorted(r[0].base_offset for r in results) == list(range(40))

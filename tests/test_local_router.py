@@ -20,6 +20,7 @@ from ring.catalog import TopicConfig
 from ring.clock import SystemClock
 from ring.config import BrokerConfig
 from ring.errors import OffsetOutOfRange
+from ring.fetch import Fetch
 from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
 from ring.produce import Batches, Produce, Records
@@ -96,8 +97,8 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     soon.add_done_callback(lambda a: settled.set_result(None))
     await asyncio.wait_for(settled, 10)  # no other voter to wait for: answered once durable here
     assert (soon.base, soon.count) == (2, 1)
-    assert alone.fetch("t", 1, None, 1 << 20, 0).high_watermark == 3  # answered at once
-    waiting = alone.fetch("t", 1, 3, 1 << 20, 10_000)  # a long-poll at the end: an awaitable
+    assert alone.fetch(Fetch("t", 1, None, 1 << 20)).high_watermark == 3  # answered at once
+    waiting = alone.fetch(Fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end: an awaitable
     assert not isinstance(waiting, FetchResult)
     waiting = asyncio.ensure_future(waiting)
     await result_of("t", alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
@@ -107,7 +108,7 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert (await alone.truncate("t", 1, 2))["earliest_offset"] == 2
     assert alone.host.moved == [("t", 1, 2)]
     with pytest.raises(OffsetOutOfRange):  # at once, before any wait
-        alone.fetch("t", 1, 1, 1 << 20, 10_000)
+        alone.fetch(Fetch("t", 1, 1, 1 << 20, 10_000))
 
 
 async def test_a_request_over_several_partitions_takes_each_partitions_turn_write(alone: Any) -> None:
@@ -124,7 +125,7 @@ async def test_a_request_over_several_partitions_takes_each_partitions_turn_writ
     assert sorted(r.partition for r in results) == [0, 1] and sum(r.count for r in results) == 16
     assert awaited == []
     for r in results:
-        stored = alone.fetch("t", r.partition, 0, 1 << 20, 0)
+        stored = alone.fetch(Fetch("t", r.partition, 0, 1 << 20))
         assert [x.key for x in batchfmt.decode(stored.data, 0)[1]] == [k for k, p in zip(keys, _partitions(keys))
                                                                       if p == r.partition]
 

@@ -16,6 +16,7 @@ import pytest
 from ring.catalog import TopicConfig
 from ring.clock import ManualClock
 from ring.cluster.node import ClusterBroker
+from ring.fetch import Fetch
 from ring.http_api.app import make_app
 from ring.http_api.server import Front
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
@@ -100,7 +101,7 @@ async def test_produces_of_one_turn_become_one_write_in_arrival_order(broker: Cl
     assert len(writes) == 1, writes
     assert [_answer(a) for a in answers] == [(200, {"topic": "t", "partition": 0, "base_offset": i, "count": 1})
                                             for i in range(40)]
-    got = broker.fetch("t", 0, 0, 1 << 20, 0)  # answered at once
+    got = broker.fetch(Fetch("t", 0, 0, 1 << 20))  # answered at once
     records = [r for _, pos in B.scan(got.data) for r in B.decode(got.data, pos)[1]]
     assert [orjson.loads(r.value)["n"] for r in records] == list(range(40))
 

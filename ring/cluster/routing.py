@@ -45,6 +45,7 @@ from ring.cluster.peers import PeerClient, Relayed, answer_json
 from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
 from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable
+from ring.fetch import Fetch
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
@@ -401,39 +402,38 @@ class Router:
         names = list(dict.fromkeys(self.host.preference_list(cfg, partition) + self._voters(cfg, partition)))
         return self.host.proxy.urls(names, topic, partition)
 
-    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+    def fetch(self, req: Fetch) -> Fetched:
         """A read of this broker's replica at once when it can answer it (records there, or a long poll
         on it, awaitable); anything else (the earliest offset, one below the local log, another replica
         to ask, a damaged copy) is an awaitable of the answer."""
-        if self.remote_partition(topic, partition) is None:
-            rep = self.host.replica(topic, partition)
+        if self.remote_partition(req.topic, req.partition) is None:
+            rep = self.host.replica(req.topic, req.partition)
             assert rep is not None
+            offset = req.offset
             if offset is not None and offset >= rep.serves_from and self._leader_if_unheard_of(rep, offset) is None:
                 try:
-                    got = self.local.read(rep, offset, max_bytes, wait_ms)
+                    got = self.local.read(rep, req)
                 except StorageError:
-                    return self._fetch(topic, partition, offset, max_bytes, wait_ms)  # reads it again, says where
-                return got if isinstance(got, FetchResult) else self._waited(got, topic, partition, offset,
-                                                                             max_bytes, wait_ms)
-        return self._fetch(topic, partition, offset, max_bytes, wait_ms)
+                    return self._fetch(req)  # reads it again, says where
+                return got if isinstance(got, FetchResult) else self._waited(got, req)
+        return self._fetch(req)
 
-    async def _waited(self, waiting: Awaitable[FetchResult], topic: str, partition: int, offset: int,
-                      max_bytes: int, wait_ms: int) -> FetchResult:
+    async def _waited(self, waiting: Awaitable[FetchResult], req: Fetch) -> FetchResult:
         """A long poll on this broker's replica; a damaged copy found after it is read from another."""
         try:
             return await waiting
         except StorageError as exc:
-            return await self._elsewhere(exc, topic, partition, offset, max_bytes, wait_ms)
+            return await self._elsewhere(exc, req)
 
-    async def _fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int,
-                     wait_ms: int) -> FetchResult:
+    async def _fetch(self, req: Fetch) -> FetchResult:
         host = self.host
+        topic, partition, offset = req.topic, req.partition, req.offset
         remote = self.remote_partition(topic, partition)
         if remote is None:
             rep = host.replica(topic, partition)
             assert rep is not None
             if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
-                below = host.ranges.reads.route(rep, offset, max_bytes)
+                below = host.ranges.reads.route(rep, offset, req.max_bytes)
                 if isinstance(below, FetchResult):
                     return below
                 if below is not None:
@@ -441,25 +441,26 @@ class Router:
             if remote is None:
                 remote = self._leader_if_unheard_of(rep, offset)
         elif offset is not None:
-            held = host.ranges.reads.held(topic, partition, offset, max_bytes)  # a range held here, for a reader
+            held = host.ranges.reads.held(topic, partition, offset, req.max_bytes)  # a range held here, for a reader
             if held is not None:
                 return held
+        if offset != req.offset:
+            req = req._replace(offset=offset)
         if remote is None:
             try:
-                return await settled(self.local.read(rep, offset, max_bytes, wait_ms))
+                return await settled(self.local.read(rep, req))
             except StorageError as exc:
-                return await self._elsewhere(exc, topic, partition, offset, max_bytes, wait_ms)
-        return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
+                return await self._elsewhere(exc, req)
+        return await host.proxy.fetch(remote, topic, partition, offset, req.max_bytes, req.wait_ms)
 
-    async def _elsewhere(self, exc: StorageError, topic: str, partition: int, offset: int | None,
-                         max_bytes: int, wait_ms: int) -> FetchResult:
+    async def _elsewhere(self, exc: StorageError, req: Fetch) -> FetchResult:
         """This broker's copy is damaged where ``exc`` says: noted, and the read goes to the other replicas."""
         host = self.host
-        rep = host.replica(topic, partition)
+        rep = host.replica(req.topic, req.partition)
         if rep is not None:
-            host.damaged(rep, exc.extra.get("offset", offset or 0))
-        remote = self._replica_urls(host.catalog.get(topic), partition, topic)
-        return await host.proxy.fetch(remote, topic, partition, offset, max_bytes, wait_ms)
+            host.damaged(rep, exc.extra.get("offset", req.offset or 0))
+        remote = self._replica_urls(host.catalog.get(req.topic), req.partition, req.topic)
+        return await host.proxy.fetch(remote, req.topic, req.partition, req.offset, req.max_bytes, req.wait_ms)
 
     def _leader_if_unheard_of(self, rep: Replica, offset: int | None) -> list[str] | None:
         """A follower asked for an offset past all it knows of (its log end, and the high

@@ -52,6 +52,7 @@ from typing import Awaitable, Callable, Iterable, NamedTuple
 
 from ring import answer_budget, limits
 from ring.errors import Conflict, RingError, Unavailable
+from ring.fetch import Fetch
 from ring.groups import delivery
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
@@ -308,7 +309,7 @@ class Poller:
         max_bytes = answer_budget.budget_of(self.broker).grant(min(max_bytes, limits.FETCH_BYTES_DEFAULT))
         for _ in range(2):
             try:
-                res = await settled(self.broker.fetch(tp[0], tp[1], offset, max_bytes, wait_ms))
+                res = await settled(self.broker.fetch(Fetch(tp[0], tp[1], offset, max_bytes, wait_ms, max_records)))
             except RingError as exc:
                 if exc.status != 416:
                     raise

@@ -15,6 +15,7 @@ from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.cluster import unclean
 from ring.errors import BadRequest
+from ring.fetch import Fetch
 from ring.http_api import access, admin, answer, cluster_api, codec, fetch_codec, groups_api, openapi, ranges_api, web
 from ring.http_api.admission import AdmissionCollector, admission_of
 from ring.http_api.budget import body_budget_of
@@ -191,7 +192,7 @@ def fetch(request: Request) -> web.Answer:
     budget: answer_budget.AnswerBudget = request.app[BUDGET_KEY]
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
-    result = broker.fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms)
+    result = broker.fetch(Fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms, max_records))
     if not isinstance(result, FetchResult):  # a long-poll, or a read another replica answers
         return _fetch_later(budget, result, offset, max_records, accept)
     return _fetched(budget, result, offset, max_records, accept)

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from ring import answer_budget, limits
 from ring.errors import BadRequest, RingError
+from ring.fetch import Fetch
 from ring.kafka_api import errors, records
 from ring.kafka_api.wire import Reader, Writer
 from ring.replication.reads import FetchResult, settled
@@ -78,7 +79,7 @@ async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: 
 
 async def _waited(broker: Any, w: _Wanted, max_wait_ms: int) -> FetchResult:
     """A long poll on one partition (its errors stay in its task)."""
-    return await settled(broker.fetch(w.topic, w.partition, w.offset, 1, max_wait_ms))
+    return await settled(broker.fetch(Fetch(w.topic, w.partition, w.offset, 1, max_wait_ms)))
 
 
 async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[FetchResult | RingError]:
@@ -91,7 +92,7 @@ async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[
     for w in wanted:
         try:
             ask = budget.grant(max(1, min(w.max_bytes, left)))
-            result = broker.fetch(w.topic, w.partition, w.offset, ask, 0)
+            result = broker.fetch(Fetch(w.topic, w.partition, w.offset, ask))
             if not isinstance(result, FetchResult):
                 result = await result
             if left <= 0:

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Protocol
 
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
+from ring.fetch import Fetch
 from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
@@ -79,7 +80,7 @@ class Routes(Protocol):
 
     def forget(self, topic: str) -> None: ...
 
-    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+    def fetch(self, req: Fetch) -> Fetched:
         """The read answered at once, or an awaitable of it (``reads.settled`` gives either)."""
 
     async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]: ...
@@ -140,25 +141,24 @@ class LocalRouter:
             return
         reads.check_offset(part, offset)
 
-    def fetch(self, topic: str, partition: int, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+    def fetch(self, req: Fetch) -> Fetched:
         """The read, at once when records are there or no wait was asked for; else (a long poll at
         the high watermark) an awaitable of it. A bad offset raises here, before any wait."""
-        return self.read(self.host.replica_of(topic, partition), offset, max_bytes, wait_ms)
+        return self.read(self.host.replica_of(req.topic, req.partition), req)
 
-    def read(self, part: Replica, offset: int | None, max_bytes: int, wait_ms: int) -> Fetched:
+    def read(self, part: Replica, req: Fetch) -> Fetched:
         """``fetch`` of a replica held here, already found (its topic and partition checked)."""
-        if offset is None:
-            offset = part.log.start_offset
+        offset = part.log.start_offset if req.offset is None else req.offset
         self.check_offset(part, offset)
-        if offset >= part.hw and wait_ms > 0 and not self.host.closing:
-            return self._after_wait(part, offset, max_bytes, wait_ms)
-        return reads.read(part, offset, max_bytes)
+        if offset >= part.hw and req.wait_ms > 0 and not self.host.closing:
+            return self._after_wait(part, offset, req)
+        return reads.read(part, offset, req.max_bytes)
 
-    async def _after_wait(self, part: Replica, offset: int, max_bytes: int, wait_ms: int) -> FetchResult:
+    async def _after_wait(self, part: Replica, offset: int, req: Fetch) -> FetchResult:
         host = self.host
-        await host.long_polls.wait(part, offset, wait_ms, lambda: host.closing)
+        await host.long_polls.wait(part, offset, req.wait_ms, lambda: host.closing)
         self.check_offset(part, offset)  # a truncate may have moved the start
-        return reads.read(part, offset, max_bytes)
+        return reads.read(part, offset, req.max_bytes)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
         """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""
