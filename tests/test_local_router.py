@@ -134,3 +134,17 @@ def _partitions(keys: list[bytes]) -> list[int]:
     from ring.hashing import partition_for_key
 
     return [partition_for_key(k, 2) for k in keys]
+
+
+async def test_a_fetch_of_a_few_records_reads_only_the_batches_that_hold_them(alone: Any) -> None:
+    """Forty one-record batches: a fetch with ``max_records`` 3 from offset 10 reads the three batches
+    holding offsets 10-12 (and checks no more), one without reads all from 10 that ``max_bytes``
+    holds; both see the same high watermark."""
+    cfg = alone.catalog.get("t")
+    for i in range(40):
+        await result_of("t", alone.produce_partition(_req("one"), cfg, 0, [_batch(b"v%d" % i)]))
+    few = alone.fetch(Fetch("t", 0, 10, 1 << 20, 0, 3))
+    every = alone.fetch(Fetch("t", 0, 10, 1 << 20))
+    assert [r.offset for r, _ in batchfmt.records_between(few.data, 0, 1 << 62, 1 << 62)] == [10, 11, 12]
+    assert [r.offset for r, _ in batchfmt.records_between(every.data, 0, 1 << 62, 1 << 62)] == list(range(10, 40))
+    assert few.high_watermark == every.high_watermark == 40

@@ -192,7 +192,10 @@ def fetch(request: Request) -> web.Answer:
     budget: answer_budget.AnswerBudget = request.app[BUDGET_KEY]
     # Ask for no more than the answers in flight leave room for; no await from the
     # read to the hold, so what was read is counted before anything else runs.
-    result = broker.fetch(Fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms, max_records))
+    # Decoded answers hold at most max_records, so the read stops at the batch holding the last;
+    # stored batches are answered up to max_bytes, whatever max_records says (the fast path).
+    result = broker.fetch(Fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms,
+                                None if accept == CT_BATCHES else max_records))
     if not isinstance(result, FetchResult):  # a long-poll, or a read another replica answers
         return _fetch_later(budget, result, offset, max_records, accept)
     return _fetched(budget, result, offset, max_records, accept)

@@ -152,13 +152,13 @@ class LocalRouter:
         self.check_offset(part, offset)
         if offset >= part.hw and req.wait_ms > 0 and not self.host.closing:
             return self._after_wait(part, offset, req)
-        return reads.read(part, offset, req.max_bytes)
+        return reads.read(part, offset, req.max_bytes, req.max_records)
 
     async def _after_wait(self, part: Replica, offset: int, req: Fetch) -> FetchResult:
         host = self.host
         await host.long_polls.wait(part, offset, req.wait_ms, lambda: host.closing)
         self.check_offset(part, offset)  # a truncate may have moved the start
-        return reads.read(part, offset, req.max_bytes)
+        return reads.read(part, offset, req.max_bytes, req.max_records)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
         """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""

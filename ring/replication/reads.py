@@ -49,10 +49,13 @@ def check_offset(part: Replica, offset: int) -> None:
             topic=part.topic, partition=part.index, earliest=start, latest=end)
 
 
-def read(part: Replica, offset: int, max_bytes: int) -> FetchResult:
-    """Whole batches from ``offset``, all below the high watermark (none when it is at or past it)."""
+def read(part: Replica, offset: int, max_bytes: int, max_records: int | None = None) -> FetchResult:
+    """Whole batches from ``offset``, all below the high watermark (none when it is at or past it), and
+    with ``max_records`` none past the one holding the last of that many records from ``offset``: a
+    small fetch checks the few batches it answers, not ``max_bytes`` of them."""
     hw = part.hw
-    data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=hw)
+    upto = hw if max_records is None else min(hw, offset + max_records)
+    data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=upto)
     return FetchResult(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
 
 

@@ -17,8 +17,9 @@ from typing import Any, Iterator
 import pytest
 
 from ring.cluster import forwards
+from ring.cluster import follower
 from ring.groups import poller
-from ring.replication import appends, follower, idempotence, reads
+from ring.replication import appends, idempotence, reads
 
 
 @contextlib.contextmanager
@@ -68,7 +69,7 @@ def idempotent_retry_written_again() -> Iterator[None]:
 
 @contextlib.contextmanager
 def follower_acks_before_fsync() -> Iterator[None]:
-    """The follower link driver (``replication/follower.py``) sends its acknowledgement of appended batches
+    """The follower link driver (``cluster/follower.py``) sends its acknowledgement of appended batches
     without waiting for the fsync that makes them durable."""
     def persisted(ready: Any, host: Any) -> asyncio.Future[None] | None:
         for rep, end in ready.persist:
@@ -85,9 +86,10 @@ def follower_acks_before_fsync() -> Iterator[None]:
 def fetch_reads_past_high_watermark() -> Iterator[None]:
     """A fetch (``replication/reads.py``) reads up to the end of the replica's log instead of its high
     watermark: records no quorum holds yet are handed to readers."""
-    def read(part: Any, offset: int, max_bytes: int) -> Any:
+    def read(part: Any, offset: int, max_bytes: int, max_records: int | None = None) -> Any:
         end = part.log.end_offset
-        data = b"" if offset >= end else part.log.read(offset, max_bytes, upto=end)
+        upto = end if max_records is None else min(end, offset + max_records)
+        data = b"" if offset >= end else part.log.read(offset, max_bytes, upto=upto)
         return reads.FetchResult(part.topic, part.index, offset, bytes(data), end, part.log.start_offset)
 
     with pytest.MonkeyPatch.context() as mp:
