@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ring.catalog import TopicConfig
-from ring.cluster import placement
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
+from ring.node import placement
 
 
 def ep(name: str, ordinal: int, status: str = "normal", token: int | None = None) -> EndpointState:

@@ -8,9 +8,9 @@ import socket
 from pathlib import Path
 
 from ring.catalog import TopicConfig
-from ring.cluster import placement
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
+from ring.node import placement
 from tests.brokers import TestCluster
 
 # ring-0 and ring-1 share host "a": no partition may hold both while hosts a, b and c have members.

@@ -1,6 +1,6 @@
 """A cluster holding more topics than a gossiped map has keys keeps its leaders.
 
-Each broker gossips the partitions it leads (``ring.cluster.leaders``), and a
+Each broker gossips the partitions it leads (``ring.gossip.leaders``), and a
 follower whose leader stops claiming its partition there deposes it after
 ``LEADER_CLAIM_GRACE_MS``. A gossiped map holds at most ``GOSSIP_MAP_KEYS_MAX``
 keys: were the claims one map key per topic, with more topics than that the

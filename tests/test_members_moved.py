@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from ring.cluster import leaders
+from ring.gossip import leaders
 from ring.gossip.state import EndpointState
 from ring.node.members import Members
 

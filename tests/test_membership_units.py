@@ -7,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ring import limits
-from ring.cluster import leaders, placement
+from ring.gossip import leaders
 from ring.gossip import state as gossip_state
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token
+from ring.node import placement
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -13,21 +13,21 @@ from pathlib import Path
 
 import msgpack
 
-from ring.log.datadir import CATALOG_FILE
 from ring.catalog import Catalog, TopicConfig
-from ring.cluster import placement
-from ring.gossip.state import ClusterState, TopicEntry
-from ring.hashing import broker_token
-from ring.node.gossip_steps import STATE_FILE
-from ring.replication.steps import save_state
 from ring.clock import ManualClock
+from ring.gossip.state import ClusterState, TopicEntry
 from ring.gossip.state import EndpointState
+from ring.hashing import broker_token
 from ring.log import FsyncPolicy, LogConfig, PartitionLog
+from ring.log.datadir import CATALOG_FILE
+from ring.node import placement
 from ring.node.core import NodeCore
+from ring.node.gossip_steps import STATE_FILE
 from ring.node.members import Members
 from ring.node.ready import FromFollower, FromLeader, PlacementChanged
 from ring.replication import protocol
 from ring.replication.replica import Replica
+from ring.replication.steps import save_state
 from tests.support import _cluster_broker
 
 T0 = 1_700_000_000_000

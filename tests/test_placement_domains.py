@@ -17,9 +17,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ring.cluster import placement
 from ring.gossip.state import EndpointState
 from ring.hashing import TOKEN_MAX, TOKEN_MIN, Domain, Ring, broker_token, partition_replicas
+from ring.node import placement
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from ring.catalog import Catalog, TopicConfig, derived_id
-from ring.cluster.placement import catalog_change
 from ring.errors import BadRequest, TopicRecreated
 from ring.groups import codec
 from ring.groups.group import Commit, Forget, Group, Members, MemberSpec, State
+from ring.node.placement import catalog_change
 
 A, B = "A" * 22, "B" * 22
 

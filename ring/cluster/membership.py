@@ -39,9 +39,9 @@ import msgpack
 
 from ring import limits
 from ring.clock import Clock
-from ring.cluster import leaders
 from ring.cluster.peers import H_WALL_MS, PeerClient
 from ring.errors import BadRequest, StorageError
+from ring.gossip import leaders
 from ring.gossip.core import Message, Syn, message_from_wire
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring

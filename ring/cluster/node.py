@@ -50,25 +50,25 @@ from ring import answer_budget, limits
 from ring.broker import Broker, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
-from ring.config import BrokerConfig
-from ring.cluster import placement
 from ring.cluster.checkpoints import HighWatermarks
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
 from ring.cluster.proxy import Proxy
+from ring.cluster.pump import NodePump
 from ring.cluster.routing import Router
+from ring.config import BrokerConfig
 from ring.errors import Conflict, Unavailable, UnknownPartition
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.datadir import TOPICS_DIR, partition_lost
-from ring.ranges.manager import Ranges
-from ring.cluster.pump import NodePump
+from ring.node import placement
 from ring.node import ready as msg
 from ring.node.core import NodeCore
 from ring.node.members import Members
 from ring.node.ready import Ready
 from ring.produce import Produce
+from ring.ranges.manager import Ranges
 from ring.repair.driver import Repair
 from ring.replication import state, steps, versions
 from ring.replication.intake import ProduceResult

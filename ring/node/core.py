@@ -36,13 +36,13 @@ import random
 from typing import Any, Callable, Iterable
 
 from ring import limits
-from ring.cluster import leaders
 from ring.errors import RingError
+from ring.gossip import leaders
+from ring.gossip.core import GOSSIP_INTERVAL_S
 from ring.node import ready as msg
 from ring.node.elections import Elections
 from ring.node.follower_steps import FollowerSteps
 from ring.node.gossip_steps import GossipSteps
-from ring.gossip.core import GOSSIP_INTERVAL_S
 from ring.node.links import Key, Links
 from ring.node.members import Members, View
 from ring.node.ready import Ready

@@ -24,7 +24,7 @@ accrual) with the rules a broker applies to what gossip tells it:
   one: ``{name: generation}`` in our gossip entry, saved first;
 * the view elections decide on (``view``): who is alive or up, generations,
   the partitions each broker claims to lead, the replicas it has that are
-  still catching up (``ring.cluster.leaders`` decodes them, once per change
+  still catching up (``ring.gossip.leaders`` decodes them, once per change
   of a peer's entry), and our own claims put into our entry (encoded again
   only when they change).
 """
@@ -36,14 +36,15 @@ import random
 from typing import Any, Callable, Iterable
 
 from ring import limits
-from ring.cluster import leaders, placement
 from ring.errors import NotFound
-from ring.replication import versions
+from ring.gossip import leaders
 from ring.gossip import clocks
 from ring.gossip.core import Ack, Ack2, GossipCore, Message, Outgoing, Syn
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring
+from ring.node import placement
 from ring.node.clockwatch import ClockWatch
+from ring.replication import versions
 from ring.replication.protocol import ALIVE_STATUSES
 from ring.replication.replica import Replica
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
 from ring import limits
-from ring.cluster import leaders, placement
+from ring.gossip import leaders
+from ring.node import placement
 from ring.replication import election, state, steps
 from ring.replication.replica import Replica
 

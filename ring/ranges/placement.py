@@ -4,7 +4,7 @@ A range of partition ``p`` of topic ``t`` starting at offset ``base`` sits at
 ``murmur3("t/p/base")``: ranges of one partition scatter over the whole ring,
 so a long partition's storage and its backlog reads spread over every
 broker. Its holders are the first ``copies`` brokers clockwise from that
-token on the same ring partitions use (``ring.cluster.placement``: every
+token on the same ring partitions use (``ring.node.placement``: every
 broker not removed, down ones included), so a join, a decommission or the
 down-grace removal moves ranges as it moves partitions, and a broker down
 only briefly moves nothing. Brokers that say they are full (free disk below

@@ -33,7 +33,6 @@ from typing import Any
 
 from ring import limits
 from ring.catalog import TopicConfig
-from ring.cluster import placement
 from ring.cluster.membership import load_files
 from ring.errors import NotEnoughReplicas, NotLeader, RingError, StorageError, Unavailable
 from ring.gossip.core import Ack2, Syn
@@ -42,6 +41,7 @@ from ring.log import FsyncPolicy, LogConfig, PartitionLog
 from ring.log import batch as batchfmt
 from ring.log import datadir
 from ring.log.fsync import write_atomically
+from ring.node import placement
 from ring.node import ready as m
 from ring.node import executor
 from ring.node.core import NodeCore

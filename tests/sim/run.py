@@ -404,7 +404,7 @@ def settled(brokers: dict[str, SimBroker], members: set[str], skip: set[int] = f
     cfg = ref.catalog.get(TOPIC)
     if cfg is None or any(b.core.members.ring != ref.core.members.ring for b in map(brokers.get, members)):
         return False
-    from ring.cluster import placement
+    from ring.node import placement
     lists = placement.preference_lists(ref.core.members.ring, cfg)
     for p, placed in enumerate(lists):
         if p in skip:
