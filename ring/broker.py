@@ -122,7 +122,7 @@ class Broker:
         # Where produces and reads go: here, alone; ClusterBroker's goes to leaders and replicas too.
         self.router: Routes = LocalRouter(self)
         self.previous_shutdown_clean = True
-        self.metrics: Any = None  # ring.metrics.Metrics once the HTTP app installs it
+        self.metrics: Any = None  # ring.http_api.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped
         # with it and no time-based retention applied. ClusterBroker sets it from how its clock
         # compares with its peers' (``ring.gossip.clocks``).

@@ -235,8 +235,6 @@ def names(protocol: type) -> set[str]:
 PACKAGE_CYCLES_ALLOWED = {
     ("ring.node", "ring.replication"): "the node core steps replication's frames and the links step the core; "
                                        "split with the Ready executor",
-    ("ring.http_api", "ring.metrics"): "ring/metrics.py serves GET /metrics on the client port and reads the "
-                                       "front's body budget: it belongs under ring/http_api (a move of its own)",
 }
 
 

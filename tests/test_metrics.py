@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import parser
 from ring.http_api.web import App
 
-from ring import metrics
+from ring.groups.service import GroupLag
+from ring.http_api import metrics
 from ring.cluster.node import ClusterBroker
 from tests.support import serve_alone
 
@@ -137,8 +138,8 @@ async def test_open_long_polls_are_a_gauge(served: Served) -> None:
 
 async def test_group_lag_comes_from_the_group_source(served: Served) -> None:
     m: metrics.Metrics = served.app[metrics.METRICS_KEY]
-    m.group_source = lambda: [metrics.GroupLag("billing", "orders", 0, 10, 25, 2),
-                              metrics.GroupLag("billing", "orders", 1, None, 7, 2)]
+    m.group_source = lambda: [GroupLag("billing", "orders", 0, 10, 25, 2),
+                              GroupLag("billing", "orders", 1, None, 7, 2)]
     _, _, samples = await served.scrape()
     assert value(samples, "ring_group_lag_records", group="billing", topic="orders", partition="0") == 15
     assert value(samples, "ring_group_lag_records", group="billing", topic="orders", partition="1") == 7
@@ -148,7 +149,7 @@ async def test_group_lag_comes_from_the_group_source(served: Served) -> None:
 async def test_a_failing_collector_still_answers(served: Served) -> None:
     await served.request("POST", "/v1/topics", json={"name": "t1", "partitions": 1})
 
-    def broken() -> list[metrics.GroupLag]:
+    def broken() -> list[GroupLag]:
         raise RuntimeError("group coordinator is gone")
 
     served.app[metrics.METRICS_KEY].group_source = broken

@@ -10,7 +10,7 @@ holds none, from a replica (``Broker.offsets``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ring import limits
 from ring.catalog import validate_topic_name
@@ -19,7 +19,6 @@ from ring.groups.driver import Coordinator
 from ring.groups.group import RESET_POLICIES, Commit, Group
 from ring.groups.membership import KafkaMembers
 from ring.groups.poller import Polled, Poller
-from ring.metrics import GroupLag
 
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 
@@ -34,6 +33,17 @@ def validate_name(value: object, what: str) -> str:
 def _tps(items: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"topic": t, "partition": p} for t, p in items]
 
+
+
+class GroupLag(NamedTuple):
+    """One (group, topic, partition) as the group coordinator sees it."""
+
+    group: str
+    topic: str
+    partition: int
+    committed: int | None  # None: nothing committed yet
+    end_offset: int  # the partition's high watermark
+    members: int
 
 class Groups:
     def __init__(self, broker: Any) -> None:

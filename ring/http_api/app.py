@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Awaitable
 
-from ring import answer_budget, auth, limits, metrics
+from ring import answer_budget, auth, limits
 from ring.broker import Broker
 from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.cluster import unclean
 from ring.errors import BadRequest
 from ring.fetch import Fetch
-from ring.http_api import access, admin, answer, cluster_api, codec, fetch_codec, groups_api, openapi, ranges_api, web
+from ring.http_api import (access, admin, answer, cluster_api, codec, fetch_codec, groups_api, metrics, openapi,
+                           ranges_api, web)
 from ring.http_api.admission import AdmissionCollector, admission_of
 from ring.http_api.budget import body_budget_of
 from ring.http_api.codec import CT_BATCHES, CT_NDJSON, H_HIGH_WATERMARK, H_NEXT_OFFSET

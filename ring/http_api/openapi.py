@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from ring import __version__, limits, metrics
-from ring.http_api import access, admin, cluster_api, groups_openapi, ranges_api
+from ring import __version__, limits
+from ring.http_api import access, admin, cluster_api, groups_openapi, metrics, ranges_api
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 

@@ -2,7 +2,7 @@
 
 Every ``TRENDS_INTERVAL_MS`` a broker takes a sample from numbers it keeps
 anyway: the records it acknowledged to producers, handed to fetches and to
-group polls, per topic (``ring.metrics.Metrics``), and the lag of the groups
+group polls, per topic (``ring.http_api.metrics.Metrics``), and the lag of the groups
 it coordinates (``Metrics.group_source``). A sample holds what moved since the
 one before (records, not totals, so a quiet topic takes no room) and the
 milliseconds it covers; the last ``TRENDS_SAMPLES_MAX`` are kept, so a page

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, disable_created_metrics
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily,
@@ -38,9 +38,10 @@ from prometheus_client import exposition
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ring import __version__
+from ring.groups.service import GroupLag
 from ring.http_api.budget import body_budget_of
 
-log = logging.getLogger("ring.metrics")
+log = logging.getLogger("ring.http_api.metrics")
 
 PRODUCE_ROUTE = "/v1/topics/{topic}/messages"
 FETCH_ROUTE = "/v1/topics/{topic}/partitions/{partition}/messages"
@@ -48,17 +49,6 @@ STATUSES = ("up", "suspect", "down", "joining", "leaving", "removed")
 CLOCK_STATES = ("unknown", "ok", "warning", "out_of_bounds")
 # Seconds: a produce is ~1 ms on a local disk, a long-poll fetch up to its wait (30 s at most).
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-class GroupLag(NamedTuple):
-    """One (group, topic, partition) as the group coordinator sees it."""
-
-    group: str
-    topic: str
-    partition: int
-    committed: int | None  # None: nothing committed yet
-    end_offset: int  # the partition's high watermark
-    members: int
 
 
 class _Histogram:
