@@ -13,7 +13,7 @@ from ring.node.ready import Ready
 
 class _Link:
     """A follower's link as NodePump sees it: ``kick`` wakes a sender waiting on ``wake``, which
-    then writes the frames the core gives it (``ring.replication.leader.LinkDriver._send_loop``)."""
+    then writes the frames the core gives it (``ring.cluster.leader.LinkDriver._send_loop``)."""
 
     def __init__(self, written: list[str]) -> None:
         self.wake = asyncio.Event()

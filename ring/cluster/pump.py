@@ -13,10 +13,10 @@ module's ``BrokerEffects``. Where each thing goes:
   message, and a message's answers are stepped together (a broker that lost
   the leader of a thousand partitions asks each voter in a few messages);
 * frames for a follower go to that follower's replication link
-  (``ring.replication.leader.LinkDriver``), which steps ``Flush`` for its
+  (``ring.cluster.leader.LinkDriver``), which steps ``Flush`` for its
   link when a Ready names it and sends what comes back;
 * a follower's answers to its leader go back on the websocket the frame came
-  in on (``ring.replication.follower``), after the fsync the Ready lists;
+  in on (``ring.cluster.follower``), after the fsync the Ready lists;
 * releases resolve the produces' futures (their tokens);
 * changed replicas wake what waits for leadership to move (``changed``);
   damaged batches, a new placement and a new verdict on the clock go to the
@@ -37,6 +37,7 @@ import msgpack
 from ring.clock import Clock
 from ring.cluster.peers import PeerClient
 from ring import limits
+from ring.cluster.leader import LinkDriver
 from ring.errors import BadRequest
 from ring.gossip.core import Ack, Ack2, Syn
 from ring.node import executor
@@ -44,7 +45,6 @@ from ring.node.core import NodeCore
 from ring.node.elections import Transfer
 from ring.node.ready import Announce, HandOver, Ready, TransferAnswered, VoteAnswered
 from ring.replication import election, protocol
-from ring.replication.leader import LinkDriver
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
@@ -94,7 +94,7 @@ class NodePump:
 
     def step(self, message: Any) -> Ready:
         """Step the core on ``message`` and carry out what it says (a follower's answers excepted: the
-        caller that stepped a frame from a leader sends those, see ``ring.replication.follower``)."""
+        caller that stepped a frame from a leader sends those, see ``ring.cluster.follower``)."""
         ready = self.core.step(self.clock.monotonic(), message)
         self.carry_out(ready)
         return ready
@@ -270,7 +270,7 @@ class BrokerEffects:
         self.pump.on_write(files)
 
     def persist(self, rep: Replica, end: int) -> None:
-        # (only a follower's Ready persists; ring.replication.follower waits for that fsync itself)
+        # (only a follower's Ready persists; ring.cluster.follower waits for that fsync itself)
         return None
 
     def send(self, dst: str, frame: Any, persisted: Any) -> None:
@@ -285,7 +285,7 @@ class BrokerEffects:
             pump._spawn(pump._transfer(dst, frame))
         elif isinstance(frame, _GOSSIP):
             pump.on_gossip(dst, frame)
-        # (a follower's answers go back on its link: ring.replication.follower sends them)
+        # (a follower's answers go back on its link: ring.cluster.follower sends them)
 
     def sent(self) -> None:
         pass

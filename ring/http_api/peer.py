@@ -53,6 +53,8 @@ from ring import limits
 from ring.auth import secret_matches
 from ring.catalog import validate_topic_name
 from ring.cluster import forwards
+from ring.cluster import follower
+from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 from ring.errors import BadRequest, Overloaded, RingError, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
 from ring.http_api import web as native
@@ -62,9 +64,8 @@ from ring.log import batch as batchfmt
 from ring.node.elections import Transfer
 from ring.node.ready import Resync, TransferRequested, UncleanElection, VoteRequested
 from ring.produce import Batches
+from ring.replication import election, versions
 from ring.replication.intake import ProduceResult
-from ring.replication import election, follower, versions
-from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
 
 log = logging.getLogger("ring.peer")
 

@@ -1,4 +1,4 @@
-"""A simulated broker's replication links, as ``ring.replication.leader`` and ``follower`` run them.
+"""A simulated broker's replication links, as ``ring.cluster.leader`` and ``follower`` run them.
 
 The leader's end (``out``): one ordered link per follower the node core
 wants (``Ready.links``), connected over the simulated network, noticed
