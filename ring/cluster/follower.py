@@ -36,7 +36,7 @@ log = logging.getLogger("ring.replication")
 ANSWERS_QUEUED_MAX = 4096
 
 
-class Host(Protocol):
+class FollowerHost(Protocol):
     """What the follower needs from its broker."""
 
     def replica(self, topic: str, partition: int) -> Replica | None: ...
@@ -81,7 +81,7 @@ class _Writer:
                 await self.ws.send_bytes(versions.encode(frame, self.version))
 
 
-async def serve(ws: web.WebSocketResponse, leader: str, host: Host, version: int) -> None:
+async def serve(ws: web.WebSocketResponse, leader: str, host: FollowerHost, version: int) -> None:
     """Follow ``leader`` on the link ``ws``, answering in ``version``'s frames (the link's negotiated one)."""
     writer = _Writer(ws, version)
     host.step(LeaderLink(leader, True))
@@ -123,7 +123,7 @@ async def serve(ws: web.WebSocketResponse, leader: str, host: Host, version: int
         host.step(LeaderLink(leader, False, ws.close_code == protocol.LINK_RETIRED))
 
 
-def _persisted(ready: Ready, host: Host) -> asyncio.Future[None] | None:
+def _persisted(ready: Ready, host: FollowerHost) -> asyncio.Future[None] | None:
     """A future resolved once the Ready's persist is done (None: nothing to wait for)."""
     futs = [host.sync_soon(rep) for rep, end in ready.persist if rep.durable < end]
     if not futs:

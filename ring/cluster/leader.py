@@ -63,7 +63,7 @@ class Peers(Protocol):
     def ws_connect(self, url: str, path: str, protocols: tuple[str, ...]) -> Any: ...
 
 
-class Host(Protocol):
+class LinkPump(Protocol):
     """What a link needs from the node core's driver (``ring.cluster.pump.NodePump``)."""
 
     peers: Peers
@@ -78,7 +78,7 @@ class Host(Protocol):
 
 
 class LinkDriver:
-    def __init__(self, pump: Host, follower: str) -> None:
+    def __init__(self, pump: LinkPump, follower: str) -> None:
         self.pump = pump
         self.follower = follower
         self.outbox: deque[Any] = deque()  # frames the core gave this link, not yet written

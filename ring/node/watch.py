@@ -35,35 +35,18 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable
 
 from ring import limits
 from ring.gossip import leaders
 from ring.node import placement
+from ring.node.members import View  # the cluster as gossip shows it at one moment
 from ring.replication import election, state, steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.cluster")
 
 Key = tuple[str, int]
-
-
-class View(Protocol):
-    """The broker's view of the cluster, from gossip (or the simulation's heartbeats)."""
-
-    def alive(self, name: str) -> bool: ...  # not reported down (ourselves always)
-
-    def up(self, name: str) -> bool: ...  # reported up (not even suspect) and not stopping: a hand-off target
-
-    def generation(self, name: str | None) -> int | None: ...
-
-    def claims(self) -> dict[str, dict[Key, int]]: ...  # other brokers' "partitions I lead, at epoch"
-
-    def behind(self, name: str) -> set[Key]: ...  # a broker's replicas still catching up
-
-    def clock_usable(self, name: str) -> bool: ...  # its wall clock is within bounds (ourselves too)
-
-    def reachable(self, name: str) -> bool: ...  # its replication link to us is not closed past the grace
 
 
 @dataclass

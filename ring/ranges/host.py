@@ -17,6 +17,7 @@ from ring.catalog import Catalog
 from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.hashing import Ring
+from ring.replication.commit import GroupCommit
 from ring.replication.replica import Replica
 
 
@@ -43,11 +44,6 @@ class PeerRequests(Protocol):
                       body: bytes | None = None, timeout_s: float = ...) -> bytes: ...
 
 
-class Syncs(Protocol):
-    async def idle(self, part: Replica) -> None:
-        """Return once no fsync of ``part`` runs (its log may be cut)."""
-
-
 class RangesHost(Protocol):
     name: str
     config: BrokerConfig  # disk_free_min_bytes, range_interval_s, repair_interval_s
@@ -55,7 +51,7 @@ class RangesHost(Protocol):
     clock_refusal: str | None  # why the wall clock may not be used now (None: it may)
     data_dir: Path
     catalog: Catalog
-    commits: Syncs
+    commits: GroupCommit  # idle(part): no fsync of the partition runs
     membership: Members | None  # None until the broker opens
     peers: PeerRequests | None
     session: aiohttp.ClientSession | None  # peer-port session, for streaming a range's bytes

@@ -23,14 +23,10 @@ from ring.fetch import Fetch
 from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
+from ring.replication.commit import GroupCommit
 from ring.replication.intake import ProduceResult
 from ring.replication.reads import Fetched, FetchResult, LongPolls
 from ring.replication.replica import Replica
-
-
-class Syncs(Protocol):
-    async def idle(self, part: Replica) -> None:
-        """Return once no fsync of ``part`` runs (its log may be cut)."""
 
 
 class LocalHost(Protocol):
@@ -38,7 +34,7 @@ class LocalHost(Protocol):
 
     turn: TurnAppends
     long_polls: LongPolls
-    commits: Syncs
+    commits: GroupCommit  # idle(part): no fsync of the partition runs
 
     @property
     def closing(self) -> bool: ...
