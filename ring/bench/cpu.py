@@ -243,12 +243,17 @@ class CpuPart:
                 broker.stop()
 
     def count_calls(self, record: bytes) -> list[dict[str, Any]]:
-        """Python calls per 1-record produce and per 1-record fetch, on a broker alone that counts them."""
+        """Python calls per 1-record produce and per 1-record fetch, on a broker alone that counts them; and
+        per 1-record fetch from the start of the produce case's partition (some thousands of one-record
+        batches), which reads only the batch it answers."""
         assert self.counted is not None
         url, out = self.counted.url, []
-        produce = f"/v1/topics/{create_topic(url, 1)}/messages?partition=0"
+        produced = create_topic(url, 1)
+        produce = f"/v1/topics/{produced}/messages?partition=0"
         fetch = f"/v1/topics/{create_topic(url, 1, record)}/partitions/0/messages?offset=0&max_records=1&wait_ms=1000"
-        for case, method, path, body in (("produce-1", "POST", produce, record), ("fetch-1", "GET", fetch, None)):
+        deep = f"/v1/topics/{produced}/partitions/0/messages?offset=0&max_records=1"
+        for case, method, path, body in (("produce-1", "POST", produce, record), ("fetch-1", "GET", fetch, None),
+                                         ("fetch-1-of-many", "GET", deep, None)):
             runs = calls.calls_per_request(self.counted, self.root / "calls.txt", method, path, body)
             out.append({"case": case, "calls_per_req": runs})
             self.say(f"  cpu {case:<16} Python calls/request: {', '.join(f'{r:,.1f}' for r in runs)}")
