@@ -147,6 +147,36 @@ def test_commits_only_of_held_partitions_and_only_by_members() -> None:
         g.propose_commit("a", None, [(mine[0], mine[1], -1)], 0.0, 1)
 
 
+def test_a_group_is_deleted_only_without_members_and_its_offsets_go_in_replay_too() -> None:
+    live = Shard(0, 0)
+    g = live.group("g")
+    assert g.propose_drop(1) is None  # never used: nothing to delete
+    written = []
+    for ev in (g.propose_join("a", ["t"], 10_000, None, "earliest", {"t": 2}, 0.0, 1),):
+        written.append(live.records_for("g", [ev], 1))
+        g.apply(ev, 0.0)
+    ev = g.propose_commit("a", 1, [("t", 0, 5)], 0.0, 2)
+    written.append(live.records_for("g", [ev], 2))
+    g.apply(ev, 0.0)
+    with pytest.raises(Conflict) as info:
+        g.propose_drop(3)
+    assert info.value.extra["reason"] == "group_not_empty" and g.committed == {("t", 0): 5}
+    ev = g.propose_leave("a", 4, {"t": 2})
+    written.append(live.records_for("g", [ev], 4))
+    g.apply(ev, 0.0)
+    drop = g.propose_drop(5)
+    assert drop == Drop(5)
+    written.append(live.records_for("g", [drop], 5))
+    g.apply(drop, 0.0)
+    assert g.dropped and g.committed == {} and g.committed_at(("t", 0)) is None
+    assert g.propose_drop(6) is None  # deleted already
+    replayed = Shard(0, 0)
+    replayed.replay_batches(_log_of(written), 0, 0.0)
+    r = replayed.groups["g"]
+    assert r.dropped and r.committed == {} and r.generation == g.generation == 2  # generations are never reused
+    assert live.checkpoint_records(7) == ([], ["g"])  # the next checkpoint leaves it out
+
+
 def test_a_stale_generation_commits_what_the_member_held_all_along() -> None:
     g = Group("g")
     joined(g, "a")  # generation 1: a holds every partition

@@ -10,7 +10,8 @@ coordinator that replays the log (``codec``) ends in the state the old one had:
 * ``Commit``: committed offsets moved (``reset`` when an operator moved them,
   which also drops every member's uncommitted read position there).
 * ``State``: the whole group at once (checkpoints; see ``coordinator``).
-* ``Drop``: the group is forgotten (empty and unused for too long).
+* ``Drop``: the group is forgotten: deleted by an operator (``propose_drop``) while it has no
+  members; its committed offsets go, its generation stays (never reused).
 * ``Forget``: a topic was deleted: its committed offsets go (as Kafka's do).
 
 Topic ids. A topic deleted and created again is a new topic with a new id
@@ -289,6 +290,16 @@ class Group:
             return None
         specs = {m.id: m.spec for m in self.members.values() if m.id != member_id}
         return self._rebalance(specs, partitions, now_ms)
+
+    def propose_drop(self, now_ms: int) -> Drop | None:
+        """Delete the group and its committed offsets; 409 ``group_not_empty`` while it has members, None
+        when there is nothing to delete (it was never used, or is dropped already)."""
+        if self.members:
+            raise Conflict(f"group {self.name!r} has {len(self.members)} members; it can be deleted once they "
+                           "have left", group=self.name, reason="group_not_empty")
+        if self.dropped or (self.generation == 0 and not self.committed):
+            return None
+        return Drop(now_ms)
 
     def expired(self, now: float) -> list[str]:
         return sorted(m.id for m in self.members.values() if m.expired(now))

@@ -105,6 +105,21 @@ class Groups:
 
     # --- records and offsets ----------------------------------------------------------------
 
+    async def delete(self, group: str) -> None:
+        """Delete a group and its committed offsets (a persisted ``Drop``), as Kafka's DeleteGroups does: 404
+        when there is no such group, 409 ``group_not_empty`` while ring's or Kafka's members are in it."""
+        validate_name(group, "group")
+        _, shard, _ = await self.coord.group(group)
+
+        def propose(g: Group) -> Any:
+            kafka = shard.classic.get(group)
+            if kafka is not None and kafka.members:
+                raise Conflict(f"group {group!r} has {len(kafka.members)} Kafka members; it can be deleted once "
+                               "they have left", group=group, reason="group_not_empty")
+            return g.propose_drop(self.coord.clock.wall_ms())
+        if not await self.coord.change(group, propose):
+            raise NotFound(f"no consumer group {group!r}", group=group)
+
     async def member_topics(self, group: str, consumer: str) -> tuple[str, ...]:
         """The topics a member subscribes to (none for an unknown one: its request gets 409 next)."""
         _, _, g = await self.coord.group(group)
