@@ -772,6 +772,11 @@ KAFKA_GROUP_REBALANCE_TIMEOUT_MS_MAX = 30 * 60 * 1000
 # group's offsets partition's leader; a consumer asks for its one group, an
 # admin client for a few. The ids past it are answered INVALID_REQUEST.
 KAFKA_FIND_COORDINATOR_KEYS_MAX = 64
+# Group ids one DescribeGroups or DeleteGroups names: each is a look-up (and a
+# delete a quorum write) at the coordinator, one after the other; an admin
+# client names the groups of one coordinator. The ids past it are answered
+# INVALID_REQUEST.
+KAFKA_GROUPS_PER_REQUEST_MAX = 64
 
 
 def markdown_table() -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from ring import limits
 from ring.errors import BadRequest, Overloaded, RingError, UnknownPartition, UnknownTopic
@@ -40,6 +40,21 @@ log = logging.getLogger("ring.groups")
 
 NOT_COORDINATOR = "not_coordinator"
 UNKNOWN_PARTITION = "unknown_topic_or_partition"
+DEAD = "dead"  # a group's state when there is no such group (or it was deleted)
+RING_PROTOCOL_TYPE = "ring"  # the protocol type a group of ring's own (HTTP) members is listed with
+
+
+class GroupView(NamedTuple):
+    """A group as Kafka's ListGroups and DescribeGroups show it. ``state``: one of ``classic``'s states or
+    ``DEAD``; ``protocol_type``: the Kafka members' ("consumer"), ``RING_PROTOCOL_TYPE`` while ring's own
+    members are in it, "" for a group with committed offsets and no members (as Kafka lists a group
+    that only commits)."""
+
+    name: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[tuple[str, str, bytes, bytes]]  # (member id, client id, metadata, assignment)
 
 
 class KafkaMembers:
@@ -243,6 +258,38 @@ class KafkaMembers:
         return out
 
     # --- views ------------------------------------------------------------------------------
+
+    async def listed(self) -> list[GroupView]:
+        """Every group this broker coordinates (the shards of the offsets partitions it leads), members left
+        out: what ListGroups answers."""
+        out: dict[str, GroupView] = {}
+        for shard, g in await self.coord.local_groups():
+            out[g.name] = self._view(g.name, g, shard.classic.get(g.name), False)
+        for shard in self.coord.loaded_shards():  # Kafka groups that have committed nothing yet
+            for name, cg in shard.classic.items():
+                if name not in out and cg.members:
+                    out[name] = self._view(name, None, cg, False)
+        return [out[name] for name in sorted(out)]
+
+    async def described(self, group: str) -> GroupView:
+        """One group with its members; ``DEAD`` for a group there is none of (as Kafka answers); ``Unavailable``
+        when this broker does not coordinate it."""
+        _, shard, g = await self.coord.group(group)
+        return self._view(group, g, shard.classic.get(group), True)
+
+    @staticmethod
+    def _view(name: str, g: Any, cg: ClassicGroup | None, with_members: bool) -> GroupView:
+        if cg is not None and cg.members:
+            members = [(m.id, m.client_id, dict(m.protocols).get(cg.protocol, b""), m.assignment)
+                       for m in cg.members.values()] if with_members else []
+            return GroupView(name, cg.state, cg.protocol_type, cg.protocol, members)
+        if g is None or g.dropped:
+            return GroupView(name, DEAD, "", "", [])
+        if g.members:
+            members = [(m.id, m.spec.client or "", b"", b"") for m in sorted(g.members.values(), key=lambda m: m.id)]
+            return GroupView(name, classic.STABLE, RING_PROTOCOL_TYPE, "", members if with_members else [])
+        return GroupView(name, classic.EMPTY, "", "", [])
+
 
     def describe(self, cg: ClassicGroup) -> dict[str, Any]:
         """The Kafka membership as ``GET /v1/groups/{group}`` shows it, members as ring's are shown."""

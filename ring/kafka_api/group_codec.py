@@ -1,7 +1,8 @@
 """The request and answer bodies of Kafka's classic consumer-group APIs, at the versions served.
 
 FindCoordinator (v0-4), JoinGroup (v2-5), SyncGroup (v0-3), Heartbeat (v0-3), LeaveGroup (v0-3),
-OffsetCommit (v2-7) and OffsetFetch (v1-5): what Kafka 4.x clients negotiate with a broker serving
+OffsetCommit (v2-7) and OffsetFetch (v1-5), and the admin APIs DescribeGroups (v0-4), ListGroups
+(v0-2) and DeleteGroups (v0-1): what Kafka 4.x clients negotiate with a broker serving
 these ranges (Kafka 4.0 dropped JoinGroup v0-1, OffsetCommit v0-1 and OffsetFetch v0). Of them only
 FindCoordinator v3-4 are flexible versions (compact fields, tagged fields, response header v1).
 
@@ -18,12 +19,17 @@ from ring.kafka_api.wire import Reader, Writer
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 
 VERSIONS = {FIND_COORDINATOR: (0, 4), JOIN_GROUP: (2, 5), SYNC_GROUP: (0, 3), HEARTBEAT: (0, 3),
-            LEAVE_GROUP: (0, 3), OFFSET_COMMIT: (2, 7), OFFSET_FETCH: (1, 5)}
+            LEAVE_GROUP: (0, 3), OFFSET_COMMIT: (2, 7), OFFSET_FETCH: (1, 5), DESCRIBE_GROUPS: (0, 4),
+            LIST_GROUPS: (0, 2), DELETE_GROUPS: (0, 1)}
 # The first flexible version of each (only FindCoordinator's are served).
 FLEXIBLE_FROM = {FIND_COORDINATOR: 3, JOIN_GROUP: 6, SYNC_GROUP: 4, HEARTBEAT: 4, LEAVE_GROUP: 4,
-                 OFFSET_COMMIT: 8, OFFSET_FETCH: 6}
+                 OFFSET_COMMIT: 8, OFFSET_FETCH: 6, DESCRIBE_GROUPS: 5, LIST_GROUPS: 3, DELETE_GROUPS: 2}
+# DescribeGroups v3+'s authorized_operations when the client did not ask for them (or, here, always:
+# the listener has no per-group authorization to report).
+AUTHORIZED_OPERATIONS_UNKNOWN = -(1 << 31)
 
 
 def _bytes(r: Reader) -> bytes:
@@ -252,4 +258,67 @@ def offset_fetch_answer(version: int, error: int, topics: list[tuple[str, list[t
             w.nullable_string("").int16(code)  # metadata: not kept
     if version >= 2:
         w.int16(error)
+    return bytes(w.buf)
+
+
+# --- the admin APIs: ListGroups, DescribeGroups, DeleteGroups -------------------------------------
+
+
+def list_groups_answer(version: int, error: int, groups: list[tuple[str, str]]) -> bytes:
+    """``groups``: [(group id, protocol type)]. (The request of v0-2 has no fields.)"""
+    w = Writer()
+    if version >= 1:
+        w.int32(0)
+    w.int16(error).array_len(len(groups))
+    for group, protocol_type in groups:
+        w.string(group).string(protocol_type)
+    return bytes(w.buf)
+
+
+class DescribeGroups(NamedTuple):
+    groups: list[str]
+    include_authorized_operations: bool
+
+
+def read_describe_groups(version: int, r: Reader) -> DescribeGroups:
+    groups = r.array(Reader.string) or []
+    return DescribeGroups(groups, r.boolean() if version >= 3 else False)
+
+
+class DescribedGroup(NamedTuple):
+    error: int
+    group: str
+    state: str  # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
+    protocol_type: str
+    protocol: str
+    members: list[tuple[str, str, str, bytes, bytes]]  # (member id, client id, client host, metadata, assignment)
+
+
+def describe_groups_answer(version: int, groups: list[DescribedGroup]) -> bytes:
+    w = Writer()
+    if version >= 1:
+        w.int32(0)
+    w.array_len(len(groups))
+    for g in groups:
+        w.int16(g.error).string(g.group).string(g.state).string(g.protocol_type).string(g.protocol)
+        w.array_len(len(g.members))
+        for member_id, client_id, host, metadata, assignment in g.members:
+            w.string(member_id)
+            if version >= 4:
+                w.nullable_string(None)  # group_instance_id: members are dynamic
+            w.string(client_id).string(host).nullable_bytes(metadata).nullable_bytes(assignment)
+        if version >= 3:
+            w.int32(AUTHORIZED_OPERATIONS_UNKNOWN)
+    return bytes(w.buf)
+
+
+def read_delete_groups(version: int, r: Reader) -> list[str]:
+    return r.array(Reader.string) or []
+
+
+def delete_groups_answer(version: int, results: list[tuple[str, int]]) -> bytes:
+    """``results``: [(group id, error code)]."""
+    w = Writer().int32(0).array_len(len(results))
+    for group, code in results:
+        w.string(group).int16(code)
     return bytes(w.buf)

@@ -1,10 +1,13 @@
 """Kafka's classic consumer-group APIs on the listener: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit and OffsetFetch, each parsed (``group_codec``), carried out by ring's group
+LeaveGroup, OffsetCommit and OffsetFetch, and the admin APIs ListGroups, DescribeGroups and DeleteGroups,
+each parsed (``group_codec``), carried out by ring's group
 coordinator (``ring.groups.membership`` through ``Groups.membership``) and answered with Kafka's codes.
 
 A group's coordinator is the broker ring's groups pick (the leader of the group's ``__offsets``
 partition); FindCoordinator names that broker's Kafka listener, and any other broker answers the
-group APIs NOT_COORDINATOR, so the client finds the coordinator again. Every error of the broker
+group APIs NOT_COORDINATOR, so the client finds the coordinator again. ListGroups answers the groups this
+broker coordinates (an admin client asks every broker and joins the answers); ring's own (HTTP) groups
+are listed and described too, with the protocol type "ring". Every error of the broker
 is answered with a code (``code_of_group``), never by closing the connection.
 """
 
@@ -13,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from ring import limits
-from ring.errors import BadRequest, RingError, Unavailable
+from ring.errors import BadRequest, Conflict, NotFound, RingError, Unavailable
 from ring.groups import classic
-from ring.groups.membership import NOT_COORDINATOR, UNKNOWN_PARTITION
+from ring.groups.membership import DEAD, NOT_COORDINATOR, UNKNOWN_PARTITION
 from ring.groups.service import validate_name
 from ring.kafka_api import errors
 from ring.kafka_api import group_codec as gc
@@ -167,6 +170,70 @@ def offset_fetch(groups: Any, header: RequestHeader, r: Reader) -> Any:
     return _guarded(req.group, work, failed)
 
 
+# --- admin: ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
+
+KAFKA_STATES = {classic.EMPTY: "Empty", classic.STABLE: "Stable", classic.PREPARING: "PreparingRebalance",
+                classic.COMPLETING: "CompletingRebalance", DEAD: "Dead"}
+
+
+def list_groups(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    v = header.api_version
+
+    async def answer() -> bytes:
+        try:
+            listed = await groups.membership.listed()
+        except RingError:
+            return gc.list_groups_answer(v, errors.COORDINATOR_NOT_AVAILABLE, [])
+        return gc.list_groups_answer(v, errors.NONE, [(g.name, g.protocol_type) for g in listed])
+    return answer()
+
+
+async def _describe_one(groups: Any, group: str) -> gc.DescribedGroup:
+    try:
+        validate_name(group, "group")
+        view = await groups.membership.described(group)
+    except RingError as exc:
+        return gc.DescribedGroup(code_of_group(exc), group, "", "", "", [])
+    members = [(m, client, "", metadata, assignment) for m, client, metadata, assignment in view.members]
+    return gc.DescribedGroup(errors.NONE, group, KAFKA_STATES[view.state], view.protocol_type, view.protocol,
+                             members)
+
+
+def describe_groups(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    req = gc.read_describe_groups(header.api_version, r)
+
+    async def answer() -> bytes:
+        most = limits.KAFKA_GROUPS_PER_REQUEST_MAX
+        described = [await _describe_one(groups, g) for g in req.groups[:most]]
+        described += [gc.DescribedGroup(errors.INVALID_REQUEST, g, "", "", "", []) for g in req.groups[most:]]
+        return gc.describe_groups_answer(header.api_version, described)
+    return answer()
+
+
+async def _delete_one(groups: Any, group: str) -> int:
+    try:
+        await groups.delete(group)
+    except NotFound:
+        return errors.GROUP_ID_NOT_FOUND
+    except Conflict as exc:
+        return errors.NON_EMPTY_GROUP if exc.extra.get("reason") == "group_not_empty" else code_of_group(exc)
+    except RingError as exc:
+        return code_of_group(exc)
+    return errors.NONE
+
+
+def delete_groups(groups: Any, header: RequestHeader, r: Reader) -> Any:
+    names = gc.read_delete_groups(header.api_version, r)
+
+    async def answer() -> bytes:
+        most = limits.KAFKA_GROUPS_PER_REQUEST_MAX
+        results = [(g, await _delete_one(groups, g)) for g in names[:most]]
+        results += [(g, errors.INVALID_REQUEST) for g in names[most:]]
+        return gc.delete_groups_answer(header.api_version, results)
+    return answer()
+
+
 HANDLERS = {gc.FIND_COORDINATOR: find_coordinator, gc.JOIN_GROUP: join_group, gc.SYNC_GROUP: sync_group,
             gc.HEARTBEAT: heartbeat, gc.LEAVE_GROUP: leave_group, gc.OFFSET_COMMIT: offset_commit,
-            gc.OFFSET_FETCH: offset_fetch}
+            gc.OFFSET_FETCH: offset_fetch, gc.LIST_GROUPS: list_groups, gc.DESCRIBE_GROUPS: describe_groups,
+            gc.DELETE_GROUPS: delete_groups}
