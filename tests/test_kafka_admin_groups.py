@@ -109,16 +109,30 @@ def test_an_unknown_group_is_described_dead(admin):
     assert "never-used" not in listed(admin)
 
 
-def test_a_group_of_ring_consumers_is_listed_and_described_and_not_deleted_while_in_use(ring, admin):
+def test_a_group_of_ring_consumers_is_listed_described_and_deleted_over_http_once_empty(ring, admin):
+    group = "adm-ring-group"
     assert ring[0].http.create_topic("adm-ring", partitions=1).status == 201
-    r = ring[0].http.post("/v1/groups/adm-ring-group/members", json_body={"consumer": "c1", "topics": ["adm-ring"]})
+    r = ring[0].http.post(f"/v1/groups/{group}/members", json_body={"consumer": "c1", "topics": ["adm-ring"]})
     assert r.status == 200, r.body
-    assert listed(admin)["adm-ring-group"] == "ring"
-    doc = admin.describe_groups(["adm-ring-group"])["adm-ring-group"]
+    r = ring[1].http.post(f"/v1/groups/{group}/offsets", json_body={
+        "consumer": "c1", "offsets": [{"topic": "adm-ring", "partition": 0, "offset": 0}]})
+    assert r.status == 200, r.body
+    assert listed(admin)[group] == "ring"
+    doc = admin.describe_groups([group])[group]
     assert (doc["group_state"], doc["protocol_type"], [m["member_id"] for m in doc["members"]]) == (
         "Stable", "ring", ["c1"])
-    assert admin.delete_groups(["adm-ring-group"]) == {"adm-ring-group": "NonEmptyGroupError"}
-    assert [m["member"] for m in ring[0].http.get("/v1/groups/adm-ring-group").json()["members"]] == ["c1"]
+    assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
+    refused = ring[2].http.delete(f"/v1/groups/{group}")  # any broker: it relays to the coordinator
+    assert (refused.status, refused.json().get("reason")) == (409, "group_not_empty")
+    assert [m["member"] for m in ring[0].http.get(f"/v1/groups/{group}").json()["members"]] == ["c1"]
+
+    assert ring[0].http.delete(f"/v1/groups/{group}/members/c1").status == 200
+    assert admin.describe_groups([group])[group]["group_state"] == "Empty"
+    r = ring[2].http.delete(f"/v1/groups/{group}")
+    assert (r.status, r.json()) == (200, {"deleted": group})
+    assert admin.describe_groups([group])[group]["group_state"] == "Dead"  # both fronts: one delete
+    assert group not in listed(admin)
+    assert ring[2].http.delete(f"/v1/groups/{group}").status == 404
 
 
 def coordinator_and_other(ring: TestCluster, group: str) -> tuple[tuple[str, int], tuple[str, int]]:

@@ -78,6 +78,9 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/admin/brokers/{broker}/trends"): AUTHENTICATED,
     ("GET", "/v1/groups"): AUTHENTICATED,
     ("GET", "/v1/groups/{group}"): AUTHENTICATED,
+    # A group names no topic to check a grant on, and deleting it moves every reader of it back to its
+    # reset policy: the cluster's admins', as a broker's decommission is.
+    ("DELETE", "/v1/groups/{group}"): ALL_ADMIN,
     ("POST", "/v1/groups/{group}/members"): SOME_CONSUME,
     ("POST", "/v1/groups/{group}/members/{consumer}/poll"): SOME_CONSUME,
     ("DELETE", "/v1/groups/{group}/members/{consumer}"): SOME_CONSUME,

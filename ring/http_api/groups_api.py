@@ -415,6 +415,18 @@ async def describe(request: Request) -> Response:
     return await _at_coordinator(request, group, None, local, create=False)
 
 
+async def delete_group(request: Request) -> Response:
+    """Delete a group with no members and its committed offsets (``Groups.delete``: what the Kafka
+    listener's DeleteGroups does too)."""
+    group = _group(request)
+
+    async def local() -> Response:
+        await _groups(request).delete(group)
+        return _json({"deleted": group})
+
+    return await _at_coordinator(request, group, None, local, create=False)
+
+
 async def list_groups(request: Request) -> Response:
     groups = _groups(request)
     if _flag(request, "local", False) or request.headers.get(H_FORWARDED):
@@ -447,6 +459,7 @@ async def list_groups(request: Request) -> Response:
 ROUTES = [
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe),
+    ("DELETE", "/v1/groups/{group}", delete_group),
     ("POST", "/v1/groups/{group}/members", join),
     ("POST", "/v1/groups/{group}/members/{consumer}/poll", poll),
     ("DELETE", "/v1/groups/{group}/members/{consumer}", leave),
