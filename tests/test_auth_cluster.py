@@ -92,6 +92,10 @@ def test_permissions_per_route_and_topic(cluster) -> None:
         assert who.request("PATCH", f"/v1/topics/{topic}", json_body={"retention_ms": 1000}).status == 403
         assert who.post(f"/v1/topics/{topic}/partitions/0/truncate", json_body={"before_offset": 0}).status == 403
         assert who.get("/metrics").status == 200  # what any token may list anyway
+    for who in (cons, prod, both, scoped):  # a group's delete: admin on every topic only
+        r = who.request("DELETE", f"/v1/groups/g-{topic}")
+        assert (r.status, r.json()["error"]) == (403, "forbidden"), r.body
+    assert c.client(0, tokens["admin"]).request("DELETE", f"/v1/groups/g-{topic}").status == 404  # none such
     r = scoped.post("/v1/cluster/brokers/ring-9/decommission")
     assert r.status in (403, 404), r.body  # admin on every topic only (404: a build without the route)
 
