@@ -79,6 +79,7 @@ def test_a_kafka_group_is_listed_described_refused_deletion_while_in_use_then_de
         None, "Stable", "consumer", "range")
     [member] = doc["members"]
     assert member["client_id"] == "adm-client" and member["member_id"].startswith("adm-client-")
+    assert member["client_host"] == "/127.0.0.1"
     assert member["member_metadata"]["topics"] == [TOPIC]
     assert member["member_assignment"]["assigned_partitions"] == [{"topic": TOPIC, "partitions": [0, 1]}]
 

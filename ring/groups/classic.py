@@ -88,6 +88,7 @@ class ClassicMember:
     joining: bool = False  # a join of this member waits for the rebalance to complete
     syncing: bool = False  # a sync of this member waits for the leader's
     assignment: bytes = b""
+    client_host: str = ""  # where its connection came from, as Kafka shows it ("/127.0.0.1"); for views only
 
     def expired(self, now: float) -> bool:
         return not self.joining and not self.syncing and now - self.last_seen > self.session_timeout_ms / 1000
@@ -123,7 +124,7 @@ class ClassicGroup:
 
     def join(self, member_id: str, new_id: str, require_id: bool, client_id: str, session_timeout_ms: int,
              rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-             now: float) -> JoinAnswer:
+             now: float, client_host: str = "") -> JoinAnswer:
         """A JoinGroup. ``new_id`` is the id a member joining with none gets; with ``require_id`` (v4+) it is
         handed back first (``member_id_required``) and the member joins again with it."""
         if not limits.GROUP_SESSION_TIMEOUT_MS_MIN <= session_timeout_ms <= limits.GROUP_SESSION_TIMEOUT_MS_MAX:
@@ -146,7 +147,8 @@ class ClassicGroup:
             self.pending.pop(member_id, None)
         rebalance_timeout_ms = min(max(rebalance_timeout_ms, session_timeout_ms),
                                    limits.KAFKA_GROUP_REBALANCE_TIMEOUT_MS_MAX)
-        m = ClassicMember(member_id, client_id, session_timeout_ms, rebalance_timeout_ms, tuple(protocols), now)
+        m = ClassicMember(member_id, client_id, session_timeout_ms, rebalance_timeout_ms, tuple(protocols), now,
+                          client_host=client_host)
         if known is not None:
             m.assignment = known.assignment
             if self.state in (STABLE, COMPLETING) and known.protocols == m.protocols and member_id != self.leader:

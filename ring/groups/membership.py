@@ -54,7 +54,7 @@ class GroupView(NamedTuple):
     state: str
     protocol_type: str
     protocol: str
-    members: list[tuple[str, str, bytes, bytes]]  # (member id, client id, metadata, assignment)
+    members: list[tuple[str, str, str, bytes, bytes]]  # (member id, client id, client host, metadata, assignment)
 
 
 class KafkaMembers:
@@ -152,7 +152,8 @@ class KafkaMembers:
     # --- the APIs ---------------------------------------------------------------------------
 
     async def join(self, group: str, member_id: str, require_id: bool, client_id: str, session_timeout_ms: int,
-                   rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]]) -> JoinAnswer:
+                   rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+                   client_host: str = "") -> JoinAnswer:
         self._start()
         if classic.check_protocols(protocols) is not None:  # refused before anything is made for it
             return JoinAnswer(classic.INVALID_REQUEST)
@@ -163,7 +164,7 @@ class KafkaMembers:
         else:
             answer = cg.join(member_id, self._new_member_id(client_id), require_id, client_id,
                              session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
-                             self.clock.monotonic())
+                             self.clock.monotonic(), client_host)
         self._deliver(cg)
         if cg.idle():
             shard.classic.pop(group, None)
@@ -280,13 +281,13 @@ class KafkaMembers:
     @staticmethod
     def _view(name: str, g: Any, cg: ClassicGroup | None, with_members: bool) -> GroupView:
         if cg is not None and cg.members:
-            members = [(m.id, m.client_id, dict(m.protocols).get(cg.protocol, b""), m.assignment)
+            members = [(m.id, m.client_id, m.client_host, dict(m.protocols).get(cg.protocol, b""), m.assignment)
                        for m in cg.members.values()] if with_members else []
             return GroupView(name, cg.state, cg.protocol_type, cg.protocol, members)
         if g is None or g.dropped:
             return GroupView(name, DEAD, "", "", [])
         if g.members:
-            members = [(m.id, m.spec.client or "", b"", b"") for m in sorted(g.members.values(), key=lambda m: m.id)]
+            members = [(m.id, m.spec.client or "", "", b"", b"") for m in sorted(g.members.values(), key=lambda m: m.id)]
             return GroupView(name, classic.STABLE, RING_PROTOCOL_TYPE, "", members if with_members else [])
         return GroupView(name, classic.EMPTY, "", "", [])
 

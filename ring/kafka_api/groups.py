@@ -101,7 +101,7 @@ def join_group(groups: Any, header: RequestHeader, r: Reader) -> Any:
     async def work() -> bytes:
         a = await groups.membership.join(req.group, req.member_id, v >= 4, header.client_id or "consumer",
                                          req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
-                                         req.protocols)
+                                         req.protocols, header.client_host)
         return gc.join_group_answer(v, OUTCOMES[a.outcome], a.generation, a.protocol, a.leader, a.member_id,
                                     list(a.members))
     return _guarded(req.group, work, lambda code: gc.join_group_answer(v, code, -1, "", "", req.member_id[:255], []))
@@ -194,9 +194,8 @@ async def _describe_one(groups: Any, group: str) -> gc.DescribedGroup:
         view = await groups.membership.described(group)
     except RingError as exc:
         return gc.DescribedGroup(code_of_group(exc), group, "", "", "", [])
-    members = [(m, client, "", metadata, assignment) for m, client, metadata, assignment in view.members]
     return gc.DescribedGroup(errors.NONE, group, KAFKA_STATES[view.state], view.protocol_type, view.protocol,
-                             members)
+                             view.members)
 
 
 def describe_groups(groups: Any, header: RequestHeader, r: Reader) -> Any:

@@ -68,6 +68,7 @@ class KafkaConnection(asyncio.Protocol):
         self.read_paused = False
         self.hold = body_budget_of(listener.broker).hold()  # counts what ``buf`` holds
         self.frame_timer: asyncio.TimerHandle | None = None  # armed while a frame begun is not whole
+        self.client_host = ""  # the peer's address, as Kafka's DescribeGroups shows a member's host
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -77,6 +78,8 @@ class KafkaConnection(asyncio.Protocol):
             transport.close()
             return
         self.listener.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
@@ -158,7 +161,7 @@ class KafkaConnection(asyncio.Protocol):
     def _request(self, frame: bytes) -> None:
         r = Reader(frame)
         try:
-            header = read_header(r, apis.flexible)
+            header = read_header(r, apis.flexible)._replace(client_host=self.client_host)
             answer = apis.handle(self.listener.broker, header, r, self.listener.groups)
         except Malformed as exc:
             self.abort(f"a malformed request: {exc.message}")

@@ -247,6 +247,7 @@ class RequestHeader(NamedTuple):
     api_version: int
     correlation_id: int
     client_id: str | None
+    client_host: str = ""  # the connection's peer, as Kafka names it ("/127.0.0.1"): the listener sets it
 
 
 def read_header(r: Reader, flexible: Callable[[int, int], bool]) -> RequestHeader:
