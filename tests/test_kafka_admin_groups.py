@@ -175,3 +175,42 @@ def test_a_malformed_admin_request_closes_its_connection_and_the_next_is_answere
     answer = call(addr, DescribeGroupsRequest(groups=["adm-after"], include_authorized_operations=False), 0,
                   DescribeGroupsResponse)
     assert [(g.error_code, g.group_state) for g in answer.groups] == [(0, "Dead")]
+
+
+def test_a_rebalance_is_described_as_it_goes(ring, admin):
+    """Raw JoinGroup and SyncGroup frames walk a group through Kafka's states: a member's join waiting for
+    another's is PreparingRebalance, a joined generation awaiting the leader's assignment
+    CompletingRebalance, then Stable."""
+    from kafka.protocol.consumer.group import (JoinGroupRequest, JoinGroupResponse, SyncGroupRequest,
+                                               SyncGroupResponse)
+
+    group = "adm-states"
+    coord, _ = coordinator_and_other(ring, group)
+    proto = JoinGroupRequest.JoinGroupRequestProtocol
+
+    def join(member_id: str) -> JoinGroupRequest:
+        return JoinGroupRequest(group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                                member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                                protocols=[proto(name="range", metadata=b"")])
+
+    def state() -> str:
+        return admin.describe_groups([group])[group]["group_state"]
+
+    first = call(coord, join(""), 5, JoinGroupResponse).member_id  # MEMBER_ID_REQUIRED hands one out
+    joined = call(coord, join(first), 5, JoinGroupResponse)
+    assert (joined.error_code, joined.leader) == (0, first)
+    assert state() == "CompletingRebalance"
+    a = SyncGroupRequest.SyncGroupRequestAssignment
+    synced = call(coord, SyncGroupRequest(group_id=group, generation_id=joined.generation_id, member_id=first,
+                                          group_instance_id=None, assignments=[a(member_id=first, assignment=b"")]),
+                  3, SyncGroupResponse)
+    assert synced.error_code == 0 and state() == "Stable"
+    second = call(coord, join(""), 5, JoinGroupResponse).member_id
+    body = bytes(join(second).encode(version=5))
+    head = struct.pack(">hhih", JoinGroupRequest.API_KEY, 5, 11, 4) + b"test"
+    with socket.create_connection(coord, timeout=30) as waiting:  # answered once the first joins again
+        waiting.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
+        wait_for("the group to prepare a rebalance", lambda: state() == "PreparingRebalance", timeout_s=20)
+        assert sorted(m["member_id"] for m in admin.describe_groups([group])[group]["members"]) == sorted(
+            [first, second])
+    assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
