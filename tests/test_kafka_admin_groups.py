@@ -12,6 +12,7 @@ import pytest
 
 from tests.brokers import TestCluster
 from tests.support import wait_for
+from tests.test_cli_commands import cli
 from tests.test_kafka_groups import call, produce
 
 pytestmark = pytest.mark.integration
@@ -126,6 +127,8 @@ def test_a_group_of_ring_consumers_is_listed_described_and_deleted_over_http_onc
     refused = ring[2].http.delete(f"/v1/groups/{group}")  # any broker: it relays to the coordinator
     assert (refused.status, refused.json().get("reason")) == (409, "group_not_empty")
     assert [m["member"] for m in ring[0].http.get(f"/v1/groups/{group}").json()["members"]] == ["c1"]
+    refused_by_cli = cli(ring[1].url, "groups", "delete", group)  # ring groups delete, as a shell runs it
+    assert refused_by_cli.returncode != 0 and "has members (1)" in refused_by_cli.stderr.decode()
 
     assert ring[0].http.delete(f"/v1/groups/{group}/members/c1").status == 200
     assert admin.describe_groups([group])[group]["group_state"] == "Empty"
@@ -134,6 +137,12 @@ def test_a_group_of_ring_consumers_is_listed_described_and_deleted_over_http_onc
     assert admin.describe_groups([group])[group]["group_state"] == "Dead"  # both fronts: one delete
     assert group not in listed(admin)
     assert ring[2].http.delete(f"/v1/groups/{group}").status == 404
+    r = ring[0].http.post(f"/v1/groups/{group}/offsets", json_body={  # a commit makes it again ...
+        "offsets": [{"topic": "adm-ring", "partition": 0, "offset": 1}]})
+    assert r.status == 200, r.body
+    deleted = cli(ring[1].url, "groups", "delete", group)  # ... and the command deletes it
+    assert deleted.returncode == 0 and f"deleted group {group}" in deleted.stdout.decode()
+    assert admin.describe_groups([group])[group]["group_state"] == "Dead"
 
 
 def coordinator_and_other(ring: TestCluster, group: str) -> tuple[tuple[str, int], tuple[str, int]]:

@@ -1,12 +1,14 @@
-"""``ring groups list|describe|reset``: consumer groups, their members and lag.
+"""``ring groups list|describe|reset|delete``: consumer groups, their members and lag.
 
 ``list`` is ``GET /v1/groups`` (every broker asked for the groups it
 coordinates), ``describe`` is ``GET /v1/groups/{group}`` (members, their
 assignment, and per partition the committed offset, high watermark and lag),
 ``reset`` is ``PUT /v1/groups/{group}/offsets/{topic}``: move the group's
 committed offsets of a topic (all partitions or ``--partition``) to the
-earliest or latest offset, an offset, or the first record at a time. Any
-broker relays a group request to the group's coordinator.
+earliest or latest offset, an offset, or the first record at a time;
+``delete`` is ``DELETE /v1/groups/{group}``: a group with no members goes,
+with its committed offsets. Any broker relays a group request to the
+group's coordinator.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from ring.commands.positions import parse_position
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    groups = add_group(sub, "groups", help="consumer groups: list, describe, reset offsets",
-                       description="Consumer groups: members, committed offsets, lag; reset offsets.")
+    groups = add_group(sub, "groups", help="consumer groups: list, describe, reset offsets, delete",
+                       description="Consumer groups: members, committed offsets, lag; reset offsets; delete.")
     add_command(groups, "list", list_, help="every group with its state, members and total lag",
                 description="Every consumer group of the cluster.")
     p = add_command(groups, "describe", describe, help="members, assignment and lag per partition",
@@ -36,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="earliest, latest, an offset N, @MS (first record at/after a time in ms) or an "
                         "ISO 8601 time")
     p.add_argument("--partition", type=int, help="only this partition (default: all)")
+    p = add_command(groups, "delete", delete, help="delete a group with no members and its committed offsets",
+                    description="Delete a group that has no members, and its committed offsets: a consumer "
+                                "joining it later starts from its reset policy. A group with members is "
+                                "refused.")
+    p.add_argument("group")
 
 
 def _lag(doc: dict[str, Any]) -> int | None:
@@ -107,4 +114,14 @@ def reset(ctx: Context, args: argparse.Namespace) -> int:
     ctx.say(f"group {args.group}: {args.topic} moved to {where} on {len(offsets)} "
             f"partition{'s' if len(offsets) != 1 else ''}")
     ctx.say(table(["PARTITION", "OFFSET"], [(o.get("partition"), o.get("offset")) for o in offsets]))
+    return EXIT_OK
+
+
+def delete(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.reachable()
+    doc = ctx.api().call("DELETE", f"/v1/groups/{quote(args.group)}")
+    if ctx.json:
+        ctx.emit(doc)
+    else:
+        ctx.say(f"deleted group {args.group} and its committed offsets")
     return EXIT_OK

@@ -295,8 +295,8 @@ class Group:
         """Delete the group and its committed offsets; 409 ``group_not_empty`` while it has members, None
         when there is nothing to delete (it was never used, or is dropped already)."""
         if self.members:
-            raise Conflict(f"group {self.name!r} has {len(self.members)} members; it can be deleted once they "
-                           "have left", group=self.name, reason="group_not_empty")
+            raise Conflict(f"group {self.name!r} has members ({len(self.members)}); it can be deleted once "
+                           "they have left", group=self.name, reason="group_not_empty")
         if self.dropped or (self.generation == 0 and not self.committed):
             return None
         return Drop(now_ms)

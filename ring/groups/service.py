@@ -114,8 +114,8 @@ class Groups:
         def propose(g: Group) -> Any:
             kafka = shard.classic.get(group)
             if kafka is not None and kafka.members:
-                raise Conflict(f"group {group!r} has {len(kafka.members)} Kafka members; it can be deleted once "
-                               "they have left", group=group, reason="group_not_empty")
+                raise Conflict(f"group {group!r} has Kafka members ({len(kafka.members)}); it can be deleted "
+                               "once they have left", group=group, reason="group_not_empty")
             return g.propose_drop(self.coord.clock.wall_ms())
         if not await self.coord.change(group, propose):
             raise NotFound(f"no consumer group {group!r}", group=group)
