@@ -287,10 +287,10 @@ class KafkaMembers:
         if g is None or g.dropped:
             return GroupView(name, DEAD, "", "", [])
         if g.members:
-            members = [(m.id, m.spec.client or "", "", b"", b"") for m in sorted(g.members.values(), key=lambda m: m.id)]
+            members = [(m.id, m.spec.client or "", "", b"", b"")
+                       for m in sorted(g.members.values(), key=lambda m: m.id)]
             return GroupView(name, classic.STABLE, RING_PROTOCOL_TYPE, "", members if with_members else [])
         return GroupView(name, classic.EMPTY, "", "", [])
-
 
     def describe(self, cg: ClassicGroup) -> dict[str, Any]:
         """The Kafka membership as ``GET /v1/groups/{group}`` shows it, members as ring's are shown."""

@@ -119,13 +119,13 @@ OPENAPI_PATHS: dict[str, Any] = {
         "responses": {"200": _ok("the group", _GROUP_DOC), "400": _BAD, "404": _err("no such group"),
                       "503": _DOWN}},
         "delete": {
-        "summary": "Delete a group with no members, and its committed offsets",
-        "operationId": "deleteGroup", "parameters": [_GROUP],
-        "description": "A consumer joining the group's name later starts from its reset policy. The same "
-                       "delete as the Kafka listener's DeleteGroups.",
-        "responses": {"200": _ok("the group deleted", {"type": "object", "properties": {"deleted": _NAME}}),
-                      "400": _BAD, "404": _err("no such group"),
-                      "409": _err("the group has members (reason group_not_empty)"), "503": _DOWN}}},
+            "summary": "Delete a group with no members, and its committed offsets",
+            "operationId": "deleteGroup", "parameters": [_GROUP],
+            "description": "A consumer joining the group's name later starts from its reset policy. The same "
+                           "delete as the Kafka listener's DeleteGroups.",
+            "responses": {"200": _ok("the group deleted", {"type": "object", "properties": {"deleted": _NAME}}),
+                          "400": _BAD, "404": _err("no such group"),
+                          "409": _err("the group has members (reason group_not_empty)"), "503": _DOWN}}},
     "/v1/groups/{group}/members": {"post": {
         "summary": "Join a group (or heartbeat: joining again with the same topics changes nothing)",
         "operationId": "joinGroup", "parameters": [_GROUP],
