@@ -75,6 +75,8 @@ def test_a_kafka_group_is_listed_described_refused_deletion_while_in_use_then_de
     kc.commit()
 
     assert listed(admin)[GROUP] == "consumer"
+    # Each broker lists the groups it coordinates: the admin client's union names the group once.
+    assert [g["group_id"] for g in admin.list_groups()].count(GROUP) == 1
     doc = admin.describe_groups([GROUP])[GROUP]
     assert (doc["error"], doc["group_state"], doc["protocol_type"], doc["protocol_data"]) == (
         None, "Stable", "consumer", "range")
