@@ -262,6 +262,58 @@ def test_arrow_batches_are_built_column_by_column():
     assert batch["headers"][-1] == [{"key": "a", "value": b"1"}, {"key": "a", "value": None}]
 
 
+
+_header_pair = st.tuples(st.text(min_size=1, max_size=4), st.none() | st.binary(max_size=4))
+_record = st.tuples(
+    st.integers(0, 2**62 - 1) | st.integers(1_700_000_000_000, 1_700_000_009_999),  # ms; µs past int64 overflow
+    st.none() | st.binary(max_size=8),
+    st.none() | st.binary(max_size=300),  # None: a tombstone, not b""
+    st.none() | st.lists(_header_pair, min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.tuples(st.lists(_record, min_size=1, max_size=20), st.sampled_from(range(3))),
+                        min_size=1, max_size=4),
+       cut=st.tuples(st.integers(0, 79), st.integers(1, 80)), include_headers=st.booleans())
+def test_arrow_batches_hold_every_record_of_the_answer_as_stored(batches, cut, include_headers):
+    """Each row of the Arrow batch of a fetch answer's pieces is the record produced at its
+    offset: none lost, none repeated, every column as given (keys, values, headers in order,
+    timestamps to the µs, tombstones null), whatever the codec and wherever the answer is cut."""
+    import pyarrow as pa
+
+    from sparkio.schema import arrow_schema, spark_schema, to_arrow
+
+    body, produced = b"", []
+    for records, codec in batches:
+        buf = batchfmt.encode(records, now_ms=0, codec=codec)
+        batchfmt.stamp(buf, 0, len(produced), 1)
+        body += bytes(buf)
+        produced += records
+    start = min(cut[0], len(produced) - 1)
+    end = min(max(cut[1], start + 1), len(produced))
+    pieces = decode_answer(Response(200, {"content-type": CT_BATCHES}, body, "http://x"), start, end)
+    schema_pa = arrow_schema(spark_schema(include_headers))
+    if any(ts * 1000 >= 2**63 for ts, *_ in produced[start:end]):
+        with pytest.raises(OverflowError):
+            to_arrow(pieces, "t", 2, schema_pa, include_headers)
+        return
+    got = to_arrow(pieces, "t", 2, schema_pa, include_headers)
+    assert got.schema == schema_pa
+    want = {"key": [], "value": [], "topic": [], "partition": [], "offset": [], "timestamp": [],
+            "timestampType": [], **({"headers": []} if include_headers else {})}
+    for offset in range(start, end):
+        ts, key, value, headers = produced[offset]
+        for name, v in (("key", key), ("value", value), ("topic", "t"), ("partition", 2), ("offset", offset),
+                        ("timestamp", ts * 1000), ("timestampType", 0)):
+            want[name].append(v)
+        if include_headers:
+            want["headers"].append([{"key": k, "value": v} for k, v in headers] if headers else None)
+    want_batch = pa.RecordBatch.from_pydict(
+        {**want, "timestamp": pa.array(want["timestamp"], schema_pa.field("timestamp").type)}, schema=schema_pa)
+    assert got.equals(want_batch), (got.to_pydict(), want)
+
+
 # --- where a stream's next batch ends ---------------------------------------------------------
 
 
