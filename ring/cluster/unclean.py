@@ -23,6 +23,9 @@ from ring.errors import Conflict, RingError, Unavailable
 from ring.node import ready as msg
 
 
+DESCRIBE_RETRY_S = 0.2  # between asks of the winner for its description of the partition
+
+
 class ElectionNotNeeded(Conflict):
     code = "election_not_needed"
 
@@ -59,13 +62,18 @@ async def unclean_election(broker: Any, topic: str, partition: int) -> dict[str,
                               "replicas go on standing until one wins or they restart",
                               topic=topic, partition=partition, asked=asked)
         await broker.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
-    # The winner's description of the partition: it holds the record of what was lost.
+    # The winner's description of the partition: it holds the record of what was lost. A winner just
+    # elected may not answer at once (a busy loop, a connection being made): asked again until the
+    # deadline, and only then this broker's own view of the partition.
     url = broker.membership.client_url(leader) if leader != broker.name else None
-    if url is None:
-        doc = broker.describe_topic(topic)["partitions"][partition]
-    else:
+    doc = None
+    while url is not None and doc is None:
         try:
             doc = (await broker.peers.json("GET", url, f"/v1/topics/{topic}"))["partitions"][partition]
         except (RingError, KeyError, IndexError, TypeError):
-            doc = broker.describe_topic(topic)["partitions"][partition]
+            if broker.clock.monotonic() >= deadline:
+                break
+            await broker.clock.sleep(DESCRIBE_RETRY_S)
+    if doc is None:
+        doc = broker.describe_topic(topic)["partitions"][partition]
     return {"topic": topic, "partition": partition, "leader": leader, "asked": asked, "state": doc}
