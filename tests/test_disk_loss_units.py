@@ -57,6 +57,24 @@ def test_a_lost_state_refusal_is_named_even_without_a_record() -> None:
     assert t.lost_state == {"b"} and not t.won
 
 
+def test_an_unclean_round_records_a_blank_voters_grant_even_without_a_record_of_it(tmp_path: Path) -> None:
+    """A blank replica asked in an unclean round grants saying its state is gone, and a candidate that
+    never recorded its incarnation counts the vote as unclean: the win is recorded as one, with what
+    it gave up (before, such a grant counted as a clean one and nothing was recorded)."""
+    b = replica(mk(tmp_path / "b"), "b", 0)
+    b.incarnation = "ib-new"
+    steps.restore(b, clean=True, lost=True)
+    assert b.blank
+    got = steps.on_vote_request(b, e.VoteRequest("t", 0, 5, "a", 0, 0, unclean=True), leader_alive=False)
+    assert got.granted and got.reason == e.LOST_STATE and got.incarnation == "ib-new"
+    t = e.Tally("a", VOTERS, 5, known={"a": "ia"}, unclean=True)
+    t.add(got)
+    assert t.won and t.unclean_votes == {"b"} and t.learned == {}
+    clean = e.Tally("a", VOTERS, 5, known={"a": "ia"})
+    clean.add(got)  # the same grant in a clean round does not count
+    assert not clean.won and clean.lost_state == {"b"}
+
+
 def test_a_broker_without_the_replica_is_named_by_a_candidate_that_recorded_another_incarnation() -> None:
     # b came back on a new directory ("ib-new") and no longer holds the partition (placed elsewhere)
     b = Elections("b", random.Random(1), lambda topic, p: None, lambda dst, m: None, lambda rep: None,

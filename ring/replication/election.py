@@ -273,8 +273,10 @@ class Tally:
             return
         self.newest_epoch = max(self.newest_epoch, reply.epoch)
         recorded = self.known.get(reply.voter)
-        other = bool(reply.incarnation and recorded is not None and reply.incarnation != recorded)
-        if reply.reason == LOST_STATE or other and not self.unclean:
+        # Its state is gone: it says so (a blank replica's reply), or its incarnation is not the one recorded.
+        other = reply.reason == LOST_STATE or bool(reply.incarnation and recorded is not None
+                                                   and reply.incarnation != recorded)
+        if other and not (self.unclean and reply.granted):
             # Its disk was lost or replaced: what it acknowledged and voted is gone, so is its vote.
             self.lost_state.add(reply.voter)
             self.granted.discard(reply.voter)

@@ -405,7 +405,10 @@ def on_vote_request(rep: Replica, req: election.VoteRequest, leader_alive: bool)
             if was_leader:
                 log.warning("%s/%d: %s steps down for %s's candidacy in epoch %d", rep.topic, rep.index,
                             rep.self_name, req.candidate, rep.epoch)
-    return dataclasses.replace(verdict.reply, log_start=rep.log.start_offset, incarnation=rep.incarnation)
+    reply = dataclasses.replace(verdict.reply, log_start=rep.log.start_offset, incarnation=rep.incarnation)
+    if rep.blank and reply.granted:  # an unclean round: the vote says its state is gone, so the win is recorded
+        reply = dataclasses.replace(reply, reason=election.LOST_STATE)
+    return reply
 
 
 def no_eligible_leader(rep: Replica, lost_state: frozenset[str]) -> None:
