@@ -47,8 +47,10 @@ An unclean election (the topic's ``unclean_leader_election``, or an
 operator's one-shot command for the partition) is the one exception to the
 rule on lost state, chosen for availability: its requests carry the
 ``unclean`` flag, a replica that lost its state judges them as any voter
-does (it holds nothing, so it refuses no candidate for being behind), and
-the candidate counts such votes (``Tally.unclean_votes``). The voters that
+does (it holds nothing, so it refuses no candidate for being behind) and
+grants saying its state is gone (reason ``lost_state``), and the candidate
+counts such votes as unclean (``Tally.unclean_votes``), whether or not it
+recorded that voter's incarnation. The voters that
 still hold their state judge as always, and a candidate one of them finds
 behind it does not win (``Tally.outranked``), so the most up-to-date live
 replica that answers wins; what the lost voters held beyond its log is
