@@ -13,7 +13,7 @@ import pytest
 from tests.brokers import TestCluster
 from tests.support import wait_for
 from tests.test_cli_commands import cli
-from tests.test_kafka_groups import call, produce
+from tests.test_kafka_groups import call, produce, read_records
 
 pytestmark = pytest.mark.integration
 
@@ -44,17 +44,6 @@ def consumer(ring: TestCluster, group: str, reset: str = "earliest") -> Any:
                          session_timeout_ms=6000, heartbeat_interval_ms=200)
 
 
-def read(kc: Any, n: int) -> list[tuple[int, int]]:
-    got: list[tuple[int, int]] = []
-
-    def more() -> bool:
-        for batch in kc.poll(timeout_ms=200).values():
-            got.extend((m.partition, m.offset) for m in batch)
-        return len(got) >= n
-    wait_for(f"{n} records through kafka-python's group consumer", more, timeout_s=40, interval_s=0)
-    return sorted(got)
-
-
 def listed(admin: Any) -> dict[str, str]:
     """Group id -> protocol type, from every broker's ListGroups (kafka-python asks each and joins them)."""
     return {g["group_id"]: g["protocol_type"] for g in admin.list_groups()}
@@ -71,7 +60,7 @@ def test_a_kafka_group_is_listed_described_refused_deletion_while_in_use_then_de
     assert ring[0].http.create_topic(TOPIC, partitions=2).status == 201
     produce(ring, {0: 3, 1: 3}, topic=TOPIC)
     kc = consumer(ring, GROUP)
-    assert read(kc, 6) == [(p, o) for p in range(2) for o in range(3)]
+    assert read_records(kc, 6) == [(p, o) for p in range(2) for o in range(3)]
     kc.commit()
 
     assert listed(admin)[GROUP] == "consumer"
@@ -103,7 +92,7 @@ def test_a_kafka_group_is_listed_described_refused_deletion_while_in_use_then_de
     assert admin.delete_groups([GROUP]) == {GROUP: "GroupIdNotFoundError"}
 
     again = consumer(ring, GROUP)  # no offsets: it starts from auto_offset_reset, the start of each partition
-    assert read(again, 6) == [(p, o) for p in range(2) for o in range(3)]
+    assert read_records(again, 6) == [(p, o) for p in range(2) for o in range(3)]
     again.close()
 
 

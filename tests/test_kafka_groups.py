@@ -56,6 +56,18 @@ def pump(consumers: dict[str, Any], seen: dict[str, list[tuple[int, int]]], unti
     wait_for(what, step, timeout_s=40, interval_s=0)
 
 
+def read_records(kc: Any, n: int) -> list[tuple[int, int]]:
+    """(partition, offset) of the first ``n`` records kafka-python's consumer ``kc`` polls, sorted."""
+    got: list[tuple[int, int]] = []
+
+    def more() -> bool:
+        for batch in kc.poll(timeout_ms=200).values():
+            got.extend((m.partition, m.offset) for m in batch)
+        return len(got) >= n
+    wait_for(f"{n} records through kafka-python's group consumer", more, timeout_s=40, interval_s=0)
+    return sorted(got)
+
+
 def held(c: Any) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
@@ -123,17 +135,11 @@ def test_kafka_python_group_consumer_commits_and_resumes(ring):
         kc = KafkaConsumer("kp", bootstrap_servers=ring.kafka_bootstrap.split(","), group_id="kp-group",
                            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
                            heartbeat_interval_ms=200)
-        got: list[tuple[int, int]] = []
-
-        def more() -> bool:
-            for batch in kc.poll(timeout_ms=200).values():
-                got.extend((m.partition, m.offset) for m in batch)
-            return len(got) >= n
-        wait_for(f"{n} records through kafka-python's group consumer", more, timeout_s=40, interval_s=0)
+        got = read_records(kc, n)
         kc.poll(timeout_ms=500)  # nothing more
         kc.commit()
         kc.close()
-        return sorted(got)
+        return got
 
     assert read(6) == [(p, o) for p in range(2) for o in range(3)]
     produce(ring, {0: 2, 1: 1}, topic="kp")
