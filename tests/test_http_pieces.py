@@ -83,7 +83,7 @@ def test_a_piece_completes_no_more_requests_than_there_is_room_for(seed: int) ->
         n = rnd.randint(1, 4096)
         unparsed.add(stream[pos:pos + n])
         pos += n
-        while unparsed:
+        while unparsed.data:
             room = rnd.randint(1, 8)
             before = c.heads
             c.parser.feed_data(unparsed.piece(room))

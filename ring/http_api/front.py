@@ -230,7 +230,7 @@ class Connection(asyncio.Protocol):
     def _feed(self) -> bool:
         """Parse the next piece of what was read, as much as the pipeline has room for; False when
         nothing could be fed (nothing read, or no room: then reading pauses until there is)."""
-        if not self.unparsed or self.parse_stopped or self.closed:
+        if not self.unparsed.data or self.parse_stopped or self.closed:
             return False
         room = limits.PIPELINED_REQUESTS_MAX - len(self.queue)
         if room <= 0:
@@ -249,7 +249,7 @@ class Connection(asyncio.Protocol):
             self._head_fed = self._head_fed + len(piece) if began_in_head else 0
             if self._head_fed > limits.REQUEST_HEAD_BYTES_MAX:
                 self._protocol_error(431, f"request head over {limits.REQUEST_HEAD_BYTES_MAX} bytes")
-        if not self.unparsed and not self.closed:
+        if not self.unparsed.data and not self.closed:
             self._held = self.reading_paused  # what is read next may have waited in the kernel
             if self.reading_paused:
                 self.reading_paused = False
@@ -437,7 +437,7 @@ class Connection(asyncio.Protocol):
                     break
         finally:
             self._advancing = False
-        if self._eof and not self.closed and not self.unparsed and all(ex.state == RECEIVING for ex in self.queue):
+        if self._eof and not self.closed and not self.unparsed.data and all(ex.state == RECEIVING for ex in self.queue):
             self.close()  # nothing more will come, and nothing is owed: a request begun will not end
             return
         if not self.queue and not self._in_head and self.receiving is None and not self.closed:

@@ -24,7 +24,7 @@ class Unparsed:
     __slots__ = ("data", "pos", "body_left", "chunked", "whole", "took_body", "last_nl0", "last_nl")
 
     def __init__(self) -> None:
-        self.data = b""  # what was read and not fed yet, from ``pos``
+        self.data = b""  # what was read and not fed yet, from ``pos`` (empty: nothing waits)
         self.pos = 0
         self.body_left = 0  # bytes still to come of the Content-Length body being received
         self.chunked = False  # the body being received is chunked
@@ -32,9 +32,6 @@ class Unparsed:
         self.took_body = False  # the parser gave body bytes since the last piece was cut
         self.last_nl0 = False  # the last piece held a "\n0" (its "0" in it)
         self.last_nl = False  # the last piece ended with "\n"
-
-    def __bool__(self) -> bool:
-        return bool(self.data)
 
     def add(self, data: bytes) -> None:
         self.data = self.data[self.pos:] + data if self.data else data
