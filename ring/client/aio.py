@@ -387,7 +387,7 @@ class AsyncClient:
                 wait_s = max(wait_s, retry_after_s(reply))
             if too_far is not None:
                 raise too_far
-            meta.refresh_soon(self._spawn)  # a leader may have moved; the next round uses what it learns
+            self._spawn(meta.refresh(quiet=True))  # a leader may have moved; the next round uses what it learns
             if not await retry.pause(wait_s):
                 raise BrokersUnavailable(f"fetch {topic}/{partition}: no replica answered ({retry.spent()}); "
                                          f"last: {last.message if last else 'none'}", topic=topic, partition=partition)

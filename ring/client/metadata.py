@@ -190,16 +190,31 @@ class Metadata:
     def stale(self) -> bool:
         return self.now_ms() - self._refreshed_ms > limits.CLIENT_METADATA_MAX_AGE_MS
 
-    async def refresh(self, force: bool = False, topics: bool = True) -> None:
-        """Reload brokers (and described topics): single-flight, rate-limited."""
+    async def refresh(self, force: bool = False, topics: bool = True, quiet: bool = False) -> None:
+        """Reload brokers (and described topics): single-flight, rate-limited. ``quiet`` (a refresh
+        spawned in the background): a failure is logged, once per outage, instead of raised."""
         if self._refresh is not None and not self._refresh.done():
-            await asyncio.shield(self._refresh)
+            await self._settled(asyncio.shield(self._refresh), quiet)
             return
         if not force and self.now_ms() - self._refreshed_ms < limits.CLIENT_METADATA_REFRESH_MS_MIN:
             return
         self._refreshed_ms = self.now_ms()
         self._refresh = asyncio.get_running_loop().create_task(self._reload(topics))
-        await asyncio.shield(self._refresh)
+        await self._settled(asyncio.shield(self._refresh), quiet)
+
+    async def _settled(self, refresh: Awaitable[None], quiet: bool) -> None:
+        if not quiet:
+            await refresh
+            return
+        try:
+            await refresh
+        except errors.RingError as exc:  # said once per outage, not at every attempt
+            log.log(logging.DEBUG if self._refresh_failing else logging.WARNING, "topology refresh failed: %s", exc)
+            self._refresh_failing = True
+        else:
+            if self._refresh_failing:
+                log.info("topology refresh works again")
+            self._refresh_failing = False
 
     async def _reload(self, topics: bool) -> None:
         await self.load_cluster()
@@ -218,23 +233,3 @@ class Metadata:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-
-    def refresh_soon(self, spawn: Callable[[Awaitable[None]], Any]) -> None:
-        """Start a rate-limited refresh in the background (failures are logged, not raised)."""
-        if self._refresh is not None and not self._refresh.done():
-            return
-        if self.now_ms() - self._refreshed_ms < limits.CLIENT_METADATA_REFRESH_MS_MIN:
-            return
-
-        async def quiet() -> None:
-            try:
-                await self.refresh()
-            except errors.RingError as exc:  # said once per outage, not at every attempt
-                log.log(logging.DEBUG if self._refresh_failing else logging.WARNING, "topology refresh failed: %s", exc)
-                self._refresh_failing = True
-            else:
-                if self._refresh_failing:
-                    log.info("topology refresh works again")
-                self._refresh_failing = False
-
-        spawn(quiet())

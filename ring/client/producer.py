@@ -316,7 +316,7 @@ class Producer:
                 if due is not None:
                     deadline = due if deadline is None else min(due, deadline)
             if self.meta.stale():
-                self.meta.refresh_soon(self.spawn)
+                self.spawn(self.meta.refresh(quiet=True))
             if deadline is None:
                 await self._wake.wait()
             elif deadline > now:
@@ -432,7 +432,7 @@ class Producer:
         producer; otherwise its records fail as ``OutcomeUnknown``."""
         topic, partition = tp
         self.stats["retries"] += 1
-        self.meta.refresh_soon(self.spawn)
+        self.spawn(self.meta.refresh(quiet=True))
         now = self.now_ms()
         for b in batches:
             b.failures += 1
