@@ -27,6 +27,7 @@ from pathlib import Path
 from ring import clickstream
 from ring.client import AsyncClient
 from ring.client.batcher import BufferFull
+from ring.commands.progress import Progress
 from ring.localcluster import LocalCluster
 
 EVENTS = int(os.environ.get("RING_DEMO_EVENTS", "300000"))
@@ -36,38 +37,11 @@ PARTITIONS = 6
 ROWS_SHOWN = 12
 
 
-class Progress:
-    """A progress bar on a terminal, a line every 20 % otherwise."""
-
-    def __init__(self, total: int, label: str) -> None:
-        self.total, self.label, self.done = total, label, 0
-        self.tty = sys.stdout.isatty()
-        self.t0 = time.perf_counter()
-        self._next_pct = 20
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        pct = 100 * self.done // max(self.total, 1)
-        rate = self.done / max(time.perf_counter() - self.t0, 1e-9)
-        if self.tty:
-            bar = "#" * (pct * 30 // 100)
-            print(f"\r  {self.label} [{bar:<30}] {self.done:>8}/{self.total} {rate:>9,.0f}/s",
-                  end="", flush=True)
-        elif pct >= self._next_pct:
-            print(f"  {self.label}: {self.done}/{self.total} ({pct} %, {rate:,.0f}/s)", flush=True)
-            self._next_pct = pct - pct % 20 + 20
-
-    def finish(self) -> float:
-        if self.tty:
-            print()
-        return time.perf_counter() - self.t0
-
-
 async def produce(urls: list[str]) -> tuple[int, float]:
     async with AsyncClient(urls, consistency="quorum", linger_ms=10) as client:
         # The events carry their own (past) times: kept forever, retention never takes them.
         await client.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, exist_ok=True, retention_ms=-1)
-        progress = Progress(EVENTS, "producing")
+        progress = Progress("producing", EVENTS, stream=sys.stdout)
         pending: list[asyncio.Future] = []
         for event in clickstream.events(EVENTS):
             while True:
@@ -78,11 +52,11 @@ async def produce(urls: list[str]) -> tuple[int, float]:
                     await client.drain()
             if len(pending) >= 5_000:
                 await asyncio.gather(*pending)
-                progress.advance(len(pending))
+                progress.update(len(pending))
                 pending.clear()
         await client.flush()
         await asyncio.gather(*pending)
-        progress.advance(len(pending))
+        progress.update(len(pending))
         return EVENTS, progress.finish()
 
 
