@@ -96,7 +96,7 @@ def test_the_ranges_reach_the_broker_only_through_their_host_interface() -> None
     from ring.cluster.membership import Membership
     from ring.cluster.node import ClusterBroker
     from ring.config import BrokerConfig
-    from ring.ranges.host import Members, RangesHost
+    from ring.ranges.host import MembershipView, RangesHost
 
     graph = module_graph()
     reached = {(m, t) for m, targets in graph.items() if m.startswith("ring.ranges.") for t in targets
@@ -105,7 +105,7 @@ def test_the_ranges_reach_the_broker_only_through_their_host_interface() -> None
 
     node = ClusterBroker(BrokerConfig(data_dir=Path("unused")), SystemClock())  # not opened: no file is made
     assert len(names(RangesHost)) > 10 and not {n for n in names(RangesHost) if not hasattr(node, n)}
-    assert not {n for n in names(Members) if not hasattr(Membership, n)}
+    assert not {n for n in names(MembershipView) if not hasattr(Membership, n)}
 
 
 def test_the_ranges_parts_are_held_by_ranges_not_inherited() -> None:

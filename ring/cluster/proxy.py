@@ -18,6 +18,7 @@ import random
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from ring import limits
+from ring.cluster.membership import Membership
 from ring.cluster.peers import Relayed
 from ring.errors import Unavailable
 from ring.answer_budget import AnswerBudget
@@ -25,12 +26,6 @@ from ring.replication.reads import FetchResult
 from ring.replication.replica import Replica
 
 T = TypeVar("T")
-
-
-class Members(Protocol):
-    def alive(self, name: str) -> bool: ...
-
-    def client_url(self, name: str) -> str | None: ...
 
 
 class ClientRequests(Protocol):
@@ -44,7 +39,7 @@ class ClientRequests(Protocol):
 class ProxyHost(Protocol):
     name: str
     rng: random.Random
-    membership: Members | None  # None until the broker opens
+    membership: Membership | None  # None until the broker opens
     peers: ClientRequests | None  # None until the broker starts
 
     def replica(self, topic: str, partition: int) -> Replica | None: ...

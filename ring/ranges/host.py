@@ -21,7 +21,7 @@ from ring.replication.commit import GroupCommit
 from ring.replication.replica import Replica
 
 
-class Members(Protocol):
+class MembershipView(Protocol):
     """The membership view the ranges ask: who is placed, alive, and where."""
 
     @property
@@ -52,7 +52,7 @@ class RangesHost(Protocol):
     data_dir: Path
     catalog: Catalog
     commits: GroupCommit  # idle(part): no fsync of the partition runs
-    membership: Members | None  # None until the broker opens
+    membership: MembershipView | None  # None until the broker opens
     peers: PeerRequests | None
     session: aiohttp.ClientSession | None  # peer-port session, for streaming a range's bytes
 
