@@ -18,7 +18,7 @@ from ring.errors import BadRequest, Conflict, CorruptBatch
 from ring.groups import codec, delivery
 from ring.groups.assignment import assign, moved
 from ring.errors import Overloaded
-from ring.groups.group import Commit, Drop, Group, Member, Members, MemberSpec, State
+from ring.groups.group import Commit, Drop, Group, Member, Rebalance, MemberSpec, State
 from ring.groups.shard import Shard
 from ring.log import batch as batchfmt
 
@@ -100,7 +100,7 @@ def test_same_subscriptions_balance_within_one_and_move_little(n: int, partition
 # --- the group state machine --------------------------------------------------------------------
 
 
-def joined(g: Group, member: str, topics=("t",), counts=None, now=0.0) -> Members | None:
+def joined(g: Group, member: str, topics=("t",), counts=None, now=0.0) -> Rebalance | None:
     ev = g.propose_join(member, topics, 10_000, None, "earliest", counts or {"t": 4}, now, 1000)
     if ev is not None:
         g.apply(ev, now)
@@ -368,7 +368,7 @@ def test_group_members_are_bounded() -> None:
 
 SPEC = MemberSpec("c-1", ("clicks", "views"), 10_000, "host-a", "latest", (("clicks", 0), ("views", 3)))
 EVENTS = [
-    Members(3, (SPEC,), (("clicks", 1), ("views", 4)), 111),
+    Rebalance(3, (SPEC,), (("clicks", 1), ("views", 4)), 111),
     Commit((("clicks", 0, 42), ("views", 3, 7)), 222),
     Commit((("clicks", 0, 0),), 223, reset=True),
     State(4, (SPEC,), (("clicks", 1),), (("clicks", 0, 5),), 333),

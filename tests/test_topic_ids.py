@@ -9,7 +9,7 @@ import pytest
 from ring.catalog import Catalog, TopicConfig, derived_id
 from ring.errors import BadRequest, TopicRecreated
 from ring.groups import codec
-from ring.groups.group import Commit, Forget, Group, Members, MemberSpec, State
+from ring.groups.group import Commit, Forget, Group, Rebalance, MemberSpec, State
 from ring.node.placement import catalog_change
 
 A, B = "A" * 22, "B" * 22
@@ -46,7 +46,7 @@ def test_another_id_gossiped_is_a_new_incarnation() -> None:
 
 def test_offsets_records_carry_ids_in_a_header_and_old_records_still_read() -> None:
     spec = MemberSpec("m", ("t",), 10_000, None, "earliest", (("t", 0),))
-    events = [Commit((("t", 0, 10),), 7, False, (("t", A),)), Members(2, (spec,), (("t", 1),), 7, (("t", A),)),
+    events = [Commit((("t", 0, 10),), 7, False, (("t", A),)), Rebalance(2, (spec,), (("t", 1),), 7, (("t", A),)),
               State(2, (spec,), (("t", 1),), (("t", 0, 10),), 7, (("t", A),), (("t", B),)), Forget((("t", A),), 8)]
     for e in events:
         header = codec.ids_header(e)

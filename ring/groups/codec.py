@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 from ring.errors import CorruptBatch
-from ring.groups.group import Commit, Drop, Event, Forget, Members, MemberSpec, State
+from ring.groups.group import Commit, Drop, Event, Forget, Rebalance, MemberSpec, State
 
 VERSION = 1
 CHECKPOINT_HEADER = "ring-checkpoint"
@@ -47,7 +47,7 @@ def _member(m: MemberSpec) -> list[Any]:
 def encode(event: Event) -> bytes:
     if isinstance(event, Commit):
         doc: list[Any] = ["commit", VERSION, event.ts_ms, [list(o) for o in event.offsets], event.reset]
-    elif isinstance(event, Members):
+    elif isinstance(event, Rebalance):
         doc = ["members", VERSION, event.ts_ms, event.generation, [_member(m) for m in event.members],
                [list(x) for x in event.partitions]]
     elif isinstance(event, State):
@@ -65,7 +65,7 @@ def ids_header(event: Event) -> tuple[str, bytes] | None:
     """The ``ring-topic-ids`` header of ``event``, or None when it names no topic ids."""
     if isinstance(event, Commit):
         committed, assigned = event.ids, ()
-    elif isinstance(event, Members):
+    elif isinstance(event, Rebalance):
         committed, assigned = (), event.ids
     elif isinstance(event, State):
         committed, assigned = event.ids, event.assigned_ids
@@ -154,7 +154,7 @@ def decode(value: bytes, headers: list[tuple[str, bytes | None]] | None = None) 
     if kind == "commit" and len(doc) == 5:
         return Commit(_offsets(doc[3]), ts, bool(doc[4]), committed_ids)
     if kind == "members" and len(doc) == 6:
-        return Members(_int(doc[3], "generation"), _members(doc[4]), _pairs(doc[5]), ts, assigned_ids)
+        return Rebalance(_int(doc[3], "generation"), _members(doc[4]), _pairs(doc[5]), ts, assigned_ids)
     if kind == "state" and len(doc) == 7:
         return State(_int(doc[3], "generation"), _members(doc[4]), _pairs(doc[5]), _offsets(doc[6]), ts,
                      committed_ids, assigned_ids)

@@ -52,7 +52,7 @@ from ring.catalog import OFFSETS_TOPIC, TopicConfig
 from ring.errors import ClockUnusable, Conflict, NotFound, Overloaded, RingError, Unavailable
 from ring.groups.autogrow import AutoGrowth, demand
 from ring.groups.codec import checkpoint_of
-from ring.groups.group import Event, Group, Members
+from ring.groups.group import Event, Group, Rebalance
 from ring.groups.shard import Shard
 from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
@@ -292,7 +292,7 @@ class Coordinator:
             now = self.clock.monotonic()
             for e in events:
                 g.apply(e, now)
-                if isinstance(e, Members):
+                if isinstance(e, Rebalance):
                     self._wake(name)
             return events
 
@@ -395,7 +395,7 @@ class Coordinator:
             except RingError as exc:  # deleted meanwhile, or the cluster cannot place it now: next tick
                 log.warning("growing topic %s to %d partitions: %s", topic, count, exc)
 
-    def _expire_or_refresh(self, g: Group) -> Members | None:
+    def _expire_or_refresh(self, g: Group) -> Rebalance | None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
         specs_topics = {t for m in g.members.values() for t in m.spec.topics}
         partitions = self.partitions_of(specs_topics)

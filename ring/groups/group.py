@@ -4,7 +4,7 @@ Theory of operation. What must survive the coordinator is kept as events in
 the offsets topic, and ``apply`` is the only way persisted state changes, so a
 coordinator that replays the log (``codec``) ends in the state the old one had:
 
-* ``Members``: a rebalance happened. The full membership (each member's
+* ``Rebalance``: a rebalance happened. The full membership (each member's
   topics, session timeout, client label and assignment) under a new
   generation.
 * ``Commit``: committed offsets moved (``reset`` when an operator moved them,
@@ -16,7 +16,7 @@ coordinator that replays the log (``codec``) ends in the state the old one had:
 
 Topic ids. A topic deleted and created again is a new topic with a new id
 (``ring.catalog``). ``Commit`` and ``State`` record the id each topic's
-offsets were committed for, ``Members`` and ``State`` the ids the assignment
+offsets were committed for, ``Rebalance`` and ``State`` the ids the assignment
 was made for. The coordinator tells the group the catalogue's ids
 (``see_topics``, not persisted) before each use, and a committed offset of
 another id never applies (``committed_at``: the member starts by its reset
@@ -79,7 +79,7 @@ class MemberSpec:
 
 
 @dataclass(frozen=True)
-class Members:
+class Rebalance:
     generation: int
     members: tuple[MemberSpec, ...]
     partitions: tuple[tuple[str, int], ...]  # topic -> partition count the assignment was made for
@@ -119,7 +119,7 @@ class Forget:
     ts_ms: int
 
 
-Event = Union[Members, Commit, State, Drop, Forget]
+Event = Union[Rebalance, Commit, State, Drop, Forget]
 
 
 # --- live state ----------------------------------------------------------------------------
@@ -177,7 +177,7 @@ class Group:
                 self.resets += 1
                 for m in self.members.values():
                     m.answers.clear()
-        elif isinstance(event, Members):
+        elif isinstance(event, Rebalance):
             self._set_members(event.generation, event.members, event.partitions, event.ids, now)
         elif isinstance(event, State):
             self._set_members(event.generation, event.members, event.partitions, event.assigned_ids, now)
@@ -267,7 +267,7 @@ class Group:
     # --- membership proposals -------------------------------------------------------------
 
     def propose_join(self, member_id: str, topics: Iterable[str], session_timeout_ms: int, client: str | None,
-                     reset: str, partitions: Mapping[str, int], now: float, now_ms: int) -> Members | None:
+                     reset: str, partitions: Mapping[str, int], now: float, now_ms: int) -> Rebalance | None:
         """None when ``member_id`` is already a member with these topics (a heartbeat)."""
         topics_t = tuple(sorted(set(topics)))
         assert topics_t and reset in RESET_POLICIES
@@ -285,7 +285,7 @@ class Group:
         specs[member_id] = MemberSpec(member_id, topics_t, session_timeout_ms, client, reset, ())
         return self._rebalance(specs, partitions, now_ms)
 
-    def propose_leave(self, member_id: str, now_ms: int, partitions: Mapping[str, int]) -> Members | None:
+    def propose_leave(self, member_id: str, now_ms: int, partitions: Mapping[str, int]) -> Rebalance | None:
         if member_id not in self.members:
             return None
         specs = {m.id: m.spec for m in self.members.values() if m.id != member_id}
@@ -304,7 +304,7 @@ class Group:
     def expired(self, now: float) -> list[str]:
         return sorted(m.id for m in self.members.values() if m.expired(now))
 
-    def propose_expire(self, now: float, now_ms: int, partitions: Mapping[str, int]) -> Members | None:
+    def propose_expire(self, now: float, now_ms: int, partitions: Mapping[str, int]) -> Rebalance | None:
         gone = set(self.expired(now))
         if not gone:
             return None
@@ -314,7 +314,7 @@ class Group:
     def subscribed(self) -> set[str]:
         return {t for m in self.members.values() for t in m.spec.topics}
 
-    def propose_refresh(self, partitions: Mapping[str, int], now_ms: int) -> Members | None:
+    def propose_refresh(self, partitions: Mapping[str, int], now_ms: int) -> Rebalance | None:
         """A rebalance when a subscribed topic's partition count is not what the assignment was made for."""
         if not self.members:
             return None
@@ -323,14 +323,14 @@ class Group:
             return None
         return self._rebalance({m.id: m.spec for m in self.members.values()}, partitions, now_ms)
 
-    def _rebalance(self, specs: Mapping[str, MemberSpec], partitions: Mapping[str, int], now_ms: int) -> Members:
+    def _rebalance(self, specs: Mapping[str, MemberSpec], partitions: Mapping[str, int], now_ms: int) -> Rebalance:
         topics = {t for s in specs.values() for t in s.topics}
         counts = {t: partitions.get(t, 0) for t in topics}
         previous = {m.id: m.spec.assignment for m in self.members.values()}
         result = assign({i: s.topics for i, s in specs.items()}, counts, previous)
         members = tuple(MemberSpec(s.id, s.topics, s.session_timeout_ms, s.client, s.reset, tuple(result[i]))
                         for i, s in sorted(specs.items()))
-        return Members(self.generation + 1, members, tuple(sorted(counts.items())), now_ms, self._ids_of(topics))
+        return Rebalance(self.generation + 1, members, tuple(sorted(counts.items())), now_ms, self._ids_of(topics))
 
     # --- checks and offsets ---------------------------------------------------------------
 
