@@ -336,7 +336,7 @@ class ClusterBroker(Broker):
         """GET .../ranges: this broker's replica's catalogue, else a replica's."""
         return await self.router.describe_ranges(topic, partition)
 
-    def _clock_changed(self, verdict: clocks.Verdict) -> None:
+    def _clock_changed(self, verdict: clocks.ClockVerdict) -> None:
         self.clock_refusal = None if verdict.usable else (
             f"the clock of {self.name} is not used now ({verdict.state}): {verdict.reason}. Produce through another "
             "broker, or send batches with the client's timestamps")

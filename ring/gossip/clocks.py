@@ -52,7 +52,7 @@ class Offset:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ClockVerdict:
     state: str
     offset_ms: float | None = None  # this clock minus the cluster's; None: not measured
     uncertainty_ms: float | None = None
@@ -94,7 +94,7 @@ class ClockOffsets:
         self.rtt_ms_max = rtt_ms_max
         self.ttl_s = ttl_s
         self._offsets: dict[str, Offset] = {}
-        self._judged: Verdict | None = None
+        self._judged: ClockVerdict | None = None
         self._wall_minus_mono_ms: float | None = None
         self._stepped_at_s = float("-inf")
 
@@ -132,7 +132,7 @@ class ClockOffsets:
 
     # --- the judgement ----------------------------------------------------------------
 
-    def judge(self, now_s: float, live_peers: int) -> Verdict:
+    def judge(self, now_s: float, live_peers: int) -> ClockVerdict:
         """What this broker may make of its clock now, given how many peers gossip says are alive."""
         fresh = self.fresh(now_s)
         if fresh and len(fresh) >= needed(live_peers):
@@ -141,11 +141,11 @@ class ClockOffsets:
         if self._judged is not None:
             return self._judged
         if live_peers <= 0:
-            return Verdict(OK, reason="no live peer to compare this clock with")
-        return Verdict(UNKNOWN, measured=len(fresh), reason=f"{len(fresh)} of the {needed(live_peers)} peers needed "
+            return ClockVerdict(OK, reason="no live peer to compare this clock with")
+        return ClockVerdict(UNKNOWN, measured=len(fresh), reason=f"{len(fresh)} of the {needed(live_peers)} peers needed "
                        "to judge this clock are measured")
 
-    def _verdict(self, offsets: list[Offset]) -> Verdict:
+    def _verdict(self, offsets: list[Offset]) -> ClockVerdict:
         n = len(offsets)
         mine = sorted((-o.offset_ms, o.uncertainty_ms) for o in offsets)  # our clock minus each peer's
         if n % 2:
@@ -165,13 +165,13 @@ class ClockOffsets:
         reason = (f"this clock is {describe_ms(median[0])} of the cluster's (+- {median[1]:.0f} ms): "
                   f"{beyond} of {n} peers measured are further than {bound:.0f} ms from it" if bound is not None
                   else f"this clock is within {self.warn_offset_ms:.0f} ms of the cluster's")
-        return Verdict(state, median[0], median[1], n, far, reason)
+        return ClockVerdict(state, median[0], median[1], n, far, reason)
 
 
 # --- what a broker gossips about its own clock ---------------------------------------------
 
 
-def to_gossip(v: Verdict) -> dict[str, object]:
+def to_gossip(v: ClockVerdict) -> dict[str, object]:
     """The ``clock`` entry of a broker's gossiped extra: its state and offset, the offset rounded to
     100 ms so that jitter does not make a new entry every round."""
     return {"state": v.state, "offset_ms": None if v.offset_ms is None else int(round(v.offset_ms, -2))}

@@ -31,7 +31,7 @@ class ClockWatch:
         warn_ms = max_offset_ms * limits.CLOCK_OFFSET_WARN_PERCENT / 100
         self.offsets = clocks.ClockOffsets(max_offset_ms, warn_ms, limits.CLOCK_SAMPLE_RTT_MS_MAX,
                                            limits.CLOCK_SAMPLE_TTL_S)
-        self.verdict = clocks.Verdict(clocks.UNKNOWN, reason="not judged yet")
+        self.verdict = clocks.ClockVerdict(clocks.UNKNOWN, reason="not judged yet")
         self.rng = rng
 
     def observe(self, now: float, wall_ms: int) -> bool:
@@ -47,7 +47,7 @@ class ClockWatch:
         brought back the peer's wall clock."""
         self.offsets.sample(peer, now, sent_wall_ms, now - sent_s, peer_wall_ms)
 
-    def check(self, now: float, live_peers: int) -> tuple[clocks.Verdict, bool]:
+    def check(self, now: float, live_peers: int) -> tuple[clocks.ClockVerdict, bool]:
         """Judge our clock against the peers measured; the verdict, and whether its gossiped form changed
         (the broker is told then)."""
         verdict = self.offsets.judge(now, live_peers)
@@ -56,7 +56,7 @@ class ClockWatch:
             self._say(old, verdict)
         return verdict, clocks.to_gossip(verdict) != clocks.to_gossip(old)
 
-    def _say(self, old: clocks.Verdict, new: clocks.Verdict) -> None:
+    def _say(self, old: clocks.ClockVerdict, new: clocks.ClockVerdict) -> None:
         max_ms = self.offsets.max_offset_ms
         if new.state == clocks.OUT_OF_BOUNDS:
             log.error("clock of %s out of bounds (--max-clock-offset %.0f ms): %s. It stops leading partitions, "

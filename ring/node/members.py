@@ -212,7 +212,7 @@ class Members:
         return [n for n in sorted(self.gossip.state.endpoints)
                 if n != self.name and self.status(n, now) not in ("down", "removed")]
 
-    def check_clock(self, now: float) -> clocks.Verdict | None:
+    def check_clock(self, now: float) -> clocks.ClockVerdict | None:
         """Judge our clock and gossip the verdict; the verdict when the broker must hear of it."""
         verdict, changed = self.clock.check(now, len(self.live_peers(now)))
         self.set_extra("clock", clocks.to_gossip(verdict))
