@@ -249,7 +249,9 @@ class Route:
         self.plane = ""  # "produce", "fetch", or "" off the data plane (access.plane_of, for admission)
 
 
-class Router:
+class Routes:
+    """The routes of one port: a request's method and path to its Route and path parameters."""
+
     def __init__(self) -> None:
         self._static: dict[str, dict[str, Route]] = {}  # path -> method -> route
         self._dynamic: dict[int, list[tuple[str, dict[str, Route]]]] = {}  # segments -> [(template, methods)]
@@ -335,7 +337,7 @@ class App:
         from ring.http_api.admission import Admission
         from ring.http_api.budget import BodyBudget
 
-        self.router = Router()
+        self.router = Routes()
         self.guard: Any = None  # access.Guard when client authentication is on
         self.body_budget = BodyBudget()
         self.admission = Admission()  # the broker's own (admission_of) once the app serves one
