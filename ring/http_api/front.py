@@ -52,7 +52,7 @@ from ring.errors import BodyTimeout, RingError
 from ring.http_api import handling, web
 from ring.http_api.exchange import (ANSWERED, METHODS, READY, RECEIVING, RUNNING, Exchange, HeadError,
                                     answer_head, check_framing, origin_path)
-from ring.http_api.link import Link, Via
+from ring.http_api.link import ClientLink, Via
 from ring.http_api.pieces import Unparsed
 from ring.http_api.sending import Sending
 from ring.http_api.web import Request, Response
@@ -109,7 +109,7 @@ class Connection(asyncio.Protocol):
         self._in_head = False
         self._head_fed = 0
         self._begun = 0.0  # clock time (monotonic) of the first byte of the request being received
-        self.link = Link()  # the group poll answers this connection wrote whole (``link``)
+        self.link = ClientLink()  # the group poll answers this connection wrote whole (``link``)
         self._via_none = Via(self.link, None)  # the Via of a request that proves no poll answer read
         self._via = self._via_none  # the Via of the request being received, made at its first byte
         self._held = False  # reading was paused: bytes read next may have waited in the kernel

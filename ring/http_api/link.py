@@ -9,7 +9,7 @@ connection began to arrive after that, the client read the answer.
 
 Any server front provides this with two obligations and nothing else:
 
-* a ``Link`` per client connection, and for each request a ``Via`` made when
+* a ``ClientLink`` per client connection, and for each request a ``Via`` made when
   the request's *first byte* arrived: ``Via(link, link.written)``. A front
   that cannot tell exactly when a request began may make it earlier, never
   later (an early Via only vouches for less);
@@ -43,7 +43,7 @@ class Mark:
     token: str
 
 
-class Link:
+class ClientLink:
     """One client connection, as group polls see it."""
 
     __slots__ = ("written",)
@@ -59,7 +59,7 @@ class Link:
 class Via:
     """A request's connection, and the poll answer that connection had written whole when the request began."""
 
-    link: Link
+    link: ClientLink
     seen: Mark | None
 
     def token_for(self, group: str, consumer: str) -> str | None:
