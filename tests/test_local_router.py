@@ -26,7 +26,7 @@ from ring.log.fsync import FsyncPolicy
 from ring.produce import Batches, Produce, Records
 from ring.replication.intake import is_pending, result_of, results_of
 from ring.replication.local import LocalRouter
-from ring.replication.reads import FetchResult
+from ring.replication.reads import StoredRead
 from ring.replication.replica import Replica
 
 
@@ -99,7 +99,7 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert (soon.base, soon.count) == (2, 1)
     assert alone.fetch(Fetch("t", 1, None, 1 << 20)).high_watermark == 3  # answered at once
     waiting = alone.fetch(Fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end: an awaitable
-    assert not isinstance(waiting, FetchResult)
+    assert not isinstance(waiting, StoredRead)
     waiting = asyncio.ensure_future(waiting)
     await result_of("t", alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
     got = await asyncio.wait_for(waiting, 10)

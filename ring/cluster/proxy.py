@@ -22,7 +22,7 @@ from ring.cluster.membership import Membership
 from ring.cluster.peers import Relayed
 from ring.errors import Unavailable
 from ring.answer_budget import AnswerBudget
-from ring.replication.reads import FetchResult
+from ring.replication.reads import StoredRead
 from ring.replication.replica import Replica
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class Proxy:
         return await self.first_answer(urls, lambda url: self.host.peers.json(method, url, path, params))
 
     async def fetch(self, urls: list[str], topic: str, partition: int, offset: int | None, max_bytes: int,
-                    wait_ms: int) -> FetchResult:
+                    wait_ms: int) -> StoredRead:
         """A fetch answered by the first of ``urls`` that answers (random order)."""
         # The replica's answer arrives while other requests run: room for it is held
         # meanwhile (the caller holds what came, from the moment it returns). It may
@@ -109,4 +109,4 @@ class Proxy:
         rep = self.host.replica(topic, partition)
         if rep is not None and not rep.deleted:
             hw = max(hw, rep.hw)  # a range's holder may know an older one
-        return FetchResult(topic, partition, offset, data, hw, -1)
+        return StoredRead(topic, partition, offset, data, hw, -1)

@@ -54,7 +54,7 @@ from ring.replication import protocol
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
 from ring.replication.local import LocalHost, LocalRouter
-from ring.replication.reads import Fetched, FetchResult, settled
+from ring.replication.reads import Fetched, StoredRead, settled
 from ring.replication.replica import Replica
 
 # A forwarded produce checks this often whether its leader became unreachable.
@@ -415,17 +415,17 @@ class Router:
                     got = self.local.read(rep, req)
                 except StorageError:
                     return self._fetch(req)  # reads it again, says where
-                return got if isinstance(got, FetchResult) else self._waited(got, req)
+                return got if isinstance(got, StoredRead) else self._waited(got, req)
         return self._fetch(req)
 
-    async def _waited(self, waiting: Awaitable[FetchResult], req: Fetch) -> FetchResult:
+    async def _waited(self, waiting: Awaitable[StoredRead], req: Fetch) -> StoredRead:
         """A long poll on this broker's replica; a damaged copy found after it is read from another."""
         try:
             return await waiting
         except StorageError as exc:
             return await self._elsewhere(exc, req)
 
-    async def _fetch(self, req: Fetch) -> FetchResult:
+    async def _fetch(self, req: Fetch) -> StoredRead:
         host = self.host
         topic, partition, offset = req.topic, req.partition, req.offset
         remote = self.remote_partition(topic, partition)
@@ -434,7 +434,7 @@ class Router:
             assert rep is not None
             if offset is None or offset < rep.log.start_offset:  # below the local log: in ranges (ring.ranges)
                 below = host.ranges.reads.route(rep, offset, req.max_bytes)
-                if isinstance(below, FetchResult):
+                if isinstance(below, StoredRead):
                     return below
                 if below is not None:
                     remote, offset = below
@@ -453,7 +453,7 @@ class Router:
                 return await self._elsewhere(exc, req)
         return await host.proxy.fetch(remote, topic, partition, offset, req.max_bytes, req.wait_ms)
 
-    async def _elsewhere(self, exc: StorageError, req: Fetch) -> FetchResult:
+    async def _elsewhere(self, exc: StorageError, req: Fetch) -> StoredRead:
         """This broker's copy is damaged where ``exc`` says: noted, and the read goes to the other replicas."""
         host = self.host
         rep = host.replica(req.topic, req.partition)

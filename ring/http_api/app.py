@@ -27,7 +27,7 @@ from ring.log import selection
 from ring.produce import Batches, Produce
 from ring.replication import protocol
 from ring.replication.intake import ProduceResult, is_pending
-from ring.replication.reads import FetchResult
+from ring.replication.reads import StoredRead
 
 BUDGET_KEY = "answer budget"  # the broker's answer_budget.budget_of, looked up once
 
@@ -197,17 +197,17 @@ def fetch(request: Request) -> web.Answer:
     # stored batches are answered up to max_bytes, whatever max_records says (the fast path).
     result = broker.fetch(Fetch(topic, partition, offset, budget.grant(max_bytes), wait_ms,
                                 None if accept == CT_BATCHES else max_records))
-    if not isinstance(result, FetchResult):  # a long-poll, or a read another replica answers
+    if not isinstance(result, StoredRead):  # a long-poll, or a read another replica answers
         return _fetch_later(budget, result, offset, max_records, accept)
     return _fetched(budget, result, offset, max_records, accept)
 
 
-async def _fetch_later(budget: answer_budget.AnswerBudget, later: Awaitable[FetchResult], offset: int | None,
+async def _fetch_later(budget: answer_budget.AnswerBudget, later: Awaitable[StoredRead], offset: int | None,
                        max_records: int, accept: str) -> Response:
     return _fetched(budget, await later, offset, max_records, accept)
 
 
-def _fetched(budget: answer_budget.AnswerBudget, result: FetchResult, offset: int | None, max_records: int,
+def _fetched(budget: answer_budget.AnswerBudget, result: StoredRead, offset: int | None, max_records: int,
              accept: str) -> Response:
     hold = budget.hold(len(result.data))
     try:

@@ -22,7 +22,7 @@ from ring.errors import BadRequest, RingError
 from ring.fetch import Fetch
 from ring.kafka_api import errors, records
 from ring.kafka_api.wire import Reader, Writer
-from ring.replication.reads import FetchResult, settled
+from ring.replication.reads import StoredRead, settled
 
 class _Wanted(NamedTuple):
     topic: str
@@ -63,9 +63,9 @@ def fetch(broker: Any, version: int, r: Reader) -> Any:
 
 async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: int, max_bytes: int) -> bytes:
     got = await _read_all(broker, wanted, max(max_bytes, 1))
-    if max_wait_ms and not any(isinstance(g, FetchResult) and g.data for g in got):
+    if max_wait_ms and not any(isinstance(g, StoredRead) and g.data for g in got):
         waits = [asyncio.ensure_future(_waited(broker, w, max_wait_ms))
-                 for w, g in zip(wanted, got) if isinstance(g, FetchResult)]
+                 for w, g in zip(wanted, got) if isinstance(g, StoredRead)]
         if waits:
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -77,23 +77,23 @@ async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: 
     return _fetch_answer(version, wanted, got)
 
 
-async def _waited(broker: Any, w: _Wanted, max_wait_ms: int) -> FetchResult:
+async def _waited(broker: Any, w: _Wanted, max_wait_ms: int) -> StoredRead:
     """A long poll on one partition (its errors stay in its task)."""
     return await settled(broker.fetch(Fetch(w.topic, w.partition, w.offset, 1, max_wait_ms)))
 
 
-async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[FetchResult | RingError]:
+async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[StoredRead | RingError]:
     """Each partition's read, at once (a partition another broker must answer is awaited), within the
     fetch's max bytes and FETCH_BYTES_MAX: once they are reached, the partitions after answer their
     high watermark and no records (the first always gets a batch, as in Kafka)."""
     budget = answer_budget.budget_of(broker)
-    out: list[FetchResult | RingError] = []
+    out: list[StoredRead | RingError] = []
     left = min(max_bytes, limits.FETCH_BYTES_MAX)
     for w in wanted:
         try:
             ask = budget.grant(max(1, min(w.max_bytes, left)))
             result = broker.fetch(Fetch(w.topic, w.partition, w.offset, ask))
-            if not isinstance(result, FetchResult):
+            if not isinstance(result, StoredRead):
                 result = await result
             if left <= 0:
                 result = result._replace(data=b"")  # (read for its high watermark and log start)
@@ -104,11 +104,11 @@ async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[
     return out
 
 
-def _fetch_answer(version: int, wanted: list[_Wanted], got: list[FetchResult | RingError]) -> bytes:
+def _fetch_answer(version: int, wanted: list[_Wanted], got: list[StoredRead | RingError]) -> bytes:
     w = Writer().int32(0)  # throttle_time_ms
     if version >= 7:
         w.int16(errors.NONE).int32(0)  # error_code, session_id: no session
-    by_topic: dict[str, list[tuple[_Wanted, FetchResult | RingError]]] = {}
+    by_topic: dict[str, list[tuple[_Wanted, StoredRead | RingError]]] = {}
     for want, g in zip(wanted, got):
         by_topic.setdefault(want.topic, []).append((want, g))
     w.array_len(len(by_topic))

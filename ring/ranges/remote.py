@@ -29,7 +29,7 @@ from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
 from ring.ranges.catalogue import Catalogue, Range
 from ring.ranges.host import RangesHost
 from ring.ranges.store import Key, RangeStore
-from ring.replication.reads import FetchResult
+from ring.replication.reads import StoredRead
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.ranges")
@@ -74,7 +74,7 @@ class Reads:
 
     # --- fetch ------------------------------------------------------------------------------
 
-    def route(self, rep: Replica, offset: int | None, max_bytes: int) -> FetchResult | tuple[list[str], int] | None:
+    def route(self, rep: Replica, offset: int | None, max_bytes: int) -> StoredRead | tuple[list[str], int] | None:
         """A fetch at ``offset`` (None: the earliest) on a replica, when it is below the local log:
         the answer from our copy, or (client URLs of holders, or of the leader, offset) to proxy to;
         None when the local log serves it."""
@@ -110,7 +110,7 @@ class Reads:
                 data = None  # dropped: another holder answers
             if data is not None:
                 self.bytes_served += len(data)
-                return FetchResult(rep.topic, rep.index, offset, data, rep.hw, earliest)
+                return StoredRead(rep.topic, rep.index, offset, data, rep.hw, earliest)
         ms = self.host.membership
         urls = [ms.client_url(h) for h in r.holders if h != self.host.name and ms.alive(h)]
         urls = [u for u in urls if u]
@@ -126,7 +126,7 @@ class Reads:
         cfg = self.ranges.topic_config(rep.topic)
         return cfg is not None and cfg.local_retention_bytes >= 0
 
-    def held(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult | None:
+    def held(self, topic: str, partition: int, offset: int, max_bytes: int) -> StoredRead | None:
         """A fetch this broker answers from a range it holds for a partition it has no replica of."""
         key = (topic, partition)
         meta = self.store.find(key, offset)
@@ -140,7 +140,7 @@ class Reads:
             return None
         self.bytes_served += len(data)
         hw = max(meta.end, self.ranges.hw_heard.get(key, 0))
-        return FetchResult(topic, partition, offset, data, hw, -1)
+        return StoredRead(topic, partition, offset, data, hw, -1)
 
     # --- offsets --------------------------------------------------------------------------------
 

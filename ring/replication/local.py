@@ -25,7 +25,7 @@ from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.intake import ProduceResult
-from ring.replication.reads import Fetched, FetchResult, LongPolls
+from ring.replication.reads import Fetched, StoredRead, LongPolls
 from ring.replication.replica import Replica
 
 
@@ -150,7 +150,7 @@ class LocalRouter:
             return self._after_wait(part, offset, req)
         return reads.read(part, offset, req.max_bytes, req.max_records)
 
-    async def _after_wait(self, part: Replica, offset: int, req: Fetch) -> FetchResult:
+    async def _after_wait(self, part: Replica, offset: int, req: Fetch) -> StoredRead:
         host = self.host
         await host.long_polls.wait(part, offset, req.wait_ms, lambda: host.closing)
         self.check_offset(part, offset)  # a truncate may have moved the start

@@ -19,7 +19,7 @@ from ring.errors import BadRequest, OffsetOutOfRange, Overloaded, UnknownTopic
 from ring.replication.replica import Replica
 
 
-class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make than a frozen dataclass
+class StoredRead(NamedTuple):  # made per fetch: a tuple is cheaper to make than a frozen dataclass
     topic: str
     partition: int
     offset: int  # the requested offset; ``data`` may start with a batch below it
@@ -28,13 +28,13 @@ class FetchResult(NamedTuple):  # made per fetch: a tuple is cheaper to make tha
     earliest_offset: int
 
 
-Fetched = Union[FetchResult, Awaitable[FetchResult]]
+Fetched = Union[StoredRead, Awaitable[StoredRead]]
 """What a fetch gives: its result at once, or (a long poll, a read another replica answers) an awaitable of it."""
 
 
-async def settled(got: Fetched) -> FetchResult:
+async def settled(got: Fetched) -> StoredRead:
     """A fetch's result, awaited if it was not there at once."""
-    return got if isinstance(got, FetchResult) else await got
+    return got if isinstance(got, StoredRead) else await got
 
 
 def check_offset(part: Replica, offset: int) -> None:
@@ -49,14 +49,14 @@ def check_offset(part: Replica, offset: int) -> None:
             topic=part.topic, partition=part.index, earliest=start, latest=end)
 
 
-def read(part: Replica, offset: int, max_bytes: int, max_records: int | None = None) -> FetchResult:
+def read(part: Replica, offset: int, max_bytes: int, max_records: int | None = None) -> StoredRead:
     """Whole batches from ``offset``, all below the high watermark (none when it is at or past it), and
     with ``max_records`` none past the one holding the last of that many records from ``offset``: a
     small fetch checks the few batches it answers, not ``max_bytes`` of them."""
     hw = part.hw
     upto = hw if max_records is None else min(hw, offset + max_records)
     data = b"" if offset >= hw else part.log.read(offset, max_bytes, upto=upto)
-    return FetchResult(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
+    return StoredRead(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
 
 
 def offset_for_timestamp(part: Replica, timestamp: str) -> int:

@@ -90,7 +90,7 @@ def fetch_reads_past_high_watermark() -> Iterator[None]:
         end = part.log.end_offset
         upto = end if max_records is None else min(end, offset + max_records)
         data = b"" if offset >= end else part.log.read(offset, max_bytes, upto=upto)
-        return reads.FetchResult(part.topic, part.index, offset, bytes(data), end, part.log.start_offset)
+        return reads.StoredRead(part.topic, part.index, offset, bytes(data), end, part.log.start_offset)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reads, "read", read)
