@@ -54,6 +54,7 @@ from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
 from ring.fetch import Fetch
+from ring.offsets import OffsetsAt, Truncate
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
@@ -348,13 +349,13 @@ class Broker:
         """The read at once when this broker can answer it so, else an awaitable of it (``reads.settled``)."""
         return self.router.fetch(req)
 
-    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        """GET .../offsets: the first offset with a timestamp at or after ``timestamp``."""
-        return await self.router.offsets(topic, partition, timestamp)
+    async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
+        """GET .../offsets: the first offset with a timestamp at or after ``req.at``."""
+        return await self.router.offsets(req)
 
-    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
-        """Delete records below ``before_offset`` (Kafka's deleteRecords)."""
-        return await self.router.truncate(topic, partition, before_offset)
+    async def truncate(self, req: Truncate) -> dict[str, Any]:
+        """Delete records below ``req.before_offset`` (Kafka's deleteRecords)."""
+        return await self.router.truncate(req)
 
     # What TurnAppends asks of its broker.
 

@@ -21,6 +21,7 @@ from ring.clock import SystemClock
 from ring.config import BrokerConfig
 from ring.errors import OffsetOutOfRange
 from ring.fetch import Fetch
+from ring.offsets import LATEST, OffsetsAt, Truncate
 from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
 from ring.produce import Batches, Produce, Records
@@ -104,8 +105,8 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     await result_of("t", alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
     got = await asyncio.wait_for(waiting, 10)
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
-    assert (await alone.offsets("t", 1, "latest"))["offset"] == 4
-    assert (await alone.truncate("t", 1, 2))["earliest_offset"] == 2
+    assert (await alone.offsets(OffsetsAt("t", 1, LATEST)))["offset"] == 4
+    assert (await alone.truncate(Truncate("t", 1, 2)))["earliest_offset"] == 2
     assert alone.host.moved == [("t", 1, 2)]
     with pytest.raises(OffsetOutOfRange):  # at once, before any wait
         alone.fetch(Fetch("t", 1, 1, 1 << 20, 10_000))

@@ -46,6 +46,7 @@ from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
 from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable
 from ring.fetch import Fetch
+from ring.offsets import OffsetsAt, Truncate
 from ring.node.core import NodeCore
 from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
@@ -499,18 +500,18 @@ class Router:
                               topic=rep.topic, partition=rep.index, leader=leader)
         return [url]
 
-    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
+    async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
+        topic, partition = req.topic, req.partition
         remote = self.remote_partition(topic, partition)
         if remote is None:
             rep = self.host.replica(topic, partition)
             assert rep is not None
             remote = self._leader_if_unheard_of(rep, None)
             if remote is None:
-                in_ranges = await self.host.ranges.reads.offsets(rep, timestamp)
-                return in_ranges if in_ranges is not None else self.local.offset_for_timestamp(
-                    topic, partition, timestamp)
+                in_ranges = await self.host.ranges.reads.offsets(rep, req.at)
+                return in_ranges if in_ranges is not None else self.local.offset_for_timestamp(req)
         return await self.host.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
-                                         {"timestamp": timestamp})
+                                         {"timestamp": str(req.at)})
 
     async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
         """GET .../ranges: this broker's replica's catalogue, else a replica's."""
@@ -523,9 +524,10 @@ class Router:
 
     # --- truncate ------------------------------------------------------------------------
 
-    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
+    async def truncate(self, req: Truncate) -> dict[str, Any]:
         """On the leader's log (any broker forwards it there); replication carries the new start to the
         followers."""
+        topic, partition, before_offset = req
         host = self.host
         host.check_joined()
         host.catalog.get(validate_topic_name(topic))
@@ -536,7 +538,7 @@ class Router:
             host.core.check_leading(rep, topic, partition)
             assert rep is not None
             host.core.admit(host.clock.monotonic(), rep, topic, partition, "quorum")
-            doc = await self.local.truncate(topic, partition, before_offset)
+            doc = await self.local.truncate(req)
             # The ranges below go too, and the earliest offset may be in one.
             doc["earliest_offset"] = await host.ranges.reads.truncated(rep, before_offset)
             await self._start_held(rep, before_offset)

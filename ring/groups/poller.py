@@ -59,6 +59,7 @@ from ring.groups.driver import Coordinator
 from ring.groups.group import Group, Member
 from ring.log.selection import select_batches, select_records  # the fetch's own selection
 from ring.log.batch import Record
+from ring.offsets import OffsetsAt
 from ring.replication.reads import settled
 
 log = logging.getLogger("ring.groups")
@@ -294,7 +295,7 @@ class Poller:
     async def _start(self, g: Group, m: Member, tp: TopicPartition, read: _Read) -> int:
         start = g.start_offset(m, tp)
         if start is None:
-            doc = await self.broker.offsets(tp[0], tp[1], m.spec.reset)
+            doc = await self.broker.offsets(OffsetsAt(tp[0], tp[1], m.spec.reset))
             start = int(doc["offset"])
             read.pinned[tp] = start  # "latest" means from this member's first poll on
         read.starts[tp] = read.ends[tp] = start
@@ -319,7 +320,7 @@ class Poller:
                 else:  # past the end (a topic deleted and created again): out of range, as Kafka's
                     # consumer resets it. "latest" is the high watermark, not the replica's log end
                     # (the answer's "latest"), past which records are still being replicated.
-                    moved = int((await self.broker.offsets(tp[0], tp[1], reset))["offset"])
+                    moved = int((await self.broker.offsets(OffsetsAt(tp[0], tp[1], reset)))["offset"])
                 log.info("%s/%d: offset %d is out of range; reading from %d", tp[0], tp[1], offset, moved)
                 offset = moved
                 if positions is not None:

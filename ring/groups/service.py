@@ -19,6 +19,7 @@ from ring.groups.driver import Coordinator
 from ring.groups.group import RESET_POLICIES, Commit, Group
 from ring.groups.membership import KafkaMembers
 from ring.groups.poller import Polled, Poller
+from ring.offsets import EARLIEST, LATEST, OffsetsAt
 
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 
@@ -205,8 +206,7 @@ class Groups:
             if to == "offset":
                 offsets.append((topic, p, value))
                 continue
-            where = to if to in ("earliest", "latest") else str(value)
-            doc = await self.broker.offsets(topic, p, where)
+            doc = await self.broker.offsets(OffsetsAt(topic, p, to if to in (EARLIEST, LATEST) else value))
             offsets.append((topic, p, int(doc["offset"])))
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_reset(offsets, clock.wall_ms()), [topic])
@@ -221,7 +221,7 @@ class Groups:
         if rep is not None:
             return rep.hw
         try:
-            return int((await self.broker.offsets(topic, partition, "latest"))["offset"])
+            return int((await self.broker.offsets(OffsetsAt(topic, partition, LATEST)))["offset"])
         except (RingError, KeyError, ValueError, TypeError):
             return None
 

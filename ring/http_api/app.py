@@ -16,6 +16,7 @@ from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
 from ring.cluster import unclean
 from ring.errors import BadRequest
 from ring.fetch import Fetch
+from ring.offsets import OffsetsAt, Truncate, parse_at
 from ring.http_api import (access, admin, answer, cluster_api, codec, fetch_codec, groups_api, metrics, openapi,
                            ranges_api, web)
 from ring.http_api.admission import AdmissionCollector, admission_of
@@ -231,10 +232,8 @@ def _fetched(budget: answer_budget.AnswerBudget, result: StoredRead, offset: int
 
 
 async def offsets(request: Request) -> Response:
-    timestamp = request.query.get("timestamp")
-    if not timestamp or (timestamp not in ("earliest", "latest") and not codec.is_integer(timestamp)):
-        raise BadRequest("timestamp is required: milliseconds since the epoch (ASCII digits), earliest or latest")
-    return _json(await _broker(request).offsets(_topic(request), _partition(request), timestamp))
+    at = parse_at(request.query.get("timestamp"))
+    return _json(await _broker(request).offsets(OffsetsAt(_topic(request), _partition(request), at)))
 
 
 async def truncate(request: Request) -> Response:
@@ -243,7 +242,7 @@ async def truncate(request: Request) -> Response:
     before = body.get("before_offset") if isinstance(body, dict) else None
     if type(before) is not int or before < 0:
         raise BadRequest('the body must be {"before_offset": <non-negative integer>}')
-    return _json(await _broker(request).truncate(topic, partition, before))
+    return _json(await _broker(request).truncate(Truncate(topic, partition, before)))
 
 
 async def unclean_election(request: Request) -> Response:

@@ -15,6 +15,7 @@ from typing import Any
 from ring.errors import BadRequest, RingError
 from ring.kafka_api import errors
 from ring.kafka_api.wire import Reader, Writer
+from ring.offsets import EARLIEST, LATEST, At, OffsetsAt
 
 _EARLIEST, _LATEST = -2, -1
 
@@ -55,13 +56,14 @@ async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
 
 async def _offset(broker: Any, topic: str, partition: int, timestamp: int) -> int:
     """Earliest (-2), latest (-1) or the first offset at or after a timestamp (ms)."""
+    at: At
     if timestamp == _EARLIEST:
-        at = "earliest"
+        at = EARLIEST
     elif timestamp == _LATEST:
-        at = "latest"
+        at = LATEST
     elif timestamp >= 0:
-        at = str(timestamp)
+        at = timestamp
     else:
         raise BadRequest(f"timestamp {timestamp} is not served (-2 earliest, -1 latest, or ms since the epoch)")
-    found = await broker.offsets(topic, partition, at)
+    found = await broker.offsets(OffsetsAt(topic, partition, at))
     return int(found["offset"])

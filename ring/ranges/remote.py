@@ -26,6 +26,7 @@ import orjson
 
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, StorageError, Unavailable
+from ring.offsets import EARLIEST, LATEST, At
 from ring.ranges.catalogue import Catalogue, Range
 from ring.ranges.host import RangesHost
 from ring.ranges.store import Key, RangeStore
@@ -144,19 +145,17 @@ class Reads:
 
     # --- offsets --------------------------------------------------------------------------------
 
-    async def offsets(self, rep: Replica, timestamp: str) -> dict[str, Any] | None:
+    async def offsets(self, rep: Replica, at: At) -> dict[str, Any] | None:
         """GET .../offsets when the answer is in the ranges; None when the local log answers it."""
         cat = self.ranges.catalogue(rep)
-        if not cat.ranges or timestamp == "latest":
+        if not cat.ranges or at == LATEST:
             return None
         earliest, local = self.ranges.earliest(rep), rep.log.start_offset
-        doc = {"topic": rep.topic, "partition": rep.index, "timestamp": timestamp}
-        if timestamp == "earliest":
+        doc = {"topic": rep.topic, "partition": rep.index, "timestamp": str(at)}
+        if at == EARLIEST:
             return {**doc, "offset": earliest}
-        try:
-            ts = int(timestamp, 10)
-        except ValueError:
-            return None
+        assert type(at) is int, at
+        ts = at
         for r in cat.ranges:
             if r.base >= local:
                 break

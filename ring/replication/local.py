@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Protocol
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
 from ring.fetch import Fetch
+from ring.offsets import OffsetsAt, Truncate
 from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
@@ -79,9 +80,9 @@ class Routes(Protocol):
     def fetch(self, req: Fetch) -> Fetched:
         """The read answered at once, or an awaitable of it (``reads.settled`` gives either)."""
 
-    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]: ...
+    async def offsets(self, req: OffsetsAt) -> dict[str, Any]: ...
 
-    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]: ...
+    async def truncate(self, req: Truncate) -> dict[str, Any]: ...
 
 
 class LocalRouter:
@@ -156,16 +157,17 @@ class LocalRouter:
         self.check_offset(part, offset)  # a truncate may have moved the start
         return reads.read(part, offset, req.max_bytes, req.max_records)
 
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        """First offset with a timestamp at or after ``timestamp`` (``ring.replication.reads``)."""
-        offset = reads.offset_for_timestamp(self.host.replica_of(topic, partition), timestamp)
-        return {"topic": topic, "partition": partition, "timestamp": timestamp, "offset": offset}
+    def offset_for_timestamp(self, req: OffsetsAt) -> dict[str, Any]:
+        """First offset with a timestamp at or after ``req.at`` (``ring.replication.reads``)."""
+        offset = reads.offset_for_timestamp(self.host.replica_of(req.topic, req.partition), req.at)
+        return {"topic": req.topic, "partition": req.partition, "timestamp": str(req.at), "offset": offset}
 
-    async def offsets(self, topic: str, partition: int, timestamp: str) -> dict[str, Any]:
-        return self.offset_for_timestamp(topic, partition, timestamp)
+    async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
+        return self.offset_for_timestamp(req)
 
-    async def truncate(self, topic: str, partition: int, before_offset: int) -> dict[str, Any]:
-        """Delete records below ``before_offset`` (Kafka's deleteRecords) from this broker's log."""
+    async def truncate(self, req: Truncate) -> dict[str, Any]:
+        """Delete records below ``req.before_offset`` (Kafka's deleteRecords) from this broker's log."""
+        topic, partition, before_offset = req
         part = self.host.replica_of(topic, partition)
         await self.host.commits.idle(part)  # the log is single-threaded: never beside an fsync
         if part.deleted:

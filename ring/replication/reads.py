@@ -15,7 +15,8 @@ from typing import Awaitable, Callable, NamedTuple, Union
 
 from ring import limits
 from ring.clock import Clock
-from ring.errors import BadRequest, OffsetOutOfRange, Overloaded, UnknownTopic
+from ring.errors import OffsetOutOfRange, Overloaded, UnknownTopic
+from ring.offsets import EARLIEST, LATEST, At
 from ring.replication.replica import Replica
 
 
@@ -59,21 +60,18 @@ def read(part: Replica, offset: int, max_bytes: int, max_records: int | None = N
     return StoredRead(part.topic, part.index, offset, bytes(data), hw, part.log.start_offset)
 
 
-def offset_for_timestamp(part: Replica, timestamp: str) -> int:
-    """First offset with a timestamp at or after ``timestamp`` (ms, or earliest/latest).
+def offset_for_timestamp(part: Replica, at: At) -> int:
+    """First offset with a timestamp at or after ``at`` (ms, or EARLIEST/LATEST: ``ring.offsets``).
 
     When every record is older, the answer is the high watermark: reading
     from there yields exactly the records that arrive later.
     """
-    if timestamp == "earliest":
+    if at == EARLIEST:
         return part.log.start_offset
-    if timestamp == "latest":
+    if at == LATEST:
         return part.hw
-    try:
-        ts = int(timestamp, 10)
-    except ValueError:
-        raise BadRequest("timestamp must be milliseconds since the epoch, earliest or latest") from None
-    found = part.log.offset_for_timestamp(ts, upto=part.hw)
+    assert type(at) is int, at
+    found = part.log.offset_for_timestamp(at, upto=part.hw)
     return part.hw if found is None else found
 
 
