@@ -137,8 +137,8 @@ def test_follower_rule_accepts_iff_epoch_fresh_and_offsets_contiguous(my_epoch, 
     p.Sync("t", 0, 1, 0, 0, 0, 0, (), ("ring-0", "ring-1"), 3),
     p.Append("t", 3, 1, 10, 8, b"\x00batches"),
     p.Hw("topic.a", 0, 2, 77),
-    p.Ack("t", 1, 1, 12),
-    p.Ack("t", 1, 1, 12, 4, 2),
+    p.FollowerAck("t", 1, 1, 12),
+    p.FollowerAck("t", 1, 1, 12, 4, 2),
     p.Reject("t", 1, 1, 5, p.GAP),
     p.Reject("t", 1, 1, -1, p.UNKNOWN_PARTITION),
 ])
@@ -148,7 +148,7 @@ def test_frames_round_trip(frame) -> None:
 
 @pytest.mark.parametrize("raw", [
     b"", b"\xc1", b"\x90", b"\x93\xa3ack\x01\x02",
-    p.encode(p.Ack("t", 1, 1, 12))[:-1],
+    p.encode(p.FollowerAck("t", 1, 1, 12))[:-1],
     __import__("msgpack").packb(["ack", "t", -1, 1, 12, 0, 0]),
     __import__("msgpack").packb(["ack", "", 1, 1, 12, 0, 0]),
     __import__("msgpack").packb(["ack", "t", 1, 1, 12, 0, -1]),  # a negative voter-set number

@@ -98,7 +98,7 @@ def test_wire_forms_carry_incarnations_and_older_forms_still_decode() -> None:
         e.reply_from_wire([*r.to_wire()[:9], 5])
     with pytest.raises(BadRequest):
         e.reply_from_wire([*r.to_wire()[:9], "x" * 65])
-    ack = protocol.Ack("t", 0, 3, 10, 0, 1, "ib")
+    ack = protocol.FollowerAck("t", 0, 3, 10, 0, 1, "ib")
     assert protocol.decode(protocol.encode(ack), 1 << 20) == ack
     assert protocol.decode(msgpack.packb(ack.to_wire()[:7]), 1 << 20).incarnation == ""
     sync = protocol.Sync("t", 0, 3, 5, 5, 0, 10, ((1, 0), (3, 5)), ("a", "b", "c"), 2, (("a", "ia"), ("b", "ib")))
@@ -134,14 +134,14 @@ def _leader_and_follower(tmp_path: Path):
     assert steps.win(a, 1)
     for f in ("b", "c"):
         cur = protocol.SendCursor(1.0)
-        steps.on_answer(a, cur, f, protocol.Ack("t", 0, 1, 5, 0, 0, f"i{f}"), 0.0)
+        steps.on_answer(a, cur, f, protocol.FollowerAck("t", 0, 1, 5, 0, 0, f"i{f}"), 0.0)
     assert a.hw == 5
     return a
 
 
 def _ack(a, follower: str, end: int, incarnation: str) -> bool:
     """An ack stepped as the node core steps it; whether the record changed."""
-    frame = protocol.Ack("t", 0, a.epoch, end, 0, a.voters_seq, incarnation)
+    frame = protocol.FollowerAck("t", 0, a.epoch, end, 0, a.voters_seq, incarnation)
     changed = steps.note_incarnation(a, follower, frame)
     steps.on_answer(a, protocol.SendCursor(1.0), follower, frame, 0.0)
     return steps.note_incarnation(a, follower, frame) or changed
@@ -168,7 +168,7 @@ def test_a_renewed_follower_acks_do_not_move_the_high_watermark(tmp_path: Path) 
     a.renewed["b"] = "ib-new"  # b answered from a new directory and has not caught up
     a.refresh()
     before = a.hw
-    frame = protocol.Ack("t", 0, a.epoch, 8, 0, a.voters_seq, "ib-new")
+    frame = protocol.FollowerAck("t", 0, a.epoch, 8, 0, a.voters_seq, "ib-new")
     steps.on_answer(a, protocol.SendCursor(1.0), "b", frame, 0.0)  # counted only by note_incarnation's say
     assert a.voter_ends()[1] == 0 and a.hw == before
 

@@ -368,7 +368,7 @@ def test_a_leader_moves_its_voters_only_once_a_majority_holds_the_current_set(tm
 
     def acked(*followers: str, seq: int) -> None:
         for f in followers:
-            steps.on_answer(a, protocol.SendCursor(0.3), f, protocol.Ack("t", 0, a.epoch, 0, 0, seq), 10.0)
+            steps.on_answer(a, protocol.SendCursor(0.3), f, protocol.FollowerAck("t", 0, a.epoch, 0, 0, seq), 10.0)
 
     wa.tick(10.0, [a], view)
     assert a.voters == ["a", "b", "c"], "a step before a majority held the set it was elected with"

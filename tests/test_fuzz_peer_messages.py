@@ -272,7 +272,7 @@ valid_frames = st.one_of(
     syncs(),
     st.builds(protocol.Append, topic_names, st.integers(0, 10), big_ints, big_ints, big_ints, st.binary(max_size=20)),
     st.builds(protocol.Hw, topic_names, st.integers(0, 10), big_ints, big_ints),
-    st.builds(protocol.Ack, topic_names, st.integers(0, 10), big_ints, big_ints),
+    st.builds(protocol.FollowerAck, topic_names, st.integers(0, 10), big_ints, big_ints),
     st.builds(protocol.Reject, topic_names, st.integers(0, 10), big_ints, st.sampled_from([-1, 0, 7]),
               st.sampled_from(protocol.REASONS)),
 )

@@ -265,7 +265,7 @@ def test_replication_link_frames(node: PeerBroker, frames: list[bytes]) -> None:
     for answer in asyncio.run(_feed_replication_link(node.peer_port, frames)):
         # Every answer is a well-formed frame a follower sends (the leader's own decoder, BadRequest if not).
         frame = protocol.decode(answer, limits.REPLICATION_MESSAGE_BYTES_MAX)
-        assert isinstance(frame, (protocol.Ack, protocol.Reject)), frame
+        assert isinstance(frame, (protocol.FollowerAck, protocol.Reject)), frame
     assert node.peer.get("/peer/v1/status", headers=HEADERS).status == 200  # still serving
 
 

@@ -55,9 +55,9 @@ def test_a_leader_links_to_a_voter_it_removed_until_the_voter_acknowledges_the_s
     assert rep.leaving == {"c"} and rep.linked() == ["a", "b", "c"]
     core.step(0.1, PlacementChanged())
     assert set(core.links.links) == {"b", "c"}  # c is still told what the voters are
-    core.step(0.2, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 0, 0, rep.voters_seq - 1)))
+    core.step(0.2, FromFollower("c", protocol.FollowerAck("t", 0, rep.epoch, 0, 0, rep.voters_seq - 1)))
     assert rep.leaving == {"c"}  # it acknowledged an older set
-    core.step(0.3, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 0, 0, rep.voters_seq)))
+    core.step(0.3, FromFollower("c", protocol.FollowerAck("t", 0, rep.epoch, 0, 0, rep.voters_seq)))
     assert rep.leaving == set() and set(core.links.links) == {"b"}
 
 

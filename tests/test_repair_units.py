@@ -126,7 +126,7 @@ def test_a_returning_leader_cuts_its_unreplicated_suffix_and_follows(tmp_path: P
     put(new, 2, 4, "y")
     a = replica(old, "a", 1)
     ack = steps.on_sync(a, "b", sync_of(b))
-    assert isinstance(ack, protocol.Ack) and ack.epoch == 2
+    assert isinstance(ack, protocol.FollowerAck) and ack.epoch == 2
     assert a.leader == "b" and a.epoch == 2 and a.aligned and old.end_offset == 3
     frame = protocol.Append("t", 0, 2, 3, 0, new.read(3, 1 << 20))
     assert steps.on_append(a, "b", frame) == new.end_offset == 7
@@ -168,7 +168,7 @@ def test_an_empty_follower_drops_an_epoch_its_new_leader_never_had_and_takes_its
         lead.voted_for = "a"
         assert steps.win(lead, 4) and lead.log.epochs() == [(4, start)]
         ack = steps.on_sync(old, "a", sync_of(lead))
-        assert isinstance(ack, protocol.Ack) and ack.epoch == 4 and old.log.end_offset == old.log.start_offset == start
+        assert isinstance(ack, protocol.FollowerAck) and ack.epoch == 4 and old.log.end_offset == old.log.start_offset == start
         assert old.log.epochs() == [(4, start)] and old.key == lead.key == (4, start)
         put(lead.log, 4, 3)
         frame = protocol.Append("t", 0, 4, start, 0, lead.log.read(start, 1 << 20))
@@ -191,7 +191,7 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there(tmp_path: Path) 
     f = replica(mk(tmp_path / "b"), "b", 0)
     put(f.log, 1, 3)
     ack = steps.on_sync(f, "a", sync_of(lead))
-    assert isinstance(ack, protocol.Ack) and f.log.start_offset == f.log.end_offset == lead.log.start_offset
+    assert isinstance(ack, protocol.FollowerAck) and f.log.start_offset == f.log.end_offset == lead.log.start_offset
     steps.on_append(f, "a", protocol.Append("t", 0, 2, f.log.end_offset, 0, lead.log.read(f.log.end_offset, 1 << 20)))
     assert f.log.end_offset == lead.log.end_offset
 
@@ -219,7 +219,7 @@ def test_a_follower_takes_its_leaders_log_start_from_an_hw_frame_and_reports_it(
     frame = steps.hw_frame(lead)
     assert frame.log_start == 25 and steps.start_behind(f, frame)
     ack = steps.on_hw(f, "a", frame)
-    assert isinstance(ack, protocol.Ack) and ack.log_start == 25 == f.log.start_offset
+    assert isinstance(ack, protocol.FollowerAck) and ack.log_start == 25 == f.log.start_offset
     assert kept > 0 and f.log.segment_bases()[0] == kept and not steps.start_behind(f, frame)
     reopened = mk(tmp_path / "b")  # saved: a restarted follower never serves below it
     assert reopened.start_offset == 25
@@ -236,7 +236,7 @@ def test_a_follower_whose_log_ends_below_its_leaders_start_starts_again_there(tm
     lead.set_follower_end("c", 40)  # a, c hold 40: committed without b
     lead.log.truncate_before(35)
     ack = steps.on_hw(f, "a", steps.hw_frame(lead))
-    assert isinstance(ack, protocol.Ack) and ack.log_start == 35
+    assert isinstance(ack, protocol.FollowerAck) and ack.log_start == 35
     assert f.log.start_offset == f.log.end_offset == f.durable == f.hw == 35
     frame = protocol.Append("t", 0, 1, 35, lead.hw, lead.log.read(35, 1 << 20))
     assert steps.on_append(f, "a", frame) == 40

@@ -77,7 +77,7 @@ def test_a_flush_looks_only_at_marked_partitions_and_resumes_blocked_ones_on_an_
     ready = core.step(0.2, Flush("b"))
     assert appends(ready) == [7]
     assert set(looked) == {7}, "a produce looked at other partitions"
-    core.step(0.3, FromFollower("b", protocol.Ack("t", 7, reps[7].epoch, reps[7].log.end_offset)))
+    core.step(0.3, FromFollower("b", protocol.FollowerAck("t", 7, reps[7].epoch, reps[7].log.end_offset)))
 
     # A budget of one byte: the first frame fills it, the second partition waits for an answer.
     monkeypatch.setattr(limits, "REPLICATION_INFLIGHT_BYTES_MAX", 1)
@@ -88,7 +88,7 @@ def test_a_flush_looks_only_at_marked_partitions_and_resumes_blocked_ones_on_an_
     assert appends(core.step(0.5, Flush("b"))) == [1]
     assert ("t", 2) in link.blocked
     # The answer for 1 frees the budget: 2 goes without any new record of its own.
-    ready = core.step(0.6, FromFollower("b", protocol.Ack("t", 1, reps[1].epoch, reps[1].log.end_offset)))
+    ready = core.step(0.6, FromFollower("b", protocol.FollowerAck("t", 1, reps[1].epoch, reps[1].log.end_offset)))
     assert ready.flush == {"b"}
     assert appends(core.step(0.6, Flush("b"))) == [2]
     assert not link.blocked
@@ -112,7 +112,7 @@ def test_records_appended_while_a_frame_is_unanswered_wait_for_its_answer(reps: 
     append(rep, b"third")
     core.step(0.3, Appended(rep))
     core.step(0.3, Flush("b"))
-    ready = core.step(0.4, FromFollower("b", protocol.Ack("t", 3, rep.epoch, 1)))
+    ready = core.step(0.4, FromFollower("b", protocol.FollowerAck("t", 3, rep.epoch, 1)))
     sent = core.step(0.4, Flush("b")).sends
     frames = [f for _, f in sent if isinstance(f, protocol.Append)]
     assert len(frames) == 1 and frames[0].prev_end == 1 and ready.flush == {"b"}

@@ -51,7 +51,7 @@ def test_a_truncate_is_released_once_a_follower_acknowledges_the_start_and_fails
     acks.add_start(a, "higher", 45, deadline=5.0)
     assert acks.released == []  # the leader alone holds it: one of three
     ack = steps.on_hw(b, "a", steps.hw_frame(a))
-    assert isinstance(ack, protocol.Ack) and ack.log_start == 30 and b.log.start_offset == 30
+    assert isinstance(ack, protocol.FollowerAck) and ack.log_start == 30 and b.log.start_offset == 30
     steps.on_answer(a, protocol.SendCursor(0.3), "b", ack, 0.0)
     assert acks.released == [("held", None)]  # leader and b: a majority
     acks.released.clear()

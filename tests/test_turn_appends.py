@@ -187,7 +187,7 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
             assert len(frames) == 1 and frames[0].prev_end == 0  # the one frame carries the whole turn
             assert [h.base_offset for h, _ in B.scan(bytes(frames[0].data))] == list(range(30))
         assert not any(p.done() for p in pending)  # the leader alone is not a quorum of three
-        host.carry_out(core.step(0.1, FromFollower("c", protocol.Ack("t", 0, rep.epoch, 30))))
+        host.carry_out(core.step(0.1, FromFollower("c", protocol.FollowerAck("t", 0, rep.epoch, 30))))
         assert all(p.done() for p in pending)
         assert [p.result() for p in pending] == [(i, 1) for i in range(30)]
     finally:

@@ -173,7 +173,7 @@ class LinkDriver:
                     raise aiohttp.ClientError(f"websocket error: {ws.exception()}")
                 continue
             frame = protocol.decode(msg.data, limits.REPLICATION_MESSAGE_BYTES_MAX)
-            if not isinstance(frame, (protocol.Ack, protocol.Reject)):
+            if not isinstance(frame, (protocol.FollowerAck, protocol.Reject)):
                 raise BadRequest(f"{self.follower} sent a leader's frame")
             self.pump.step(FromFollower(self.follower, frame))
         raise aiohttp.ClientError("the follower closed the link")

@@ -54,7 +54,7 @@ class FollowerSteps:
                 log.error("%s/%d: following %s's log start %d failed: %s", rep.topic, rep.index, leader,
                           frame.log_start, exc.message)
                 answer = steps.reject_storage(rep, frame.epoch)
-            if isinstance(answer, protocol.Ack) and rep.log.start_offset == start:
+            if isinstance(answer, protocol.FollowerAck) and rep.log.start_offset == start:
                 return  # it would repeat what the last append's ack named; a moved start waits a truncate
         if rep is not None and rep.caught_up != caught_up:
             self._publish_due = True  # no longer behind: others may elect it
@@ -93,5 +93,5 @@ class FollowerSteps:
             rep.set_durable(end)
         else:
             self._ready.add("persist", (rep, end))
-        return protocol.Ack(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq,
+        return protocol.FollowerAck(frame.topic, frame.partition, rep.epoch, end, rep.log.start_offset, rep.voters_seq,
                             rep.incarnation)

@@ -221,7 +221,7 @@ class Hw:
 
 
 @dataclass(frozen=True)
-class Ack:
+class FollowerAck:
     topic: str
     partition: int
     epoch: int
@@ -247,7 +247,7 @@ class Reject:
         return ["reject", self.topic, self.partition, self.epoch, self.end_offset, self.reason]
 
 
-Frame = Union[Sync, Append, Hw, Ack, Reject]
+Frame = Union[Sync, Append, Hw, FollowerAck, Reject]
 # Frame lengths accepted; sync and ack may lack their last field (an older release's).
 _ARITY = {"sync": (11, 12), "append": (7,), "hw": (6,), "ack": (7, 8), "reject": (6,)}
 _HISTORY_ENTRY = struct.Struct(">iq")  # epoch (int32, as in batch headers), first offset (int64)
@@ -345,7 +345,7 @@ def decode(raw: bytes, max_bytes: int) -> Frame:
     if kind == "hw":
         return Hw(topic, partition, epoch, _int(w[4], "hw"), _int(w[5], "log_start"))
     if kind == "ack":
-        return Ack(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"),
+        return FollowerAck(topic, partition, epoch, _int(w[4], "end_offset"), _int(w[5], "log_start"),
                    _int(w[6], "voters_seq"), _incarnation(w[7]) if len(w) == 8 else "")
     if w[5] not in REASONS:
         raise BadRequest("malformed replication frame: unknown reject reason")

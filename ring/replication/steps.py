@@ -156,9 +156,9 @@ def _known_from(rep: Replica, sent: tuple[tuple[str, str], ...]) -> dict[str, st
     return known
 
 
-def ack(rep: Replica) -> protocol.Ack:
+def ack(rep: Replica) -> protocol.FollowerAck:
     """A follower's answer: its durable end, its log start offset and its incarnation."""
-    return protocol.Ack(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset, rep.voters_seq,
+    return protocol.FollowerAck(rep.topic, rep.index, rep.epoch, rep.durable, rep.log.start_offset, rep.voters_seq,
                         rep.incarnation)
 
 
@@ -309,7 +309,7 @@ def on_answer(rep: Replica, cursor: protocol.SendCursor, follower: str, frame: p
               now_s: float) -> int | None:
     """A follower's ack or reject, applied to its cursor and to the replica; returns a newer epoch
     the follower is in (the caller steps this leader down), else None."""
-    if isinstance(frame, protocol.Ack):
+    if isinstance(frame, protocol.FollowerAck):
         if frame.epoch == rep.epoch:
             cursor.on_ack(frame.end_offset, rep.log.end_offset)
             rep.set_follower_end(follower, frame.end_offset)
@@ -338,7 +338,7 @@ def note_incarnation(rep: Replica, follower: str, frame: protocol.Frame) -> bool
     the record changed (saved here; the caller syncs the followers again, so they keep the same
     record). The caller steps it before the ack is counted (so a renewed follower's end never counts)
     and after (so it is admitted on the ack that fills it)."""
-    if not isinstance(frame, protocol.Ack) or not frame.incarnation or frame.epoch != rep.epoch \
+    if not isinstance(frame, protocol.FollowerAck) or not frame.incarnation or frame.epoch != rep.epoch \
             or follower not in rep.voters:
         return False
     recorded = rep.incarnations.get(follower)

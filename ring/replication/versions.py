@@ -93,7 +93,7 @@ def version_of(sub: str | None) -> int | None:
 
 def encode(frame: protocol.Frame, version: int) -> bytes:
     """A replication frame in ``version``'s form."""
-    if version < 4 and isinstance(frame, (protocol.Sync, protocol.Ack)):
+    if version < 4 and isinstance(frame, (protocol.Sync, protocol.FollowerAck)):
         return msgpack.packb(frame.to_wire()[:-1], use_bin_type=True)  # without incarnations
     return protocol.encode(frame)
 

@@ -417,7 +417,7 @@ class SimEffects:
         b, gen = self.b, self.gen
         if isinstance(msg, LEADER_FRAMES):
             b.wire.send_frame(dst, msg)
-        elif isinstance(msg, (protocol.Ack, protocol.Reject)):
+        elif isinstance(msg, (protocol.FollowerAck, protocol.Reject)):
             assert self.answer_to is not None
             b.wire.answer(self.answer_to, persisted, msg)
         elif isinstance(msg, election.VoteRequest):

@@ -167,7 +167,7 @@ class Links:
         if self.b.paused:
             self.b.inbox.append((src, ("frame", src, conn, frame)))
             return
-        if isinstance(frame, (protocol.Ack, protocol.Reject)):
+        if isinstance(frame, (protocol.FollowerAck, protocol.Reject)):
             link = self.out.get(src)
             if link is not None and link.conn == conn:
                 self.b.step(m.FromFollower(src, frame))
