@@ -6,7 +6,7 @@ size, checksum and the brokers to take it from). The holder (``pull``)
 takes the bytes from the first source that gives them (``GET
 .../bytes``: a holder's copy, or a replica's own log, ``serve``), writes
 them as they arrive, and answers only once the copy is whole, its checksum
-and every batch's CRC match, and it is on disk (``store.Incoming``); the
+and every batch's CRC match, and it is on disk (``store.IncomingCopy``); the
 leader adds it to the range's holders only on that answer. A broker whose
 free disk is below its floor refuses (507), before any byte is written.
 

@@ -6,7 +6,7 @@ batches exactly as the partition's leader has them, with the two sparse
 indexes rebuilt beside it) and a ``.range`` file saying what it must be (end
 offset, size, checksum, newest timestamp, the topic's creation time). A copy
 arrives as a ``.part`` file, written as its bytes come in and hashed on the
-way (``Incoming``); only a whole copy whose size and checksum match, and
+way (``IncomingCopy``); only a whole copy whose size and checksum match, and
 whose every batch passes its CRC and follows the one before, is fsynced and
 renamed into place, its ``.range`` file first. So a range in the store is
 always whole and verified; a crash leaves at most a ``.part`` file, removed
@@ -211,13 +211,13 @@ class RangeStore:
 
     # --- writing --------------------------------------------------------------------------------
 
-    def incoming(self, key: Key, meta: Meta) -> Incoming:
+    def incoming(self, key: Key, meta: Meta) -> IncomingCopy:
         d = self.directory(key)
         d.mkdir(parents=True, exist_ok=True)
-        return Incoming(self, key, meta)
+        return IncomingCopy(self, key, meta)
 
     def install(self, key: Key, meta: Meta) -> None:
-        """Take a range ``Incoming.finish`` put in place (a copy of the same base is replaced)."""
+        """Take a range ``IncomingCopy.finish`` put in place (a copy of the same base is replaced)."""
         old = self._held.get(key, {}).get(meta.base)
         if old is not None and old.meta == meta:
             return
@@ -270,7 +270,7 @@ class RangeStore:
             pass
 
 
-class Incoming:
+class IncomingCopy:
     """One copy arriving: bytes written and hashed as they come, checked whole by ``finish``."""
 
     def __init__(self, store: RangeStore, key: Key, meta: Meta) -> None:
