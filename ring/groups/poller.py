@@ -65,7 +65,7 @@ from ring.replication.reads import settled
 log = logging.getLogger("ring.groups")
 
 
-class Batches(NamedTuple):
+class PolledBatches(NamedTuple):
     """Stored batches of one partition a poll hands out: the records ``start <= offset < end`` in them."""
 
     topic: str
@@ -87,7 +87,7 @@ class Polled:
     generation: int
     token: str  # names this answer: the client's next request acknowledges it by naming it
     partitions: int = 0  # of the member's partitions, how many this poll read (``only`` may leave some out)
-    batches: list[Batches] = field(default_factory=list)  # a poll for stored batches: these, no records
+    batches: list[PolledBatches] = field(default_factory=list)  # a poll for stored batches: these, no records
 
     def topics(self) -> Iterable[str]:
         """The topic of each record handed out, one per record."""
@@ -107,7 +107,7 @@ class _Read:
     pinned: dict[TopicPartition, int]  # starts chosen by the reset policy: kept whatever becomes of the answer,
     # unless a reset or a seek during the poll set a start first
     raw: bool = False  # hand out stored batches (``batches``), not records
-    batches: list[Batches] = field(default_factory=list)
+    batches: list[PolledBatches] = field(default_factory=list)
     count: int = 0  # records handed out, in ``records`` or ``batches``
 
     @property
@@ -119,7 +119,7 @@ class _Read:
         if not count:
             return
         if not isinstance(got, list):
-            self.batches.append(Batches(tp[0], tp[1], start, end, got))
+            self.batches.append(PolledBatches(tp[0], tp[1], start, end, got))
         else:
             self.records.extend((tp[0], tp[1], r, j) for r, j in got)
         self.count += count
