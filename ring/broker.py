@@ -32,7 +32,7 @@ may be read (``refresh_clock``), whether something else applies a
 partition's retention (``retained_elsewhere``), and how a topic is added,
 changed or removed (``add_topic``, ``change_topic``, ``delete_topic``).
 Where a produce, a fetch, an offsets lookup or a truncate goes is decided by
-the broker's ``router`` (``ring.replication.local.Routes``):
+the broker's ``router`` (``ring.replication.local.Routing``):
 a broker alone's serves everything here (``LocalRouter``), a clustered
 broker's (``ring.cluster.routing.Router``) forwards to leaders and asks
 replicas. A produce request comes in through ``intake``
@@ -65,7 +65,7 @@ from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
 from ring.replication.intake import Intake, ProduceResult
-from ring.replication.local import LocalRouter, Routes
+from ring.replication.local import LocalRouter, Routing
 from ring.replication.reads import Fetched, LongPolls
 from ring.replication.replica import Replica
 
@@ -121,7 +121,7 @@ class Broker:
         self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
         self.intake = Intake(self)  # a produce request's topic, partitions and batches
         # Where produces and reads go: here, alone; ClusterBroker's goes to leaders and replicas too.
-        self.router: Routes = LocalRouter(self)
+        self.router: Routing = LocalRouter(self)
         self.previous_shutdown_clean = True
         self.metrics: Any = None  # ring.http_api.metrics.Metrics once the HTTP app installs it
         # Why this broker's wall clock may not be used now (None: it may): no record is stamped

@@ -173,7 +173,7 @@ def test_the_routers_reach_the_broker_only_through_their_host_interfaces() -> No
     ring/cluster/routing.py; ``LocalRouter``, ring/replication/local.py, a broker alone's), not by
     overrides of the broker's methods: the cluster node derives from ``Broker`` alone, neither router
     imports the broker, the node has every name their hosts list, and both routers have every name
-    of ``Routes``, what the broker calls."""
+    of ``Routing``, what the broker calls."""
     from pathlib import Path
 
     from ring.broker import Broker
@@ -181,7 +181,7 @@ def test_the_routers_reach_the_broker_only_through_their_host_interfaces() -> No
     from ring.cluster.node import ClusterBroker
     from ring.cluster.routing import Router, RouterHost
     from ring.config import BrokerConfig
-    from ring.replication.local import LocalHost, LocalRouter, Routes
+    from ring.replication.local import LocalHost, LocalRouter, Routing
 
     assert ClusterBroker.__mro__ == (ClusterBroker, Broker, object)
     graph = module_graph()
@@ -190,8 +190,8 @@ def test_the_routers_reach_the_broker_only_through_their_host_interfaces() -> No
     assert isinstance(node.router, Router) and isinstance(node.router.local, LocalRouter)
     hosts = names(RouterHost) | names(LocalHost)
     assert len(hosts) > 20 and not {n for n in hosts if not hasattr(node, n)}
-    assert len(names(Routes)) >= 10  # (that the protocol was read at all)
-    assert not {n for n in names(Routes) if not hasattr(Router, n) or not hasattr(LocalRouter, n)}
+    assert len(names(Routing)) >= 10  # (that the protocol was read at all)
+    assert not {n for n in names(Routing) if not hasattr(Router, n) or not hasattr(LocalRouter, n)}
 
 
 def test_the_broker_asks_the_cluster_through_its_host_interface() -> None:

@@ -2,7 +2,7 @@
 
 ``Router`` is a ``ClusterBroker``'s router (the broker's ``router``, which
 it calls for every produce and read; ``ring.replication.local`` has the
-``Routes`` it answers to). It is given a ``RouterHost``, the names it uses of
+``Routing`` it answers to). It is given a ``RouterHost``, the names it uses of
 the broker, and never imports the broker; what it serves here it hands to a
 ``LocalRouter``, a broker alone's. Where a produce for a partition goes is the
 node core's decision (``NodeCore.route``): appended here when this broker

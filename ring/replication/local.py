@@ -1,6 +1,6 @@
-"""Where a broker's produces and reads go when it is alone: here. ``Routes`` and ``LocalRouter``.
+"""Where a broker's produces and reads go when it is alone: here. ``Routing`` and ``LocalRouter``.
 
-A broker routes every produce and read through its ``router`` (``Routes``,
+A broker routes every produce and read through its ``router`` (``Routing``,
 the names the broker calls). ``LocalRouter`` is a broker alone's: every
 partition is held and led here, a produce is appended by the broker and
 answered once it is durable by the fsync policy (there are no other voters
@@ -55,7 +55,7 @@ class LocalHost(Protocol):
         """The leader moved ``part``'s log start offset (replication tells the followers)."""
 
 
-class Routes(Protocol):
+class Routing(Protocol):
     """What a broker asks its router: where each produce and read goes, and what it may answer."""
 
     def check_accepting(self) -> None:
