@@ -238,16 +238,24 @@ class Router:
         host = self.host
         now = host.clock.monotonic()
         for f in list(self._forwarding):
-            topic, p, leader = f.request.topic, f.partition, f.leader
-            if not host.core.reachable(now, leader):
-                f.finish(RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
-                                        "produce; the outcome is unknown", topic=topic, partition=p, leader=leader))
-            elif now >= f.deadline:
-                f.finish(RequestTimeout(f"leader {leader} of {topic}/{p} did not answer the produce within "
-                                        f"{limits.PEER_REQUEST_TIMEOUT_S:g} s; the outcome is unknown",
-                                        topic=topic, partition=p, leader=leader))
+            exc = self._given_up(now, f.leader, f.request.topic, f.partition, f.deadline)
+            if exc is not None:
+                f.finish(exc)
         if self._forwarding:
             self._forward_check = asyncio.get_running_loop().call_later(FORWARD_CHECK_S, self._check_forwards)
+
+    def _given_up(self, now: float, leader: str, topic: str, p: int, deadline: float) -> RequestTimeout | None:
+        """Why a produce forwarded to ``leader`` is given up, outcome unknown (it may have appended), or None
+        while it may wait on: the leader turned unreachable, or ``deadline`` passed without an answer. The
+        one rule of both ways a produce is forwarded (``_check_forwards``, ``_forward``)."""
+        if not self.host.core.reachable(now, leader):
+            return RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
+                                  "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
+        if now >= deadline:
+            return RequestTimeout(f"leader {leader} of {topic}/{p} did not answer the produce within "
+                                  f"{limits.PEER_REQUEST_TIMEOUT_S:g} s; the outcome is unknown",
+                                  topic=topic, partition=p, leader=leader)
+        return None
 
     def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
         req = pending.request
@@ -347,14 +355,9 @@ class Router:
                 await asyncio.wait({sent}, timeout=FORWARD_CHECK_S)
                 if sent.done():
                     break
-                now = host.clock.monotonic()
-                if not host.core.reachable(now, leader):
-                    raise RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
-                                         "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
-                if now >= deadline:
-                    raise RequestTimeout(f"leader {leader} of {topic}/{p} did not answer the produce within "
-                                         f"{limits.PEER_REQUEST_TIMEOUT_S:g} s; the outcome is unknown",
-                                         topic=topic, partition=p, leader=leader)
+                exc = self._given_up(host.clock.monotonic(), leader, topic, p, deadline)
+                if exc is not None:
+                    raise exc
         finally:
             sent.cancel()
         doc = sent.result()
