@@ -17,7 +17,9 @@ power loss instead of a crash: every file of its data directory is cut back
 to the length it had at its last fsync (none: empty). While a virtual loop
 runs, ``os.fsync`` and ``os.fdatasync`` sync nothing on the machine's disk:
 they record the length of the file (by inode, so a file renamed after its
-fsync keeps it), which is what a power loss keeps.
+fsync keeps it), which is what a power loss keeps. ``fail_fsyncs(name)``
+makes every fsync of a file in that broker's data directory fail (EIO), as
+a disk going bad does, until ``fail_fsyncs(name, False)``.
 
 ``Client`` talks to the brokers' client API with aiohttp from its own host,
 its bytes on the simulated network (``tests.sim.vnet``) like the brokers'.
@@ -35,6 +37,7 @@ brokers start and stop in one test process.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import random
@@ -172,6 +175,11 @@ class ShippedCluster:
         self.loop.revive(config.host)
         self._serve(config)
 
+    def fail_fsyncs(self, name: str, failing: bool = True) -> None:
+        """Every fsync of a file in ``name``'s data directory fails from now on (EIO), or again succeeds."""
+        data_dir = self.configs[self.names.index(name)].data_dir
+        (SYNCED.failing.add if failing else SYNCED.failing.discard)(str(data_dir.resolve()) + os.sep)
+
     def jump_clock(self, name: str, seconds: float) -> None:
         """``name``'s wall clock jumps by ``seconds`` (back when negative), as a clock stepped by hand or by a
         bad time server does; its monotonic time goes on."""
@@ -193,10 +201,15 @@ class SyncedLengths:
 
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
+        self.failing: set[str] = set()  # data directories (with a trailing separator) whose fsyncs fail
         self.real_fsync = os.fsync
         self.real_fdatasync = os.fdatasync
 
     def sync(self, fd: int) -> None:
+        if self.failing:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if any(path.startswith(root) for root in self.failing):
+                raise OSError(errno.EIO, f"simulated: the disk failed to sync {path}")
         st = os.fstat(fd)
         self.lengths[(st.st_dev, st.st_ino)] = st.st_size
 

@@ -93,6 +93,9 @@ FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
 # More faults drawn from the same seed: a link cut one way only, a broker's wall clock jumping (back or
 # forward, by seconds to an hour) and back, and two brokers losing power together.
 MORE_FAULTS = (*FAULTS, "one-way", "clock-jump", "power-pair")
+# And a disk going bad: a broker's fsyncs fail (EIO) for a while, then it loses power (what the failed
+# fsyncs were to make durable is gone) and starts again on what its disk kept.
+DISK_FAULTS = (*MORE_FAULTS, "fsync-fail")
 
 
 class _World(Probes):
@@ -242,6 +245,15 @@ class _World(Probes):
                 await asyncio.sleep(lasts)
                 self.cluster.jump_clock(victim, -jump)
                 what = f"{victim}'s wall clock {jump:+.0f}s"
+            elif kind == "fsync-fail":
+                victim = self.rng.choice(names)
+                self.cluster.fail_fsyncs(victim)
+                await asyncio.sleep(lasts)
+                self.cluster.kill(victim, power_loss=True)
+                self.cluster.fail_fsyncs(victim, False)
+                await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+                self.cluster.restart(victim)
+                what = f"{victim}'s fsyncs failing, then it loses power"
             elif kind == "power-pair":
                 pair = self.rng.sample(names, 2)
                 for victim in pair:
