@@ -51,6 +51,7 @@ from ring.broker import Broker, changed_config
 from ring.catalog import TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.cluster.checkpoints import HighWatermarks
+from ring.cluster.follower import AnswerLink
 from ring.cluster.membership import Membership
 from ring.cluster.peers import PeerClient
 from ring.cluster.proxy import Proxy
@@ -173,7 +174,8 @@ class ClusterBroker(Broker):
         self.pump = NodePump(self.core, self.clock, self.peers, on_damaged=self.repair.fix,
                              on_sent=self._replicated_bytes, on_write=self.membership.write,
                              on_gossip=self.membership.send, on_cluster=self._cluster_changed,
-                             on_clock=self._clock_changed, wait_idle=self.commits.idle)
+                             on_clock=self._clock_changed, wait_idle=self.commits.idle,
+                             sync_soon=self.commits.sync_soon)
         for rep in self.replicas():  # damage recovery kept in a log opened before the pump ran
             if rep.damaged_at is not None:
                 self.damaged(rep, rep.damaged_at)
@@ -313,8 +315,10 @@ class ClusterBroker(Broker):
     def _durable(self, part: Replica, end: int) -> None:
         self.step(msg.Durable(part, end))
 
-    def sync_soon(self, part: Replica) -> asyncio.Future[None]:
-        return self.commits.sync_soon(part)
+    def answer_links(self) -> dict[str, AnswerLink]:
+        """Where the executor hands the answers to each leader's link (``ring.cluster.follower.serve``)."""
+        assert self.pump is not None, "a replication link is served only once the broker started"
+        return self.pump.answer_links
 
     async def wait_idle(self, part: Replica) -> None:
         """The follower's path before a sync frame (which may truncate): no fsync runs on the log."""

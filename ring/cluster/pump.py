@@ -15,8 +15,11 @@ module's ``BrokerEffects``. Where each thing goes:
 * frames for a follower go to that follower's replication link
   (``ring.cluster.leader.LinkDriver``), which steps ``Flush`` for its
   link when a Ready names it and sends what comes back;
-* a follower's answers to its leader go back on the websocket the frame came
-  in on (``ring.cluster.follower``), after the fsync the Ready lists;
+* a follower's persist starts the fsync of its log (``sync_soon``), and its
+  answers to a leader go, with that fsync's future, to the leader's answer
+  link (``answer_links``, registered by ``ring.cluster.follower`` while
+  that leader's websocket is served), which sends them in order, each after
+  its fsync;
 * releases resolve the produces' futures (their tokens);
 * changed replicas wake what waits for leadership to move (``changed``);
   damaged batches, a new placement and a new verdict on the clock go to the
@@ -37,6 +40,7 @@ import msgpack
 from ring.clock import Clock
 from ring.cluster.peers import PeerClient
 from ring import limits
+from ring.cluster.follower import AnswerLink
 from ring.cluster.leader import LinkDriver
 from ring.errors import BadRequest
 from ring.gossip.core import Ack, Ack2, Syn
@@ -50,6 +54,7 @@ from ring.replication.replica import Replica
 log = logging.getLogger("ring.cluster")
 
 _LEADER_FRAMES = (protocol.Sync, protocol.Append, protocol.Hw)
+_ANSWERS = (protocol.FollowerAck, protocol.Reject)
 _GOSSIP = (Syn, Ack, Ack2)
 # After an election is won, the claims are announced this much later, so the other
 # partitions won in the same burst ride along.
@@ -62,6 +67,10 @@ async def _no_wait(rep: Replica) -> None:
     pass
 
 
+def _no_sync(rep: Replica) -> asyncio.Future[None]:
+    raise AssertionError("a Ready asked for an fsync of a pump given no sync_soon")
+
+
 class NodePump:
     def __init__(self, core: NodeCore, clock: Clock, peers: PeerClient,
                  on_damaged: Callable[[Replica, int], None] = lambda rep, offset: None,
@@ -70,18 +79,21 @@ class NodePump:
                  on_gossip: Callable[[str, Any], None] = lambda addr, message: None,
                  on_cluster: Callable[[], None] = lambda: None,
                  on_clock: Callable[[Any], None] = lambda verdict: None,
-                 wait_idle: Callable[[Replica], Awaitable[None]] | None = None) -> None:
+                 wait_idle: Callable[[Replica], Awaitable[None]] | None = None,
+                 sync_soon: Callable[[Replica], asyncio.Future[None]] = _no_sync) -> None:
         self.core = core
         self.on_write = on_write  # files for the data directory
         self.on_gossip = on_gossip  # a gossip message for a peer address
         self.on_cluster = on_cluster  # place partitions anew
         self.on_clock = on_clock  # a new verdict on this broker's wall clock
         self.wait_idle = wait_idle or _no_wait  # until no fsync runs on a replica's log
+        self.sync_soon = sync_soon  # start an fsync of a replica's log (group commit); its future
         self.clock = clock
         self.peers = peers
         self.on_damaged = on_damaged
         self.on_sent = on_sent  # stored batch bytes handed to a follower's link (metrics)
         self.links: dict[str, LinkDriver] = {}
+        self.answer_links: dict[str, AnswerLink] = {}  # leader -> where its link's answers go (follower.serve's)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -93,8 +105,7 @@ class NodePump:
         self.effects = BrokerEffects(self)
 
     def step(self, message: Any) -> Ready:
-        """Step the core on ``message`` and carry out what it says (a follower's answers excepted: the
-        caller that stepped a frame from a leader sends those, see ``ring.cluster.follower``)."""
+        """Step the core on ``message`` and carry out what it says."""
         ready = self.core.step(self.clock.monotonic(), message)
         self.carry_out(ready)
         return ready
@@ -269,9 +280,9 @@ class BrokerEffects:
     def write(self, files: list[tuple[str, bytes]]) -> None:
         self.pump.on_write(files)
 
-    def persist(self, rep: Replica, end: int) -> None:
-        # (only a follower's Ready persists; ring.cluster.follower waits for that fsync itself)
-        return None
+    def persist(self, rep: Replica, end: int) -> asyncio.Future[None]:
+        # (only a follower's Ready persists: its answers wait for this fsync, see ``send``)
+        return self.pump.sync_soon(rep)
 
     def send(self, dst: str, frame: Any, persisted: Any) -> None:
         pump = self.pump
@@ -279,13 +290,16 @@ class BrokerEffects:
             link = pump.links.get(dst)
             if link is not None:
                 link.put(frame)
+        elif isinstance(frame, _ANSWERS):
+            answers = pump.answer_links.get(dst)
+            if answers is not None:  # (else the link closed: the leader hears nothing, as on a lost link)
+                answers.put(persisted, frame)
         elif isinstance(frame, election.VoteRequest):
             pump._vote(dst, frame)
         elif isinstance(frame, Transfer):
             pump._spawn(pump._transfer(dst, frame))
         elif isinstance(frame, _GOSSIP):
             pump.on_gossip(dst, frame)
-        # (a follower's answers go back on its link: ring.cluster.follower sends them)
 
     def sent(self) -> None:
         pass

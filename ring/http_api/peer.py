@@ -108,6 +108,8 @@ async def gossip(request: web.Request) -> web.Response:
 
 async def replicate(request: web.Request) -> web.StreamResponse:
     node = _node(request)
+    if node.pump is None:  # (a follower's answers go out through the pump's executor)
+        raise Unavailable("the broker is starting")
     leader = request.headers.get(H_BROKER)
     if not leader:
         raise BadRequest("the replication link needs the leader's name (header Ring-Broker)")

@@ -3,7 +3,11 @@
 A broker's pump (``ring.cluster.pump``) and the simulation (``tests/sim``)
 both hand each Ready the node core returns to ``carry_out``, each with its own
 ``Effects``: the broker's data directory, links, peer client and futures, or
-the simulated disk and network. The order lives here only, so what the
+the simulated disk and network. A follower's Readys too: its persist starts
+an fsync whose handle ``persist`` returns, and each answer to its leader is
+handed with that handle to the link the frame came in on, which sends it
+once the fsync is done. Nothing else carries out a Ready's fields. The order
+lives here only, so what the
 simulation checks is the order the broker ships: files written, then
 persists asked for, then sends (each given what the Ready persisted, so an
 answer that depends on an fsync waits for it), then the links' changes and

@@ -10,14 +10,13 @@ checker reports the problem) and without it (it reports none).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import Any, Iterator
 
 import pytest
 
 from ring.cluster import forwards
-from ring.cluster import follower
+from ring.cluster import pump
 from ring.groups import poller
 from ring.replication import appends, idempotence, reads
 
@@ -69,16 +68,14 @@ def idempotent_retry_written_again() -> Iterator[None]:
 
 @contextlib.contextmanager
 def follower_acks_before_fsync() -> Iterator[None]:
-    """The follower link driver (``cluster/follower.py``) sends its acknowledgement of appended batches
-    without waiting for the fsync that makes them durable."""
-    def persisted(ready: Any, host: Any) -> asyncio.Future[None] | None:
-        for rep, end in ready.persist:
-            if rep.durable < end:
-                host.sync_soon(rep)  # (still synced, later: the answer does not wait for it)
+    """The broker's effects (``cluster/pump.py``) start a follower's fsync but hand its acknowledgement of
+    appended batches to the leader's answer link without the fsync's future: it leaves without waiting."""
+    def persist(self: pump.BrokerEffects, rep: Any, end: int) -> None:
+        self.pump.sync_soon(rep)  # (still synced, later: the answer does not wait for it)
         return None
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(follower, "_persisted", persisted)
+        mp.setattr(pump.BrokerEffects, "persist", persist)
         yield
 
 
