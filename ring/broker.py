@@ -81,8 +81,9 @@ class BrokerHost(Protocol):
     def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         """High watermark of a replica as it opens (None: its whole log)."""
 
-    def appended(self, part: Replica) -> None:
-        """Called right after batches were appended to ``part`` (replication sends them)."""
+    def appended(self, part: Replica, durable: int | None = None) -> None:
+        """Called right after batches were appended to ``part`` (replication sends them); ``durable``: its
+        offsets below it are durable now (the fsync policy needs no fsync for them), else None."""
 
     def start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (retention, truncation): tell the followers."""
@@ -362,8 +363,12 @@ class Broker:
     def sync_soon(self, part: Replica) -> asyncio.Future[None]:
         return self.commits.sync_soon(part)
 
-    def appended(self, part: Replica) -> None:
-        self.host.appended(part)
+    def appended(self, part: Replica, end: int) -> bool:
+        """Batches were appended to ``part`` up to ``end``: replication is told, and under an fsync policy
+        that needs no fsync for them they are durable at once, in the same step; whether they are."""
+        durable = self.commits.durable_when_written()
+        self.host.appended(part, end if durable else None)
+        return durable
 
     def refused(self, pending: Appending, exc: RingError) -> None:
         """A produce whose partition would not take its turn's write."""
@@ -409,17 +414,13 @@ class Broker:
         if dup is not None:  # a retry of batches written before: their offsets, nothing appended
             await self.make_durable(part, dup.base_offset + dup.count)
             return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
-        self.host.appended(part)
-        await self.make_durable(part, end)
+        if not self.appended(part, end):
+            await self.make_durable(part, end)
         return ProduceResult(part.topic, part.index, base, end - base)
 
     async def make_durable(self, part: Replica, end: int) -> None:
         """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
         await self.commits.make_durable(part, end)
-
-    def durable_now(self, part: Replica, end: int) -> bool:
-        """Mark offsets below ``end`` durable if the policy needs no fsync for it (not ``always``); whether it did."""
-        return self.commits.durable_now(part, end)
 
     async def _retention_loop(self) -> None:
         while True:

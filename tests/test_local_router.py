@@ -44,8 +44,9 @@ class Alone:
     def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         return None
 
-    def appended(self, part: Replica) -> None:
-        pass
+    def appended(self, part: Replica, durable: int | None = None) -> None:
+        if durable is not None:
+            part.set_durable(durable)
 
     def start_moved(self, part: Replica) -> None:
         self.moved.append((part.topic, part.index, part.log.start_offset))

@@ -147,11 +147,8 @@ class _Host:
     def check_writable(self, part: Replica) -> None:
         pass
 
-    def appended(self, part: Replica) -> None:
-        self.carry_out(self.core.step(0.0, Appended(part)))
-
-    def durable_now(self, part: Replica, end: int) -> bool:
-        part.set_durable(end)
+    def appended(self, part: Replica, end: int) -> bool:
+        self.carry_out(self.core.step(0.0, Appended(part, end)))
         return True
 
     def await_acks(self, part: Replica, pending: Appending, end: int) -> None:

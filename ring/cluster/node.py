@@ -469,8 +469,8 @@ class ClusterPolicy:
     def initial_hw(self, topic: str, p: int, replicas: list[str]) -> int | None:
         return None if len(replicas) == 1 else self.node._hws.saved.get((topic, p), 0)
 
-    def appended(self, part: Replica) -> None:
-        self.node.step(msg.Appended(part))
+    def appended(self, part: Replica, durable: int | None = None) -> None:
+        self.node.step(msg.Appended(part, durable))
 
     def start_moved(self, part: Replica) -> None:
         self.node.step(msg.StartMoved(part))  # an hw frame carries the new start to each follower

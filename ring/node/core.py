@@ -352,6 +352,8 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
 
     def _appended(self, now: float, m: msg.Appended) -> None:
         self.links.notify(m.rep)
+        if m.durable is not None:
+            m.rep.set_durable(m.durable)
 
     def _await_acks(self, now: float, m: msg.AwaitAcks) -> None:
         rep = m.rep

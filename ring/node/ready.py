@@ -90,8 +90,10 @@ class Ready:
 
 
 class Appended(NamedTuple):
-    """New batches were appended to ``rep``, which this broker leads."""
+    """New batches were appended to ``rep``, which this broker leads; ``durable``: its offsets below it are
+    durable now (a policy that needs no fsync for them), else None (an fsync makes them so: ``Durable``)."""
     rep: Replica
+    durable: int | None = None
 
 
 class AwaitAcks(NamedTuple):

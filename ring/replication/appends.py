@@ -121,9 +121,10 @@ def ack_timeout(rep: Replica, base: int, end: int, needed: int, req: Produce) ->
 class TurnAppends:
     """The produces of this loop turn, per partition, and the write that takes them on the next turn.
 
-    ``host`` is the broker: ``check_writable``, ``producers``, ``appended`` (replication is told),
-    ``durable_now`` and ``sync_soon`` (the fsync policy), ``await_acks`` (a produce waits for its
-    level's voters) and ``refused`` (what to do with a produce its partition no longer takes).
+    ``host`` is the broker: ``check_writable``, ``producers``, ``appended`` (replication is told, and
+    what was written is durable at once under a policy that needs no fsync for it), ``sync_soon`` (the
+    group commit, under ``always``), ``await_acks`` (a produce waits for its level's voters) and
+    ``refused`` (what to do with a produce its partition no longer takes).
     """
 
     def __init__(self, host: Any) -> None:
@@ -169,8 +170,7 @@ class TurnAppends:
             else:
                 group.append(a)
         self._write_group(part, group)
-        host.appended(part)
-        if host.durable_now(part, part.log.end_offset):
+        if host.appended(part, part.log.end_offset):
             self._acknowledge(part, pending)
         else:  # fsync always: the group commit first (one fsync for the turn), as the awaited path
             host.sync_soon(part).add_done_callback(lambda synced: self._synced(part, pending, synced))

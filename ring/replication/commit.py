@@ -53,6 +53,10 @@ class GroupCommit:
         """Syncs asked for or running on ``parts``: a clean close waits for them."""
         return [f for part in parts for f in (part.running_sync, part.next_sync) if f is not None]
 
+    def durable_when_written(self) -> bool:
+        """Whether the policy counts what is written durable at once (not ``always``: no fsync first)."""
+        return self.policy.mode != "always"
+
     def durable_now(self, part: Replica, end: int) -> bool:
         """Mark offsets below ``end`` durable if the policy needs no fsync for it; whether it did."""
         if self.policy.mode == "always":
