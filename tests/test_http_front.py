@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ring.clock import ManualClock
 from ring.http_api import web
 from ring.http_api.server import Front
 
@@ -62,5 +63,32 @@ async def test_an_answer_is_reported_written_once_it_left_the_transport_and_neve
         transport.buffered = 0
         front.sweep()
         assert written == [(conn.id, 0), (conn.id, 1)]  # the third never left whole
+    finally:
+        front.stop_sweeping()
+
+
+async def test_the_sweep_ends_connections_past_their_deadline_in_the_order_they_came() -> None:
+    """The sweep visits the connections in the order they were made, not in an order that follows where the
+    objects sit in memory, so a simulated run (``tests.sim``) replays the same whatever else the process
+    allocated."""
+    closed: list[int] = []
+
+    class Closing(Transport):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n = n
+
+        def close(self) -> None:
+            closed.append(self.n)
+
+    app = web.App()
+    app.clock = clock = ManualClock()
+    front = Front(app, 1.0, 10.0, 100)
+    try:
+        for n in range(60):  # (enough that a set of them would not come back in the order they went in)
+            front.protocol().connection_made(Closing(n))
+        clock.advance(2.0)  # past every connection's deadline for its first request
+        front.sweep()
+        assert closed == list(range(60))
     finally:
         front.stop_sweeping()

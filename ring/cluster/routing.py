@@ -135,7 +135,7 @@ class Forwarding:
         if self._done:
             return
         self._done, self._exc = True, exc
-        self.router._forwarding.discard(self)
+        self.router._forwarding.pop(self, None)
         if not self.sent.done():
             self.sent.cancel()
         callbacks, self._callbacks = self._callbacks, []
@@ -161,7 +161,7 @@ class Forwarding:
         self.finish(None)
 
     def _again(self) -> None:
-        self.router._forwarding.discard(self)  # the awaited way bounds itself
+        self.router._forwarding.pop(self, None)  # the awaited way bounds itself
         task = asyncio.ensure_future(self.router._produce_awaited(self.request, self.cfg, self.partition,
                                                                   self.batches))
         task.add_done_callback(self._settle)
@@ -180,7 +180,8 @@ class Router:
     def __init__(self, host: RouterHost) -> None:
         self.host = host
         self.local = LocalRouter(host)  # what is served here
-        self._forwarding: set[Forwarding] = set()  # sent at once on a forward link, not yet answered
+        # Sent at once on a forward link, not yet answered; given up in the order they were sent.
+        self._forwarding: dict[Forwarding, None] = {}
         self._forward_check: asyncio.TimerHandle | None = None
 
     # --- produce -------------------------------------------------------------------------
@@ -226,7 +227,7 @@ class Router:
         if sent is None:
             return None
         forwarding = Forwarding(self, leader, req, cfg, p, batches, sent, now + limits.PEER_REQUEST_TIMEOUT_S)
-        self._forwarding.add(forwarding)
+        self._forwarding[forwarding] = None
         if self._forward_check is None:
             self._forward_check = asyncio.get_running_loop().call_later(FORWARD_CHECK_S, self._check_forwards)
         return forwarding

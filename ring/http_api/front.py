@@ -122,7 +122,7 @@ class Connection(asyncio.Protocol):
         if len(front.connections) >= front.connections_max or front.closing:
             self._refuse()
             return
-        front.connections.add(self)
+        front.connections[self] = None
         self.header_deadline = front.clock.monotonic() + front.header_timeout_s  # the first request must come
 
     def _refuse(self) -> None:
@@ -139,7 +139,7 @@ class Connection(asyncio.Protocol):
         if self.closed and self not in self.front.connections:
             return
         self.closed = True
-        self.front.connections.discard(self)
+        self.front.connections.pop(self, None)
         for ex in self.queue:
             self._drop(ex)
         self.queue.clear()

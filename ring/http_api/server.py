@@ -35,7 +35,7 @@ import logging
 import socket
 import ssl
 from email.utils import formatdate
-from typing import Any
+from typing import Any, KeysView
 
 import orjson
 
@@ -174,12 +174,14 @@ class Front:
         self.header_timeout_s = header_timeout_s
         self.send_timeout_s = send_timeout_s
         self.connections_max = connections_max
-        self.connections: set[Connection] = set()
+        # Dicts, not sets, of connections: visited in the order they came, not in an order that hangs on where
+        # the objects sit in memory, so a simulated run replays exactly.
+        self.connections: dict[Connection, None] = {}
         self.tasks: set[asyncio.Task] = set()  # handlers that are coroutines, while they run
         # Bytes of answers built and not yet sent, all connections together, and the connections
         # waiting for them to fall under FRONT_ANSWER_BYTES_IN_FLIGHT_MAX to run their next request.
         self.answer_bytes = 0
-        self.stalled: set[Connection] = set()
+        self.stalled: dict[Connection, None] = {}  # (woken in the order they stalled)
         self._waking = False
         self.closing = False
         self.next_id = 0
@@ -233,14 +235,14 @@ class Front:
         if conn.paused or conn.answer_bytes >= limits.CONNECTION_ANSWER_BYTES_MAX:
             return False  # its own writes wake it (resume_writing, the sweep)
         if conn.answer_bytes and self.answer_bytes >= limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
-            self.stalled.add(conn)  # woken when the answers of others are sent
+            self.stalled[conn] = None  # woken when the answers of others are sent
             return False
         return True
 
     def release(self, size: int, conn: Connection) -> None:
         """``conn``'s answers of ``size`` bytes are sent (or dropped): waiting connections may run."""
         self.answer_bytes -= size
-        self.stalled.discard(conn)
+        self.stalled.pop(conn, None)
         if self.stalled and not self._waking and self.answer_bytes < limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
             self._waking = True
             self.loop.call_soon(self._wake)  # not from inside the connection that released
@@ -248,7 +250,8 @@ class Front:
     def _wake(self) -> None:
         self._waking = False
         while self.stalled and self.answer_bytes < limits.FRONT_ANSWER_BYTES_IN_FLIGHT_MAX:
-            conn = self.stalled.pop()
+            conn = next(iter(self.stalled))
+            del self.stalled[conn]
             conn.advance()
 
     def _stopped(self) -> bool:
@@ -345,8 +348,8 @@ class Server(_Listening):
     _shared: asyncio.base_events.Server | None = None
 
     @property
-    def connections(self) -> set:
-        return set() if self.front is None else self.front.connections
+    def connections(self) -> KeysView:
+        return {}.keys() if self.front is None else self.front.connections.keys()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
