@@ -195,28 +195,42 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.paused[host].append(handle)
         return True
 
+    # call_soon and call_at build their handles themselves, as asyncio's do, without its debug-mode checks
+    # (a virtual loop runs no thread but its own): a seed schedules some tens of thousands of callbacks.
+
     def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
                   ) -> asyncio.Handle:
-        handle = super().call_soon(callback, *args, context=context)
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        handle = asyncio.Handle(callback, args, self, context)
         if self.sched_log is not None:
             self.sched_log.append((self._now, "soon", getattr(callback, "__qualname__", type(callback).__name__)))
         if self._host_dead(context):
+            self._ready.append(handle)  # type: ignore[attr-defined]
             handle.cancel()
-        elif self._held(handle, context):
-            self._ready.pop()  # type: ignore[attr-defined]  # (it was appended last)
+        elif not self._held(handle, context):
+            self._ready.append(handle)  # type: ignore[attr-defined]
         return handle
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
-        handle = super().call_at(when, callback, *args, context=context)
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        handle = asyncio.TimerHandle(when, callback, args, self, context)
         if self.sched_log is not None:
             self.sched_log.append((self._now, when, getattr(callback, "__qualname__", type(callback).__name__)))
+        heapq.heappush(self._scheduled, handle)  # type: ignore[attr-defined]
+        handle._scheduled = True  # type: ignore[attr-defined]
         if self._host_dead(context):
             handle.cancel()
         elif self._held(handle, context):
             self._scheduled = [h for h in self._scheduled if h is not handle]  # (TimerHandles compare by value)
             heapq.heapify(self._scheduled)
         return handle
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        return self.call_at(self._now + delay, callback, *args, context=context)
 
     def _context_of(self, host: str | None) -> contextvars.Context:
         ctx = contextvars.copy_context()
