@@ -1,13 +1,14 @@
 """An asyncio event loop on virtual time, for running ring's shipped asyncio code in the simulation.
 
-``VirtualLoop`` is a ``SelectorEventLoop`` whose selector never waits: when
-nothing is ready, ``select(timeout)`` moves the virtual clock forward by
-``timeout`` (to the next timer) and reports no events, so a broker's 30 s of
-timeouts, gossip rounds and elections run in however long their callbacks
-take. ``time()`` is the virtual clock. ``run_in_executor`` runs the function
-inline and hands back a completed future: the threads ring uses for fsyncs and
-file work would otherwise finish in real time and in any order. Signal handlers
-are recorded, never installed (several brokers share one process and one loop).
+``VirtualLoop`` is a ``SelectorEventLoop`` that never waits: when nothing is
+ready, its loop turn moves the virtual clock forward to the next timer (its
+selector, which asyncio's own turn uses in debug mode, does the same and
+reports no events), so a broker's 30 s of timeouts, gossip rounds and
+elections run in however long their callbacks take. ``time()`` is the virtual
+clock. ``run_in_executor`` runs the function inline and hands back a completed
+future: the threads ring uses for fsyncs and file work would otherwise finish
+in real time and in any order. Signal handlers are recorded, never installed
+(several brokers share one process and one loop).
 
 Every callback and task runs in the ``contextvars`` context of the host whose
 code scheduled it (``HOST``) and of that host's incarnation (``INCARNATION``):
@@ -37,6 +38,10 @@ import selectors
 from typing import Any, Callable
 
 WALL_START_S = 1_700_000_000.0  # the wall clock's reading at virtual time 0
+# asyncio's own bounds for its loop turn (asyncio.base_events), which VirtualLoop._run_once follows
+_MIN_SCHEDULED_TIMER_HANDLES = asyncio.base_events._MIN_SCHEDULED_TIMER_HANDLES  # type: ignore[attr-defined]
+_MIN_CANCELLED_TIMER_HANDLES_FRACTION = asyncio.base_events._MIN_CANCELLED_TIMER_HANDLES_FRACTION  # type: ignore
+_MAXIMUM_SELECT_TIMEOUT = asyncio.base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
 
 HOST: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_host", default=None)
 INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("sim_incarnation", default=0)
@@ -125,6 +130,48 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def advance(self, seconds: float) -> None:
         assert seconds >= 0, "virtual time only moves forward"
         self._now += seconds
+
+    def _run_once(self) -> None:
+        """One turn of the loop as asyncio's ``BaseEventLoop._run_once`` takes it, step for step (the same
+        cancelled timers dropped, the same timers due, the same callbacks run), with the selector's wait
+        done here: time moves to the next timer when nothing is ready."""
+        if self._debug:  # type: ignore[attr-defined]
+            return super()._run_once()  # type: ignore[misc]
+        scheduled = self._scheduled  # type: ignore[attr-defined]
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED_TIMER_HANDLES and \
+                self._timer_cancelled_count / count > _MIN_CANCELLED_TIMER_HANDLES_FRACTION:  # type: ignore
+            kept = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0]._cancelled:
+                self._timer_cancelled_count -= 1
+                heapq.heappop(scheduled)._scheduled = False
+        ready = self._ready  # type: ignore[attr-defined]
+        if not ready and not self._stopping:  # type: ignore[attr-defined]
+            if not scheduled:
+                raise _Stuck("the virtual loop has nothing ready and no timer: it would block forever")
+            timeout = min(max(0, scheduled[0]._when - self._now), _MAXIMUM_SELECT_TIMEOUT)
+            if timeout > 0:
+                self._now += timeout
+        end = self._now + math.ulp(self._now)
+        while scheduled and scheduled[0]._when < end:
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            ready.append(handle)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if not handle._cancelled:
+                handle._run()
+        handle = None  # (as asyncio does: no cycle through an exception kept)
 
     # --- what would touch threads or the process --------------------------------------
 
