@@ -88,6 +88,7 @@ class SimTransport(asyncio.Transport):
         self.arrive_at = 0.0  # when the last byte written towards the peer arrives there
         self.in_flight: collections.deque[bytes | None] = collections.deque()  # written, not yet arrived
         self.blocked: list[bytes | None] = []  # written while the way to the peer is cut one-way
+        self.trace_label = f" {local} {remote} ".encode()  # how the digest names this direction
 
     # --- asyncio.Transport ---------------------------------------------------------------
 
@@ -315,9 +316,13 @@ class Network:
                 self.log.append((self.loop.time(), src.local, dst.local, b"DROPPED"))
             return
         self.deliveries += 1
-        self._hash.update(f"{self.loop.time():.9f} {src.local} {dst.local} ".encode())
-        self._hash.update(b"EOF" if data is None else data)
-        if data is not None:
+        update = self._hash.update
+        update(b"%.9f" % self.loop._now)
+        update(src.trace_label)  # " {src.local} {dst.local} "
+        if data is None:
+            update(b"EOF")
+        else:
+            update(data)
             self.bytes += len(data)
         if self.log is not None:
             self.log.append((self.loop.time(), src.local, dst.local, data))
