@@ -22,10 +22,11 @@ demo: venv
 # Playwright with the system browser), iproute2 and iptables (network
 # partitions in namespaces), curl (the examples of README.md and docs/), a Java 17 runtime
 # (the Spark tier), Maven (Spark's Kafka source, below), faketime (a broker whose wall
-# clock is wrong). Installed with apt-get when we are root and they are missing;
-# otherwise those tests skip and say why. CI (CI=true) insists: a missing package fails the run.
+# clock is wrong), kcat (a Kafka client on the Kafka listener). Installed with apt-get when we
+# are root and they are missing; otherwise those tests skip and say why. CI (CI=true) insists: a
+# missing package fails the run.
 SYSTEM_DEPS := chromium:chromium ip:iproute2 iptables:iptables curl:curl java:openjdk-17-jre-headless \
-	mvn:maven faketime:faketime
+	mvn:maven faketime:faketime kcat:kcat
 system-deps:
 	@missing=""; for dep in $(SYSTEM_DEPS); do \
 	  command -v $${dep%%:*} >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
