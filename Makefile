@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,spark
 
-.PHONY: venv system-deps spark-kafka-jars demo test bench cluster cluster-stop clean
+.PHONY: venv system-deps spark-kafka-jars kafka-tools-jars demo test bench cluster cluster-stop clean
 
 venv: $(STAMP)
 
@@ -45,12 +45,17 @@ system-deps:
 spark-kafka-jars: venv system-deps
 	@$(BIN)/python -m ring.bench.spark_kafka_jars >/dev/null || [ "$$CI" != true ]
 
+# Apache Kafka's own client tools (kafka-tools: the verifiable producer and consumer, on Kafka's
+# Java client) from Maven Central the same way: tests/test_kafka_java.py runs them against ring.
+kafka-tools-jars: venv system-deps
+	@$(BIN)/python -m ring.bench.kafka_tools >/dev/null || [ "$$CI" != true ]
+
 # Two pytest-xdist workers: most of the suite waits on brokers, Spark and timers, not
 # on a core. Each worker picks ports from its own slice and the Spark tests share one
 # worker (tests/conftest.py); TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-test: venv system-deps spark-kafka-jars
+test: venv system-deps spark-kafka-jars kafka-tools-jars
 	PYTEST_ADDOPTS="$(XDIST_ARGS) $$PYTEST_ADDOPTS" $(BIN)/python -m pytest
 
 # The peers' clients and the plot need the `bench` extra; NATS and RabbitMQ
