@@ -71,6 +71,7 @@ def _quiet():
     logging.disable(logging.NOTSET)
 
 
+@pytest.mark.slow
 def test_seeds_keep_what_quorum_promises() -> None:
     began = time.monotonic()
     if REPLAY:
