@@ -130,6 +130,35 @@ def test_a_coordinator_restarted_between_the_delete_and_the_recreation(make_clus
     assert [(o["committed"], o["lag"]) for o in doc["offsets"] if o["topic"] == topic] == [(None, 15)], doc
 
 
+def test_a_recreated_topic_is_created_with_a_leader_of_its_own(shared_cluster: TestCluster, topic: str) -> None:
+    """A create answers once the new topic's partitions have leaders, and gossip may still carry the
+    deleted topic's leader claim under the same name: the leader the answer names leads the new topic
+    (asked itself), and a produce right after it is acknowledged without waiting for an election."""
+    c = shared_cluster
+    for i in range(6):
+        name = f"{topic}-{i}"
+        assert c[0].http.create_topic(name, partitions=1).status == 201
+        produce_to(c[0], name, 0, [1, 2, 3])
+        old = c[0].http.describe(name)
+        creator = next(m for m in c if m.name != old["partitions"][0]["leader"])
+        assert c[0].http.delete(f"/v1/topics/{name}").status in (200, 204)
+        created: list[Any] = []
+
+        def create() -> bool:
+            r = creator.http.create_topic(name, partitions=1)
+            created.append(r)
+            return r.status == 201
+
+        wait_for("topic created again", create, WAIT_S)
+        doc = created[-1].json()
+        assert doc["id"] != old["id"], doc
+        leader = c.member(doc["partitions"][0]["leader"])
+        there = leader.http.describe(name)
+        assert (there["id"], there["partitions"][0]["leader"]) == (doc["id"], leader.name), (doc, there)
+        r = creator.http.produce(name, [4], partition=0)
+        assert r.status == 200 and r.json()["base_offset"] == 0, r.body
+
+
 def test_a_member_polling_across_the_recreation_is_told_and_starts_over(shared_cluster: TestCluster,
                                                                          topic: str) -> None:
     c, group = shared_cluster, "rt-" + topic

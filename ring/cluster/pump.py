@@ -157,13 +157,19 @@ class NodePump:
         self._changed = asyncio.Event()
 
     async def wait_for_leaders(self, topic: str, partitions: int, timeout_s: float) -> None:
-        """Return once every partition of ``topic`` has a known leader, or after ``timeout_s``."""
+        """Return once every partition of ``topic`` has a known leader, or after ``timeout_s``. Where this
+        broker holds a replica, the leader is the one that replica follows or is: gossip may still carry
+        a claim from a topic of the same name deleted a moment ago."""
         deadline = self.clock.monotonic() + timeout_s
-        while any(self.core.leader_of(topic, p) is None for p in range(partitions)):
+        while any(self._leader_known(topic, p) is None for p in range(partitions)):
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return
             await self.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
+
+    def _leader_known(self, topic: str, partition: int) -> str | None:
+        rep = self.core.replica(topic, partition)
+        return rep.leader if rep is not None else self.core.leader_of(topic, partition)
 
     async def hand_over(self, timeout_s: float) -> list[Replica]:
         """Controlled shutdown: hand every partition led here to a caught-up follower; return once nothing
