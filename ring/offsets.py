@@ -13,6 +13,7 @@ built by the client port's front. Both sit beside ``ring.fetch`` and
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Union
 
 from ring.errors import BadRequest
@@ -21,6 +22,14 @@ EARLIEST = "earliest"  # the partition's first offset
 LATEST = "latest"  # its high watermark: what is read from there is what arrives next
 
 At = Union[int, str]  # milliseconds since the epoch, EARLIEST or LATEST
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def is_integer(raw: str) -> bool:
+    """Whether ``raw`` is a decimal integer in ASCII digits: ``int`` also takes other scripts'
+    digits ("١٢"), underscores, a plus sign and surrounding spaces, which no client means."""
+    return raw.isascii() and _INTEGER.fullmatch(raw) is not None
 
 
 class OffsetsAt(NamedTuple):
@@ -37,8 +46,7 @@ def parse_at(text: str | None) -> At:
     ``latest``."""
     if text in (EARLIEST, LATEST):
         return text
-    digits = text[1:] if text and text[0] == "-" else text
-    if not digits or not digits.isascii() or not digits.isdigit():
+    if text is None or not is_integer(text):
         raise BadRequest("timestamp is required: milliseconds since the epoch (ASCII digits), earliest or latest")
     return int(text)
 

@@ -15,7 +15,6 @@ request body while counting it against its limit and the body budget.
 from __future__ import annotations
 
 import asyncio
-import re
 from itertools import chain
 from typing import Any, Iterable
 
@@ -31,6 +30,7 @@ from ring.http_api import budget, jsonscan, unpack
 from ring.http_api.jsonscan import json_depth  # noqa: F401 (part of this module's interface)
 from ring.log import batch as batchfmt
 from ring.log.batch import BatchHeader, RecordIn
+from ring.offsets import is_integer
 from ring.produce import Batches, Records
 
 CT_JSON = "application/json"
@@ -51,7 +51,6 @@ H_HIGH_WATERMARK = "Ring-High-Watermark"
 _RECORD_OVERHEAD_BYTES = 16
 _TIMESTAMP_MAX_MS = 2**62
 _NoneType = type(None)
-_INTEGER = re.compile(r"-?[0-9]+")
 
 
 # --- reading a body -------------------------------------------------------------
@@ -116,12 +115,6 @@ def fetch_type(accept: str | None) -> str:
 
 
 # --- query parameters -----------------------------------------------------------
-
-
-def is_integer(raw: str) -> bool:
-    """Whether ``raw`` is a decimal integer in ASCII digits: ``int`` also takes other scripts'
-    digits ("١٢"), underscores, a plus sign and surrounding spaces, which no client means."""
-    return raw.isascii() and _INTEGER.fullmatch(raw) is not None
 
 
 def int_param(query: Any, name: str, default: int | None, lo: int, hi: int) -> int | None:

@@ -59,7 +59,7 @@ class GroupCommit:
 
     def durable_now(self, part: Replica, end: int) -> bool:
         """Mark offsets below ``end`` durable if the policy needs no fsync for it; whether it did."""
-        if self.policy.mode == "always":
+        if not self.durable_when_written():
             return False
         self.on_durable(part, end)
         return True
