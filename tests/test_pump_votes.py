@@ -82,3 +82,33 @@ def test_a_votes_message_over_the_limit_or_with_a_malformed_request_is_refused(s
     r = voter.peer.post("/peer/v1/votes", body=msgpack.packb(wires[:2]), headers=voter.auth)
     assert r.status == 200
     assert [election.reply_from_wire(w).partition for w in msgpack.unpackb(r.body)] == [0, 1]
+
+
+def test_a_ballot_that_cannot_be_saved_grants_nothing_and_says_so(shared_cluster, topic: str) -> None:
+    """The voter cannot write its ballot file (a directory stands where its temporary file goes): the
+    votes message gets 500 ``storage_error`` naming the ballot, with no vote in it; once the file can be
+    written again the same voter answers votes."""
+    from ring.log.fsync import TMP_SUFFIX
+    from ring.replication.state import STATE_FILE
+
+    c = shared_cluster
+    assert c[0].http.create_topic(topic, partitions=1, replication_factor=3).status == 201
+    doc = c[0].http.describe(topic)["partitions"][0]
+    voter = next(m for m in c if m.name != doc["leader"])
+    candidate = next(m for m in c if m.name not in (doc["leader"], voter.name))
+    blocker = voter.local.data_dir / "topics" / topic / "0" / (STATE_FILE + TMP_SUFFIX)
+    ask = [election.VoteRequest(topic, 0, doc["epoch"] + 5, candidate.name, doc["epoch"] + 4, 1 << 40).to_wire()]
+    blocker.mkdir()
+    try:
+        r = voter.peer.post("/peer/v1/votes", body=msgpack.packb(ask), headers=voter.auth)
+        assert r.status == 500, (r.status, r.body)
+        body = r.json()
+        assert body["error"] == "storage_error" and "ballot" in body["message"], body
+        assert "no vote" in body["message"] and body["path"].endswith(STATE_FILE + TMP_SUFFIX), body
+    finally:
+        blocker.rmdir()
+    ask = [election.VoteRequest(topic, 0, doc["epoch"] + 6, candidate.name, doc["epoch"] + 4, 1 << 40,
+                                pre=True).to_wire()]
+    r = voter.peer.post("/peer/v1/votes", body=msgpack.packb(ask), headers=voter.auth)
+    assert r.status == 200, (r.status, r.body)
+    assert [election.reply_from_wire(w).partition for w in msgpack.unpackb(r.body)] == [0]

@@ -26,7 +26,8 @@ broker alone). Routes:
 * ``POST /peer/v1/votes``: (pre-)vote requests, a msgpack list of up to
   ``VOTES_PER_MESSAGE_MAX`` (``ring.replication.election``), judged in order;
   the answer is the list of votes, each saved before it is sent. A malformed
-  one refuses the whole message (400) before any is judged.
+  one refuses the whole message (400) before any is judged; a ballot the
+  voter cannot save answers 500 ``storage_error`` and grants nothing.
 * ``POST /peer/v1/transfer?topic=&partition=&epoch=``: the leader of that
   epoch asks this broker to take the partition over (stand at once).
 * ``POST /peer/v1/resync?topic=&partition=``: a follower that cut its log for
@@ -55,7 +56,7 @@ from ring.catalog import validate_topic_name
 from ring.cluster import forwards
 from ring.cluster import follower
 from ring.cluster.peers import H_BROKER, H_SECRET, H_WALL_MS
-from ring.errors import BadRequest, Overloaded, RingError, Unauthorized, Unavailable
+from ring.errors import BadRequest, Overloaded, RingError, StorageError, Unauthorized, Unavailable
 from ring.http_api import codec, ranges_api
 from ring.http_api import web as native
 from ring.http_api.keys import NODE_KEY
@@ -293,7 +294,11 @@ async def votes(request: web.Request) -> web.Response:
     if type(wire) is not list or not 1 <= len(wire) <= limits.VOTES_PER_MESSAGE_MAX:
         raise BadRequest(f"malformed votes: not a list of 1 to {limits.VOTES_PER_MESSAGE_MAX} vote requests")
     reqs = tuple(election.request_from_wire(w) for w in wire)  # all checked before any is judged
-    replies = _node(request).step(VoteRequested(reqs)).reply
+    try:
+        replies = _node(request).step(VoteRequested(reqs)).reply
+    except OSError as exc:  # a ballot (or an epoch) that could not be saved: no vote leaves unsaved
+        raise StorageError(f"could not save this broker's ballot ({exc.strerror or exc}); no vote is "
+                           "granted by this answer", path=str(exc.filename or "")) from None
     # (a candidate of the older release reads no newer reply)
     version = _node(request).membership.members.version_for(request.headers.get(H_BROKER))
     return web.Response(body=msgpack.packb([versions.vote_reply_wire(r, version) for r in replies],
