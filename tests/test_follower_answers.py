@@ -2,7 +2,8 @@
 (``ring.cluster.pump.BrokerEffects``): the persist starts the fsync, and each answer waits for it on the
 leader's answer link (``ring.cluster.follower.AnswerLink``), in order; a failed fsync closes the link with
 its answer unsent; an answer with nothing to wait for and nothing ahead leaves in the stepping task's turn.
-The fsync is a future the test resolves: the disk's part, stood in for."""
+The fsync is a future the test resolves: the disk's part, stood in for. On a real broker's peer port, a
+newer link from the same leader supersedes the older one."""
 
 from __future__ import annotations
 
@@ -135,3 +136,28 @@ async def test_an_answer_to_a_leader_with_no_link_open_is_dropped(tmp_path: Path
     await f.answers.send_ready()
     assert f.ws.sent == [] and not f.answers.queue
     await f.close()
+
+
+async def test_a_newer_link_from_the_same_leader_supersedes_the_older_one(shared_cluster) -> None:
+    """On a real broker's peer port: a second replication link under the same leader name takes the
+    leader's answers over; the first stops at its next frame, closed with that frame unanswered."""
+    import aiohttp
+
+    member = shared_cluster[1]
+    url = f"http://{member.local.host}:{member.peer_port}/peer/v1/replicate"
+    headers = {**member.auth, "Ring-Broker": "ring-superseded-test"}
+    frame = protocol.encode(protocol.Sync("no-such-topic", 0, 3, 0, 0, 0, 0, (), ("ring-superseded-test",)))
+
+    async def answer(ws: aiohttp.ClientWebSocketResponse) -> Any:
+        msg = await asyncio.wait_for(ws.receive(), 10)
+        return protocol.decode(msg.data, 1 << 20) if msg.type == aiohttp.WSMsgType.BINARY else msg.type
+
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, protocols=(protocol.SUBPROTOCOL,), headers=headers) as old:
+            await old.send_bytes(frame)
+            assert isinstance(await answer(old), protocol.Reject)  # (it holds no such partition)
+            async with session.ws_connect(url, protocols=(protocol.SUBPROTOCOL,), headers=headers) as new:
+                await old.send_bytes(frame)
+                assert await answer(old) in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+                await new.send_bytes(frame)
+                assert isinstance(await answer(new), protocol.Reject)
