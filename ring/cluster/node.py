@@ -176,6 +176,7 @@ class ClusterBroker(Broker):
                              on_gossip=self.membership.send, on_cluster=self._cluster_changed,
                              on_clock=self._clock_changed, wait_idle=self.commits.idle,
                              sync_soon=self.commits.sync_soon)
+        self.core.carries_writes = True  # (the pump carries out every Ready: replica state files go in them)
         for rep in self.replicas():  # damage recovery kept in a log opened before the pump ran
             if rep.damaged_at is not None:
                 self.damaged(rep, rep.damaged_at)

@@ -296,9 +296,10 @@ async def votes(request: web.Request) -> web.Response:
     reqs = tuple(election.request_from_wire(w) for w in wire)  # all checked before any is judged
     try:
         replies = _node(request).step(VoteRequested(reqs)).reply
-    except OSError as exc:  # a ballot (or an epoch) that could not be saved: no vote leaves unsaved
-        raise StorageError(f"could not save this broker's ballot ({exc.strerror or exc}); no vote is "
-                           "granted by this answer", path=str(exc.filename or "")) from None
+    except (OSError, StorageError) as exc:  # a ballot (or an epoch) that could not be saved: no vote leaves
+        why = exc.message if isinstance(exc, StorageError) else f"{exc.filename}: {exc.strerror or exc}"
+        raise StorageError(f"could not save this broker's ballot ({why}); no vote is granted by this answer") \
+            from None
     # (a candidate of the older release reads no newer reply)
     version = _node(request).membership.members.version_for(request.headers.get(H_BROKER))
     return web.Response(body=msgpack.packb([versions.vote_reply_wire(r, version) for r in replies],

@@ -32,6 +32,7 @@ under a seeded network, disk and clock.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from typing import Any, Callable, Iterable
 
@@ -48,7 +49,7 @@ from ring.node.members import Members, View
 from ring.node.ready import Ready
 from ring.node.route_steps import LINK_LOSS_GRACE_S, RouteSteps
 from ring.node.waiters import AckWaiters
-from ring.replication import steps
+from ring.replication import state, steps
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.node")
@@ -97,6 +98,11 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         self.closing = False
         self._now = 0.0  # of the step or tick running
         self._ready = Ready()
+        # Replica state files (ballots, epochs, voters) go in the Ready of the step that changed them
+        # once whoever steps the core carries every Ready out (its pump sets this): ``defer_state``.
+        self.carries_writes = False
+        self._stepping = False
+        self._states: dict[Replica, None] = {}
         self.load_extra: dict[str, Any] = {}  # the host's part of this broker's gossiped load (its ranges)
         self._handlers: dict[type, Callable[[float, Any], None]] = {
             msg.Appended: self._appended, msg.AwaitAcks: self._await_acks,
@@ -118,23 +124,31 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
 
     def step(self, now: float, message: Any) -> Ready:
         self._now, self._view = now, None
-        self._handlers[type(message)](now, message)
-        return self._take()
+        self._stepping = True
+        try:
+            self._handlers[type(message)](now, message)
+            return self._take()
+        finally:
+            self._stepping = False
 
     def tick(self, now: float, wall_ms: int | None = None) -> Ready:
         """``wall_ms``: the wall clock read together with ``now`` (a clock set meanwhile stops this
         broker's leading in this very tick)."""
         self._now, self._view = now, None
-        if wall_ms is not None:
-            self._observe_clock(now, wall_ms)
-        self.links.due(now)
-        self.acks.expire(now)
-        if now >= self._next_gossip:
-            self._next_gossip = now + GOSSIP_INTERVAL_S
-            self._gossip_round(now)
-        if now >= self._next_election_tick:
-            self._election_tick(now)
-        return self._take()
+        self._stepping = True
+        try:
+            if wall_ms is not None:
+                self._observe_clock(now, wall_ms)
+            self.links.due(now)
+            self.acks.expire(now)
+            if now >= self._next_gossip:
+                self._next_gossip = now + GOSSIP_INTERVAL_S
+                self._gossip_round(now)
+            if now >= self._next_election_tick:
+                self._election_tick(now)
+            return self._take()
+        finally:
+            self._stepping = False
 
     def _election_tick(self, now: float) -> None:
         view = self.view()
@@ -287,7 +301,21 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
             at = deadline
         probe = self.links.next_probe() if self.links.links else None
         ready.next_tick_at = probe if probe is not None and probe < at else at
+        if self._states:
+            for rep in self._states:
+                path, data = state.state_file(rep)
+                ready.add("write", (os.path.abspath(path), data))  # (a data directory may be relative)
+            self._states = {}
         return ready
+
+    def defer_state(self, rep: Replica) -> bool:
+        """Whether ``rep``'s state file goes in this step's Ready (``ring.replication.state.save_state``):
+        while the core steps, once its Readys are carried out (``carries_writes``); the file is written
+        once per step, as the step left the replica."""
+        if not (self._stepping and self.carries_writes):
+            return False
+        self._states[rep] = None
+        return True
 
     # --- registering replicas ---------------------------------------------------------------
 
@@ -295,6 +323,7 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         """A replica opened on this broker: its acknowledgements and high watermark run through the core."""
         rep.acks = self.acks
         rep.on_hw = self._hw_moved
+        rep.state_writes = self
 
     def _hw_moved(self, rep: Replica) -> None:
         if rep.is_leader:

@@ -6,11 +6,16 @@ message)``, and ticks it with ``NodeCore.tick(now)``; both return a
 (the one executor, which asserts the order), in this order:
 
 1. Already done inside the step, before it returned: log appends and cuts
-   (the log's own synchronous writes), ballots and voter sets (replaced
-   atomically, with an fsync).
-2. ``write``: replace each named file in the data directory with the bytes
-   given (atomically, with an fsync): membership's saved state and the
-   brokers this one removed (a removal is saved before it is gossiped).
+   (the log's own synchronous writes), and the replica state a cut or a new
+   epoch's start in the log depends on (a repair's vouched key, a winner's
+   record of its voters: saved before the log changes).
+2. ``write``: replace each named file with the bytes given (atomically,
+   with an fsync; a name is relative to the data directory, or absolute):
+   membership's saved state, the brokers this one removed (a removal is
+   saved before it is gossiped), and each replica state file the step
+   changed (ballots, epochs, voter sets: ``ring.replication.state``),
+   written once per step, before any vote, frame or answer that depends on
+   them leaves.
 3. ``persist``: make each listed log durable up to at least the given end
    (an fsync under ``--fsync always``; nothing to do under the other
    policies, which the core knows and never lists). Step ``Durable`` (or

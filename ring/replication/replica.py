@@ -55,7 +55,7 @@ class Replica:
                  "on_hw", "frozen", "damaged_at", "sums", "peer_start", "synced", "voters_seq", "voters_known",
                  "leaving", "vouched", "catalogue", "appends", "follower_starts", "start_waiters", "incarnation",
                  "incarnations", "renewed", "blank", "lost_state", "unclean_allowed", "unclean_once",
-                 "unclean_history")
+                 "unclean_history", "state_writes")
 
     def __init__(self, topic: str, index: int, plog: PartitionLog, self_name: str,
                  replicas: list[str] | None = None, epoch: int = 1, hw: int | None = None) -> None:
@@ -88,6 +88,9 @@ class Replica:
         # needed acknowledgements -> heap of (end, arrival, waiter); kept by ``acks`` (ring.node.waiters)
         self.ack_waiters: dict[int, list[tuple[int, int, Any]]] = {}
         self.acks: Any = None  # the node core's AckWaiters, told when the durable ends move
+        # The node core, which writes this replica's state file in the Ready of the step that changed it
+        # (``ring.replication.state.save_state``); None: written at once.
+        self.state_writes: Any = None
         self.sums: object | None = None  # anti-entropy's digests of this log (ring.repair), dropped when cut
         self.on_hw: Callable[[Replica], None] | None = None  # told when hw moves (leaders tell followers)
         self.frozen = False  # a leader handing its partition over takes no new appends

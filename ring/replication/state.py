@@ -1,7 +1,8 @@
 """What a partition replica keeps beside its log for elections: ``replica-state`` in its directory.
 
 JSON, replaced atomically with an fsync (``save_state``) before any answer that depends on it
-(``ring.replication.steps`` keeps that order): the ballot (epoch and vote), the voter set, the log
+(``ring.replication.steps`` keeps that order; inside a node core's step the file is a write of that
+step's Ready, which its executor carries out first): the ballot (epoch and vote), the voter set, the log
 key a replica vouches for after a cut (``Replica.vouched``), each voter's incarnation as recorded
 (``Replica.incarnations``), whether the replica's own state was lost and it has not caught up
 since (``Replica.blank``), and the unclean elections it won (``Replica.unclean_history``). A record of incarnations absent (a new partition, or a file an older
@@ -79,7 +80,21 @@ def voting_here(topic_dir: Path, name: str, partitions: int) -> list[int]:
     return sorted(p for p in found if p < partitions and name in (load_state(topic_dir / str(p))[1] or ()))
 
 
-def save_state(rep: Replica) -> None:
+def save_state(rep: Replica, before_log_changes: bool = False) -> None:
+    """Save ``rep``'s state: in the Ready of the node core's step that changed it, when the core is
+    stepping and its Readys are carried out (the executor writes files before anything that Ready
+    sends or answers, ``ring.node.executor``); at once otherwise (a replica being opened), and at once
+    when the step goes on to change the log on the strength of it (``before_log_changes``: a crash
+    between the two must find the state saved)."""
+    writes = rep.state_writes
+    if not before_log_changes and writes is not None and writes.defer_state(rep):
+        return
+    path, data = state_file(rep)
+    write_atomically(path, data)
+
+
+def state_file(rep: Replica) -> tuple[Path, bytes]:
+    """Where ``rep``'s state file goes, and what it holds now."""
     doc: dict = {"epoch": rep.epoch, "voted_for": rep.voted_for, "voters": rep.voters}
     if rep.vouched is not None:
         doc["vouched"] = list(rep.vouched)
@@ -89,4 +104,4 @@ def save_state(rep: Replica) -> None:
         doc["blank"] = True  # (a restart before it caught up must not make it whole)
     if rep.unclean_history:
         doc["unclean"] = rep.unclean_history
-    write_atomically(rep.log.directory / STATE_FILE, orjson.dumps(doc))
+    return rep.log.directory / STATE_FILE, orjson.dumps(doc)

@@ -431,12 +431,12 @@ def win(rep: Replica, epoch: int, voters_start: int = 0, learned: dict[str, str]
         return False
     if learned:  # incarnations of voters that elected it, not recorded before: recorded from now on
         rep.incarnations.update({v: i for v, i in learned.items() if v not in rep.incarnations})
-        save_state(rep)
+        save_state(rep, before_log_changes=True)  # (the log begins the epoch below)
     rep.unclean_once = False
     if unclean:  # elected with votes of voters that lost their state: what they alone held is gone
         rep.unclean_history.append({"epoch": epoch, "from_offset": rep.log.end_offset})
         del rep.unclean_history[:-limits.UNCLEAN_HISTORY_MAX]
-        save_state(rep)
+        save_state(rep, before_log_changes=True)
         log.error("%s/%d: %s leads epoch %d by an UNCLEAN election (with the votes of %s, which lost their "
                   "state): records any replica held at or past offset %d in an earlier epoch, acknowledged "
                   "or not, are lost", rep.topic, rep.index, rep.self_name, epoch, ",".join(sorted(unclean)),
@@ -463,7 +463,7 @@ def cut_damaged(rep: Replica) -> bool:
     had = rep.log.end_offset
     # What it acknowledged may be committed by its ack alone: its votes go on counting it (saved first).
     rep.vouched = rep.vote_key
-    save_state(rep)
+    save_state(rep, before_log_changes=True)
     bases = [b for b in rep.log.segment_bases() if b < rep.damaged_at]
     for base in [rep.damaged_at, *reversed(bases or [rep.log.start_offset])]:
         try:

@@ -96,6 +96,7 @@ class SimBroker:
         members = Members(me, self.seeds, random.Random(rng.random()))
         self.core = NodeCore(self.name, self.replica, self.replicas, self.interval_s is not None,
                              random.Random(rng.random()), members, self.incarnation)
+        self.core.carries_writes = True  # (every Ready is carried out: ``carry_out``)
         members.restore(*load_files(self.dir), self.world.now)
         self.reconcile(starting=True)
         gen = self.generation
