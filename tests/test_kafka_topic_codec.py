@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
 
 from ring.catalog import derived_id
+from ring.kafka_api import apis
 from ring.kafka_api import topic_codec as tc
 from ring.kafka_api.wire import Malformed, Reader
 
@@ -100,3 +101,9 @@ def test_a_create_that_lies_about_its_lengths_is_malformed(version):
     absurd = struct.pack(">i", 2**31 - 1) + whole[4:] if version < 5 else b"\xff\xff\xff\xff\x07" + whole[1:]
     with pytest.raises(Malformed):
         tc.read_create_topics(version, Reader(absurd))
+
+
+def test_the_served_ranges_and_their_flexible_versions():
+    assert apis.SERVED[tc.CREATE_TOPICS][:2] == (2, 7) and apis.SERVED[tc.DELETE_TOPICS][:2] == (1, 6)
+    assert [apis.flexible(tc.CREATE_TOPICS, v) for v in (4, 5)] == [False, True]
+    assert [apis.flexible(tc.DELETE_TOPICS, v) for v in (3, 4)] == [False, True]
