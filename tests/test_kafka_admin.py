@@ -160,3 +160,36 @@ def test_what_ring_cannot_create_is_answered_per_topic_with_kafkas_codes(ring):
         assert ring[0].http.get("/v1/topics/__offsets").status == 200
     finally:
         a.close()
+
+
+def test_timeout_ms_bounds_the_wait_for_leaders(tmp_path):
+    """Partitions of a topic with one replica placed on a broker that is down get no leader: a create
+    waits for them no longer than its timeout_ms (0: not at all), and is answered created."""
+    import time
+
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+    from ring import limits
+    from tests.test_kafka_groups import call
+
+    c = TestCluster(tmp_path, size=3, kafka=True).start()
+    try:
+        c[2].kill()
+        addr = ("127.0.0.1", int(c.kafka_bootstrap.split(",")[0].rpartition(":")[2]))
+        t = CreateTopicsRequest.CreatableTopic
+
+        def create(name: str, timeout_ms: int) -> tuple[float, list[int]]:
+            request = CreateTopicsRequest(topics=[t(name=name, num_partitions=6, replication_factor=1, assignments=[],
+                                                    configs=[])], timeout_ms=timeout_ms, validate_only=False)
+            started = time.monotonic()
+            answer = call(addr, request, 4, CreateTopicsResponse)
+            return time.monotonic() - started, [r.error_code for r in answer.topics]
+
+        took, codes = create("at-once", 0)
+        assert codes == [0] and took < 0.9, took
+        took, codes = create("a-second", 1000)
+        assert codes == [0] and 1.0 <= took < limits.LEADER_WAIT_MS / 1000 - 0.5, took
+        led = [p["leader"] for p in c[0].http.describe("a-second")["partitions"]]
+        assert None in led and c[2].name not in led  # (those placed on the broker that is down have none)
+    finally:
+        c.stop()
