@@ -193,3 +193,30 @@ def test_timeout_ms_bounds_the_wait_for_leaders(tmp_path):
         assert None in led and c[2].name not in led  # (those placed on the broker that is down have none)
     finally:
         c.stop()
+
+
+def test_a_topic_named_twice_too_many_topics_and_a_config_value_not_a_number_are_refused(ring):
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+    from ring import limits
+    from tests.test_kafka_groups import call
+
+    t = CreateTopicsRequest.CreatableTopic
+    c = t.CreatableTopicConfig
+    most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
+    topics = [t(name="twice", num_partitions=1, replication_factor=-1, assignments=[], configs=[])] * 2
+    topics += [t(name="not-a-number", num_partitions=1, replication_factor=-1, assignments=[],
+                 configs=[c(name="retention.ms", value="1e9")]),
+               t(name="given-twice", num_partitions=1, replication_factor=-1, assignments=[],
+                 configs=[c(name="retention.ms", value="60000"), c(name="retention.ms", value="70000")])]
+    topics += [t(name=f"many-{i}", num_partitions=1, replication_factor=-1, assignments=[], configs=[])
+               for i in range(most)]
+    addr = ("127.0.0.1", int(ring.kafka_bootstrap.split(",")[0].rpartition(":")[2]))
+    answer = call(addr, CreateTopicsRequest(topics=topics, timeout_ms=0, validate_only=True), 7, CreateTopicsResponse,
+                  flexible=True)
+    got = {r.name: r.error_code for r in answer.topics}
+    assert len(answer.topics) == len(got) == 3 + most  # one answer a name
+    assert (got["twice"], got["not-a-number"], got["given-twice"]) == (42, 40, 40)
+    # the bound counts the entries of the request: the 4 before these and the first most - 4 of these are served
+    assert [got[f"many-{i}"] for i in range(most)] == [0] * (most - 4) + [42] * 4
+    assert all(absent_everywhere(ring, name) for name in ("twice", "many-0"))  # (validate_only: nothing made)
