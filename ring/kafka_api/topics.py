@@ -14,6 +14,7 @@ created, as Kafka answers once creation is triggered).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable
 
 from ring import limits
@@ -157,7 +158,7 @@ def create_topics(broker: Any, version: int, r: Reader) -> Any:
 
     async def answer() -> bytes:
         deadline = broker.clock.monotonic() + max(0, req.timeout_ms) / 1000
-        names = [t.name for t in req.topics]
+        named = Counter(t.name for t in req.topics)
         most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
         results, answered = [], set()
         for i, t in enumerate(req.topics):
@@ -166,7 +167,7 @@ def create_topics(broker: Any, version: int, r: Reader) -> Any:
             answered.add(t.name)
             if i >= most:
                 results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, f"at most {most} topics a request"))
-            elif names.count(t.name) > 1:
+            elif named[t.name] > 1:
                 results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, "the topic is named more than once"))
             else:
                 results.append(await _create_one(broker, t, req.validate_only, deadline))
