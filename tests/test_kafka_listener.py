@@ -722,3 +722,16 @@ def test_a_producer_with_acks_all_rides_through_a_leaders_sigkill_losing_no_ackn
         assert {k: stored.get(k) for k in landed} == landed  # (a retry may have stored a record twice)
     finally:
         cluster.kill()
+
+
+def test_the_served_table_of_kafka_md_is_what_the_listener_serves():
+    import re
+    from pathlib import Path
+
+    from ring.kafka_api import apis
+
+    text = Path(__file__).resolve().parent.parent.joinpath("docs", "KAFKA.md").read_text()
+    table = text.split("## What is served", 1)[1].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| [A-Za-z]+ \| (\d+) \| (\d+)-(\d+) \|", table, re.M)
+    assert {int(key): (int(low), int(high)) for key, low, high in rows} == {
+        key: (low, high) for key, (low, high, _) in apis.SERVED.items()}
