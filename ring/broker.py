@@ -94,8 +94,8 @@ class BrokerHost(Protocol):
     def retained_elsewhere(self, part: Replica) -> bool:
         """Whether retention of ``part`` is applied by something else (its ranges: ring.ranges)."""
 
-    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        """Create a topic; its description."""
+    async def add_topic(self, cfg: TopicConfig, leaders_wait_ms: int = limits.LEADER_WAIT_MS) -> dict[str, Any]:
+        """Create a topic; its description, once its partitions have leaders or ``leaders_wait_ms`` passed."""
 
     async def change_topic(self, name: str, body: object, at_least: bool) -> dict[str, Any]:
         """Change a topic's settings; its description."""
@@ -219,9 +219,10 @@ class Broker:
 
     # --- topics ------------------------------------------------------------------
 
-    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
-        """Create a topic (the client API's POST /v1/topics)."""
-        return await self.host.add_topic(cfg)
+    async def add_topic(self, cfg: TopicConfig, leaders_wait_ms: int = limits.LEADER_WAIT_MS) -> dict[str, Any]:
+        """Create a topic (the client API's POST /v1/topics, Kafka's CreateTopics); answer once its
+        partitions have leaders or after ``leaders_wait_ms`` (0: once it is created, leaders or not)."""
+        return await self.host.add_topic(cfg, leaders_wait_ms)
 
     def _add_topic_local(self, cfg: TopicConfig) -> None:
         if cfg.name in self._deleting:

@@ -63,6 +63,14 @@ def check_not_internal(name: str, action: str) -> None:
                          "offsets); it may be read, not written, changed or deleted", topic=name)
 
 
+def check_replicas_placeable(cfg: TopicConfig, placed: int) -> None:
+    """BadRequest (Kafka's InvalidReplicationFactor) when a replication factor asked for is larger than the
+    ``placed`` brokers of the ring. (A factor left to its default is capped at the ring's size instead.)"""
+    if cfg.replication_factor > placed:
+        raise BadRequest(f"replication_factor {cfg.replication_factor} is larger than the {placed} broker(s) "
+                         "of the cluster", field="replication_factor", brokers=placed)
+
+
 def validate_topic_name(name: object) -> str:
     """The name if it is a safe topic name, else InvalidTopicName (400).
 

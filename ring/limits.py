@@ -777,6 +777,10 @@ KAFKA_FIND_COORDINATOR_KEYS_MAX = 64
 # client names the groups of one coordinator. The ids past it are answered
 # INVALID_REQUEST.
 KAFKA_GROUPS_PER_REQUEST_MAX = 64
+# Topics one CreateTopics or DeleteTopics names: each is a create or delete
+# gossiped to the cluster, one after the other; a tool names a few. Those
+# past it are answered INVALID_REQUEST.
+KAFKA_TOPICS_PER_REQUEST_MAX = 64
 
 
 def markdown_table() -> str:

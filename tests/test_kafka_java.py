@@ -2,7 +2,8 @@
 and consumer (``kafka-tools``, the tools Kafka's system tests drive; from Maven Central through
 ``ring.bench.kafka_tools``). The producer's acknowledged records are where it was told they are; a group
 of verifiable consumers rebalances as a member joins and leaves, commits what it consumed, and a member
-started again in the group resumes from the commits. A real 3-broker ring; one cluster for the module."""
+started again in the group resumes from the commits; Kafka's kafka-topics creates, lists and deletes a
+topic. A real 3-broker ring; one cluster for the module."""
 
 from __future__ import annotations
 
@@ -144,3 +145,27 @@ def test_a_java_group_rebalances_commits_and_resumes_from_its_commits(ring: Test
         again.stop()
     # started again in the group, it reads from the commits on: only what came since
     assert again.consumed() == {(p, o) for p, end in enumerate(ends()) for o in range(committed[p], end)}
+
+
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"  # what kafka-topics.sh runs
+
+
+def kafka_topics(c: TestCluster, cp: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["java", *JVM, "-cp", cp, TOPIC_COMMAND, "--bootstrap-server", c.kafka_bootstrap, *args],
+                          capture_output=True, text=True, timeout=RUN_S)
+
+
+def test_kafka_topics_creates_lists_and_deletes_a_topic(ring: TestCluster, tools: str) -> None:
+    """Kafka's own kafka-topics (the Java admin client's CreateTopics and DeleteTopics, at their highest versions)."""
+    made = kafka_topics(ring, tools, "--create", "--topic", "by-kafka-topics", "--partitions", "2",
+                        "--replication-factor", "3", "--config", "retention.ms=60000")
+    assert made.returncode == 0 and "Created topic by-kafka-topics." in made.stdout, made.stdout + made.stderr
+    doc = ring[2].http.describe("by-kafka-topics")
+    assert (len(doc["partitions"]), doc["replication_factor"], doc["retention_ms"]) == (2, 3, 60000)
+    again = kafka_topics(ring, tools, "--create", "--topic", "by-kafka-topics", "--partitions", "2")
+    assert again.returncode != 0 and "already exists" in again.stdout + again.stderr
+    listed = kafka_topics(ring, tools, "--list")
+    assert listed.returncode == 0 and "by-kafka-topics" in listed.stdout.split()
+    gone = kafka_topics(ring, tools, "--delete", "--topic", "by-kafka-topics")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert all(b.http.get("/v1/topics/by-kafka-topics").status == 404 for b in ring)

@@ -142,6 +142,35 @@ def test_hostile_frames_close_the_connection_and_the_listener_serves_on(kafka, h
         assert read_answer(s)[0] == 5
 
 
+def create_topics_body(version: int, name: str) -> bytes:
+    from kafka.protocol.admin import CreateTopicsRequest
+
+    t = CreateTopicsRequest.CreatableTopic
+    return bytes(CreateTopicsRequest(topics=[
+        t(name=name, num_partitions=2, replication_factor=-1, assignments=[],
+          configs=[t.CreatableTopicConfig(name="retention.ms", value="60000")])],
+        timeout_ms=1000, validate_only=False).encode(version=version))
+
+
+@pytest.mark.parametrize("version", [4, 5])  # the last classic version and the first flexible one
+def test_a_truncated_or_lying_create_topics_closes_the_connection_and_creates_nothing(kafka, version):
+    name = f"hostile-create-{version}"
+    whole = create_topics_body(version, name)
+    flexible = version >= 5
+    # The topics' count: a classic int32 or a compact (unsigned varint) one; 2**31 - 1 entries claimed.
+    absurd = (b"\xff\xff\xff\xff\x07" + whole[1:]) if flexible else struct.pack(">i", 2**31 - 1) + whole[4:]
+    for body in [whole[:cut] for cut in (0, 3, len(whole) // 2, len(whole) - 1)] + [absurd]:
+        with connect(kafka) as s:
+            s.sendall(frame(19, version, 3, body, flexible=flexible))
+            assert closed_by_broker(s)
+        assert kafka.http.get(f"/v1/topics/{name}").status == 404
+    with connect(kafka) as s:  # the whole body creates the topic those frames named: nothing else was wrong
+        s.sendall(frame(19, version, 4, whole, flexible=flexible))
+        corr, answer = read_answer(s)
+    assert corr == 4
+    assert kafka.http.describe(name)["retention_ms"] == 60000
+
+
 async def test_trickled_frames_hold_no_more_than_the_body_budget(tmp_path, monkeypatch):
     """Buffered frame bytes count in the broker's request body budget as they arrive: many clients
     each sending part of a large frame are closed once it is spent, and the rest of the broker serves."""
@@ -693,3 +722,16 @@ def test_a_producer_with_acks_all_rides_through_a_leaders_sigkill_losing_no_ackn
         assert {k: stored.get(k) for k in landed} == landed  # (a retry may have stored a record twice)
     finally:
         cluster.kill()
+
+
+def test_the_served_table_of_kafka_md_is_what_the_listener_serves():
+    import re
+    from pathlib import Path
+
+    from ring.kafka_api import apis
+
+    text = Path(__file__).resolve().parent.parent.joinpath("docs", "KAFKA.md").read_text()
+    table = text.split("## What is served", 1)[1].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| [A-Za-z]+ \| (\d+) \| (\d+)-(\d+) \|", table, re.M)
+    assert {int(key): (int(low), int(high)) for key, low, high in rows} == {
+        key: (low, high) for key, (low, high, _) in apis.SERVED.items()}

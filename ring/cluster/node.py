@@ -483,7 +483,7 @@ class ClusterPolicy:
         if self.node.core is not None:
             self.node.step(msg.ClockRead(self.node.clock.wall_ms()))
 
-    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]:
+    async def add_topic(self, cfg: TopicConfig, leaders_wait_ms: int = limits.LEADER_WAIT_MS) -> dict[str, Any]:
         node = self.node
         node.check_joined()
         assert node.membership is not None
@@ -497,16 +497,17 @@ class ClusterPolicy:
         node.membership.put_topic(cfg.name, cfg.to_json())
         await node._reconcile()
         await node.membership.announce()  # returns once live peers have opened their replicas
-        await self._elect_new_partitions(cfg)
+        await self._elect_new_partitions(cfg, leaders_wait_ms)
         return node.describe_topic(cfg.name)
 
-    async def _elect_new_partitions(self, cfg: TopicConfig) -> None:
-        """Stand now for the new partitions where this broker is first in line; return once all have leaders."""
+    async def _elect_new_partitions(self, cfg: TopicConfig, leaders_wait_ms: int = limits.LEADER_WAIT_MS) -> None:
+        """Stand now for the new partitions where this broker is first in line; return once all have leaders
+        or after ``leaders_wait_ms``."""
         node = self.node
         assert node.pump is not None and node.core is not None
         node.pump.carry_out(node.core.stand_now(node.clock.monotonic()))
         node.step(msg.Reprobe())
-        await node.pump.wait_for_leaders(cfg.name, cfg.partitions, limits.LEADER_WAIT_MS / 1000)
+        await node.pump.wait_for_leaders(cfg.name, cfg.partitions, leaders_wait_ms / 1000)
 
     async def change_topic(self, name: str, body: object, at_least: bool = False) -> dict[str, Any]:
         """Gossip a topic's changed settings; with more partitions, return once they have leaders."""

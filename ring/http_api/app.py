@@ -12,7 +12,7 @@ from typing import Any, Awaitable
 
 from ring import answer_budget, auth, limits
 from ring.broker import Broker
-from ring.catalog import TopicConfig, check_not_internal, validate_topic_name
+from ring.catalog import TopicConfig, check_not_internal, check_replicas_placeable, validate_topic_name
 from ring.cluster import unclean
 from ring.errors import BadRequest
 from ring.fetch import Fetch
@@ -93,11 +93,8 @@ async def create_topic(request: Request) -> Response:
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
     check_not_internal(cfg.name, "create")
     access.require(request, auth.ADMIN, [cfg.name])
-    placed = broker.brokers_placed()
-    if "replication_factor" in body and cfg.replication_factor > placed:
-        # Kafka's InvalidReplicationFactor. Left out, the factor is the default, capped at the ring's size.
-        raise BadRequest(f"replication_factor {cfg.replication_factor} is larger than the {placed} broker(s) "
-                         "of the cluster", field="replication_factor", brokers=placed)
+    if "replication_factor" in body:
+        check_replicas_placeable(cfg, broker.brokers_placed())
     return _json(await broker.add_topic(cfg), status=201)
 
 

@@ -6,8 +6,10 @@ coroutine when the broker must be awaited, a ``wire.Quiet`` for a request answer
 a produce goes through ``broker.intake`` (``produce.py``), a fetch through ``broker.fetch``, an
 offsets lookup through ``broker.offsets``. Errors of the broker are answered per partition with
 Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
-(``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). Only non-flexible
-versions are served, but for ApiVersions v3, FindCoordinator v3-4 and InitProducerId v2-5.
+(``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). CreateTopics and
+DeleteTopics are the broker's own topic create and delete (``topics.py``). Only non-flexible versions are
+served, but for ApiVersions v3, FindCoordinator v3-4, InitProducerId v2-5, CreateTopics v5-7 and
+DeleteTopics v4-6.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce, producer_ids
+from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce, producer_ids, topic_codec, topics
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -33,7 +35,8 @@ class NotServed(RingError):
 
 # The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
 FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3,
-                 INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, **group_codec.FLEXIBLE_FROM}
+                 INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, **group_codec.FLEXIBLE_FROM,
+                 **topic_codec.FLEXIBLE_FROM}
 
 
 def flexible(api_key: int, api_version: int) -> bool:
@@ -72,6 +75,7 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     API_VERSIONS: (0, 3, api_versions),
     INIT_PRODUCER_ID: (*producer_ids.VERSIONS, producer_ids.handle),
     **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
+    **{key: (*topic_codec.VERSIONS[key], handler) for key, handler in topics.HANDLERS.items()},
 }
 
 

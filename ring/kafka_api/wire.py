@@ -69,6 +69,10 @@ class Reader:
     def boolean(self) -> bool:
         return self.int8() != 0
 
+    def uuid(self) -> bytes:
+        """A UUID: 16 bytes (Kafka's topic ids)."""
+        return bytes(self._take(16))
+
     def uvarint(self, bits: int = 32) -> int:
         value = shift = 0
         buf, pos, end = self.buf, self.pos, self.end

@@ -1,0 +1,222 @@
+"""Kafka's topic admin APIs through ring's Kafka listener (ring.kafka_api.topics: CreateTopics, DeleteTopics):
+confluent-kafka's (librdkafka's) ``AdminClient`` and kafka-python's ``KafkaAdminClient``, unchanged, on a real
+3-broker ring, each broker with its own listener; what they create and delete is seen over HTTP."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from ring.kafka_api.topic_codec import topic_id_bytes
+from tests.brokers import TestCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    c = TestCluster(tmp_path_factory.mktemp("ktopics"), size=3, kafka=True).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(ring: TestCluster) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": ring.kafka_bootstrap})
+
+
+def error_of(future: Any) -> Any:
+    """The KafkaError an admin future failed with (None: it succeeded)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        future.result(timeout=30)
+    except KafkaException as exc:
+        return exc.args[0]
+    return None
+
+
+def absent_everywhere(ring: TestCluster, name: str) -> bool:
+    return all(b.http.get(f"/v1/topics/{name}").status == 404 for b in ring)
+
+
+def test_confluent_creates_a_topic_http_sees_and_a_produce_right_after_is_acknowledged(ring, admin):
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import NewTopic
+
+    new = NewTopic("made-by-kafka", num_partitions=3, replication_factor=3, config={"retention.ms": "3600000"})
+    # (operation_timeout left at librdkafka's 0: answered once the topic is created, its leaders or not)
+    assert error_of(admin.create_topics([new])["made-by-kafka"]) is None
+    for b in ring:  # the create is answered once every live broker has the topic
+        doc = b.http.describe("made-by-kafka")
+        assert (len(doc["partitions"]), doc["replication_factor"], doc["retention_ms"]) == (3, 3, 3600000)
+
+    delivered: list[tuple[int, int]] = []
+    producer = Producer({"bootstrap.servers": ring.kafka_bootstrap, "acks": "all"})
+    producer.produce("made-by-kafka", key=b"k-1", value=b"first",
+                     on_delivery=lambda err, msg: delivered.append((msg.partition(), msg.offset())) if err is None
+                     else pytest.fail(str(err)))
+    assert producer.flush(30) == 0
+    [(p, offset)] = delivered
+    r = ring[1].http.fetch("made-by-kafka", p, offset=offset)
+    assert r.status == 200, r.body
+    assert [(rec["key"], rec["value"]) for rec in r.json()["records"]] == [("k-1", "first")]
+
+    again = error_of(admin.create_topics([NewTopic("made-by-kafka", num_partitions=1)])["made-by-kafka"])
+    assert again.code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert len(ring[0].http.describe("made-by-kafka")["partitions"]) == 3  # unchanged
+
+
+def test_confluent_unknown_config_and_validate_only_create_nothing(ring, admin):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    bad = NewTopic("bad-config", num_partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+    err = error_of(admin.create_topics([bad])["bad-config"])
+    assert err.code() == KafkaError.INVALID_CONFIG and "message.timestamp.type" in err.str()
+    assert absent_everywhere(ring, "bad-config")
+
+    checked = NewTopic("only-checked", num_partitions=2, config={"retention.ms": "60000"})
+    assert error_of(admin.create_topics([checked], validate_only=True)["only-checked"]) is None
+    assert absent_everywhere(ring, "only-checked")
+    over = NewTopic("only-checked", num_partitions=2, replication_factor=4)  # more replicas than brokers
+    err = error_of(admin.create_topics([over], validate_only=True)["only-checked"])
+    assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR
+    assert absent_everywhere(ring, "only-checked")
+
+
+def test_confluent_deletes_a_topic_and_a_missing_one_is_unknown(ring, admin):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    assert error_of(admin.create_topics([NewTopic("doomed", num_partitions=2)], operation_timeout=10)["doomed"]) is None
+    assert ring[2].http.get("/v1/topics/doomed").status == 200
+    assert error_of(admin.delete_topics(["doomed"], operation_timeout=10)["doomed"]) is None
+    assert absent_everywhere(ring, "doomed")
+    err = error_of(admin.delete_topics(["doomed"])["doomed"])
+    assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_kafka_python_creates_with_an_id_and_deletes_by_it(ring):
+    """kafka-python negotiates the highest versions (CreateTopics v7, DeleteTopics v6: flexible, with ids)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError
+
+    a = KafkaAdminClient(bootstrap_servers=ring.kafka_bootstrap.split(","), request_timeout_ms=30000)
+    try:
+        result = a.create_topics({"kp-topic": {"num_partitions": 2, "replication_factor": 2,
+                                               "configs": {"retention.bytes": "1048576",
+                                                           "compression.type": "zstd"}}}, timeout_ms=10000)
+        [t] = result["topics"]
+        assert (t["name"], t["error_code"], t["num_partitions"], t["replication_factor"]) == ("kp-topic", 0, 2, 2)
+        assert t["configs"]["retention.bytes"]["value"] == "1048576"
+        doc = ring[1].http.describe("kp-topic")
+        assert (len(doc["partitions"]), doc["replication_factor"], doc["retention_bytes"], doc["compression"]) == (
+            2, 2, 1048576, "zstd")
+        topic_id = uuid.UUID(t["topic_id"])
+        assert topic_id == uuid.UUID(bytes=topic_id_bytes(doc["id"]))  # ring's topic id, as a Kafka UUID
+        with pytest.raises(TopicAlreadyExistsError):
+            a.create_topics({"kp-topic": {"num_partitions": 2}})
+
+        deleted = a.delete_topics([topic_id], timeout_ms=10000)
+        assert [(d["name"], d["error_code"]) for d in deleted["topics"]] == [("kp-topic", 0)]
+        assert absent_everywhere(ring, "kp-topic")
+        gone = a.delete_topics([topic_id, "kp-topic"], raise_errors=False)
+        assert [d["error_code"] for d in gone["topics"]] == [100, 3]  # UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        a.close()
+
+
+def test_what_ring_cannot_create_is_answered_per_topic_with_kafkas_codes(ring):
+    from kafka import KafkaAdminClient
+
+    a = KafkaAdminClient(bootstrap_servers=ring.kafka_bootstrap.split(","), request_timeout_ms=30000)
+    asked = {
+        "zero-parts": ({"num_partitions": 0}, 37),  # INVALID_PARTITIONS
+        "four-copies": ({"replication_factor": 4}, 38),  # INVALID_REPLICATION_FACTOR
+        "placed-by-hand": ({"assignments": {0: [1, 2]}}, 42),  # INVALID_REQUEST: ring places by its ring
+        "__offsets": ({}, 17),  # INVALID_TOPIC_EXCEPTION: internal
+        "bad/name": ({}, 17),
+        "zero-retention": ({"configs": {"retention.ms": "0"}}, 40),  # INVALID_CONFIG: ring's range
+        "gzip-stored": ({"configs": {"compression.type": "gzip"}}, 40),
+        "compacted": ({"configs": {"cleanup.policy": "compact"}}, 40),
+    }
+    try:
+        result = a.create_topics({name: spec for name, (spec, _) in asked.items()}, raise_errors=False)
+        got = {t["name"]: (t["error_code"], t["error_message"]) for t in result["topics"]}
+        assert {name: code for name, (code, _) in got.items()} == {name: code for name, (_, code) in asked.items()}
+        assert "token ring" in got["placed-by-hand"][1] and "retention.ms" in got["zero-retention"][1]
+        for name in asked:
+            if name != "__offsets" and "/" not in name:
+                assert absent_everywhere(ring, name), name
+        a.describe_groups(["any-group"])  # finding its coordinator makes the groups' internal topic
+        assert ring[0].http.get("/v1/topics/__offsets").status == 200
+        refused = a.delete_topics(["__offsets"], raise_errors=False)
+        assert [d["error_code"] for d in refused["topics"]] == [17]
+        assert ring[0].http.get("/v1/topics/__offsets").status == 200
+    finally:
+        a.close()
+
+
+def test_timeout_ms_bounds_the_wait_for_leaders(tmp_path):
+    """Partitions of a topic with one replica placed on a broker that is down get no leader: a create
+    waits for them no longer than its timeout_ms (0: not at all), and is answered created."""
+    import time
+
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+    from ring import limits
+    from tests.test_kafka_groups import call
+
+    c = TestCluster(tmp_path, size=3, kafka=True).start()
+    try:
+        c[2].kill()
+        addr = ("127.0.0.1", int(c.kafka_bootstrap.split(",")[0].rpartition(":")[2]))
+        t = CreateTopicsRequest.CreatableTopic
+
+        def create(name: str, timeout_ms: int) -> tuple[float, list[int]]:
+            request = CreateTopicsRequest(topics=[t(name=name, num_partitions=6, replication_factor=1, assignments=[],
+                                                    configs=[])], timeout_ms=timeout_ms, validate_only=False)
+            started = time.monotonic()
+            answer = call(addr, request, 4, CreateTopicsResponse)
+            return time.monotonic() - started, [r.error_code for r in answer.topics]
+
+        took, codes = create("at-once", 0)
+        assert codes == [0] and took < 0.9, took
+        took, codes = create("a-second", 1000)
+        assert codes == [0] and 1.0 <= took < limits.LEADER_WAIT_MS / 1000 - 0.5, took
+        led = [p["leader"] for p in c[0].http.describe("a-second")["partitions"]]
+        assert None in led and c[2].name not in led  # (those placed on the broker that is down have none)
+    finally:
+        c.stop()
+
+
+def test_a_topic_named_twice_too_many_topics_and_a_config_value_not_a_number_are_refused(ring):
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+    from ring import limits
+    from tests.test_kafka_groups import call
+
+    t = CreateTopicsRequest.CreatableTopic
+    c = t.CreatableTopicConfig
+    most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
+    topics = [t(name="twice", num_partitions=1, replication_factor=-1, assignments=[], configs=[])] * 2
+    topics += [t(name="not-a-number", num_partitions=1, replication_factor=-1, assignments=[],
+                 configs=[c(name="retention.ms", value="1e9")]),
+               t(name="given-twice", num_partitions=1, replication_factor=-1, assignments=[],
+                 configs=[c(name="retention.ms", value="60000"), c(name="retention.ms", value="70000")])]
+    topics += [t(name=f"many-{i}", num_partitions=1, replication_factor=-1, assignments=[], configs=[])
+               for i in range(most)]
+    addr = ("127.0.0.1", int(ring.kafka_bootstrap.split(",")[0].rpartition(":")[2]))
+    answer = call(addr, CreateTopicsRequest(topics=topics, timeout_ms=0, validate_only=True), 7, CreateTopicsResponse,
+                  flexible=True)
+    got = {r.name: r.error_code for r in answer.topics}
+    assert len(answer.topics) == len(got) == 3 + most  # one answer a name
+    assert (got["twice"], got["not-a-number"], got["given-twice"]) == (42, 40, 40)
+    # the bound counts the entries of the request: the 4 before these and the first most - 4 of these are served
+    assert [got[f"many-{i}"] for i in range(most)] == [0] * (most - 4) + [42] * 4
+    assert all(absent_everywhere(ring, name) for name in ("twice", "many-0"))  # (validate_only: nothing made)
