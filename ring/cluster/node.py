@@ -493,12 +493,27 @@ class ClusterPolicy:
             raise Conflict(f"topic {cfg.name!r} already exists", topic=cfg.name)
         if len(node.catalog) >= limits.TOPICS_MAX:
             raise Conflict(f"the cluster already holds the maximum of {limits.TOPICS_MAX} topics")
+        await self._unclaimed(cfg.name)
         cfg = versions.new_topic(cfg, node.membership.members.protocol_version(), node.rng)  # (the simulation's seed)
         node.membership.put_topic(cfg.name, cfg.to_json())
         await node._reconcile()
         await node.membership.announce()  # returns once live peers have opened their replicas
         await self._elect_new_partitions(cfg, leaders_wait_ms)
         return node.describe_topic(cfg.name)
+
+    async def _unclaimed(self, name: str) -> None:
+        """Return once no live broker's gossip claims to lead a partition of a topic named ``name``: a topic
+        of that name deleted a moment ago is claimed by its leaders until they hear of the delete, and a new
+        topic's elections and routing would take those claims for its own. Unavailable after LEADER_WAIT_MS."""
+        node = self.node
+        assert node.pump is not None
+        deadline = node.clock.monotonic() + limits.LEADER_WAIT_MS / 1000
+        while claimants := node.core.claimants(name):
+            remaining = deadline - node.clock.monotonic()
+            if remaining <= 0:
+                raise Unavailable(f"topic {name!r} was deleted a moment ago and {', '.join(claimants)} still claim "
+                                  "to lead its partitions; retry", topic=name, claimed_by=claimants)
+            await node.pump.changed(min(remaining, limits.ELECTION_TICK_MS / 1000))
 
     async def _elect_new_partitions(self, cfg: TopicConfig, leaders_wait_ms: int = limits.LEADER_WAIT_MS) -> None:
         """Stand now for the new partitions where this broker is first in line; return once all have leaders

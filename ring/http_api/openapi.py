@@ -287,7 +287,9 @@ def _topic_paths() -> dict[str, Any]:
             "post": {"summary": "Create a topic", "operationId": "createTopic",
                      "requestBody": {"required": True, "content": {"application/json": {"schema": _TOPIC_CONFIG}}},
                      "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
-                                   "400": _BAD, "409": _err("the topic exists")}},
+                                   "400": _BAD, "409": _err("the topic exists"),
+                                   "503": _err("a topic of that name is still being deleted (its files, or its "
+                                               "leaders' claims in gossip); retry")}},
         },
         "/v1/topics/{topic}": {
             "parameters": [_TOPIC],

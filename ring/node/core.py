@@ -504,6 +504,11 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         best = leaders.leader_from_claims(view.claims(), (topic, partition), view.alive)
         return best[0] if best is not None else None
 
+    def claimants(self, topic: str) -> list[str]:
+        """The live brokers whose gossip says they lead a partition of a topic named ``topic``."""
+        view = self.view()
+        return sorted(b for b, leads in view.claims().items() if view.alive(b) and any(t == topic for t, _ in leads))
+
     def stand_now(self, now: float) -> Ready:
         """Tick the elections at once (a topic was just created: its first leaders)."""
         self._next_election_tick = now
