@@ -7,6 +7,7 @@ import asyncio
 import socket
 import time
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -397,6 +398,14 @@ def test_the_wait_a_refusal_asks_for() -> None:
     assert retry_after_s(reply(429, "overloaded", "-5")) == 0.0
     assert retry_after_s(reply(429, "overloaded", "inf")) == 0.0
     assert retry_after_s(reply(400, "bad_request", "3")) == 0.0
+
+    def quota(retry_after: str | None, retry_after_ms: object) -> Reply:
+        body = orjson.dumps({"error": "quota_exceeded", "message": "m", "retry_after_ms": retry_after_ms})
+        return Reply(429, {} if retry_after is None else {"Retry-After": retry_after}, body, "http://b")
+
+    assert retry_after_s(quota(None, 2500)) == 2.5  # the body alone
+    assert retry_after_s(quota("3", 2500)) == 3.0 and retry_after_s(quota("1", 2500)) == 2.5  # the larger
+    assert retry_after_s(quota("2", "soon")) == 2.0 and retry_after_s(quota("2", True)) == 2.0
 
 
 async def test_a_group_consumer_with_no_broker_raises_once_its_retry_time_is_spent() -> None:

@@ -122,18 +122,21 @@ def classify(status: int, code: str) -> str:
 
 
 def retry_after_s(reply: Reply) -> float:
-    """Seconds a 429 asked the client to wait before asking again (its ``Retry-After``, in seconds as
-    ring's brokers send it), 0 without one. A 429 is a refusal for load or for the token's quota, and
+    """Seconds a 429 asked the client to wait before asking again: the larger of its ``Retry-After``
+    (in seconds, as ring's brokers send it) and its body's ``retry_after_ms``, 0 without either. A 429 is a refusal for load or for the token's quota, and
     says how long: asked sooner, the broker would refuse again. A 503's Retry-After is a generic second
     (a leader moving, too few replicas, a broker starting) that the client's own pause, following the
     leader through its metadata, already covers."""
-    raw = reply.headers.get(H_RETRY_AFTER) if reply.status == 429 else None
-    if raw is None:
+    if reply.status != 429:
         return 0.0
+    raw = reply.headers.get(H_RETRY_AFTER)
     try:
-        wait_s = float(raw)
+        header_s = float(raw) if raw is not None else 0.0
     except ValueError:  # an HTTP date: no broker of ring sends one
-        return 0.0
+        header_s = 0.0
+    body_ms = reply.error_doc().get("retry_after_ms")  # a quota's refusal: the header rounded up to seconds
+    body_s = body_ms / 1000 if isinstance(body_ms, (int, float)) and not isinstance(body_ms, bool) else 0.0
+    wait_s = max(w for w in (header_s, body_s) if w == w)  # the larger of the two, NaN left out
     return wait_s if 0 < wait_s < float("inf") else 0.0
 
 
