@@ -15,6 +15,7 @@ one worker, so one SparkSession is started, not one per worker.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -31,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if worker and count:  # gw0, gw1 ...
         os.environ[PORT_SLICE_ENV] = f"{int(worker.removeprefix('gw'))}/{count}"
+    # A suite started in the background of a shell without job control inherits SIGINT ignored, and so
+    # would every command a test starts, whose Ctrl-C tests would then wait in vain: Python's own handler.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -11,6 +11,7 @@ import pytest
 
 from ring.kafka_api.topic_codec import topic_id_bytes
 from tests.brokers import TestCluster
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,7 @@ def test_confluent_deletes_a_topic_and_a_missing_one_is_unknown(ring, admin):
     assert error_of(admin.create_topics([NewTopic("doomed", num_partitions=2)], operation_timeout=10)["doomed"]) is None
     assert ring[2].http.get("/v1/topics/doomed").status == 200
     assert error_of(admin.delete_topics(["doomed"], operation_timeout=10)["doomed"]) is None
-    assert absent_everywhere(ring, "doomed")
+    wait_for("the delete known everywhere", lambda: absent_everywhere(ring, "doomed"), 30)  # (gossip takes it)
     err = error_of(admin.delete_topics(["doomed"])["doomed"])
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
@@ -124,7 +125,7 @@ def test_kafka_python_creates_with_an_id_and_deletes_by_it(ring):
 
         deleted = a.delete_topics([topic_id], timeout_ms=10000)
         assert [(d["name"], d["error_code"]) for d in deleted["topics"]] == [("kp-topic", 0)]
-        assert absent_everywhere(ring, "kp-topic")
+        wait_for("the delete known everywhere", lambda: absent_everywhere(ring, "kp-topic"), 30)
         gone = a.delete_topics([topic_id, "kp-topic"], raise_errors=False)
         assert [d["error_code"] for d in gone["topics"]] == [100, 3]  # UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
     finally:
