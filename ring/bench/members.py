@@ -130,12 +130,12 @@ class Host:
             time.sleep(0.2)
         raise RuntimeError(f"{self.n} members not up; log: {self.log.read_text(errors='replace')[-600:]}")
 
-    def forwarded(self) -> int:
-        return sum(_get(p, "/v1/status").get("produces_forwarded", 0) for p in self.member_ports)
-
-    def refused(self) -> int:
-        """Requests the members' admission control refused for load (429 ``overloaded``), all reasons."""
-        return sum(sum(_get(p, "/v1/status")["admission"]["refused"].values()) for p in self.member_ports)
+    def counts(self) -> tuple[int, int]:
+        """Produces the members forwarded, and requests their admission control refused for load (429
+        ``overloaded``, all reasons), from one status of each member."""
+        docs = [_get(p, "/v1/status") for p in self.member_ports]
+        return (sum(d.get("produces_forwarded", 0) for d in docs),
+                sum(sum(d["admission"]["refused"].values()) for d in docs))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -170,10 +170,11 @@ def _measure(host: Host, workdir: Path, rpr: int, mode: str, seconds: float) -> 
         path = f'local path = "/v1/topics/bench/messages?partition=" .. (n % {PARTITIONS})'
         targets = [(f"http://127.0.0.1:{host.port}/v1/topics/bench/messages", CONNECTIONS)]
     script.write_text(_WRK_SCRIPT.format(mode=mode, body=body, path=path))
-    before, refused = host.forwarded(), host.refused()
+    forwarded, refused = host.counts()
     res = _wrk(targets, script, seconds)
-    res["forwarded"] = (host.forwarded() - before) / res["requests"] if res["requests"] else None
-    res["refused"] = host.refused() - refused  # (a loaded machine's loop lags: refusals, not errors)
+    forwarded_after, refused_after = host.counts()
+    res["forwarded"] = (forwarded_after - forwarded) / res["requests"] if res["requests"] else None
+    res["refused"] = refused_after - refused  # (a loaded machine's loop lags: refusals, not errors)
     res["rec_s"] = res["req_s"] * rpr
     return res
 
