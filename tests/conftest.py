@@ -4,7 +4,8 @@
 their own topics; ``make_broker`` starts private ones (killed, restarted or
 configured differently), stopped at the end of the test whatever happens.
 ``shared_cluster`` and ``make_cluster`` do the same for 3-broker clusters
-(started once every broker sees every other one up).
+(started once every broker sees every other one up); ``kafka_cluster`` is a
+shared one whose brokers also serve Kafka's protocol.
 
 Under pytest-xdist (``make test`` runs two workers) each worker picks listening
 ports from its own slice of the range (``ring.localcluster.PORT_SLICE_ENV``,
@@ -119,6 +120,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBroker]:
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
     """Three gossiping brokers for the whole session: for tests that neither kill nor pause one."""
     c = TestCluster(tmp_path_factory.mktemp("shared-cluster"), 3, args=["--fsync", "interval:100"])
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    """Three gossiping brokers, each with a Kafka listener, for the whole session: for the Kafka client
+    modules, each with topic and group names of its own, none of which kills, pauses or restarts one."""
+    c = TestCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, kafka=True)
     c.start()
     try:
         yield c

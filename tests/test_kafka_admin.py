@@ -5,7 +5,7 @@ confluent-kafka's (librdkafka's) ``AdminClient`` and kafka-python's ``KafkaAdmin
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -17,10 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("ktopics"), size=3, kafka=True).start()
-    yield c
-    c.stop()
+def ring(kafka_cluster: TestCluster) -> TestCluster:
+    return kafka_cluster
 
 
 @pytest.fixture(scope="module")

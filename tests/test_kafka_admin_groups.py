@@ -21,10 +21,8 @@ TOPIC, GROUP = "adm", "adm-group"
 
 
 @pytest.fixture(scope="module")
-def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("kadmin"), size=3, kafka=True).start()
-    yield c
-    c.stop()
+def ring(kafka_cluster: TestCluster) -> TestCluster:
+    return kafka_cluster
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ ring; one cluster for the module."""
 from __future__ import annotations
 
 import asyncio
-from typing import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -20,12 +19,11 @@ WAIT_S = 40.0
 
 
 @pytest.fixture(scope="module")
-def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("aiokafka"), size=3, kafka=True).start()
+def ring(kafka_cluster: TestCluster) -> TestCluster:
+    c = kafka_cluster
     r = c[0].http.post("/v1/topics", json_body={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3})
     assert r.status == 201, r.body
-    yield c
-    c.stop()
+    return c
 
 
 async def produce(c: TestCluster, first: int, n: int) -> dict[tuple[int, int], bytes]:

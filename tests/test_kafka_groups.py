@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -21,10 +22,8 @@ PARTITIONS, FIRST = 4, 10  # FIRST records in each partition before any commit
 
 
 @pytest.fixture(scope="module")
-def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("kgroups"), size=3, kafka=True).start()
-    yield c
-    c.stop()
+def ring(kafka_cluster: TestCluster) -> TestCluster:
+    return kafka_cluster
 
 
 def produce(c: TestCluster, counts: dict[int, int], topic: str) -> None:
@@ -266,11 +265,20 @@ def test_a_kafka_join_to_a_group_of_ring_consumers_is_refused(ring):
     assert [m["member"] for m in describe(ring, "ring-group")["members"]] == ["c"]
 
 
-def test_a_consumer_follows_its_group_to_a_new_coordinator_when_the_old_one_dies(ring):
-    """Last in the module: it kills a broker. The membership is the coordinator's alone; the committed offsets
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[TestCluster]:
+    """A cluster of the test's own, for a test that kills a broker."""
+    c = TestCluster(tmp_path, size=3, kafka=True).start()
+    yield c
+    c.kill()
+
+
+def test_a_consumer_follows_its_group_to_a_new_coordinator_when_the_old_one_dies(own):
+    """On a cluster of its own: it kills a broker. The membership is the coordinator's alone; the committed offsets
     are in __offsets, so the consumer joins again at the new coordinator and goes on from its commits."""
     from confluent_kafka import KafkaException, TopicPartition
 
+    ring = own
     topic, group = "fo", "fo-group"
     assert ring[0].http.create_topic(topic, partitions=2).status == 201
     produce(ring, {0: 5, 1: 5}, topic)

@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -36,12 +36,11 @@ def tools() -> str:
 
 
 @pytest.fixture(scope="module")
-def ring(tools: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("java"), size=3, kafka=True).start()
+def ring(tools: str, kafka_cluster: TestCluster) -> TestCluster:
+    c = kafka_cluster
     r = c[0].http.post("/v1/topics", json_body={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3})
     assert r.status == 201, r.body
-    yield c
-    c.stop()
+    return c
 
 
 def events(out: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import IO, Iterator
+from typing import IO
 
 import msgpack
 import pytest
@@ -25,11 +25,9 @@ FORMAT = "%p|%o|%k|%s|%h\\n"  # partition, offset, key, value, headers (name=val
 
 
 @pytest.fixture(scope="module")
-def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+def ring(kafka_cluster: TestCluster) -> TestCluster:
     require(None if KCAT else "kcat is not installed (Debian package kcat)")
-    c = TestCluster(tmp_path_factory.mktemp("kcat"), size=3, kafka=True).start()
-    yield c
-    c.stop()
+    return kafka_cluster
 
 
 def topic(c: TestCluster, name: str, partitions: int = 2) -> str:
