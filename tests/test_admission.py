@@ -155,3 +155,34 @@ def test_the_client_waits_the_retry_after_a_quota_gives_and_stores_each_record_o
     assert throttled == {"produce": n - 1, "fetch": n - 1}, throttled
     # Each of those waited at least the Retry-After it was given, which is at least 1 s.
     assert produced_s >= n - 1 and fetched_s >= n - 1, (produced_s, fetched_s)
+
+
+def test_a_call_whose_last_attempt_was_refused_for_quota_fails_as_that_refusal(
+        make_broker, tmp_path: Path, topic: str) -> None:
+    """When the wait a quota asks for runs past a call's deadline, the client's produce and fetch fail
+    with ``QuotaExceeded`` carrying the wait (the broker is up and asked for less), never with
+    ``BrokersUnavailable``, which says no broker did it; the refused record is not stored."""
+    from ring.client import BrokersUnavailable, Client
+    from ring.errors import QuotaExceeded
+
+    rate, size = 1000, 20_000  # one record leaves a debt of about 19 s, past every deadline below
+    tokens = tmp_path / "tokens"
+    _tokens(tokens, [f"produce_bytes_per_s={rate}", f"fetch_bytes_per_s={rate}"], [])
+    b = make_broker("--auth-tokens", str(tokens))
+    admin = b.http.with_token("t-admin")
+    assert admin.create_topic(topic, partitions=1).status == 201
+    with Client(b.url, token="t-alice", linger_ms=0, delivery_timeout_s=3, retry_timeout_s=3) as client:
+        assert client.produce(topic, "a" * size, partition=0).result(timeout=30).offset == 0
+        refused = client.produce(topic, "b" * size, partition=0).exception(timeout=30)
+        assert isinstance(refused, QuotaExceeded) and not isinstance(refused, BrokersUnavailable), repr(refused)
+        assert refused.retry_after_s > 3 and refused.extra["partition"] == 0, (refused, refused.extra)
+        assert ": 429 alice is over its produce quota" in refused.message, refused.message
+        client.fetch(topic, 0, 0, max_records=1, max_bytes=size * 2)  # the first fetch goes in, and leaves a debt
+        try:
+            client.fetch(topic, 0, 0, max_records=1, max_bytes=size * 2)
+        except QuotaExceeded as exc:
+            assert exc.retry_after_s > 3 and "no replica answered" in exc.message, exc.message
+        else:
+            raise AssertionError("a fetch past alice's quota and its retry_timeout_s was answered")
+    stored = admin.fetch(topic, 0, offset=0, max_records=100).json()["records"]
+    assert [r["value"][0] for r in stored] == ["a"], "the refused record is not stored"

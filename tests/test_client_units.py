@@ -408,6 +408,29 @@ def test_the_wait_a_refusal_asks_for() -> None:
     assert retry_after_s(quota("2", "soon")) == 2.0 and retry_after_s(quota("2", True)) == 2.0
 
 
+def test_a_refusal_read_back_and_the_error_a_call_gives_up_with() -> None:
+    from ring import errors
+    from ring.client.transport import BrokersUnavailable, error_from, gave_up
+
+    def refusal(code: str, headers: dict[str, str], **body: object) -> Reply:
+        return Reply(429, headers, orjson.dumps({"error": code, "message": "m", **body}), "http://b")
+
+    quota = error_from(refusal("quota_exceeded", {"Retry-After": "3"}, retry_after_ms=2500), "produce to t/0")
+    assert type(quota) is errors.QuotaExceeded and quota.retry_after_s == 3.0
+    assert quota.extra["retry_after_ms"] == 3000 and quota.extra["status"] == 429 and quota.extra["broker"] == "http://b"
+    bare = error_from(refusal("quota_exceeded", {}), "fetch t/0")  # no wait given: the default refusal's second
+    assert type(bare) is errors.QuotaExceeded and bare.retry_after_s == errors.Overloaded.retry_after_s
+    load = error_from(refusal("overloaded", {"Retry-After": "1"}), "produce to t/0")
+    assert type(load) is errors.Overloaded
+
+    given_up = gave_up("tried 4 times", quota, partition=0)
+    assert type(given_up) is errors.QuotaExceeded and given_up.retry_after_s == 3.0
+    assert given_up.message == "tried 4 times" and given_up.extra["partition"] == 0
+    assert type(gave_up("tried", load)) is errors.Overloaded
+    for last in (None, errors.Unavailable("no leader"), BrokersUnavailable("x")):
+        assert type(gave_up("tried", last)) is BrokersUnavailable
+
+
 async def test_a_group_consumer_with_no_broker_raises_once_its_retry_time_is_spent() -> None:
     with socket.socket() as s:  # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))

@@ -41,8 +41,8 @@ from ring.client.ranges import RangeMaps
 from ring.client.records import FetchResult, Headers, RecordMetadata, decode_fetch
 from ring.client.retry import Retry
 from ring.client.topology import TopicInfo, parse_brokers
-from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, BrokersUnavailable, \
-    BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session, retry_after_s
+from ring.client.transport import CT_BATCHES, H_HIGH_WATERMARK, H_NEXT_OFFSET, RETRY, \
+    BrokerUnreachable, ClientClosed, Transport, classify, error_from, make_session, gave_up, retry_after_s
 from ring.clock import Clock, SystemClock
 from ring.log import batch as batchfmt
 from ring.log.batch import RecordIn
@@ -389,8 +389,8 @@ class AsyncClient:
                 raise too_far
             self._spawn(meta.refresh(quiet=True))  # a leader may have moved; the next round uses what it learns
             if not await retry.pause(wait_s):
-                raise BrokersUnavailable(f"fetch {topic}/{partition}: no replica answered ({retry.spent()}); "
-                                         f"last: {last.message if last else 'none'}", topic=topic, partition=partition)
+                raise gave_up(f"fetch {topic}/{partition}: no replica answered ({retry.spent()}); "
+                              f"last: {last.message if last else 'none'}", last, topic=topic, partition=partition)
 
     # --- administration -------------------------------------------------------------
 

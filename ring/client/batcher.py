@@ -73,6 +73,7 @@ class ProducerBatch:
     sealed: bool = False
     attempts: int = 0  # failed attempts on this partition: they count against the producer's retries
     failures: int = 0  # failed attempts anywhere: the backoff doubles with them
+    last_error: Overloaded | None = None  # the last attempt's refusal for load or quota, if that is what failed
     retry_at_ms: float = 0.0
     encoded: bytearray | None = None  # set by the driver on first send, reused by retries
     sequence: int = -1  # an idempotent producer's base sequence on ``partition``, set with ``encoded``

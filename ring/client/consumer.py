@@ -50,7 +50,6 @@ coordinator through any live broker even when the one it was given is down.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import os
@@ -69,8 +68,8 @@ from ring.client.positions import TP, Positions
 from ring.client.records import ConsumerRecord
 from ring.client.retry import Retry
 from ring.client.topology import parse_brokers, parse_cluster
-from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, ClientClosed, Reply, \
-    Transport, classify, error_from, make_session, retry_after_s
+from ring.client.transport import CT_JSON, RETRY, UNKNOWN, BrokerUnreachable, ClientClosed, Reply, \
+    Transport, classify, error_from, make_session, gave_up, retry_after_s
 from ring.clock import Clock, SystemClock
 from ring.log.batch import records_between
 
@@ -98,7 +97,8 @@ class AsyncGroupConsumer:
         ``reset``: where partitions without a committed offset start (earliest|latest);
         ``wait_ms``: how long each poll long-polls when there is nothing; a request that fails is
         tried again (other brokers, doubling pauses) until ``retry_timeout_s`` has passed, and no
-        more than ``retries`` times when given, then raises ``BrokersUnavailable``; ``clock``: where it
+        more than ``retries`` times when given, then raises ``BrokersUnavailable`` (``Overloaded`` or
+        ``QuotaExceeded`` when the last attempt was refused for load or quota); ``clock``: where it
         reads the time and sleeps (default: the system's)."""
         if (topics is None) == (pattern is None):
             raise errors.BadRequest("give topics or a pattern")
@@ -209,8 +209,8 @@ class AsyncGroupConsumer:
             self._unsteady = True  # the coordinator may be another one by the next attempt
             self._url = self.urls[(self.urls.index(self._url) + 1) % len(self.urls)]
             if not await retry.pause(wait_s):
-                raise BrokersUnavailable(f"{method} {path}: no broker did it ({retry.spent()}, retry_timeout_s="
-                                         f"{self.retry_timeout_s:g}); last: {last.message}", group=self.group)
+                raise gave_up(f"{method} {path}: no broker did it ({retry.spent()}, retry_timeout_s="
+                              f"{self.retry_timeout_s:g}); last: {last.message}", last, group=self.group)
 
     async def _learn_brokers(self) -> None:
         """Add the brokers the cluster names to the URLs requests go to (one attempt; a failure leaves

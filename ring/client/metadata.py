@@ -22,7 +22,7 @@ from ring import errors, limits
 from ring.client.retry import Retry
 from ring.client.topology import BrokerInfo, TopicInfo, Topology, parse_cluster, parse_topic
 from ring.client.transport import RETRY, BrokersUnavailable, BrokerUnreachable, Reply, Transport, classify, \
-    error_from, retry_after_s
+    error_from, gave_up, retry_after_s
 from ring.clock import Clock
 
 log = logging.getLogger("ring.client")
@@ -80,10 +80,11 @@ class Metadata:
         ``retry_timeout_s`` (``ring.client.retry``).
 
         A 4xx answer (other than 421/429) is raised at once as ``ring.errors``;
-        a 504 as ``OutcomeUnknown``; when every round fails, ``BrokersUnavailable``.
+        a 504 as ``OutcomeUnknown``; when every round fails, ``transport.gave_up``'s error.
         """
         ok = set(ok)
         last = "no broker tried"
+        refused: errors.RingError | None = None  # the last refusal, when it was the last failure
         retry = Retry(self.clock, self.retry_timeout_s, self.retries, self.backoff_ms)
         while True:
             wait_s = 0.0  # the longest Retry-After of this round's refusals
@@ -92,7 +93,7 @@ class Metadata:
                     reply = await self.transport.json(method, url, path, doc, **kw)
                 except BrokerUnreachable as exc:
                     self.mark_unreachable(url)
-                    last = exc.message
+                    last, refused = exc.message, None
                     continue
                 self.mark_reachable(url)
                 if reply.status in ok:
@@ -100,12 +101,12 @@ class Metadata:
                 code = str(reply.error_doc().get("error", ""))
                 kind = classify(reply.status, code)
                 if kind == RETRY:
-                    last = f"{url}: {reply.status} {code}"
+                    last, refused = f"{url}: {reply.status} {code}", error_from(reply, f"{method} {path}")
                     wait_s = max(wait_s, retry_after_s(reply))
                     continue
                 raise error_from(reply, f"{method} {path}")
             if not await retry.pause(wait_s):
-                raise BrokersUnavailable(f"{method} {path}: no broker answered ({retry.spent()}); last: {last}")
+                raise gave_up(f"{method} {path}: no broker answered ({retry.spent()}); last: {last}", refused)
 
     # --- brokers -----------------------------------------------------------------
 

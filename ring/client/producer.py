@@ -37,8 +37,9 @@ sequence the first time it is sent and sends such a request again exactly
 as it was: the leader recognises it and answers with the original offsets,
 so it is stored once. Without idempotence it is not retried, and its
 records fail as ``OutcomeUnknown``, which is also what any failure of a
-batch that may be stored becomes: ``BrokersUnavailable`` (or a 4xx error)
-means the records are not stored.
+batch that may be stored becomes: ``BrokersUnavailable`` (or a 4xx error,
+``Overloaded`` or ``QuotaExceeded`` among them when the last attempt was
+refused for load or quota) means the records are not stored.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from ring.client.metadata import Metadata, quote
 from ring.client.retry import backoff_ms
 from ring.client.records import RecordMetadata
 from ring.client.transport import CT_BATCH, RETRY, UNKNOWN, BrokersUnavailable, BrokerUnreachable, OutcomeUnknown, \
-    Transport, classify, error_from, retry_after_s
+    Transport, classify, error_from, gave_up, retry_after_s
 from ring.clock import Clock
 from ring.hashing import partition_for_key
 from ring.log import batch as batchfmt
@@ -300,9 +301,11 @@ class Producer:
             now = self.now_ms()
             expired = self.acc.expire(now)
             for b in expired:
-                _fail_waiters(b, BrokersUnavailable(
+                last = b.last_error
+                _fail_waiters(b, gave_up(
                     f"produce to {b.topic}/{b.partition}: not delivered within the delivery timeout "
-                    f"after {b.failures} failed attempts", topic=b.topic, partition=b.partition))
+                    f"after {b.failures} failed attempts" + (f"; last: {last.message}" if last else ""), last,
+                    topic=b.topic, partition=b.partition))
             if expired:
                 self.stats["expired_batches"] += len(expired)
                 self._freed()
@@ -434,16 +437,18 @@ class Producer:
         self.stats["retries"] += 1
         self.spawn(self.meta.refresh(quiet=True))
         now = self.now_ms()
+        refused = exc if isinstance(exc, errors.Overloaded) else None
         for b in batches:
             b.failures += 1
             b.maybe_written = b.maybe_written or maybe_written
+            b.last_error = refused
         attempt = batches[0].attempts + 1
         if maybe_written and self.producer_id is None:
             self._finish(tp, batches, exc)
             return
         if (self.retries is not None and attempt > self.retries) or now >= min(b.deadline_ms for b in batches):
-            self._finish(tp, batches, BrokersUnavailable(
-                f"produce to {topic}/{partition} failed after {batches[0].failures} attempts: {exc.message}",
+            self._finish(tp, batches, gave_up(
+                f"produce to {topic}/{partition} failed after {batches[0].failures} attempts: {exc.message}", exc,
                 topic=topic, partition=partition))
             return
         self._sending.pop(tp, None)

@@ -60,7 +60,7 @@ _BY_CODE: dict[str, type[errors.RingError]] = {
     "unknown_topic": errors.UnknownTopic, "unknown_partition": errors.UnknownPartition,
     "invalid_topic_name": errors.InvalidTopicName, "corrupt_batch": errors.CorruptBatch,
     "not_enough_replicas": errors.NotEnoughReplicas, "storage_error": errors.StorageError,
-    "topic_recreated": errors.TopicRecreated,
+    "topic_recreated": errors.TopicRecreated, "quota_exceeded": errors.QuotaExceeded,
 }
 
 
@@ -151,7 +151,23 @@ def error_from(reply: Reply, what: str) -> errors.RingError:
     extra = {k: v for k, v in doc.items() if k not in ("error", "message")}
     extra.setdefault("status", reply.status)
     extra["broker"] = reply.url
-    return cls(f"{what}: {reply.status} {doc.get('message', '')}".rstrip(), **extra)
+    message = f"{what}: {reply.status} {doc.get('message', '')}".rstrip()
+    if cls is errors.QuotaExceeded:  # the wait is its own argument (and goes back into the extras)
+        extra.pop("retry_after_ms", None)
+        return errors.QuotaExceeded(message, retry_after_s(reply) or errors.Overloaded.retry_after_s, **extra)
+    return cls(message, **extra)
+
+
+def gave_up(message: str, last: errors.RingError | None, **extra: Any) -> errors.RingError:
+    """What a call raises when its retries or its deadline run out: when its last attempt was refused
+    for load (``Overloaded``) or for the token's quota (``QuotaExceeded``), a 429, that error, for the
+    brokers are up and asked for less, which an application answers by sending less, not as an outage;
+    ``BrokersUnavailable`` otherwise. ``message`` says what was tried and how long."""
+    if isinstance(last, errors.QuotaExceeded):
+        return errors.QuotaExceeded(message, last.retry_after_s, **extra)
+    if isinstance(last, errors.Overloaded):
+        return errors.Overloaded(message, **extra)
+    return BrokersUnavailable(message, **extra)
 
 
 def make_session(connections_max: int = limits.CLIENT_CONNECTIONS_MAX, *, token: str | None = None,
