@@ -88,6 +88,49 @@ def test_confluent_unknown_config_and_validate_only_create_nothing(ring, admin):
     assert absent_everywhere(ring, "only-checked")
 
 
+def test_min_insync_replicas_sets_what_acks_all_waits_for(ring, admin):
+    """min.insync.replicas is the topic's consistency as a count of replicas: 1 is one, a majority quorum,
+    every replica all; any other count is INVALID_CONFIG naming the counts ring has, nothing created. The
+    answer (kafka-python, v7) gives the count back."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+    from kafka import KafkaAdminClient
+
+    for count, rf, level in (("1", 3, "one"), ("2", 3, "quorum"), ("3", 3, "all"), ("1", 2, "one"),
+                             ("2", 2, "quorum")):
+        name = f"insync-{count}-of-{rf}"
+        new = NewTopic(name, num_partitions=1, replication_factor=rf, config={"min.insync.replicas": count})
+        assert error_of(admin.create_topics([new])[name]) is None
+        assert ring[1].http.describe(name)["consistency"] == level, name
+    for count in ("0", "4", "-1", "two"):
+        name = f"insync-bad-{count}"
+        new = NewTopic(name, num_partitions=1, replication_factor=3, config={"min.insync.replicas": count})
+        err = error_of(admin.create_topics([new])[name])
+        assert err.code() == KafkaError.INVALID_CONFIG and "min.insync.replicas" in err.str(), err.str()
+        assert absent_everywhere(ring, name)
+
+    a = KafkaAdminClient(bootstrap_servers=ring.kafka_bootstrap.split(","), request_timeout_ms=30000)
+    try:
+        [t] = a.create_topics({"insync-shown": {"num_partitions": 1, "replication_factor": 3,
+                                                "configs": {"min.insync.replicas": "3"}}})["topics"]
+        assert t["error_code"] == 0 and t["configs"]["min.insync.replicas"]["value"] == "3"
+        [d] = a.create_topics({"insync-default": {"num_partitions": 1, "replication_factor": 3}})["topics"]
+        assert d["configs"]["min.insync.replicas"]["value"] == "2"  # quorum, ring's default, on 3 replicas
+    finally:
+        a.close()
+    assert ring[0].http.describe("insync-shown")["consistency"] == "all"
+
+
+def test_min_insync_replicas_counts_map_to_levels_on_any_factor():
+    from ring.kafka_api.topics import InvalidConfig, _consistency_for
+
+    assert [_consistency_for(n, 5) for n in (1, 3, 5)] == ["one", "quorum", "all"]
+    assert _consistency_for(1, 1) == "one" and _consistency_for(2, 2) == "quorum"
+    for n, rf in ((2, 5), (4, 5), (0, 3), (6, 5), (2, 1)):
+        with pytest.raises(InvalidConfig, match=r"min\.insync\.replicas="):
+            _consistency_for(n, rf)
+
+
 def test_confluent_deletes_a_topic_and_a_missing_one_is_unknown(ring, admin):
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic

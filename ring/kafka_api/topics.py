@@ -14,6 +14,7 @@ created, as Kafka answers once creation is triggered).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ from ring.kafka_api import errors
 from ring.kafka_api import topic_codec as tc
 from ring.kafka_api.wire import Reader
 from ring.offsets import is_integer
+from ring.replication.protocol import needed_acks
 
 
 class InvalidConfig(BadRequest):
@@ -59,8 +61,25 @@ def _cleanup_policy(name: str, value: str) -> None:
         raise InvalidConfig(f"{name} {value[:40]!r}: ring keeps no compacted topics, only 'delete'", field=name)
 
 
+def _min_insync(name: str, value: str) -> int:
+    """The count of replicas asked for; ``topic_config`` maps it to a consistency once the factor is known."""
+    return _integer(name, value)
+
+
+def _consistency_for(min_insync: int, rf: int) -> str:
+    """The consistency level that has ``min_insync`` of ``rf`` replicas hold a record before acks=all is
+    answered: 1 is ``one``, a majority ``quorum``, every replica ``all``; any other count has no level."""
+    for level in ("one", "quorum", "all"):
+        if needed_acks(level, rf) == min_insync:
+            return level
+    raise InvalidConfig(f"min.insync.replicas={min_insync} on {rf} replica{'s' if rf != 1 else ''}: ring's "
+                        f"consistency levels have 1 (one), {needed_acks('quorum', rf)} (quorum) or {rf} (all) "
+                        "replicas hold a record before acks=all is answered", field="min.insync.replicas")
+
+
 # Kafka's topic config -> (ring's setting, the value's parser, ring's value -> Kafka's). cleanup.policy
-# has no setting: "delete" is what ring does.
+# has no setting: "delete" is what ring does. min.insync.replicas is the topic's consistency (what acks=all
+# waits for), as a count of the replicas (those the ring places today) that must hold a record.
 CONFIGS: dict[str, tuple[str, Callable[[str, str], Any], Callable[[TopicConfig], str]]] = {
     "retention.ms": ("retention_ms", _integer, lambda c: str(c.retention_ms)),
     "retention.bytes": ("retention_bytes", _integer, lambda c: str(c.retention_bytes)),
@@ -70,6 +89,8 @@ CONFIGS: dict[str, tuple[str, Callable[[str, str], Any], Callable[[TopicConfig],
     "unclean.leader.election.enable": ("unclean_leader_election", _boolean,
                                        lambda c: str(c.unclean_leader_election).lower()),
     "cleanup.policy": ("", _cleanup_policy, lambda c: "delete"),
+    "min.insync.replicas": ("consistency", _min_insync,
+                            lambda c: str(needed_acks(c.consistency, c.replication_factor))),
 }
 _KAFKA_NAME = {setting: name for name, (setting, _, _) in CONFIGS.items() if setting}
 
@@ -97,10 +118,14 @@ def topic_config(broker: Any, t: tc.NewTopic) -> TopicConfig:
         parsed = parse(name, value)
         if setting:
             body[setting] = parsed
+    min_insync = body.pop("consistency", None)
     cfg = TopicConfig.from_request(body, now_ms=broker.clock.wall_ms())
     check_not_internal(cfg.name, "create")
     if "replication_factor" in body:
         check_replicas_placeable(cfg, broker.brokers_placed())
+    if min_insync is not None:
+        rf = min(cfg.replication_factor, broker.brokers_placed())
+        cfg = dataclasses.replace(cfg, consistency=_consistency_for(min_insync, rf))
     return cfg
 
 
@@ -130,9 +155,10 @@ def _failure(exc: RingError) -> tuple[int, str]:
 
 
 def _created(broker: Any, cfg: TopicConfig, given: set[str]) -> tc.TopicCreated:
+    placed = dataclasses.replace(cfg, replication_factor=min(cfg.replication_factor, broker.brokers_placed()))
     return tc.TopicCreated(cfg.name, errors.NONE, None, tc.topic_id_bytes(cfg.id), cfg.partitions,
-                           min(cfg.replication_factor, broker.brokers_placed()),
-                           [(name, show(cfg), name in given) for name, (_, _, show) in CONFIGS.items()])
+                           placed.replication_factor,
+                           [(name, show(placed), name in given) for name, (_, _, show) in CONFIGS.items()])
 
 
 async def _create_one(broker: Any, t: tc.NewTopic, validate_only: bool, deadline: float) -> tc.TopicCreated:
