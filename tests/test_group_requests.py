@@ -112,9 +112,11 @@ def test_a_bad_poll_is_a_400_and_changes_no_group(http: Http, query: dict[str, A
 
 
 @pytest.mark.integration
-def test_a_seek_to_no_positions_or_a_bad_topic_is_a_400(http: Http) -> None:
+def test_a_seek_to_no_positions_a_bad_topic_or_a_negative_offset_is_a_400(http: Http) -> None:
     path = "/v1/groups/bad-seeks/members/c/positions"
     _error(http.request("PUT", path, json_body={"positions": []}), 400, "bad_request",
            "positions must list at least one")
     _error(http.request("PUT", path, json_body={"positions": [{"topic": "a b", "partition": 0, "offset": 0}]}),
            400, "invalid_topic_name", "a b")
+    _error(http.request("PUT", path, json_body={"positions": [{"topic": "t", "partition": 0, "offset": -1}]}),
+           400, "bad_request", "non-negative")
