@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ring.catalog import TopicConfig
+from ring.group_requests import CommitOffsets
 from ring.groups.driver import OFFSETS_TOPIC
 from ring.groups.service import Groups
 from tests.support import lone_broker, until
@@ -22,13 +23,13 @@ async def test_replay_starts_at_the_latest_checkpoint(tmp_path: Path) -> None:
         for i in range(1, 6):
             g = await groups.coord.existing("g")
             held = g.members["m-1"].spec.assignment
-            await groups.commit("g", "m-1", None, [(t, p, i) for t, p in held])
+            await groups.commit(CommitOffsets("g", "m-1", None, tuple((t, p, i) for t, p in held)))
         p = groups.coord.partition_of("g", b.catalog.get(OFFSETS_TOPIC))
         await groups.coord.checkpoint(p)
         shard = await groups.coord.shard(p)
         checkpoint = shard.checkpoint
         assert checkpoint is not None and checkpoint == b.replica(OFFSETS_TOPIC, p).log.end_offset - 1
-        await groups.commit("g", "m-1", None, [(t, p_, 9) for t, p_ in held])
+        await groups.commit(CommitOffsets("g", "m-1", None, tuple((t, p_, 9) for t, p_ in held)))
         await groups.leave("g", "m-2", commit=False)
         before = await groups.describe("g")
         end = b.replica(OFFSETS_TOPIC, p).log.end_offset
@@ -65,7 +66,7 @@ async def test_a_failed_append_drops_the_shard_and_the_log_decides(tmp_path: Pat
         p = groups.coord.partition_of("g", b.catalog.get(OFFSETS_TOPIC))
         b.begin_shutdown()  # appends now fail (503): nothing reaches the log
         try:
-            await groups.commit("g", "m", None, [("t", 0, 5)])
+            await groups.commit(CommitOffsets("g", "m", None, (("t", 0, 5),)))
             raise AssertionError("the commit should have failed")
         except Exception as exc:  # noqa: BLE001 - the broker's own error, whatever it is
             assert getattr(exc, "status", None) == 503, exc

@@ -11,6 +11,7 @@ import pytest
 
 from ring.catalog import TopicConfig
 from ring.errors import Conflict
+from ring.group_requests import GroupPoll
 from ring.groups.service import Groups
 from ring.produce import Produce, Records
 from ring.replication.intake import results_of
@@ -31,7 +32,7 @@ async def test_a_member_whose_poll_met_a_rebalance_still_expires(tmp_path: Path)
         await b.add_topic(TopicConfig(name="t", partitions=2, replication_factor=1, created_ms=1))
         groups = Groups(b)
         joined = await groups.join("g", "a", ["t"], SESSION_MS, None, "earliest")
-        poll = asyncio.ensure_future(groups.poll("g", "a", joined["generation"], 10, 5_000, True))
+        poll = asyncio.ensure_future(groups.poll(GroupPoll("g", "a", joined["generation"], 10, 5_000)))
         await _parked(b)
         await groups.join("g", "b", ["t"], 60_000, None, "earliest")
         with pytest.raises(Conflict):
@@ -66,7 +67,7 @@ async def test_a_reset_or_seek_during_a_first_poll_is_where_reading_goes_on(tmp_
         await _produce(b, 10)
         groups = Groups(b)
         gen = (await groups.join("g", "a", ["t"], 60_000, None, "latest"))["generation"]
-        poll = asyncio.ensure_future(groups.poll("g", "a", gen, 100, 5_000, True))
+        poll = asyncio.ensure_future(groups.poll(GroupPoll("g", "a", gen, 100, 5_000)))
         await _parked(b)
         if move == "reset":
             await groups.reset("g", "t", "earliest", None, None)
@@ -75,7 +76,7 @@ async def test_a_reset_or_seek_during_a_first_poll_is_where_reading_goes_on(tmp_
         await _produce(b, 1)  # wakes the poll: it read from where it started, 10
         first = await asyncio.wait_for(poll, 10)
         assert [r.offset for _, _, r, _ in first.records] == [10]
-        after = await groups.poll("g", "a", gen, 100, 0, True, first.token)
+        after = await groups.poll(GroupPoll("g", "a", gen, 100, 0, True, first.token))
         assert [r.offset for _, _, r, _ in after.records] == list(range(11))
         assert (await groups.coord.existing("g")).committed.get(("t", 0), 0) == 0
         await groups.coord.close()

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
 from ring import limits
-from ring.errors import BadRequest, Conflict, Overloaded, TopicRecreated
+from ring.errors import Conflict, Overloaded, TopicRecreated
 from ring.groups.assignment import TopicPartition, assign
 from ring.groups.delivery import Answer
 
@@ -384,9 +384,8 @@ class Group:
                                group=self.name, generation=self.generation, reason="group_active")
         else:
             self.holding(member_id, generation, [(t, p) for t, p, _ in items], now)
-        for t, p, o in items:
-            if type(o) is not int or o < 0 or type(p) is not int or p < 0:
-                raise BadRequest(f"bad offset {o!r} for {t}/{p}: offsets and partitions are non-negative integers")
+        # The front checked them (``ring.group_requests``); Kafka's membership passes only what it took.
+        assert all(type(p) is int and p >= 0 and type(o) is int and o >= 0 for _, p, o in items), items
         return Commit(items, now_ms, ids=self._ids_of(t for t, _, _ in items))
 
     def propose_poll_commit(self, m: Member, now_ms: int) -> Commit | None:
@@ -441,9 +440,7 @@ class Group:
         move those partitions when acknowledged: the seek says where reading goes on."""
         items = list(positions)
         m = self.holding(member_id, generation, [(t, p) for t, p, _ in items], now)
-        for t, p, o in items:
-            if type(o) is not int or o < 0:
-                raise BadRequest(f"bad position {o!r} for {t}/{p}: a non-negative integer")
+        assert all(type(o) is int and o >= 0 for _, _, o in items), items  # the front checked them
         m.positions.update({(t, p): o for t, p, o in items})
         sought = {(t, p) for t, p, _ in items}
         for token in list(m.answers):

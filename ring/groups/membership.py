@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from ring import limits
 from ring.errors import BadRequest, Overloaded, RingError, UnknownPartition, UnknownTopic
+from ring.group_requests import CommitOffsets
 from ring.groups import classic
 from ring.groups.classic import ClassicGroup, JoinAnswer, SyncAnswer
 from ring.groups.driver import Coordinator
@@ -203,15 +204,18 @@ class KafkaMembers:
             cg.fence(self.clock.monotonic())
             self._deliver(cg)
 
-    async def commit(self, group: str, generation: int, member_id: str,
-                     offsets: list[tuple[str, int, int]]) -> dict[tuple[str, int], str]:
-        """Commit ``offsets`` ((topic, partition, next offset)) into ring's group; the outcome per partition."""
+    async def commit(self, req: CommitOffsets) -> dict[tuple[str, int], str]:
+        """Commit ``req.offsets`` into ring's group, by Kafka member ``req.consumer`` (None: from outside
+        the membership, Kafka's member id "") of generation ``req.generation`` (None: Kafka's -1); the
+        outcome per partition."""
+        group, offsets = req.group, req.offsets
+        assert offsets is not None, req
         _, cg, _ = await self._classic(group, False)
         now = self.clock.monotonic()
         if cg is not None:
-            outcome = cg.check_commit(member_id, generation, now)
+            outcome = cg.check_commit(req.consumer or "", -1 if req.generation is None else req.generation, now)
         else:
-            outcome = classic.OK if generation < 0 else classic.UNKNOWN_MEMBER
+            outcome = classic.OK if req.generation is None else classic.UNKNOWN_MEMBER
         outcomes = {(t, p): outcome for t, p, _ in offsets}
         if outcome != classic.OK:
             return outcomes

@@ -37,9 +37,10 @@ A poll answers with decoded records, or (``batches``) with the stored batches
 that hold them and, per partition, the offsets they hand out: a fetch's own
 bytes, no record decoded or encoded on the broker.
 
-A poll may read only some of the member's partitions (``only``): PolarStreams'
-consumers poll every broker, and each answers from the partitions it leads,
-so no two brokers hand out the same records.
+A poll may read only the member's partitions one broker leads
+(``GroupPoll.leader``): PolarStreams' consumers poll every broker, and each
+answers from the partitions it leads, so no two brokers hand out the same
+records.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Awaitable, Callable, Iterable, NamedTuple
+from typing import Any, Awaitable, Callable, Iterable, NamedTuple
 
 from ring import answer_budget, limits
 from ring.errors import Conflict, RingError, Unavailable
 from ring.fetch import Fetch
+from ring.group_requests import GroupPoll
 from ring.groups import delivery
 from ring.groups.assignment import TopicPartition
 from ring.groups.driver import Coordinator
@@ -81,12 +83,20 @@ def _settled(fut: asyncio.Future) -> None:
         fut.exception()
 
 
+def _led_by(broker: Any, name: str) -> Callable[[TopicPartition], bool]:
+    """Whether a partition's leader, as this broker knows it, is the broker ``name``."""
+    leader_of = getattr(broker, "leader_of", None)
+    if leader_of is None:  # a broker alone leads everything
+        return lambda tp: name == broker.config.name
+    return lambda tp: leader_of(tp[0], tp[1]) == name
+
+
 @dataclass(frozen=True)
 class Polled:
     records: list[tuple[str, int, Record, bool]]  # (topic, partition, record, value is JSON)
     generation: int
     token: str  # names this answer: the client's next request acknowledges it by naming it
-    partitions: int = 0  # of the member's partitions, how many this poll read (``only`` may leave some out)
+    partitions: int = 0  # of the member's partitions, how many this poll read (a ``leader`` may leave some out)
     batches: list[PolledBatches] = field(default_factory=list)  # a poll for stored batches: these, no records
 
     def topics(self) -> Iterable[str]:
@@ -138,18 +148,15 @@ class Poller:
         self.broker = coordinator.broker
         self._slots: dict[tuple[str, str], _MemberSlot] = {}
 
-    async def poll(self, group: str, member_id: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool, token: str | None = None,
-                   only: Callable[[TopicPartition], bool] | None = None, batches: bool = False) -> Polled:
-        key = (group, member_id)
+    async def poll(self, req: GroupPoll) -> Polled:
+        key = (req.group, req.consumer)
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = _MemberSlot(asyncio.Lock())
         slot.users += 1
         try:
             async with slot.lock:
-                return await self._poll(slot, group, member_id, generation, max_records, wait_ms, auto_commit,
-                                        token, only, batches)
+                return await self._poll(slot, req)
         finally:
             slot.users -= 1
             if slot.users == 0:
@@ -165,15 +172,14 @@ class Poller:
         g = g or Group(group)
         return g, g.member(member_id, generation, self.coord.clock.monotonic())
 
-    async def _poll(self, slot: _MemberSlot, group: str, member_id: str, generation: int | None,
-                    max_records: int, wait_ms: int, auto_commit: bool, token: str | None,
-                    only: Callable[[TopicPartition], bool] | None, batches: bool) -> Polled:
+    async def _poll(self, slot: _MemberSlot, req: GroupPoll) -> Polled:
         clock = self.coord.clock
-        g, m = await self._member(group, member_id, generation)
+        group, member_id = req.group, req.consumer
+        g, m = await self._member(group, member_id, req.generation)
         gen = g.generation
-        g.acknowledge(m, token)
+        g.acknowledge(m, req.token)
         commit = None
-        if auto_commit and m.positions:
+        if req.auto_commit and m.positions:
             # What the client acknowledged was processed (it asks for more): commit it, while reading.
             commit = asyncio.ensure_future(self.coord.change(group, lambda g: g.propose_poll_commit(
                 g.member(member_id, gen, clock.monotonic()), clock.wall_ms())))
@@ -182,8 +188,10 @@ class Poller:
             # A topic deleted since the assignment is not read (nor an error): the rebalance its
             # delete brings ends the wait, and a re-created one is the member's to join again.
             catalog = self.broker.catalog
+            only = None if req.leader is None else _led_by(self.broker, req.leader)
             tps = [tp for tp in m.spec.assignment if (only is None or only(tp)) and tp[0] in catalog]
-            read = await self._committing(commit, self._read(slot, g, tps, m, max_records, wait_ms, batches))
+            read = await self._committing(commit, self._read(slot, g, tps, m, req.max_records, req.wait_ms,
+                                                             req.batches))
         finally:
             m.polling -= 1
             m.last_seen = clock.monotonic()

@@ -1,20 +1,23 @@
 """Consumer-group operations on the coordinator, as JSON-ready answers: join, leave, poll, commit, reset, describe.
 
 ``Groups`` is what the HTTP layer calls once it knows this broker coordinates
-the group (``Coordinator.locate``). Each operation validates its input, makes
-its change through ``Coordinator.change`` (persisted before it is applied or
-answered) and describes the result. Lag is the partition's high watermark
+the group (``Coordinator.locate``). A poll and a commit come as the values
+their front built and checked (``ring.group_requests``); each operation checks
+what it names against the coordinator's state, makes its change through
+``Coordinator.change`` (persisted before it is applied or answered) and
+describes the result. Lag is the partition's high watermark
 minus the committed offset, read from this broker's replica or, where it
 holds none, from a replica (``Broker.offsets``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from ring import limits
 from ring.catalog import validate_topic_name
 from ring.errors import BadRequest, Conflict, NotFound, RingError, TopicRecreated, UnknownPartition
+from ring.group_requests import CommitOffsets, GroupPoll, Offsets, validate_name
 from ring.groups.driver import Coordinator
 from ring.groups.group import RESET_POLICIES, Commit, Group
 from ring.groups.membership import KafkaMembers
@@ -22,13 +25,6 @@ from ring.groups.poller import Polled, Poller
 from ring.offsets import EARLIEST, LATEST, OffsetsAt
 
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
-
-
-def validate_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not limits.GROUP_NAME_PATTERN.fullmatch(value) or value in (".", ".."):
-        shown = repr(value)[:60] if isinstance(value, str) else type(value).__name__
-        raise BadRequest(f"invalid {what} {shown}: use 1-249 of A-Z a-z 0-9 . _ - : @", field=what)
-    return value
 
 
 def _tps(items: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
@@ -97,7 +93,7 @@ class Groups:
             commit = False  # what it read was of the old topic: nothing of it is committed for the new one
         committed: list[Any] = []
         if commit:
-            committed = await self.commit_positions(group, consumer, None, token)
+            committed = await self._commit_positions(group, consumer, None, token)
         await self.coord.change(group, lambda g: g.propose_leave(
             consumer, clock.wall_ms(), self.coord.partitions_of(g.subscribed())))
         g = await self.coord.existing(group)
@@ -127,19 +123,22 @@ class Groups:
         m = None if g is None else g.members.get(consumer)
         return () if m is None else m.spec.topics
 
-    async def poll(self, group: str, consumer: str, generation: int | None, max_records: int, wait_ms: int,
-                   auto_commit: bool, token: str | None = None,
-                   only: Callable[[tuple[str, int]], bool] | None = None, batches: bool = False) -> Polled:
-        got = await self.poller.poll(group, consumer, generation, max_records, wait_ms, auto_commit, token, only,
-                                     batches)
+    async def poll(self, req: GroupPoll) -> Polled:
+        got = await self.poller.poll(req)
         metrics = getattr(self.broker, "metrics", None)
         if metrics is not None and (got.records or got.batches):  # records out, per topic (GET /metrics, admin)
             metrics.delivered(got.topics())
         return got
 
-    async def commit(self, group: str, consumer: str | None, generation: int | None,
-                     offsets: list[tuple[str, int, int]]) -> dict[str, Any]:
-        self._check_offsets(offsets, "offsets")
+    async def commit(self, req: CommitOffsets) -> dict[str, Any]:
+        """Commit ``req.offsets`` (partitions the member holds), or the member's positions."""
+        group, consumer, generation, offsets = req.group, req.consumer, req.generation, req.offsets
+        if offsets is None:
+            assert consumer is not None, req
+            done = await self._commit_positions(group, consumer, generation, req.token)
+            return {"group": group, "committed": [{"topic": t, "partition": p, "offset": o} for t, p, o in done]}
+        for t, p, _ in offsets:
+            self._check_partition(t, p)
         clock = self.coord.clock
         await self.coord.change(group, lambda g: g.propose_commit(consumer, generation, offsets,
                                                                   clock.monotonic(), clock.wall_ms()),
@@ -148,8 +147,8 @@ class Groups:
         return {"group": group, "generation": g.generation,
                 "committed": [{"topic": t, "partition": p, "offset": g.committed[(t, p)]} for t, p, _ in offsets]}
 
-    async def commit_positions(self, group: str, consumer: str, generation: int | None,
-                               token: str | None = None) -> list[tuple[str, int, int]]:
+    async def _commit_positions(self, group: str, consumer: str, generation: int | None,
+                                token: str | None) -> list[tuple[str, int, int]]:
         """Commit the member's positions, after acknowledging the answer ``token`` names (a poll's implicit
         commit, on its own)."""
         clock = self.coord.clock
@@ -158,10 +157,11 @@ class Groups:
             g.member(consumer, generation, clock.monotonic()), clock.wall_ms()))
         return [o for e in events if isinstance(e, Commit) for o in e.offsets]
 
-    async def seek(self, group: str, consumer: str, generation: int | None,
-                   positions: list[tuple[str, int, int]]) -> dict[str, Any]:
-        """Move where a member's next poll reads (partitions it holds); committed offsets stay."""
-        self._check_offsets(positions, "positions")
+    async def seek(self, group: str, consumer: str, generation: int | None, positions: Offsets) -> dict[str, Any]:
+        """Move where a member's next poll reads (partitions it holds); committed offsets stay.
+        ``positions`` are as ``checked_offsets`` passed them."""
+        for t, p, _ in positions:
+            self._check_partition(t, p)
         _, _, g = await self.coord.group(group)
         g = g or Group(group)
         g.seek(consumer, generation, positions, self.coord.clock.monotonic())
@@ -175,13 +175,6 @@ class Groups:
         return {"group": group, "consumer": consumer, "generation": g.generation, "positions": [
             {"topic": t, "partition": p, "position": g.start_offset(m, (t, p)), "committed": g.committed_at((t, p))}
             for t, p in m.spec.assignment]}
-
-    def _check_offsets(self, offsets: list[tuple[str, int, int]], what: str) -> None:
-        if not offsets:
-            raise BadRequest(f"{what} must list at least one {{topic, partition, offset}}")
-        for t, p, _ in offsets:
-            validate_topic_name(t)
-            self._check_partition(t, p)
 
     def _check_partition(self, topic: str, partition: int) -> int:
         cfg = self.broker.catalog.get(topic)

@@ -33,10 +33,11 @@ import orjson
 
 from ring import auth, limits
 from ring.errors import BadRequest, RingError, Unavailable
+from ring.group_requests import CommitOffsets, GroupPoll, checked_offsets, validate_name
 from ring.groups import delivery
 from ring.groups.driver import Remote
 from ring.groups.poller import Polled
-from ring.groups.service import Groups, validate_name
+from ring.groups.service import Groups
 from ring.http_api import access, codec, fetch_codec, link, web
 from ring.http_api import answer as answers
 from ring.http_api.groups_openapi import OPENAPI_PATHS
@@ -126,7 +127,10 @@ def _via(request: Request) -> link.Via | None:
     return None if request.headers.get(H_FORWARDED) else link.via_of(request)
 
 
-def _acknowledged(request: Request, group: str, consumer: str, named: object) -> str | None:
+def acknowledged(request: Request, group: str, consumer: str, named: object) -> str | None:
+    """The token of the poll answer a request of ``consumer`` acknowledges: the one it ``named``, else
+    the one its connection carried whole (a front's part of building a ``GroupPoll`` or a
+    ``CommitOffsets``)."""
     return link.acknowledged(_via(request), group, consumer, delivery.parse_token(named))
 
 
@@ -202,27 +206,24 @@ async def poll(request: Request) -> Response:
     leader = q.get("leader")
     if leader is not None:
         validate_name(leader, "leader")
-    answer = await poll_member(request, group, consumer, max_records, wait_ms, generation, auto_commit,
-                               q.get("token"), leader, _poll_type(request.headers.get("Accept")))
-    return _carried(request, answer, group, consumer)
+    accept = _poll_type(request.headers.get("Accept"))
+    req = GroupPoll(group, consumer, generation, max_records, wait_ms, auto_commit,
+                    acknowledged(request, group, consumer, q.get("token")), leader, accept == CT_POLL_BATCHES)
+    return _carried(request, await poll_member(request, req, accept), group, consumer)
 
 
-async def poll_member(request: Request, group: str, consumer: str, max_records: int, wait_ms: int,
-                      generation: int | None, auto_commit: bool, named: object, leader: str | None,
-                      accept: str) -> Response:
-    """A poll of ``consumer`` at the group's coordinator, acknowledging the answer ``named`` (else the
-    one this request's connection carried whole); the answer (``accept``: JSON, msgpack or stored
-    batches), its token in ``Ring-Poll-Token``. With ``leader``, only the consumer's partitions that
-    broker leads."""
-    token = _acknowledged(request, group, consumer, named)
+async def poll_member(request: Request, req: GroupPoll, accept: str) -> Response:
+    """``req`` at the group's coordinator; the answer (``accept``: JSON, msgpack or, as ``req.batches``
+    asks, stored batches), its token in ``Ring-Poll-Token``. With ``req.leader``, it says how many of
+    the consumer's partitions that broker leads."""
+    group, consumer = req.group, req.consumer
+    assert req.batches == (accept == CT_POLL_BATCHES), (req, accept)
 
     async def local() -> Response:
         await _require_member_topics(request, group, consumer)
-        only = None if leader is None else _led_by(_groups(request).broker, leader)
-        got = await _groups(request).poll(group, consumer, generation, max_records, wait_ms, auto_commit, token,
-                                          only, accept == CT_POLL_BATCHES)
-        extra = {} if leader is None else {"partitions": got.partitions}
-        if accept == CT_POLL_BATCHES:  # the fetch's stored bytes, for clients (ring.client.consumer)
+        got = await _groups(request).poll(req)
+        extra = {} if req.leader is None else {"partitions": got.partitions}
+        if req.batches:  # the fetch's stored bytes, for clients (ring.client.consumer)
             body, ctype = _batches_body(got, extra), CT_POLL_BATCHES
         elif accept == codec.CT_MSGPACK:  # keys and values as bytes
             body = msgpack.packb({"generation": got.generation, "token": got.token, **extra, "records": [
@@ -237,12 +238,12 @@ async def poll_member(request: Request, group: str, consumer: str, max_records: 
         # (Not refused for want of room either: the answer is remembered already.)
         return answers.response(body, ctype, headers)
 
-    query: dict[str, Any] = {"max_records": max_records, "wait_ms": wait_ms,
-                             "auto_commit": "true" if auto_commit else "false"}
-    for name, value in (("generation", generation), ("token", token), ("leader", leader)):
+    query: dict[str, Any] = {"max_records": req.max_records, "wait_ms": req.wait_ms,
+                             "auto_commit": "true" if req.auto_commit else "false"}
+    for name, value in (("generation", req.generation), ("token", req.token), ("leader", req.leader)):
         if value is not None:
             query[name] = value
-    return await _at_coordinator(request, group, None, local, wait_ms, query=query,
+    return await _at_coordinator(request, group, None, local, req.wait_ms, query=query,
                                  route=("POST", f"/v1/groups/{group}/members/{consumer}/poll"), accept=accept)
 
 
@@ -273,14 +274,6 @@ def _poll_type(accept: str | None) -> str:
     return codec.CT_MSGPACK if codec.fetch_type(accept) == codec.CT_MSGPACK else codec.CT_JSON
 
 
-def _led_by(broker: Any, name: str) -> Callable[[tuple[str, int]], bool]:
-    """Whether a partition's leader, as this broker knows it, is the broker ``name``."""
-    leader_of = getattr(broker, "leader_of", None)
-    if leader_of is None:  # a broker alone leads everything
-        return lambda tp: name == broker.config.name
-    return lambda tp: leader_of(tp[0], tp[1]) == name
-
-
 async def _require_member_topics(request: Request, group: str, consumer: str) -> None:
     """403 unless the caller may consume every topic the member reads: checked before a poll reads
     anything (a refused poll must not move the member's positions) or a commit of its positions."""
@@ -301,7 +294,7 @@ async def leave(request: Request) -> Response:
 async def leave_member(request: Request, group: str, consumer: str, commit: bool, named: object) -> Response:
     """``consumer`` leaves its group at the coordinator, first committing its positions with ``commit``
     (after acknowledging the answer ``named``, else the one its connection carried whole)."""
-    token = _acknowledged(request, group, consumer, named)
+    token = acknowledged(request, group, consumer, named)
 
     async def local() -> Response:
         # Leaving, with or without a commit, needs consume on the member's topics: else any token
@@ -342,28 +335,29 @@ async def commit(request: Request) -> Response:
         raise BadRequest("generation must be a non-negative integer")
     if doc.get("offsets") is None:
         # No offsets: commit the consumer's positions (a poll's implicit commit, alone).
-        return await commit_member(request, group, validate_name(consumer, "consumer"), generation, doc.get("token"))
+        consumer = validate_name(consumer, "consumer")
+        return await commit_member(request, CommitOffsets(group, consumer, generation, None,
+                                                          acknowledged(request, group, consumer, doc.get("token"))))
     offsets = _offsets(doc.get("offsets"))
     access.require(request, auth.CONSUME, {t for t, _, _ in offsets})
+    req = CommitOffsets(group, consumer, generation, checked_offsets(offsets, "offsets"))
 
     async def local() -> Response:
-        return _json(await _groups(request).commit(group, consumer, generation, offsets))
+        return _json(await _groups(request).commit(req))
 
     return await _at_coordinator(request, group, raw, local)
 
 
-async def commit_member(request: Request, group: str, consumer: str, generation: int | None,
-                        named: object) -> Response:
-    """Commit ``consumer``'s positions at the coordinator (a poll's implicit commit, alone), after
-    acknowledging the answer ``named``, else the one its connection carried whole."""
-    token = _acknowledged(request, group, consumer, named)
+async def commit_member(request: Request, req: CommitOffsets) -> Response:
+    """``req``, a commit of a consumer's positions (a poll's implicit commit, alone), at the coordinator."""
+    group, consumer = req.group, req.consumer
+    assert req.offsets is None and consumer is not None, req
 
     async def local() -> Response:
         await _require_member_topics(request, group, consumer)
-        done = await _groups(request).commit_positions(group, consumer, generation, token)
-        return _json({"group": group, "committed": [{"topic": t, "partition": p, "offset": o} for t, p, o in done]})
+        return _json(await _groups(request).commit(req))
 
-    body = orjson.dumps({"consumer": consumer, "generation": generation, "token": token})
+    body = orjson.dumps({"consumer": consumer, "generation": req.generation, "token": req.token})
     return await _at_coordinator(request, group, body, local, route=("POST", f"/v1/groups/{group}/offsets"))
 
 
@@ -378,7 +372,7 @@ async def positions(request: Request) -> Response:
     generation = doc.get("generation")
     if generation is not None and (type(generation) is not int or generation < 0):
         raise BadRequest("generation must be a non-negative integer")
-    wanted = _offsets(doc["positions"]) if raw is not None else []
+    wanted = checked_offsets(_offsets(doc["positions"]), "positions") if raw is not None else ()
 
     async def local() -> Response:
         await _require_member_topics(request, group, consumer)

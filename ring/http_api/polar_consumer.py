@@ -42,7 +42,7 @@ from ring import auth, limits
 from ring.catalog import validate_topic_name
 from ring.cluster.peers import H_SECRET
 from ring.errors import BadRequest, Conflict, RingError, Unauthorized, Unavailable
-from ring.groups.service import validate_name
+from ring.group_requests import CommitOffsets, GroupPoll, validate_name
 from ring.hashing import partition_token
 from ring.http_api import access, codec, groups_api, polar_codec, web
 from ring.http_api import answer as answers
@@ -234,9 +234,9 @@ def _token_of(broker: Any) -> Any:
 async def poll(request: Request) -> Response:
     consumer = _who(request)
     broker = request.app[BROKER_KEY]
-    answer = await _answered(request, consumer, groups_api.poll_member(
-        request, consumer.group, consumer.id, limits.FETCH_RECORDS_DEFAULT, 0, None, True, None, broker.config.name,
-        codec.CT_MSGPACK))
+    req = GroupPoll(consumer.group, consumer.id, None, limits.FETCH_RECORDS_DEFAULT, 0, True,
+                    groups_api.acknowledged(request, consumer.group, consumer.id, None), broker.config.name)
+    answer = await _answered(request, consumer, groups_api.poll_member(request, req, codec.CT_MSGPACK))
     doc = msgpack.unpackb(answers.body_bytes(answer), raw=False)
     token_header = {groups_api.H_POLL_TOKEN: (answer.headers or {}).get(groups_api.H_POLL_TOKEN, "")}
     if not doc["records"]:
@@ -255,7 +255,9 @@ async def poll(request: Request) -> Response:
 
 async def commit(request: Request) -> Response:
     consumer = _who(request)
-    await _answered(request, consumer, groups_api.commit_member(request, consumer.group, consumer.id, None, None))
+    req = CommitOffsets(consumer.group, consumer.id, None, None,
+                        groups_api.acknowledged(request, consumer.group, consumer.id, None))
+    await _answered(request, consumer, groups_api.commit_member(request, req))
     return Response(b"", 204, None, {"Retry-After": _NO_DATA_RETRY_S})
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from ring import limits
 from ring.errors import BadRequest, Conflict, NotFound, RingError, Unavailable
+from ring.group_requests import CommitOffsets, validate_name
 from ring.groups import classic
 from ring.groups.membership import DEAD, NOT_COORDINATOR, UNKNOWN_PARTITION
-from ring.groups.service import validate_name
 from ring.kafka_api import errors
 from ring.kafka_api import group_codec as gc
 from ring.kafka_api.cluster import kafka_brokers, node_id
@@ -144,13 +144,15 @@ def leave_group(groups: Any, header: RequestHeader, r: Reader) -> Any:
 def offset_commit(groups: Any, header: RequestHeader, r: Reader) -> Any:
     v = header.api_version
     req = gc.read_offset_commit(v, r)
-    offsets = [(t, p, o) for t, parts in req.topics for p, o, _ in parts]
+    commit = CommitOffsets(req.group, req.member_id or None, None if req.generation < 0 else req.generation,
+                           tuple((t, p, o) for t, parts in req.topics for p, o, _ in parts))
+    offsets = commit.offsets or ()
 
     def answer(codes: dict[tuple[str, int], int]) -> bytes:
         return gc.offset_commit_answer(v, [(t, [(p, codes[(t, p)]) for p, _, _ in parts]) for t, parts in req.topics])
 
     async def work() -> bytes:
-        outcomes = await groups.membership.commit(req.group, req.generation, req.member_id, offsets)
+        outcomes = await groups.membership.commit(commit)
         return answer({tp: OUTCOMES[o] for tp, o in outcomes.items()})
     return _guarded(req.group, work, lambda code: answer({(t, p): code for t, p, _ in offsets}))
 

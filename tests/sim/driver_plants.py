@@ -101,9 +101,9 @@ def poll_acknowledged_when_answered() -> Iterator[None]:
     is committed by the next poll all the same."""
     real = poller.Poller._poll
 
-    async def poll(self: poller.Poller, slot: Any, group: str, member_id: str, *args: Any, **kwargs: Any) -> Any:
-        polled = await real(self, slot, group, member_id, *args, **kwargs)
-        g, m = await self._member(group, member_id, polled.generation)
+    async def poll(self: poller.Poller, slot: Any, req: Any) -> Any:
+        polled = await real(self, slot, req)
+        g, m = await self._member(req.group, req.consumer, polled.generation)
         g.acknowledge(m, polled.token)
         return polled
 
