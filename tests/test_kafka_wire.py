@@ -100,6 +100,24 @@ def test_batch_round_trip(recs, base, epoch, compression):
         (base + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(recs)]
 
 
+def test_lengths_on_each_side_of_a_varints_one_two_and_three_byte_forms_decode():
+    """The record reader reads varints of one and two bytes in place and longer ones by a call: keys, values,
+    records and timestamp deltas of every width, both signs, decode as written (in Kafka's own encoder too)."""
+    sizes = [0, 1, 63, 64, 65, 127, 128, 8191, 8192, 8193, 70_000]
+    base_ts = 1_700_000_000_000
+    recs = [(base_ts + delta, b"k" * ks if ks else None, b"v" * vs, [("h", b"x" * hs)] if hs >= 0 else [])
+            for delta, ks, vs, hs in zip([0, 1, -1, 63, -64, 64, -65, 8191, -8192, 2**20, -(2**20)],
+                                         sizes, reversed(sizes), [-1, 0, 64, 8192, -1, 1, -1, 128, -1, 65, -1])]
+    got = records.decode_batches(bytes(records.encode_batch(5, 0, recs)))
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
+        (5 + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(recs)]
+    theirs = DefaultRecordBatchBuilder(2, DefaultRecordBatch.CODEC_NONE, False, -1, -1, -1, 1 << 30)
+    for i, (ts, k, v, h) in enumerate(recs):
+        theirs.append(i, ts, k, v, h)
+    got = records.decode_batches(bytes(theirs.build()))
+    assert [(r.timestamp, r.key, r.value, r.headers) for r in got] == [(ts, k, v, h) for ts, k, v, h in recs]
+
+
 @settings(max_examples=40, deadline=None)
 @given(record_lists, st.sampled_from([DefaultRecordBatch.CODEC_NONE, DefaultRecordBatch.CODEC_GZIP]))
 def test_kafka_pythons_batches_decode_and_ours_decode_in_kafka_python(recs, codec):

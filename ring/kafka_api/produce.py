@@ -68,7 +68,7 @@ async def _produce(broker: Any, topics: list, level: str | None) -> list:
                 if data is None:
                     raise CorruptBatch("a partition's records are null")
                 recs, producer = records.decode_produced(data, inflate_left)
-                inflate_left -= sum(len(r.value or b"") + len(r.key or b"") for r in recs)
+                inflate_left -= sum([len(r.value or b"") + len(r.key or b"") for r in recs])  # (a list: one call)
                 writes.append((name, p, _written(name, to_intake(broker, name, p, recs, level, producer))))
             except RingError as exc:
                 writes.append((name, p, _failed(exc)))
@@ -111,7 +111,9 @@ def to_intake(broker: Any, topic: str, partition: int, recs: list[records.KafkaR
         key, value, headers = rec.key, rec.value, rec.headers or None
         if key is not None and len(key) > limits.KEY_BYTES_MAX:
             raise PayloadTooLarge(f"key is over the limit of {limits.KEY_BYTES_MAX} bytes")
-        size = len(key or b"") + len(value or b"") + sum(len(n) + len(v or b"") for n, v in headers or ())
+        size = len(key or b"") + len(value or b"")
+        if headers:
+            size += sum(len(n) + len(v or b"") for n, v in headers)
         if size > limits.MESSAGE_BYTES_MAX:
             raise PayloadTooLarge(f"a record is over the limit of {limits.MESSAGE_BYTES_MAX} bytes")
         ins.append((rec.timestamp if rec.timestamp >= 0 else None, key, value, headers))
