@@ -52,7 +52,7 @@ from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
 from ring.clock import Clock
 from ring.config import BrokerConfig
-from ring.errors import RingError, StorageError, Unavailable, UnknownTopic
+from ring.errors import StorageError, Unavailable, UnknownTopic
 from ring.fetch import Fetch
 from ring.offsets import OffsetsAt, Truncate
 from ring.hashing import broker_token, ordinal_from_name
@@ -119,7 +119,7 @@ class Broker:
         self._deleting: set[str] = set()
         self.commits = GroupCommit(config.fsync, clock)
         self.producers = ProducerStates(clock)  # idempotent producers' tables, on leaders
-        self.turn = TurnAppends(self)  # produces without a task: one write per partition per loop turn
+        self.turn = TurnAppends(self.producers)  # produces without a task: one write per partition per loop turn
         self.intake = Intake(self)  # a produce request's topic, partitions and batches
         # Where produces and reads go: here, alone; ClusterBroker's goes to leaders and replicas too.
         self.router: Routing = LocalRouter(self)
@@ -359,25 +359,12 @@ class Broker:
         """Delete records below ``req.before_offset`` (Kafka's deleteRecords)."""
         return await self.router.truncate(req)
 
-    # What TurnAppends asks of its broker.
-
-    def sync_soon(self, part: Replica) -> asyncio.Future[None]:
-        return self.commits.sync_soon(part)
-
     def appended(self, part: Replica, end: int) -> bool:
         """Batches were appended to ``part`` up to ``end``: replication is told, and under an fsync policy
         that needs no fsync for them they are durable at once, in the same step; whether they are."""
         durable = self.commits.durable_when_written()
         self.host.appended(part, end if durable else None)
         return durable
-
-    def refused(self, pending: Appending, exc: RingError) -> None:
-        """A produce whose partition would not take its turn's write."""
-        self.router.refused(pending, exc)
-
-    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
-        """``pending`` waits until its level's voters durably hold offsets below ``end``."""
-        self.router.await_acks(part, pending, end)
 
     def check_open(self) -> None:
         if self._closing:

@@ -19,7 +19,7 @@ from ring.broker import Broker
 from ring.catalog import TopicConfig
 from ring.clock import SystemClock
 from ring.config import BrokerConfig
-from ring.errors import OffsetOutOfRange
+from ring.errors import OffsetOutOfRange, Unavailable
 from ring.fetch import Fetch
 from ring.offsets import LATEST, OffsetsAt, Truncate
 from ring.log import batch as batchfmt
@@ -111,6 +111,22 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     assert alone.host.moved == [("t", 1, 2)]
     with pytest.raises(OffsetOutOfRange):  # at once, before any wait
         alone.fetch(Fetch("t", 1, 1, 1 << 20, 10_000))
+
+
+async def test_a_produce_whose_broker_starts_shutting_down_before_its_turns_write_fails_unwritten(
+        alone: Any) -> None:
+    """The turn's write checks the partition may still be written: the broker began shutting down
+    between the produce and its turn, so the produce fails with the awaited path's 503, nothing written."""
+    cfg = alone.catalog.get("t")
+    soon = alone.produce_partition(_req("one"), cfg, 1, [_batch(b"a")])
+    assert is_pending(soon)
+    alone.begin_shutdown()
+    settled = asyncio.get_running_loop().create_future()
+    soon.add_done_callback(lambda a: settled.set_result(None))
+    await asyncio.wait_for(settled, 10)
+    with pytest.raises(Unavailable):
+        soon.result()
+    assert alone.replica_of("t", 1).log.end_offset == 0
 
 
 async def test_a_request_over_several_partitions_takes_each_partitions_turn_write(alone: Any) -> None:

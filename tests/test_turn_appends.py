@@ -28,7 +28,7 @@ from ring.node.members import Members
 from ring.node.ready import Appended, AwaitAcks, Flush, FromFollower, LinkUp, PlacementChanged
 from ring.produce import Batches, Produce
 from ring.replication import protocol
-from ring.replication.appends import Appending, TurnAppends
+from ring.replication.appends import TurnAppends
 from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
 from tests.support import lone_broker, until
@@ -131,31 +131,17 @@ async def test_a_failed_write_fails_the_produces_of_its_turn(broker: ClusterBrok
 QUORUM = Produce("t", Batches([], 0), 0, None, "quorum")  # the produce each turn's batches are of
 
 
-class _Host:
-    """What TurnAppends needs of a leader: a node core (ring.node) whose Ready is carried out here."""
+class _Leader:
+    """A leader's node core (ring.node) whose Ready is carried out here."""
 
     def __init__(self, core: NodeCore) -> None:
         self.core = core
-        self.producers = ProducerStates(ManualClock(T0))
         self.sends: list[tuple[str, Any]] = []
 
     def carry_out(self, ready: Any) -> None:
         self.sends += ready.sends
         for token, exc in ready.releases:
             token.set_result(None) if exc is None else token.set_exception(exc)
-
-    def check_writable(self, part: Replica) -> None:
-        pass
-
-    def appended(self, part: Replica, end: int) -> bool:
-        self.carry_out(self.core.step(0.0, Appended(part, end)))
-        return True
-
-    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
-        self.carry_out(self.core.step(0.0, AwaitAcks(pending, part, end, pending.request.consistency, 5.0)))
-
-    def refused(self, pending: Appending, exc: Exception) -> None:
-        pending.set_exception(exc)
 
 
 async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_quorum(tmp_path: Path) -> None:
@@ -172,12 +158,18 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
             cur = core.links.links[name].cursors[("t", 0)]
             cur.next, cur.hw_sent = 0, 0  # in sync, at 0
         core.step(0.0, Flush())
-        host = _Host(core)
-        turn = TurnAppends(host)
+        host = _Leader(core)
+        turn = TurnAppends(ProducerStates(ManualClock(T0)))
         pending = [turn.add(rep, [B.encode([(T0, None, b"v%d" % i, None)], now_ms=T0)], 2, QUORUM)
                    for i in range(30)]
         assert all(p is not None for p in pending)
-        await until("the turn's write", lambda: rep.log.end_offset == 30)
+        end, written = turn.write(rep)  # what the router does on the turn's next loop turn
+        assert end == rep.log.end_offset == 30 and written == pending
+        host.carry_out(core.step(0.0, Appended(rep, end)))
+        waiting = turn.release_held(rep, written)
+        assert waiting == pending  # the leader alone is not a quorum of three
+        for a in waiting:
+            host.carry_out(core.step(0.0, AwaitAcks(a, rep, a.base + a.count, a.request.consistency, 5.0)))
         host.carry_out(core.step(0.0, Flush()))
         for name in ("b", "c"):
             frames = [f for dst, f in host.sends if dst == name and isinstance(f, protocol.Append)]

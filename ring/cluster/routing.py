@@ -48,7 +48,7 @@ from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, 
 from ring.fetch import Fetch
 from ring.offsets import OffsetsAt, Truncate
 from ring.node.core import NodeCore
-from ring.node.ready import AwaitAcks, AwaitStart, Ready
+from ring.node.ready import Appended, AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
 from ring.ranges.manager import Ranges
 from ring.replication import protocol
@@ -212,7 +212,49 @@ class Router:
         if rep is None or not rep.is_leader or rep.frozen:
             return None
         needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, req.consistency)
-        return None if needed is None else host.turn.add(rep, batches, needed, req)
+        if needed is None:
+            return None
+        first = rep.appends is None
+        pending = host.turn.add(rep, batches, needed, req)
+        if first and pending is not None:  # the turn's first produce schedules its write
+            asyncio.get_running_loop().call_soon(self._write_turn, rep)
+        return pending
+
+    def _write_turn(self, rep: Replica) -> None:
+        """The partition's write of this turn (``TurnAppends.write``) while it may still be appended to
+        and this broker leads it (else each produce is refused, ``_refused``); replication is told; once
+        the batches are durable by the fsync policy (at once, or after the turn's group commit under
+        ``always``, as on the awaited path) each produce waits for its level's voters (``_acknowledge``)."""
+        host = self.host
+        try:
+            host.check_appendable(rep)
+            host.core.check_leading(rep, rep.topic, rep.index)  # (no await from here to the append)
+        except RingError as exc:
+            for a in host.turn.take(rep):
+                self._refused(a, exc)
+            return
+        end, pending = host.turn.write(rep)
+        if host.commits.durable_when_written():
+            host.step(Appended(rep, end))
+            self._acknowledge(rep, pending)
+        else:
+            host.step(Appended(rep))
+            host.commits.sync_soon(rep).add_done_callback(lambda synced: self._synced(rep, pending, synced))
+
+    def _synced(self, rep: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
+        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._acknowledge(rep, pending)
+        else:
+            self.host.turn.fail(pending, exc)
+
+    def _acknowledge(self, rep: Replica, pending: list[Appending]) -> None:
+        """Each produce, durable here, is answered once its level's voters hold it: at once when they do
+        already, else by the node core's ack waiter, counted against the voter set as it is when they do."""
+        host = self.host
+        for a in host.turn.release_held(rep, pending):
+            req = a.request
+            host.step(AwaitAcks(a, rep, a.base + a.count, req.consistency, req.ack_timeout_ms / 1000))
 
     def _forward_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Forwarding | None:
         host = self.host
@@ -258,17 +300,14 @@ class Router:
                                   topic=topic, partition=p, leader=leader)
         return None
 
-    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
-        req = pending.request
-        self.host.step(AwaitAcks(pending, part, end, req.consistency, req.ack_timeout_ms / 1000))
-
-    def refused(self, pending: Appending, exc: RingError) -> None:
-        """Leadership moved before the turn's write: nothing was written, so the produce goes the
-        awaited way, which follows the new leader (as a produce that found it so at once would)."""
+    def _refused(self, pending: Appending, exc: RingError) -> None:
+        """A produce whose partition would not take its turn's write: nothing was written. Leadership
+        moved: it goes the awaited way, which follows the new leader (as a produce that found it so at
+        once would); else it fails with the error the awaited path gives."""
         rep = pending.part
         catalog = self.host.catalog
         if not isinstance(exc, NotLeader) or rep.topic not in catalog:
-            return self.local.refused(pending, exc)
+            return pending.set_exception(exc)
         cfg = catalog.get(rep.topic)
 
         async def again() -> None:

@@ -1,21 +1,26 @@
 """The leader's produce path without a task: one log write per partition per event-loop turn.
 
 A produce that needs nothing awaited before its append (its topic exists,
-this broker leads the partition, no producer table has to be built) hands
-its batches to ``TurnAppends.add`` and gets an ``Appending`` back at once: a
-future-like object that is done when the consistency level's
-acknowledgements are in. Every produce to one partition in one loop turn
-joins the same list; on the next turn ``_write`` runs once for the list: it
-checks the partition may still be written, stamps every batch with its
-offsets, writes them all with one ``os.write``
-(``PartitionLog.append_batches``), tells replication once (so one append
-frame per follower carries the whole turn's records), makes them durable by
-the fsync policy (at once, or by one group-commit fsync for the turn under
-``always``), and then releases each produce as its acknowledgements arrive
-(the node core's ack waiters, ``ring/node/waiters.py``, resolve the
-``Appending`` itself in the Ready of the step that moved the ends, and its
-callback writes the answer at once: no second future, no task, no timer, no
-extra loop turn).
+this broker leads the partition, no producer table has to be built) is
+queued by the broker's router with ``TurnAppends.add``, which gives an
+``Appending`` back at once: a future-like object that is done when the
+consistency level's acknowledgements are in. Every produce to one partition
+in one loop turn joins the same list; the first one's router schedules the
+partition's write for the next turn, which checks the partition may still
+be written and calls ``TurnAppends.write`` once for the list: it stamps
+every batch with its offsets and writes them all with one ``os.write``
+(``PartitionLog.append_batches``), and returns the log's end and the
+produces. The router then tells replication once (so one append frame per
+follower carries the whole turn's records), makes them durable by the fsync
+policy (at once, or by one group-commit fsync for the turn under
+``always``), and releases each produce as its acknowledgements arrive:
+``release_held`` answers those enough voters hold already and returns the
+others, for which the router registers the node core's ack waiters
+(``ring/node/waiters.py``); they resolve the ``Appending`` itself in the
+Ready of the step that moved the ends, and its callback writes the answer
+at once: no second future, no task, no timer, no extra loop turn. Nothing
+here calls the router or the broker: what happened travels back as return
+values and through the ``Appending`` futures.
 
 Order and guarantees are the awaited path's: produces are written in the
 order they joined the turn; an idempotent batch is checked against its
@@ -29,14 +34,14 @@ follow the new leader).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from ring.errors import RequestTimeout, RingError
 from ring.log import batch as batchfmt
 from ring.produce import Produce
 from ring.replication import protocol
+from ring.replication.idempotence import ProducerStates
 from ring.replication.replica import Replica
 
 log = logging.getLogger("ring.replication")
@@ -119,48 +124,51 @@ def ack_timeout(rep: Replica, base: int, end: int, needed: int, req: Produce) ->
 
 
 class TurnAppends:
-    """The produces of this loop turn, per partition, and the write that takes them on the next turn.
+    """The produces of this loop turn, per partition (``part.appends``), and the write that takes them.
 
-    ``host`` is the broker: ``check_writable``, ``producers``, ``appended`` (replication is told, and
-    what was written is durable at once under a policy that needs no fsync for it), ``sync_soon`` (the
-    group commit, under ``always``), ``await_acks`` (a produce waits for its level's voters) and
-    ``refused`` (what to do with a produce its partition no longer takes).
+    Its caller is the broker's router (``ring.replication.local.LocalRouter``, ``ring.cluster.routing.Router``),
+    which decides a produce is this broker's to write: it queues each produce with ``add`` and, for the
+    first of a partition's turn (``part.appends`` was None), schedules the partition's write on the next
+    loop turn. There it checks the partition may still be written and calls ``write`` (or ``take``, to
+    refuse the turn's produces, none written), which returns what it did; the caller tells replication,
+    makes the batches durable by the fsync policy, and calls ``release_held``, which answers the produces
+    their level's voters hold already and returns the others, whose waits the caller registers.
+    ``producers`` is the partition layer's table of idempotent producers (``ring.replication.idempotence``).
     """
 
-    def __init__(self, host: Any) -> None:
-        self.host = host
+    def __init__(self, producers: ProducerStates) -> None:
+        self.producers = producers
 
     def add(self, part: Replica, batches: list[bytearray], needed: int, req: Produce) -> Appending | None:
-        """Queue ``batches`` for this turn's write to ``part``; None when they must take the awaited path."""
-        host = self.host
+        """Queue ``batches`` for the turn's write to ``part``; None when they must take the awaited path."""
         if part.deleted or part.failed:
             return None
         idempotent = False
         for b in batches:
             if batchfmt.producer_id(b) >= 0:
                 idempotent = True
-                if not host.producers.ready(part, batches):
+                if not self.producers.ready(part, batches):
                     return None
                 break
         a = Appending(part, batches, needed, req, idempotent)
         if part.appends is None:
             part.appends = [a]
-            asyncio.get_running_loop().call_soon(self._write, part)
         else:
             part.appends.append(a)
         return a
 
-    def _write(self, part: Replica) -> None:
+    def take(self, part: Replica) -> list[Appending]:
+        """The turn's produces to ``part``, taken off it unwritten (its caller refuses them)."""
         pending, part.appends = part.appends, None
-        if not pending:
-            return
-        host = self.host
-        try:
-            host.check_writable(part)
-        except RingError as exc:
-            for a in pending:
-                host.refused(a, exc)
-            return
+        return pending or []
+
+    def write(self, part: Replica) -> tuple[int, list[Appending]]:
+        """Write the turn's produces to ``part``, in the order they joined it; the log's end after them,
+        and the produces. Each is done when its write failed (the log's error), else it has its offsets
+        (``base``, ``count``: its own, or for a retry of idempotent batches written before, theirs) and
+        waits for them to be durable and acknowledged."""
+        pending, part.appends = part.appends, None
+        assert pending, "a partition's write is scheduled by the first produce of its turn"
         group: list[Appending] = []
         for a in pending:
             if a.idempotent:  # judged against everything written before it, then written alone
@@ -170,35 +178,31 @@ class TurnAppends:
             else:
                 group.append(a)
         self._write_group(part, group)
-        if host.appended(part, part.log.end_offset):
-            self._acknowledge(part, pending)
-        else:  # fsync always: the group commit first (one fsync for the turn), as the awaited path
-            host.sync_soon(part).add_done_callback(lambda synced: self._synced(part, pending, synced))
+        return part.log.end_offset, pending
 
-    def _synced(self, part: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
-        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
-        if exc is None:
-            self._acknowledge(part, pending)
-            return
-        for a in pending:
-            if not a.done():
-                a.set_exception(exc)
-
-    def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
-        """Each produce, durable here, waits for the voters its level needs (released at once when
-        they hold it already: this broker alone, or consistency one); the wait is the node core's
-        (``host.await_acks``), counted against the voter set as it is when they do."""
+    def release_held(self, part: Replica, pending: list[Appending]) -> list[Appending]:
+        """Once the turn's produces are durable here: answer each that enough voters hold already (this
+        broker alone, or consistency one), counted against the voter set as it is now; the others, which
+        wait for the voters their level needs to hold offsets below ``base + count``."""
         ends = sorted(part.voter_ends(), reverse=True)
         voters = max(1, len(part.voters))
+        waiting = []
         for a in pending:
             if a.done():
                 continue
-            end = a.base + a.count
             needed = protocol.needed_acks(a.request.consistency, voters)
-            if needed <= len(ends) and ends[needed - 1] >= end:
+            if needed <= len(ends) and ends[needed - 1] >= a.base + a.count:
                 a.set_result(None)  # held by enough voters already (this broker alone, or one)
             else:
-                self.host.await_acks(part, a, end)
+                waiting.append(a)
+        return waiting
+
+    @staticmethod
+    def fail(pending: list[Appending], exc: BaseException) -> None:
+        """The turn's produces not answered yet fail with ``exc`` (their group commit failed)."""
+        for a in pending:
+            if not a.done():
+                a.set_exception(exc)
 
     def _write_group(self, part: Replica, group: list[Appending]) -> None:
         if not group:
@@ -209,7 +213,7 @@ class TurnAppends:
             for a in group:
                 a.set_exception(exc)
             return
-        producers = self.host.producers
+        producers = self.producers
         i = 0
         for a in group:
             first, i = i, i + len(a.batches)
@@ -217,7 +221,7 @@ class TurnAppends:
             producers.appended(part, a.batches, a.base)
 
     def _write_idempotent(self, part: Replica, a: Appending) -> None:
-        producers = self.host.producers
+        producers = self.producers
         try:
             dup = producers.check(part, a.batches)
             if dup is not None:  # a retry of batches written before: their offsets, nothing appended

@@ -2,9 +2,11 @@
 
 A broker routes every produce and read through its ``router`` (``Routing``,
 the names the broker calls). ``LocalRouter`` is a broker alone's: every
-partition is held and led here, a produce is appended by the broker and
-answered once it is durable by the fsync policy (there are no other voters
-to wait for), and a read is this broker's replica's, up to its high
+partition is held and led here, a produce joins its partition's write of
+this loop turn (``ring.replication.appends``: the router schedules the write
+and carries out what follows it) or, when that will not take it, is appended
+by the broker, and either is answered once it is durable by the fsync
+policy (there are no other voters to wait for), and a read is this broker's replica's, up to its high
 watermark, long-polling there when asked to. A clustered broker's router
 (``ring.cluster.routing.Router``) decides between here, the leader and a
 live replica, and uses a ``LocalRouter`` for what it serves here.
@@ -14,6 +16,7 @@ it never imports the broker.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any, Awaitable, Protocol
 
@@ -43,6 +46,13 @@ class LocalHost(Protocol):
     def check_open(self) -> None:
         """Raise ``Unavailable`` while the broker shuts down."""
 
+    def check_appendable(self, part: Replica) -> None:
+        """Raise unless ``part`` may be appended to now (not deleted, not failed, the broker open)."""
+
+    def appended(self, part: Replica, end: int) -> bool:
+        """Batches were appended to ``part`` up to ``end`` (replication is told); whether they are durable
+        now (the fsync policy needs no fsync for them)."""
+
     def replica_of(self, topic: str, partition: int) -> Replica:
         """The replica held here; UnknownTopic / UnknownPartition / Unavailable (not held here)."""
 
@@ -68,10 +78,6 @@ class Routing(Protocol):
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
         """``ring.replication.intake.IntakeHost.produce_partition``."""
-
-    def refused(self, pending: Appending, exc: RingError) -> None: ...
-
-    def await_acks(self, part: Replica, pending: Appending, end: int) -> None: ...
 
     def check_writable(self, part: Replica) -> None: ...
 
@@ -111,18 +117,45 @@ class LocalRouter:
 
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
-        """This turn's write to the partition, or the awaited append when the turn will not take it."""
+        """This turn's write to the partition (the turn's first produce schedules it, ``_write_turn``), or
+        the awaited append when the turn will not take it."""
         part = self.host.replica_of(cfg.name, p)
+        first = part.appends is None
         pending = self.host.turn.add(part, batches, 1, req)
-        return pending if pending is not None else self.host.append(part, batches)
+        if pending is None:
+            return self.host.append(part, batches)
+        if first:
+            asyncio.get_running_loop().call_soon(self._write_turn, part)
+        return pending
 
-    def refused(self, pending: Appending, exc: RingError) -> None:
-        """A produce whose partition would not take its turn's write: the error the awaited path gives."""
-        pending.set_exception(exc)
+    def _write_turn(self, part: Replica) -> None:
+        """The partition's write of this turn (``TurnAppends.write``) while it may still be appended to
+        (else each produce fails with the error the awaited path gives); then, durable by the fsync
+        policy (at once, or after the turn's group commit under ``always``), its produces are answered."""
+        host = self.host
+        try:
+            host.check_appendable(part)
+        except RingError as exc:
+            for a in host.turn.take(part):
+                a.set_exception(exc)
+            return
+        end, pending = host.turn.write(part)
+        if host.appended(part, end):
+            self._acknowledge(part, pending)
+        else:
+            host.commits.sync_soon(part).add_done_callback(lambda synced: self._synced(part, pending, synced))
 
-    def await_acks(self, part: Replica, pending: Appending, end: int) -> None:
+    def _synced(self, part: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
+        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._acknowledge(part, pending)
+        else:
+            self.host.turn.fail(pending, exc)
+
+    def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
         """A broker alone never waits for others: its own durable end suffices."""
-        pending.set_result(None)
+        for a in self.host.turn.release_held(part, pending):
+            a.set_result(None)
 
     def check_writable(self, part: Replica) -> None:
         """Nothing beyond the broker's own checks: every partition is led here."""

@@ -25,13 +25,14 @@ from ring.replication import appends, idempotence, reads
 def turn_answers_before_acks() -> Iterator[None]:
     """The turn writer (``replication/appends.py``) answers every produce of the turn once its batches are
     durable on the leader, without waiting for the acknowledgements its consistency level needs."""
-    def acknowledge(self: appends.TurnAppends, part: Any, pending: list[appends.Appending]) -> None:
+    def release_held(self: appends.TurnAppends, part: Any, pending: list[appends.Appending]) -> list[appends.Appending]:
         for a in pending:
             if not a.done():
                 a.set_result(None)
+        return []
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(appends.TurnAppends, "_acknowledge", acknowledge)
+        mp.setattr(appends.TurnAppends, "release_held", release_held)
         yield
 
 
