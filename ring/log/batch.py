@@ -403,9 +403,9 @@ def _records(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader) -> l
     raw = decompress(h.codec, memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     try:
         items = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=True)
+        new, base, first = tuple.__new__, h.base_offset, h.first_timestamp  # (no named tuple __new__ per record)
         records = [
-            Record(h.base_offset + i, h.first_timestamp + it[0], it[1], it[2],
-                   header_pairs(it[3]) if it[3] else None)
+            new(Record, (base + i, first + it[0], it[1], it[2], header_pairs(it[3]) if it[3] else None))
             for i, it in enumerate(items)
         ]
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
