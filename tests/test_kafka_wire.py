@@ -116,6 +116,10 @@ def test_lengths_on_each_side_of_a_varints_one_two_and_three_byte_forms_decode()
         theirs.append(i, ts, k, v, h)
     got = records.decode_batches(bytes(theirs.build()))
     assert [(r.timestamp, r.key, r.value, r.headers) for r in got] == [(ts, k, v, h) for ts, k, v, h in recs]
+    ours = DefaultRecordBatch(bytes(records.encode_batch(5, 0, recs)))  # what a fetch answers, read by Kafka's codec
+    assert ours.validate_crc()
+    assert [(r.offset, r.timestamp, r.key, r.value, [tuple(x) for x in r.headers]) for r in ours] == [
+        (5 + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(recs)]
 
 
 @settings(max_examples=40, deadline=None)

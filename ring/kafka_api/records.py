@@ -347,17 +347,25 @@ def encode_batch(base_offset: int, leader_epoch: int, records: Sequence[tuple[in
     base_ts = records[0][0]
     max_ts = base_ts
     parts: list[bytes] = []
+    small = _SMALL
     for delta, (ts, key, value, headers) in enumerate(records):
         max_ts = ts if ts > max_ts else max_ts
-        rec = [b"\x00", _zz(ts - base_ts), _zz(delta)]
+        # The varints most records have, made in place when they fit one byte (zigzag 0-127): the
+        # timestamp's and offset's deltas, and the key's length; the value's and the record's length
+        # in one or two bytes (below 8 KiB); ``_zz`` otherwise.
+        u = (ts - base_ts) << 1 ^ (ts - base_ts) >> 63
+        rec = [b"\x00", small[u] if u < 0x80 else _zz(ts - base_ts), small[delta << 1] if delta < 0x40 else _zz(delta)]
         if key is None:
             rec.append(b"\x01")  # -1: null
         else:
-            rec += (_zz(len(key)), key)
+            n = len(key)
+            rec += (small[n << 1] if n < 0x40 else _zz(n), key)
         if value is None:
             rec.append(b"\x01")
         else:
-            rec += (_zz(len(value)), value)
+            n = len(value)
+            rec += (small[n << 1] if n < 0x40 else bytes(((n << 1) & 0x7F | 0x80, n >> 6)) if n < 0x2000
+                    else _zz(n), value)
         if headers:
             rec.append(_zz(len(headers)))
             for name, hvalue in headers:
@@ -370,7 +378,9 @@ def encode_batch(base_offset: int, leader_epoch: int, records: Sequence[tuple[in
         else:
             rec.append(b"\x00")
         one = b"".join(rec)
-        parts += (_zz(len(one)), one)
+        n = len(one)
+        parts += (small[n << 1] if n < 0x40 else bytes(((n << 1) & 0x7F | 0x80, n >> 6)) if n < 0x2000
+                  else _zz(n), one)
     body = b"".join(parts)
     if compression == COMPRESSION_GZIP:
         packer = zlib.compressobj(6, zlib.DEFLATED, 31)
