@@ -7,8 +7,8 @@ gossips the address of its Kafka listener (``KAFKA_EXTRA`` in its gossip entry);
 are the live ones that gossip one. A partition whose leader is unknown, or has no Kafka listener,
 is answered LEADER_NOT_AVAILABLE, and the client asks again.
 
-Leader epochs are answered as -1 (unknown): a client that knows an epoch checks its positions with
-OffsetForLeaderEpoch, which is not served yet.
+Leader epochs are answered as -1 (unknown), so clients do not check their positions with
+OffsetForLeaderEpoch (``epochs.py``) after a leader change.
 """
 
 from __future__ import annotations

@@ -1,0 +1,138 @@
+"""OffsetForLeaderEpoch (ring.kafka_api.epochs): where a leader epoch ended, as Kafka's
+``LeaderEpochFileCache.endOffsetFor`` answers it, over the log's epoch history; its bodies at every served
+version against kafka-python's protocol classes (generated from Kafka's schemas); its answers from a
+broker with a Kafka listener, including the current-leader-epoch checks; and bodies that lie about their
+lengths, which close the connection."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+from ring.kafka_api import apis, epochs
+from ring.kafka_api.errors import FENCED_LEADER_EPOCH, NONE, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION
+from ring.kafka_api.wire import Malformed, Reader
+from ring.log.checkpoint import LeaderEpochCache
+from tests.test_kafka_listener import API_VERSIONS, closed_by_broker, connect, frame, read_answer
+
+KEY = epochs.OFFSET_FOR_LEADER_EPOCH
+VERSIONS = list(range(epochs.VERSIONS[0], epochs.VERSIONS[1] + 1))
+Topic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+Partition = Topic.OffsetForLeaderPartition
+
+
+# --- the epoch history's answer ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("epoch, expected", [
+    (-1, (-1, -1)),  # no epoch asked for
+    (1, (1, 40)),  # older than every epoch kept (the log was truncated from the start): the first one's start
+    (3, (3, 100)),  # an epoch that wrote offsets 40..99: the next one's start
+    (4, (3, 100)),  # an epoch nobody wrote in: the largest below it, and where that ended
+    (5, (5, 130)),
+    (7, (7, 150)),  # the latest: the log end
+    (8, (-1, -1)),  # newer than the latest: not known here
+])
+def test_an_epochs_end_is_the_next_epochs_start_or_the_log_end(tmp_path, epoch, expected):
+    cache = LeaderEpochCache(tmp_path / "leader-epoch-checkpoint", [(3, 40), (5, 100), (7, 130)])
+    assert cache.epoch_end(epoch, 150) == expected
+
+
+def test_an_empty_history_knows_no_epoch(tmp_path):
+    assert LeaderEpochCache(tmp_path / "leader-epoch-checkpoint", []).epoch_end(0, 0) == (-1, -1)
+
+
+# --- bodies --------------------------------------------------------------------------------------
+
+
+def request() -> OffsetForLeaderEpochRequest:
+    return OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        Topic(topic="clicks", partitions=[Partition(partition=0, current_leader_epoch=7, leader_epoch=5),
+                                          Partition(partition=2, current_leader_epoch=-1, leader_epoch=0)]),
+        Topic(topic="views", partitions=[]),
+    ])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_served_version_reads_what_the_client_sent_and_answers_what_it_decodes(version):
+    r = Reader(bytes(request().encode(version=version)))
+    assert epochs.read_request(version, r) == [("clicks", [(0, 7, 5), (2, -1, 0)]), ("views", [])]
+    assert r.left == 0, "the whole body was read"
+    body = epochs.answer(version, [("clicks", [epochs.EpochEnded(0, NONE, 5, 1234),
+                                               epochs.EpochEnded(2, FENCED_LEADER_EPOCH, -1, -1)]),
+                                   ("views", [])])
+    answer = OffsetForLeaderEpochResponse.decode(body, version=version)
+    assert answer.throttle_time_ms == 0
+    assert [(t.topic, [(p.partition, p.error_code, p.leader_epoch, p.end_offset) for p in t.partitions])
+            for t in answer.topics] == [("clicks", [(0, 0, 5, 1234), (2, FENCED_LEADER_EPOCH, -1, -1)]),
+                                        ("views", [])]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_truncated_or_lying_body_is_malformed(version):
+    whole = bytes(request().encode(version=version))
+    head = 4 if version >= 3 else 0  # replica_id
+    # The topics' count: a classic int32 or a compact (unsigned varint) one; 2**31 - 1 entries claimed.
+    absurd = whole[:head] + (b"\xff\xff\xff\xff\x07" + whole[head + 1:] if version >= epochs.FLEXIBLE_FROM
+                             else struct.pack(">i", 2**31 - 1) + whole[head + 4:])
+    for body in [whole[:cut] for cut in (0, 3, len(whole) // 2, len(whole) - 1)] + [absurd]:
+        with pytest.raises(Malformed):
+            epochs.read_request(version, Reader(body))
+
+
+def test_the_flexible_version_is_flexible_and_the_others_not():
+    assert [apis.flexible(KEY, v) for v in VERSIONS] == [v >= 4 for v in VERSIONS]
+    assert apis.SERVED[KEY][:2] == epochs.VERSIONS
+
+
+# --- a broker's answers --------------------------------------------------------------------------
+
+
+def ask(kafka, version: int, topics: list) -> list:
+    """[(topic, [(partition, error, leader epoch, end offset)])] answered for ``topics``."""
+    body = bytes(OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        Topic(topic=t, partitions=[Partition(partition=p, current_leader_epoch=c, leader_epoch=e) for p, c, e in ps])
+        for t, ps in topics]).encode(version=version))
+    with connect(kafka) as s:
+        s.sendall(frame(KEY, version, 9, body, flexible=version >= epochs.FLEXIBLE_FROM))
+        corr, answer = read_answer(s)
+    assert corr == 9
+    if version >= epochs.FLEXIBLE_FROM:
+        answer = answer[1:]  # the response header's tagged fields
+    decoded = OffsetForLeaderEpochResponse.decode(answer, version=version)
+    return [(t.topic, [(p.partition, p.error_code, p.leader_epoch, p.end_offset) for p in t.partitions])
+            for t in decoded.topics]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_leader_answers_its_epochs_end_and_checks_the_current_epoch(kafka, version):
+    topic = f"epochs-{version}"
+    assert kafka.http.create_topic(topic, partitions=1).status == 201
+    assert kafka.http.produce(topic, [{"n": i} for i in range(5)], partition=0).status == 200
+    epoch = kafka.http.describe(topic)["partitions"][0]["epoch"]
+    assert epoch >= 1
+    assert ask(kafka, version, [(topic, [(0, epoch, epoch), (0, -1, epoch - 1), (0, -1, epoch + 1),
+                                         (0, epoch - 1, epoch), (0, epoch + 1, epoch), (1, -1, epoch)]),
+                                ("no-such-topic", [(0, -1, epoch)])]) == [
+        (topic, [(0, NONE, epoch, 5),  # the latest epoch ends at the log end
+                 (0, NONE, epoch - 1, 0),  # older than any epoch of the log: where the first began
+                 (0, NONE, -1, -1),  # an epoch newer than the leader's
+                 (0, FENCED_LEADER_EPOCH, -1, -1), (0, UNKNOWN_LEADER_EPOCH, -1, -1),
+                 (1, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]),
+        ("no-such-topic", [(0, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)])]
+
+
+@pytest.mark.parametrize("version", [3, 4])  # the last classic version and the flexible one
+def test_a_truncated_or_lying_request_closes_the_connection_and_the_listener_serves_on(kafka, version):
+    whole = bytes(request().encode(version=version))
+    flexible = version >= epochs.FLEXIBLE_FROM
+    absurd = whole[:4] + (b"\xff\xff\xff\xff\x07" + whole[5:] if flexible else struct.pack(">i", 2**31 - 1) + whole[8:])
+    for body in [whole[:cut] for cut in (0, 3, len(whole) // 2, len(whole) - 1)] + [absurd]:
+        with connect(kafka) as s:
+            s.sendall(frame(KEY, version, 3, body, flexible=flexible))
+            assert closed_by_broker(s)
+    with connect(kafka) as s:
+        s.sendall(frame(API_VERSIONS, 0, 5))
+        assert read_answer(s)[0] == 5
