@@ -136,3 +136,50 @@ def test_a_truncated_or_lying_request_closes_the_connection_and_the_listener_ser
     with connect(kafka) as s:
         s.sendall(frame(API_VERSIONS, 0, 5))
         assert read_answer(s)[0] == 5
+
+
+
+# --- Metadata's epochs, and Fetch's and ListOffsets' checks of them ------------------------------
+
+
+def roundtrip(kafka, key: int, version: int, request, response_class) -> object:
+    with connect(kafka) as s:
+        s.sendall(frame(key, version, 11, bytes(request.encode(version=version))))
+        corr, answer = read_answer(s)
+    assert corr == 11
+    return response_class.decode(answer, version=version)
+
+
+def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the_one_a_client_names(kafka):
+    from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    assert kafka.http.create_topic("epoch-checked", partitions=1).status == 201
+    assert kafka.http.produce("epoch-checked", [{"n": i} for i in range(3)], partition=0).status == 200
+    epoch = kafka.http.describe("epoch-checked")["partitions"][0]["epoch"]
+    md = roundtrip(kafka, 3, 8, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="epoch-checked")],
+                                                allow_auto_topic_creation=False), MetadataResponse)
+    assert [(p.partition_index, p.leader_epoch) for p in md.topics[0].partitions] == [(0, epoch)]
+
+    def fetched(current: int) -> tuple[int, int]:
+        fp = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=current, fetch_offset=0,
+                                                    log_start_offset=-1, partition_max_bytes=1 << 20)
+        answer = roundtrip(kafka, 1, 11, FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="epoch-checked", partitions=[fp])],
+            forgotten_topics_data=[], rack_id=""), FetchResponse)
+        (p,) = answer.responses[0].partitions
+        return p.error_code, p.high_watermark
+
+    def listed(current: int) -> tuple[int, int]:
+        lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, current_leader_epoch=current,
+                                                                      timestamp=-1)
+        answer = roundtrip(kafka, 2, 5, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="epoch-checked", partitions=[lp])]), ListOffsetsResponse)
+        (p,) = answer.topics[0].partitions
+        return p.error_code, p.offset
+
+    for check in (fetched, listed):
+        assert check(-1) == (NONE, 3) and check(epoch) == (NONE, 3)
+        assert check(epoch - 1) == (FENCED_LEADER_EPOCH, -1)
+        assert check(epoch + 1) == (UNKNOWN_LEADER_EPOCH, -1)

@@ -7,8 +7,9 @@ gossips the address of its Kafka listener (``KAFKA_EXTRA`` in its gossip entry);
 are the live ones that gossip one. A partition whose leader is unknown, or has no Kafka listener,
 is answered LEADER_NOT_AVAILABLE, and the client asks again.
 
-Leader epochs are answered as -1 (unknown), so clients do not check their positions with
-OffsetForLeaderEpoch (``epochs.py``) after a leader change.
+Each partition's leader epoch is the one this broker knows (``broker.leader_epoch_of``: its own
+replica's, else the leader's claim in gossip); a client checks its position with OffsetForLeaderEpoch
+(``epochs.py``) when it changes, and names it as ``current_leader_epoch`` in Fetch and ListOffsets.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _topic(broker: Any, version: int, w: Writer, name: str, brokers: dict[str, t
         w.int16(errors.NONE if known else errors.LEADER_NOT_AVAILABLE).int32(p)
         w.int32(node_id(leader) if known else -1)
         if version >= 7:
-            w.int32(-1)  # leader_epoch: unknown (see the module's docstring)
+            w.int32(broker.leader_epoch_of(name, p) if known else -1)  # leader_epoch
         _ids(w, replicas)
         _ids(w, up)  # isr: the replicas alive and listening
         if version >= 5:
