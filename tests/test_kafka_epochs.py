@@ -183,3 +183,101 @@ def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the
         assert check(-1) == (NONE, 3) and check(epoch) == (NONE, 3)
         assert check(epoch - 1) == (FENCED_LEADER_EPOCH, -1)
         assert check(epoch + 1) == (UNKNOWN_LEADER_EPOCH, -1)
+
+
+@pytest.mark.parametrize("version", range(apis.SERVED[3][0], apis.SERVED[3][1] + 1))
+def test_metadata_at_every_served_version_decodes_in_the_client(kafka, version):
+    """Every Metadata version a client may ask, v9 flexible (librdkafka trusts leader epochs from v9 only)."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from ring.kafka_api.cluster import node_id
+
+    assert kafka.http.create_topic(f"described-{version}", partitions=2).status == 201
+    names = [f"described-{version}", f"not-described-{version}"]
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                              allow_auto_topic_creation=False)
+    flexible = apis.flexible(3, version)
+    with connect(kafka) as s:
+        s.sendall(frame(3, version, 12, bytes(request.encode(version=version)), flexible=flexible))
+        corr, answer = read_answer(s)
+    assert corr == 12
+    md = MetadataResponse.decode(answer[1:] if flexible else answer, version=version)
+    me = node_id("ring-0")
+    assert [(b.node_id, f"{b.host}:{b.port}") for b in md.brokers] == [(me, kafka.bootstrap)]
+    epoch = kafka.http.describe(names[0])["partitions"][0]["epoch"]
+    described, unknown = md.topics
+    assert (described.name, described.error_code) == (names[0], NONE)
+    assert [(p.partition_index, p.error_code, p.leader_id, p.replica_nodes, p.isr_nodes) for p in described.partitions] == [
+        (0, NONE, me, [me], [me]), (1, NONE, me, [me], [me])]
+    if version >= 7:
+        assert [p.leader_epoch for p in described.partitions] == [epoch, epoch]
+    if version >= 4:  # (below, a request asks for a missing topic to be created: the fixture's broker does)
+        assert (unknown.name, unknown.error_code, unknown.partitions) == (names[1], UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
+# --- a consumer through a leader change ----------------------------------------------------------
+
+
+def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_nothing_lost_or_twice(tmp_path):
+    """Metadata answers each partition's leader epoch: when the leader of a partition a confluent-kafka
+    consumer reads is killed, the client learns the new leader's epoch, asks it with OffsetForLeaderEpoch
+    where the epoch of the records it read ended (KIP-320), and reads on from its position: every record,
+    in order, none twice."""
+    import logging
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.support import wait_for
+    from tests.test_kafka_listener import kafka_cluster, led_topic, produce_keyed
+
+    cluster, bootstraps = kafka_cluster(tmp_path)
+    try:
+        leaders = led_topic(cluster, bootstraps, "epoch-change", 1)
+        victim = cluster.member(leaders[0])
+        survivor = next(m for m in cluster if m is not victim)
+        first_epoch = survivor.http.describe("epoch-change")["partitions"][0]["epoch"]
+        landed = produce_keyed(",".join(bootstraps), "epoch-change", 100)
+
+        lines: list[str] = []
+
+        class Lines(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(record.getMessage())
+
+        logger = logging.getLogger("test.librdkafka.epochs")
+        logger.addHandler(Lines())
+        logger.setLevel(logging.DEBUG)
+        consumer = Consumer({"bootstrap.servers": ",".join(bootstraps), "group.id": "unused-no-commits",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 200, "debug": "protocol,metadata",
+                             "topic.metadata.refresh.interval.ms": 1000}, logger=logger)
+        got: list[tuple[int, bytes | None]] = []
+
+        def read(count: int) -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value()))
+            return len(got) >= count
+
+        try:
+            consumer.assign([TopicPartition("epoch-change", 0, 0)])
+            wait_for("the first 100 records", lambda: read(100), interval_s=0)
+            assert not any("OffsetForLeaderEpochRequest" in line for line in lines)  # no leader change yet
+            victim.kill()
+            wait_for("a new leader", lambda: (lambda p: p["leader"] not in (None, victim.name)
+                                              and p["epoch"] > first_epoch)(
+                survivor.http.describe("epoch-change")["partitions"][0]), timeout_s=60)
+            more = produce_keyed(",".join(b for b, m in zip(bootstraps, cluster) if m is not victim),
+                                 "epoch-change", 100)
+            landed.update(more)
+            wait_for("the next 100 records", lambda: read(200), timeout_s=90, interval_s=0)
+            for _ in range(4):  # anything more would be a record read twice
+                read(201)
+        finally:
+            consumer.close()
+        assert [offset for offset, _ in got] == list(range(200))
+        assert [value for _, value in got] == [landed[(0, offset)][2] for offset in range(200)]
+        asked = [line for line in lines if "OffsetForLeaderEpochRe" in line]
+        assert any("Sent OffsetForLeaderEpochRequest" in line for line in asked), [line for line in lines if "poch" in line][-40:]
+        assert any("Received OffsetForLeaderEpochResponse" in line for line in asked), asked
+    finally:
+        cluster.kill()

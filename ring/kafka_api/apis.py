@@ -9,7 +9,7 @@ offsets lookup through ``broker.offsets``, OffsetForLeaderEpoch through ``broker
 Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
 (``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). CreateTopics and
 DeleteTopics are the broker's own topic create and delete (``topics.py``). Only non-flexible versions are
-served, but for ApiVersions v3, FindCoordinator v3-4, InitProducerId v2-5, OffsetForLeaderEpoch v4,
+served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId v2-5, OffsetForLeaderEpoch v4,
 CreateTopics v5-7 and DeleteTopics v4-6.
 """
 
@@ -36,7 +36,7 @@ class NotServed(RingError):
 
 
 # The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
-FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3,
+FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: cluster.FLEXIBLE_FROM, API_VERSIONS: 3,
                  INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, epochs.OFFSET_FOR_LEADER_EPOCH: epochs.FLEXIBLE_FROM,
                  **group_codec.FLEXIBLE_FROM,
                  **topic_codec.FLEXIBLE_FROM}
@@ -74,7 +74,7 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     PRODUCE: (3, 8, produce.handle),
     FETCH: (4, 11, consume.fetch),  # (librdkafka writes RecordBatch v2 only to a broker serving Fetch v4 too)
     LIST_OFFSETS: (1, 5, offsets.list_offsets),
-    METADATA: (1, 8, cluster.metadata),
+    METADATA: (1, 9, cluster.metadata),
     API_VERSIONS: (0, 3, api_versions),
     INIT_PRODUCER_ID: (*producer_ids.VERSIONS, producer_ids.handle),
     epochs.OFFSET_FOR_LEADER_EPOCH: (*epochs.VERSIONS, epochs.handle),
