@@ -281,3 +281,94 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
         assert any("Received OffsetForLeaderEpochResponse" in line for line in asked), asked
     finally:
         cluster.kill()
+
+
+@pytest.mark.slow
+def test_a_consumer_past_what_an_unclean_leader_holds_reads_on_from_where_its_epoch_ended(tmp_path):
+    """The scenario of tests/test_unclean_election.py with a confluent-kafka consumer: it read every
+    record the leader L acknowledged with F2 while F1 was paused; L dies, F2 comes back empty and an
+    operator elects F1, whose log ends where its pause began. Asked where the consumer's epoch ended,
+    F1 answers its own log's end: the client sees the truncation and reads on from there, so the
+    records written after the election are read, each once (without epochs its fetch past F1's end
+    would be out of range, and its reset policy, latest here, would decide what it skips)."""
+    import logging
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tests.brokers import TestCluster
+    from tests.support import wait_for
+    from tests.test_disk_loss import TOPIC, acknowledge_without, in_sync_cluster, produce, wipe_and_restart
+    from tests.test_unclean_election import REFUSED_WITHIN_S
+
+    started: list[TestCluster] = []
+    bootstrap_of: dict[str, str] = {}
+
+    def make(size: int, *args: str) -> TestCluster:
+        from ring.localcluster import free_port
+
+        c = TestCluster(tmp_path / "cluster", size, args=list(args))
+        for b in c.local.brokers:
+            bootstrap_of[b.name] = f"127.0.0.1:{free_port()}"
+            b.args += ["--kafka-listen", bootstrap_of[b.name]]
+        started.append(c)
+        return c.start()
+
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("test.librdkafka.truncation")
+    logger.addHandler(Lines())
+    logger.setLevel(logging.DEBUG)
+    try:
+        c, lead, f1, f2, acked, created_s = in_sync_cluster(make)
+        f1.pause()
+        try:
+            acknowledge_without(c, lead, acked)
+            consumer = Consumer({"bootstrap.servers": bootstrap_of[lead.name], "group.id": "unused-no-commits",
+                                 "enable.auto.commit": False, "fetch.wait.max.ms": 200, "debug": "protocol",
+                                 "auto.offset.reset": "latest", "topic.metadata.refresh.interval.ms": 1000},
+                                logger=logger)
+            got: list[tuple[int, bytes | None]] = []
+
+            def read(count: int) -> bool:
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    got.append((msg.offset(), msg.value()))
+                return len(got) >= count
+
+            consumer.assign([TopicPartition(TOPIC, 0, 0)])
+            wait_for("every acknowledged record", lambda: read(len(acked)), interval_s=0)
+            lead.kill()
+            wipe_and_restart(f2, created_s, wait=False)
+        finally:
+            f1.resume()
+        f2.local.wait_ready()
+        wait_for("writes refused as no_eligible_leader", lambda: (lambda s, d: s == 503 and d.get("error") == (
+            "no_eligible_leader"))(*produce(f1, ["probe"])), REFUSED_WITHIN_S, 0.3)
+        r = f2.http.post(f"/v1/topics/{TOPIC}/partitions/0/unclean-election")
+        assert r.status == 200 and r.json()["leader"] == f1.name, r.body
+        lost_from = r.json()["state"]["unclean_elections"][0]["from_offset"]
+        assert 2 <= lost_from < len(acked)
+        written = []
+        for n in range(5):
+            status, doc = produce(f1, [f"new-{n}"])
+            assert status == 200, doc
+            written.append((doc["base_offset"], f'"new-{n}"'.encode()))
+        assert [offset for offset, _ in written] == list(range(lost_from, lost_from + 5))
+        before = len(got)
+        wait_for("the records written after the election", lambda: read(before + 5), timeout_s=90, interval_s=0)
+        for _ in range(10):  # anything more would be a record read twice
+            read(before + 6)
+        consumer.close()
+        assert [offset for offset, _ in got[:before]] == sorted(acked)
+        assert got[before:] == written
+        # (without epochs in Metadata the client never asks, and nothing but the race between its reset
+        # and the writes above decides whether it reads them)
+        assert any("Sent OffsetForLeaderEpochRequest" in line for line in lines)
+        assert any("Received OffsetForLeaderEpochResponse" in line for line in lines)
+    finally:
+        for c in started:
+            c.kill()
