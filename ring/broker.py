@@ -359,11 +359,6 @@ class Broker:
         """(epoch, end offset) of a leader epoch in the partition's log, answered by its leader alone."""
         return self.router.epoch_end(req)
 
-    def leader_epoch_of(self, topic: str, partition: int) -> int:
-        """The partition's current leader epoch as this broker knows it: its own replica's (alone, every
-        partition is led here)."""
-        return self.replica_of(topic, partition).epoch
-
     async def truncate(self, req: Truncate) -> dict[str, Any]:
         """Delete records below ``req.before_offset`` (Kafka's deleteRecords)."""
         return await self.router.truncate(req)

@@ -7,12 +7,14 @@ lengths, which close the connection."""
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import pytest
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from ring.kafka_api import apis, epochs
-from ring.kafka_api.errors import FENCED_LEADER_EPOCH, NONE, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION
+from ring.kafka_api.errors import (FENCED_LEADER_EPOCH, NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH,
+                                   UNKNOWN_TOPIC_OR_PARTITION)
 from ring.kafka_api.wire import Malformed, Reader
 from ring.log.checkpoint import LeaderEpochCache
 from tests.test_kafka_listener import API_VERSIONS, closed_by_broker, connect, frame, read_answer
@@ -90,8 +92,13 @@ def test_the_flexible_version_is_flexible_and_the_others_not():
 # --- a broker's answers --------------------------------------------------------------------------
 
 
+class Listener(NamedTuple):
+    bootstrap: str  # a broker's Kafka listener, HOST:PORT
+
+
 def ask(kafka, version: int, topics: list) -> list:
-    """[(topic, [(partition, error, leader epoch, end offset)])] answered for ``topics``."""
+    """[(topic, [(partition, error, leader epoch, end offset)])] answered for ``topics`` by the listener of
+    ``kafka`` (a broker or a ``Listener``)."""
     body = bytes(OffsetForLeaderEpochRequest(replica_id=-1, topics=[
         Topic(topic=t, partitions=[Partition(partition=p, current_leader_epoch=c, leader_epoch=e) for p, c, e in ps])
         for t, ps in topics]).encode(version=version))
@@ -219,8 +226,9 @@ def test_metadata_at_every_served_version_decodes_in_the_client(kafka, version):
 
 
 def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_nothing_lost_or_twice(tmp_path):
-    """Metadata answers each partition's leader epoch: when the leader of a partition a confluent-kafka
-    consumer reads is killed, the client learns the new leader's epoch, asks it with OffsetForLeaderEpoch
+    """Only a partition's leader answers OffsetForLeaderEpoch (the others NOT_LEADER_OR_FOLLOWER). Metadata
+    answers each partition's leader epoch: when the leader of a partition a confluent-kafka consumer reads
+    is killed, the client learns the new leader's epoch, asks it with OffsetForLeaderEpoch
     where the epoch of the records it read ended (KIP-320), and reads on from its position: every record,
     in order, none twice."""
     import logging
@@ -237,6 +245,10 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
         survivor = next(m for m in cluster if m is not victim)
         first_epoch = survivor.http.describe("epoch-change")["partitions"][0]["epoch"]
         landed = produce_keyed(",".join(bootstraps), "epoch-change", 100)
+        for member, bootstrap in zip(cluster, bootstraps):  # only the leader answers where an epoch ended
+            answered = ask(Listener(bootstrap), 4, [("epoch-change", [(0, -1, first_epoch)])])
+            assert answered == [("epoch-change", [(0, NONE, first_epoch, 100) if member is victim else
+                                                  (0, NOT_LEADER_OR_FOLLOWER, -1, -1)])]
 
         lines: list[str] = []
 
