@@ -54,7 +54,7 @@ from ring.clock import Clock
 from ring.config import BrokerConfig
 from ring.errors import StorageError, Unavailable, UnknownTopic
 from ring.fetch import Fetch
-from ring.offsets import OffsetsAt, Truncate
+from ring.offsets import EpochEnd, OffsetsAt, Truncate
 from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
@@ -354,6 +354,10 @@ class Broker:
     async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
         """GET .../offsets: the first offset with a timestamp at or after ``req.at``."""
         return await self.router.offsets(req)
+
+    def epoch_end(self, req: EpochEnd) -> tuple[int, int]:
+        """(epoch, end offset) of a leader epoch in the partition's log, answered by its leader alone."""
+        return self.router.epoch_end(req)
 
     async def truncate(self, req: Truncate) -> dict[str, Any]:
         """Delete records below ``req.before_offset`` (Kafka's deleteRecords)."""

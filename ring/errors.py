@@ -21,6 +21,7 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     |   +-- UnknownPartition        404
     +-- Conflict                    409  (topic exists, stale generation ...)
     |   +-- TopicRecreated          409  a group member's topic was deleted and created again
+    |   +-- FencedLeaderEpoch       409  a client names a leader epoch older than the partition's
     +-- PayloadTooLarge             413  a record, a line or a request over a limit
     +-- OffsetOutOfRange            416  names earliest/latest offsets
     +-- Overloaded                  429  a bounded queue is full, or the loop is late (Retry-After)
@@ -29,6 +30,7 @@ does: plain text, with its status for each. Programmer errors are ``assert``s, n
     +-- Unavailable                 503  generic: shutting down, no leader ...
     |   +-- ClockUnusable           503  this broker's clock is off: it stamps no record
     |   +-- NotLeader               503  this broker does not lead the partition (now); names the leader
+    |   +-- UnknownLeaderEpoch      503  a client names a leader epoch newer than this broker knows of
     |   +-- NoEligibleLeader        503  no live replica may lead: the ones holding what was acknowledged
     |                                    are gone; names the replicas that lost their state
     +-- RequestTimeout              504  outcome unknown
@@ -121,6 +123,13 @@ class TopicRecreated(Conflict):
     code = "topic_recreated"
 
 
+class FencedLeaderEpoch(Conflict):
+    """A request naming a leader epoch older than the partition's current one: its sender's metadata is
+    stale (Kafka's FENCED_LEADER_EPOCH)."""
+
+    code = "fenced_leader_epoch"
+
+
 class PayloadTooLarge(RingError):
     status = 413
     code = "payload_too_large"
@@ -169,6 +178,13 @@ class NotLeader(Unavailable):
     """This broker does not lead the partition (now): nothing was written; ``leader`` hints where to go."""
 
     code = "not_leader"
+
+
+class UnknownLeaderEpoch(Unavailable):
+    """A request naming a leader epoch newer than this broker knows of: it has not heard of that
+    election yet, and the sender retries (Kafka's UNKNOWN_LEADER_EPOCH)."""
+
+    code = "unknown_leader_epoch"
 
 
 class NoEligibleLeader(Unavailable):

@@ -1,4 +1,5 @@
-"""An offset lookup and a truncate, each as one value: ``OffsetsAt`` and ``Truncate``.
+"""An offset lookup, a leader epoch's end and a truncate, each as one value: ``OffsetsAt``, ``EpochEnd`` and
+``Truncate``.
 
 Every front that asks where a time falls in a partition (the client port's
 ``ring.http_api.app``, the Kafka listener's ListOffsets, the group
@@ -7,7 +8,8 @@ time once and builds an ``OffsetsAt``; the broker, its router
 (``ring.cluster.routing``, ``ring.replication.local``), the ranges below the
 log (``ring.ranges.remote``) and the replica's lookup
 (``ring.replication.reads``) take it as it is. A truncate is a ``Truncate``,
-built by the client port's front. Both sit beside ``ring.fetch`` and
+built by the client port's front; an ``EpochEnd`` is the Kafka listener's
+OffsetForLeaderEpoch, answered by the partition's leader alone. Both sit beside ``ring.fetch`` and
 ``ring.produce``, below every layer that carries them.
 """
 
@@ -49,6 +51,16 @@ def parse_at(text: str | None) -> At:
     if text is None or not is_integer(text):
         raise BadRequest("timestamp is required: milliseconds since the epoch (ASCII digits), earliest or latest")
     return int(text)
+
+
+class EpochEnd(NamedTuple):
+    """Where leader epoch ``leader_epoch`` of ``partition`` of ``topic`` ended in its leader's log (Kafka's
+    OffsetForLeaderEpoch), asked by a client whose metadata names ``current_leader_epoch`` (-1: unchecked)."""
+
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
 
 
 class Truncate(NamedTuple):

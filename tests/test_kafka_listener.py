@@ -79,7 +79,7 @@ def test_api_versions_v3_and_an_unsupported_version_answered_in_v0(kafka):
         corr, answer = read_answer(s)
         error, ranges = api_ranges(answer, flexible=True)
         assert (corr, error) == (7, 0)
-        assert ranges[API_VERSIONS] == (0, 3) and ranges[METADATA] == (1, 8)
+        assert ranges[API_VERSIONS] == (0, 3) and ranges[METADATA] == (1, 9)
         s.sendall(frame(API_VERSIONS, 99, 8, b"\x00\x00\x00", flexible=True))
         corr, answer = read_answer(s)
         error, ranges = api_ranges(answer, flexible=False)

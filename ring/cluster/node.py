@@ -303,6 +303,10 @@ class ClusterBroker(Broker):
         """The leader as this broker knows it: its own replica's, or the newest live claim in gossip."""
         return self.core.leader_of(topic, partition)
 
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        """The leader's epoch as this broker knows it (``NodeCore.leader_epoch_of``); -1: none known."""
+        return self.core.leader_epoch_of(topic, partition)
+
     def _replicated_bytes(self, follower: str, nbytes: int) -> None:
         if self.metrics is not None:  # installed by the HTTP app
             self.metrics.sent(follower, nbytes)

@@ -46,12 +46,12 @@ from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
 from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, StorageError, Unavailable
 from ring.fetch import Fetch
-from ring.offsets import OffsetsAt, Truncate
+from ring.offsets import EpochEnd, OffsetsAt, Truncate
 from ring.node.core import NodeCore
 from ring.node.ready import Appended, AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
 from ring.ranges.manager import Ranges
-from ring.replication import protocol
+from ring.replication import protocol, reads
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
 from ring.replication.local import LocalHost, LocalRouter
@@ -555,6 +555,19 @@ class Router:
                 return in_ranges if in_ranges is not None else self.local.offset_for_timestamp(req)
         return await self.host.proxy.ask(remote, "GET", f"/v1/topics/{topic}/partitions/{partition}/offsets",
                                          {"timestamp": str(req.at)})
+
+    def epoch_end(self, req: EpochEnd) -> tuple[int, int]:
+        """On the partition's leader only, as Kafka answers it: a follower's epoch history may hold what
+        its leader cut, and a client asking here was told by Metadata that this broker leads."""
+        host = self.host
+        host.check_joined()
+        host.catalog.get(validate_topic_name(req.topic)).check_partition(req.partition)
+        rep = host.replica(req.topic, req.partition)
+        if rep is None:
+            leader = host.leader_of(req.topic, req.partition)
+            raise NotLeader(f"{host.name} holds no replica of {req.topic}/{req.partition} (leader: {leader})",
+                            topic=req.topic, partition=req.partition, leader=leader)
+        return reads.epoch_end(rep, req)
 
     async def describe_ranges(self, topic: str, partition: int) -> dict[str, Any]:
         """GET .../ranges: this broker's replica's catalogue, else a replica's."""

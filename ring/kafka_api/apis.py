@@ -4,12 +4,13 @@
 coroutine when the broker must be awaited, a ``wire.Quiet`` for a request answered with nothing. Decisions
 (placement, leaders, durability, long-polls, offsets) are the broker's, as for the HTTP front:
 a produce goes through ``broker.intake`` (``produce.py``), a fetch through ``broker.fetch``, an
-offsets lookup through ``broker.offsets``. Errors of the broker are answered per partition with
+offsets lookup through ``broker.offsets``, OffsetForLeaderEpoch through ``broker.epoch_end``
+(``epochs.py``). Errors of the broker are answered per partition with
 Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
 (``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). CreateTopics and
 DeleteTopics are the broker's own topic create and delete (``topics.py``). Only non-flexible versions are
-served, but for ApiVersions v3, FindCoordinator v3-4, InitProducerId v2-5, CreateTopics v5-7 and
-DeleteTopics v4-6.
+served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId v2-5, OffsetForLeaderEpoch v4,
+CreateTopics v5-7 and DeleteTopics v4-6.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import cluster, consume, group_codec, groups, offsets, produce, producer_ids, topic_codec, topics
+from ring.kafka_api import (cluster, consume, epochs, group_codec, groups, offsets, produce, producer_ids, topic_codec,
+                            topics)
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -34,8 +36,9 @@ class NotServed(RingError):
 
 
 # The first version at which each API's request is flexible (compact fields, tagged fields, header v2).
-FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3,
-                 INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, **group_codec.FLEXIBLE_FROM,
+FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: cluster.FLEXIBLE_FROM, API_VERSIONS: 3,
+                 INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, epochs.OFFSET_FOR_LEADER_EPOCH: epochs.FLEXIBLE_FROM,
+                 **group_codec.FLEXIBLE_FROM,
                  **topic_codec.FLEXIBLE_FROM}
 
 
@@ -71,9 +74,10 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     PRODUCE: (3, 8, produce.handle),
     FETCH: (4, 11, consume.fetch),  # (librdkafka writes RecordBatch v2 only to a broker serving Fetch v4 too)
     LIST_OFFSETS: (1, 5, offsets.list_offsets),
-    METADATA: (1, 8, cluster.metadata),
+    METADATA: (1, 9, cluster.metadata),
     API_VERSIONS: (0, 3, api_versions),
     INIT_PRODUCER_ID: (*producer_ids.VERSIONS, producer_ids.handle),
+    epochs.OFFSET_FOR_LEADER_EPOCH: (*epochs.VERSIONS, epochs.handle),
     **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
     **{key: (*topic_codec.VERSIONS[key], handler) for key, handler in topics.HANDLERS.items()},
 }

@@ -7,8 +7,9 @@ gossips the address of its Kafka listener (``KAFKA_EXTRA`` in its gossip entry);
 are the live ones that gossip one. A partition whose leader is unknown, or has no Kafka listener,
 is answered LEADER_NOT_AVAILABLE, and the client asks again.
 
-Leader epochs are answered as -1 (unknown): a client that knows an epoch checks its positions with
-OffsetForLeaderEpoch, which is not served yet.
+Each partition's leader epoch is the one this broker knows (``broker.leader_epoch_of``: its own
+replica's, else the leader's claim in gossip); a client checks its position with OffsetForLeaderEpoch
+(``epochs.py``) when it changes, and names it as ``current_leader_epoch`` in Fetch and ListOffsets.
 """
 
 from __future__ import annotations
@@ -40,29 +41,69 @@ def kafka_brokers(broker: Any) -> dict[str, tuple[str, int]]:
     return out
 
 
+FLEXIBLE_FROM = 9  # Metadata v9: compact strings and arrays, tagged fields (librdkafka trusts epochs from v9 only)
+
+
+def read_request(version: int, r: Reader) -> tuple[list[str] | None, bool]:
+    """(the topics asked for, None for every one; whether a missing one may be created) of a request body.
+    (v8's include_*_authorized_operations are not used: no operations are answered.)"""
+    if version < FLEXIBLE_FROM:
+        topics = r.array(Reader.string)
+        return topics, r.boolean() if version >= 4 else True
+
+    def topic(r: Reader) -> str:
+        name = r.compact_string()
+        r.tagged_fields()
+        return name
+
+    topics = r.compact_array(topic)
+    auto_create = r.boolean()
+    r.boolean()  # include_cluster_authorized_operations
+    r.boolean()  # include_topic_authorized_operations
+    r.tagged_fields()
+    return topics, auto_create
+
+
 async def metadata(broker: Any, version: int, r: Reader) -> bytes:
-    topics = r.array(Reader.string)
-    auto_create = r.boolean() if version >= 4 else True
-    # (v8's include_*_authorized_operations are not read: no operations are answered)
+    topics, auto_create = read_request(version, r)
     brokers = kafka_brokers(broker)
     names = [cfg.name for cfg in broker.catalog] if topics is None else topics
     if topics is not None and auto_create and broker.config.auto_create:
         await _create_missing(broker, topics)
+    return answer(broker, version, brokers, names)
+
+
+def answer(broker: Any, version: int, brokers: dict[str, tuple[str, int]], names: list[str]) -> bytes:
+    flex = version >= FLEXIBLE_FROM
     w = Writer()
     if version >= 3:
         w.int32(0)  # throttle_time_ms
-    w.array_len(len(brokers))
+    _count(w, len(brokers), flex)
     for name, (host, port) in sorted(brokers.items()):
-        w.int32(node_id(name)).string(host).int32(port).nullable_string(None)  # rack
+        w.int32(node_id(name))
+        _text(w, host, flex).int32(port)
+        _text(w, None, flex)  # rack
+        if flex:
+            w.tagged_fields()
     if version >= 2:
-        w.nullable_string(CLUSTER_ID)
+        _text(w, CLUSTER_ID, flex)
     w.int32(node_id(broker.config.name))  # controller_id: none is needed; this broker is as good as any
-    w.array_len(len(names))
+    _count(w, len(names), flex)
     for name in names:
         _topic(broker, version, w, name, brokers)
     if version >= 8:
         w.int32(-2**31)  # cluster_authorized_operations: not asked for
+    if flex:
+        w.tagged_fields()
     return bytes(w.buf)
+
+
+def _count(w: Writer, n: int, flex: bool) -> Writer:
+    return w.compact_array_len(n) if flex else w.array_len(n)
+
+
+def _text(w: Writer, s: str | None, flex: bool) -> Writer:
+    return w.compact_string(s) if flex else w.nullable_string(s)
 
 
 async def _create_missing(broker: Any, topics: list[str]) -> None:
@@ -80,16 +121,22 @@ async def _create_missing(broker: Any, topics: list[str]) -> None:
 
 
 def _topic(broker: Any, version: int, w: Writer, name: str, brokers: dict[str, tuple[str, int]]) -> None:
+    flex = version >= FLEXIBLE_FROM
     try:
         validate_topic_name(name)
         cfg = broker.catalog.get(name)
     except RingError as exc:
-        w.int16(errors.code_of(exc)).string(name).boolean(False).array_len(0)
+        w.int16(errors.code_of(exc))
+        _text(w, name, flex).boolean(False)
+        _count(w, 0, flex)
         if version >= 8:
             w.int32(-2**31)
+        if flex:
+            w.tagged_fields()
         return
-    w.int16(errors.NONE).string(name).boolean(name in INTERNAL_TOPICS)
-    w.array_len(cfg.partitions)
+    w.int16(errors.NONE)
+    _text(w, name, flex).boolean(name in INTERNAL_TOPICS)
+    _count(w, cfg.partitions, flex)
     for p in range(cfg.partitions):
         leader = broker.leader_of(name, p)
         replicas = list(broker.preference_list(cfg, p))
@@ -100,16 +147,20 @@ def _topic(broker: Any, version: int, w: Writer, name: str, brokers: dict[str, t
         w.int16(errors.NONE if known else errors.LEADER_NOT_AVAILABLE).int32(p)
         w.int32(node_id(leader) if known else -1)
         if version >= 7:
-            w.int32(-1)  # leader_epoch: unknown (see the module's docstring)
-        _ids(w, replicas)
-        _ids(w, up)  # isr: the replicas alive and listening
+            w.int32(broker.leader_epoch_of(name, p) if known else -1)  # leader_epoch
+        _ids(w, replicas, flex)
+        _ids(w, up, flex)  # isr: the replicas alive and listening
         if version >= 5:
-            _ids(w, [n for n in replicas if n not in brokers])  # offline_replicas
+            _ids(w, [n for n in replicas if n not in brokers], flex)  # offline_replicas
+        if flex:
+            w.tagged_fields()
     if version >= 8:
         w.int32(-2**31)  # topic_authorized_operations: not asked for
+    if flex:
+        w.tagged_fields()
 
 
-def _ids(w: Writer, names: list[str]) -> None:
-    w.array_len(len(names))
+def _ids(w: Writer, names: list[str], flex: bool) -> None:
+    _count(w, len(names), flex)
     for n in names:
         w.int32(node_id(n))

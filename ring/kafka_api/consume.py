@@ -9,7 +9,8 @@ wait). The answer holds each partition's whole batches from the one holding the 
 to the partition's max bytes (at least one batch, as Kafka does), high watermark and log start.
 Fetch sessions (KIP-227) are not kept: every answer's session id is 0, so clients send full
 fetches. Isolation levels read the same records: ring has no transactions, its last stable offset
-is its high watermark.
+is its high watermark. A ``current_leader_epoch`` (v9+) is checked per partition as OffsetForLeaderEpoch
+checks it (``epochs.check_current``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 from ring import answer_budget, limits
 from ring.errors import BadRequest, RingError
 from ring.fetch import Fetch
-from ring.kafka_api import errors, records
+from ring.kafka_api import epochs, errors, records
 from ring.kafka_api.wire import Reader, Writer
 from ring.replication.reads import StoredRead, settled
 
@@ -29,17 +30,17 @@ class _Wanted(NamedTuple):
     partition: int
     offset: int
     max_bytes: int
+    current_leader_epoch: int  # -1: unchecked (``epochs.check_current``)
 
 
 def _fetch_partition(version: int):
-    def read(r: Reader) -> tuple[int, int, int]:
+    def read(r: Reader) -> tuple[int, int, int, int]:
         p = r.int32()
-        if version >= 9:
-            r.int32()  # current_leader_epoch: not checked (Metadata answers none)
+        current = r.int32() if version >= 9 else -1
         offset = r.int64()
         if version >= 5:
             r.int64()  # log_start_offset: a follower's, unused
-        return p, offset, r.int32()
+        return p, offset, r.int32(), current
     return read
 
 
@@ -55,7 +56,7 @@ def fetch(broker: Any, version: int, r: Reader) -> Any:
     read_partition = _fetch_partition(version)
     topics = r.array(lambda r: (r.string(), r.array(read_partition) or [])) or []
     # (v7's forgotten topics and v11's rack_id follow: without sessions, nothing to forget)
-    wanted = [_Wanted(t, p, off, pmb) for t, parts in topics for p, off, pmb in parts]
+    wanted = [_Wanted(t, *part) for t, parts in topics for part in parts]
     if len(wanted) > limits.KAFKA_FETCH_PARTITIONS_MAX:
         raise BadRequest(f"a fetch of {len(wanted)} partitions (at most {limits.KAFKA_FETCH_PARTITIONS_MAX})")
     return _fetch(broker, version, wanted, max_wait_ms, max_bytes)
@@ -91,6 +92,7 @@ async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[
     left = min(max_bytes, limits.FETCH_BYTES_MAX)
     for w in wanted:
         try:
+            epochs.check_current(broker, w.topic, w.partition, w.current_leader_epoch)
             ask = budget.grant(max(1, min(w.max_bytes, left)))
             result = broker.fetch(Fetch(w.topic, w.partition, w.offset, ask))
             if not isinstance(result, StoredRead):

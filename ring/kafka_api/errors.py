@@ -1,7 +1,7 @@
 """Kafka's error codes, and the one mapping from ``ring.errors`` to them.
 
 A client acts on the code: the retriable ones (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
-NOT_ENOUGH_REPLICAS, LEADER_NOT_AVAILABLE) make it refresh its metadata and send again; the others
+NOT_ENOUGH_REPLICAS, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) make it refresh its metadata and send again; the others
 fail the records or the read they concern.
 """
 
@@ -38,6 +38,8 @@ POLICY_VIOLATION = 44
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 UNSUPPORTED_COMPRESSION_TYPE = 76
@@ -58,6 +60,8 @@ _CODES: list[tuple[type[errors.RingError], int]] = [
     (errors.OffsetOutOfRange, OFFSET_OUT_OF_RANGE),
     (errors.PayloadTooLarge, MESSAGE_TOO_LARGE),
     (errors.NotEnoughReplicas, NOT_ENOUGH_REPLICAS),
+    (errors.FencedLeaderEpoch, FENCED_LEADER_EPOCH),
+    (errors.UnknownLeaderEpoch, UNKNOWN_LEADER_EPOCH),
     (errors.Unavailable, NOT_LEADER_OR_FOLLOWER),  # not leading, no leader yet, shutting down: go elsewhere
     (errors.RequestTimeout, REQUEST_TIMED_OUT),
     (errors.Overloaded, REQUEST_TIMED_OUT),  # retriable: the client backs off and sends again

@@ -211,7 +211,7 @@ def read_offset_commit(version: int, r: Reader) -> OffsetCommit:
     def partition(r: Reader) -> tuple[int, int, str | None]:
         p, offset = r.int32(), r.int64()
         if version >= 6:
-            r.int32()  # committed_leader_epoch: not kept (Metadata answers no epochs)
+            r.int32()  # committed_leader_epoch: not kept
         return p, offset, r.nullable_string()
 
     topics = r.array(lambda r: (r.string(), r.array(partition) or [])) or []

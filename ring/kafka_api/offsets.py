@@ -3,7 +3,8 @@ consumer that starts at the end reads from) or the first offset at or after a ti
 ``broker.offsets`` (as the HTTP front's GET .../offsets), which asks the partition's leader or a
 replica when this broker holds none.
 
-Answers carry no record timestamp (-1) and no leader epoch (-1). When every record is older than
+Answers carry no record timestamp (-1) and no leader epoch (-1). A ``current_leader_epoch`` (v4+) is
+checked as OffsetForLeaderEpoch checks it (``epochs.check_current``). When every record is older than
 the timestamp asked for, the answer is the high watermark, where Kafka answers -1: both send a
 consumer to the end.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ring.errors import BadRequest, RingError
-from ring.kafka_api import errors
+from ring.kafka_api import epochs, errors
 from ring.kafka_api.wire import Reader, Writer
 from ring.offsets import EARLIEST, LATEST, At, OffsetsAt
 
@@ -25,11 +26,10 @@ def list_offsets(broker: Any, version: int, r: Reader) -> Any:
     if version >= 2:
         r.int8()  # isolation_level: the same offsets either way
 
-    def partition(r: Reader) -> tuple[int, int]:
+    def partition(r: Reader) -> tuple[int, int, int]:
         p = r.int32()
-        if version >= 4:
-            r.int32()  # current_leader_epoch
-        return p, r.int64()
+        current = r.int32() if version >= 4 else -1
+        return p, current, r.int64()
 
     topics = r.array(lambda r: (r.string(), r.array(partition) or [])) or []
     return _list_offsets(broker, version, topics)
@@ -42,9 +42,10 @@ async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
     w.array_len(len(topics))
     for topic, parts in topics:
         w.string(topic).array_len(len(parts))
-        for p, timestamp in parts:
+        for p, current, timestamp in parts:
             code, offset = errors.NONE, -1
             try:
+                epochs.check_current(broker, topic, p, current)
                 offset = await _offset(broker, topic, p, timestamp)
             except RingError as exc:
                 code = errors.code_of(exc)

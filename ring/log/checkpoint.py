@@ -145,3 +145,21 @@ class LeaderEpochCache:
             return -1, -1
         end = self._starts[i + 1] if i + 1 < len(self._starts) else log_end_offset
         return self._epochs[i], end
+
+    def epoch_end(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's answer to "where did ``epoch`` end" (``LeaderEpochFileCache.endOffsetFor``, KIP-101/320):
+        (the largest known epoch <= ``epoch``, the start of the first epoch after it); for the latest
+        epoch the log end; for one older than every known epoch (``epoch``, the first epoch's start);
+        (-1, -1) for one newer than the latest or for -1.
+
+        ``end_offset_for`` differs where repair wants it to: it answers the latest epoch for a newer
+        one, and nothing for an older one.
+        """
+        if epoch < 0 or not self._epochs or epoch > self._epochs[-1]:
+            return -1, -1
+        if epoch == self._epochs[-1]:
+            return epoch, log_end_offset
+        i = bisect.bisect_right(self._epochs, epoch) - 1
+        if i < 0:
+            return epoch, self._starts[0]
+        return self._epochs[i], self._starts[i + 1]

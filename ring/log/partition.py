@@ -161,6 +161,10 @@ class PartitionLog(Rewrites):
         """(largest epoch <= ``epoch``, the offset where it ended), (-1, -1) if none: what repair compares."""
         return self._epochs.end_offset_for(epoch, self.end_offset)
 
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as Kafka's OffsetForLeaderEpoch answers them (``LeaderEpochCache.epoch_end``)."""
+        return self._epochs.epoch_end(epoch, self.end_offset)
+
     def _check_open(self) -> None:
         assert not self._closed, "the log is closed"
 

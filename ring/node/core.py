@@ -504,6 +504,16 @@ class NodeCore(GossipSteps, FollowerSteps, RouteSteps):
         best = leaders.leader_from_claims(view.claims(), (topic, partition), view.alive)
         return best[0] if best is not None else None
 
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        """The leader's epoch as this broker knows it (its own replica's while it knows the leader, or
+        the newest live claim's in gossip); -1 when no leader is known."""
+        rep = self.replica(topic, partition)
+        if rep is not None and rep.leader is not None:
+            return rep.epoch
+        view = self.view()
+        best = leaders.leader_from_claims(view.claims(), (topic, partition), view.alive)
+        return best[1] if best is not None else -1
+
     def claimants(self, topic: str) -> list[str]:
         """The live brokers whose gossip says they lead a partition of a topic named ``topic``."""
         view = self.view()

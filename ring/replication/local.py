@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Protocol
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
 from ring.fetch import Fetch
-from ring.offsets import OffsetsAt, Truncate
+from ring.offsets import EpochEnd, OffsetsAt, Truncate
 from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
@@ -87,6 +87,9 @@ class Routing(Protocol):
         """The read answered at once, or an awaitable of it (``reads.settled`` gives either)."""
 
     async def offsets(self, req: OffsetsAt) -> dict[str, Any]: ...
+
+    def epoch_end(self, req: EpochEnd) -> tuple[int, int]:
+        """(epoch, end offset) of ``req.leader_epoch`` on the partition's leader (``reads.epoch_end``)."""
 
     async def truncate(self, req: Truncate) -> dict[str, Any]: ...
 
@@ -197,6 +200,9 @@ class LocalRouter:
 
     async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
         return self.offset_for_timestamp(req)
+
+    def epoch_end(self, req: EpochEnd) -> tuple[int, int]:
+        return reads.epoch_end(self.host.replica_of(req.topic, req.partition), req)
 
     async def truncate(self, req: Truncate) -> dict[str, Any]:
         """Delete records below ``req.before_offset`` (Kafka's deleteRecords) from this broker's log."""

@@ -15,8 +15,8 @@ from typing import Awaitable, Callable, NamedTuple, Union
 
 from ring import limits
 from ring.clock import Clock
-from ring.errors import OffsetOutOfRange, Overloaded, UnknownTopic
-from ring.offsets import EARLIEST, LATEST, At
+from ring.errors import FencedLeaderEpoch, NotLeader, OffsetOutOfRange, Overloaded, UnknownLeaderEpoch, UnknownTopic
+from ring.offsets import EARLIEST, LATEST, At, EpochEnd
 from ring.replication.replica import Replica
 
 
@@ -73,6 +73,29 @@ def offset_for_timestamp(part: Replica, at: At) -> int:
     assert type(at) is int, at
     found = part.log.offset_for_timestamp(at, upto=part.hw)
     return part.hw if found is None else found
+
+
+def check_leader_epoch(topic: str, partition: int, current: int, known: int) -> None:
+    """Refuse a request whose sender's metadata names leader epoch ``current`` (-1: no check) where this
+    broker knows ``known`` (-1: none): an older one is fenced, a newer one not heard of here yet."""
+    if current < 0 or current == known:
+        return
+    if current < known:
+        raise FencedLeaderEpoch(f"leader epoch {current} of {topic}/{partition} is older than its current "
+                                f"epoch {known}; refresh metadata", topic=topic, partition=partition,
+                                current_leader_epoch=known)
+    raise UnknownLeaderEpoch(f"leader epoch {current} of {topic}/{partition} is newer than the epoch {known} "
+                             "known here; retry", topic=topic, partition=partition, current_leader_epoch=known)
+
+
+def epoch_end(part: Replica, req: EpochEnd) -> tuple[int, int]:
+    """(epoch, end offset) of ``req.leader_epoch`` in ``part``'s log (``PartitionLog.epoch_end``), on its
+    leader only: a follower's history may still hold what its leader cut."""
+    if not part.is_leader:
+        raise NotLeader(f"{part.self_name} does not lead {part.topic}/{part.index} (leader: {part.leader})",
+                        topic=part.topic, partition=part.index, leader=part.leader)
+    check_leader_epoch(part.topic, part.index, req.current_leader_epoch, part.epoch)
+    return part.log.epoch_end(req.leader_epoch)
 
 
 class LongPolls:
