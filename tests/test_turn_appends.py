@@ -181,3 +181,33 @@ async def test_one_turn_is_one_append_frame_per_follower_and_answers_wait_for_a_
         assert [p.result() for p in pending] == [(i, 1) for i in range(30)]
     finally:
         log.close()
+
+
+async def test_a_failed_group_commit_fails_its_turns_unanswered_produces_and_acknowledges_none() -> None:
+    """Under fsync ``always`` a turn's produces are acknowledged after its group commit: all of them when it
+    made them durable; none when it failed or was cancelled, each unanswered one failing with its error."""
+    import asyncio
+
+    from ring.errors import StorageError
+    from ring.replication.appends import Appending
+
+    loop = asyncio.get_running_loop()
+
+    def turn() -> list[Appending]:
+        req = Produce("t", Batches([], 1), 0, None, "quorum")
+        return [Appending(None, [], 2, req, False) for _ in range(3)]  # type: ignore[arg-type]
+
+    done, pending = loop.create_future(), turn()
+    done.set_result(None)
+    assert TurnAppends.synced(pending, done) == pending and not any(a.done() for a in pending)
+
+    failed, pending = loop.create_future(), turn()
+    failed.set_exception(StorageError("fsync failed: EIO"))
+    pending[1].set_result(None)  # answered already (acknowledged before the sync's outcome): kept
+    assert TurnAppends.synced(pending, failed) == []
+    assert [a._exc for a in (pending[0], pending[2])] == [failed.exception()] * 2 and pending[1]._exc is None
+
+    cancelled, pending = loop.create_future(), turn()
+    cancelled.cancel()
+    assert TurnAppends.synced(pending, cancelled) == []
+    assert all(isinstance(a._exc, asyncio.CancelledError) for a in pending)

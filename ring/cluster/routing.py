@@ -239,14 +239,8 @@ class Router:
             self._acknowledge(rep, pending)
         else:
             host.step(Appended(rep))
-            host.commits.sync_soon(rep).add_done_callback(lambda synced: self._synced(rep, pending, synced))
-
-    def _synced(self, rep: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
-        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
-        if exc is None:
-            self._acknowledge(rep, pending)
-        else:
-            self.host.turn.fail(pending, exc)
+            host.commits.sync_soon(rep).add_done_callback(
+                lambda synced: self._acknowledge(rep, host.turn.synced(pending, synced)))
 
     def _acknowledge(self, rep: Replica, pending: list[Appending]) -> None:
         """Each produce, durable here, is answered once its level's voters hold it: at once when they do

@@ -34,6 +34,7 @@ follow the new leader).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
@@ -198,11 +199,16 @@ class TurnAppends:
         return waiting
 
     @staticmethod
-    def fail(pending: list[Appending], exc: BaseException) -> None:
-        """The turn's produces not answered yet fail with ``exc`` (their group commit failed)."""
+    def synced(pending: list[Appending], synced: asyncio.Future) -> list[Appending]:
+        """The turn's produces to acknowledge once its group commit is done: all of them when it made
+        them durable; none when it failed, and each produce not answered yet fails with its error."""
+        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            return pending
         for a in pending:
             if not a.done():
                 a.set_exception(exc)
+        return []
 
     def _write_group(self, part: Replica, group: list[Appending]) -> None:
         if not group:

@@ -146,14 +146,8 @@ class LocalRouter:
         if host.appended(part, end):
             self._acknowledge(part, pending)
         else:
-            host.commits.sync_soon(part).add_done_callback(lambda synced: self._synced(part, pending, synced))
-
-    def _synced(self, part: Replica, pending: list[Appending], synced: asyncio.Future) -> None:
-        exc = synced.exception() if not synced.cancelled() else asyncio.CancelledError()
-        if exc is None:
-            self._acknowledge(part, pending)
-        else:
-            self.host.turn.fail(pending, exc)
+            host.commits.sync_soon(part).add_done_callback(
+                lambda synced: self._acknowledge(part, host.turn.synced(pending, synced)))
 
     def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
         """A broker alone never waits for others: its own durable end suffices."""
