@@ -29,7 +29,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster, seeds_from_env
+from tests.sim.shipped import CLIENT_HOST, Client, Probes, ShippedCluster, seeds_from_env
 from tests.sim.vloop import VirtualLoop, run
 
 TOPIC = "shipped"
@@ -291,3 +291,49 @@ def test_a_flipped_byte_lands_in_one_batchs_body_and_spoils_its_crc(tmp_path: Pa
     assert hit and changed[0] >= hit[0][0] + batchfmt.HEADER_SIZE  # in a batch's body, past its header
     with pytest.raises(CorruptBatch, match="CRC"):
         list(batchfmt.scan(after))
+
+
+def test_a_topic_is_not_created_with_a_wall_clock_its_broker_may_not_use(tmp_path: Path) -> None:
+    """A topic's creation time comes from the wall clock of the broker asked to create it. One whose clock
+    its peers found an hour behind refuses (503 ``clock_unusable``, as it refuses produces): stamped with
+    that clock, the topic would look older than every data directory made in that hour, every replica on
+    one would count itself as having lost its state, and the partition would never elect a leader
+    (``STORAGE_FAULTS`` seed 3 with anti-entropy every 60 s found it: a topic created again, through a
+    broker whose clock had jumped back, in a cluster started less than that long before)."""
+    body = {"name": "t", "partitions": 1, "replication_factor": 3}
+
+    async def world(loop: VirtualLoop) -> tuple[Any, Any, Any]:
+        cluster = ShippedCluster(loop, tmp_path)
+        probes = Probes(loop, cluster)
+        cluster.start()
+        await probes.until("every broker up", probes.all_up, 30.0)
+        cluster.jump_clock("ring-2", -3600.0)
+
+        async def judged() -> bool:
+            got = await probes.ask("ring-0", "GET", "/v1/cluster")
+            return got is not None and any(b["name"] == "ring-2" and b["clock"]["state"] != "ok"
+                                           for b in got[1]["brokers"])
+
+        await probes.until("ring-2's clock judged by its peers", judged, 30.0)
+        await asyncio.sleep(3.0)  # (and by ring-2 itself, from their gossip)
+        through_bad = await probes.ask("ring-2", "POST", "/v1/topics", json=body)
+        through_good = await probes.ask("ring-0", "POST", "/v1/topics", json=body)
+
+        async def leader() -> Any:
+            got = await probes.ask("ring-0", "GET", "/v1/topics/t")
+            return got is not None and got[0] == 200 and got[1]["partitions"][0]["leader"]
+
+        led = await probes.until("a leader for the topic", leader, 30.0)
+        await probes.client.close()
+        for name in cluster.names:
+            cluster.kill(name)
+        return through_bad, through_good, led
+
+    async def main(loop: VirtualLoop) -> Any:
+        return await loop.spawn(CLIENT_HOST, world(loop))
+
+    through_bad, through_good, led = run(7, main)
+    assert through_bad is not None and through_bad[0] == 503, through_bad
+    assert through_bad[1]["error"] == "clock_unusable", through_bad
+    assert through_good is not None and through_good[0] == 201, through_good
+    assert led in ("ring-0", "ring-1", "ring-2")

@@ -131,8 +131,11 @@ STORAGE_REPAIR_INTERVAL_S = 4.0  # anti-entropy rounds this often in a run with 
 
 
 class _World(Probes):
-    def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS) -> None:
-        config = {"repair_interval_s": STORAGE_REPAIR_INTERVAL_S} if "bit-flip" in kinds else {}
+    def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS,
+                 repair_interval_s: float | None = None) -> None:
+        if repair_interval_s is None and "bit-flip" in kinds:
+            repair_interval_s = STORAGE_REPAIR_INTERVAL_S
+        config = {} if repair_interval_s is None else {"repair_interval_s": repair_interval_s}
         super().__init__(loop, ShippedCluster(loop, root, **config))
         self.root = root
         self.kinds = kinds
@@ -452,10 +455,12 @@ def replica_records(directory: Path) -> list[tuple[int, str]]:
         log.close()
 
 
-def run_workload(seed: int, root: Path, kinds: tuple[str, ...] = FAULTS) -> Outcome:
-    """One seed's run, its faults drawn from ``kinds``."""
+def run_workload(seed: int, root: Path, kinds: tuple[str, ...] = FAULTS,
+                 repair_interval_s: float | None = None) -> Outcome:
+    """One seed's run, its faults drawn from ``kinds``; ``repair_interval_s``: the brokers' anti-entropy
+    interval (None: the default, or ``STORAGE_REPAIR_INTERVAL_S`` with bit flips)."""
     async def main(loop: VirtualLoop) -> Outcome:
-        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed, kinds).main())
+        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed, kinds, repair_interval_s).main())
 
     return run(seed, main)
 
