@@ -276,7 +276,8 @@ class _World(Probes):
             if status != 201:
                 if status == 409:  # a topic of the name that this client cannot tell is its own: away with it
                     await self.admin("DELETE", path, (200, 404))
-                    self.out.churn_events.append(f"created {CHURN_TOPIC} unanswered, deleted it")
+                    self.out.churn_events.append(f"a create answered 409 at {self.loop.time():.1f}s: deleted the "
+                                                 "topic of the name")
                     gen += 1
                 continue
             self.out.churn_live = gen
