@@ -27,8 +27,9 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
-from tests.sim.shipped import CLIENT_HOST, Client, ShippedCluster, seeds_from_env
+from tests.sim.shipped import CLIENT_HOST, Client, Probes, ShippedCluster, seeds_from_env
 from tests.sim.vloop import VirtualLoop, run
 
 TOPIC = "shipped"
@@ -228,3 +229,111 @@ def test_a_seed_replays_exactly_in_this_process_and_another(tmp_path: Path) -> N
     assert done.stdout.split()[-2:] == [first.trace, first.files]
     other = run_failover(6, tmp_path / "d")
     assert other.trace != first.trace
+
+
+def test_a_slow_disk_holds_up_its_brokers_fsyncs_in_virtual_time_and_no_one_elses(tmp_path: Path) -> None:
+    async def main(loop: VirtualLoop) -> list[float]:
+        cluster = ShippedCluster(loop, tmp_path)  # (not started: only its disks are used here)
+        fds = []
+        for config in cluster.configs[:2]:
+            config.data_dir.mkdir(parents=True)
+            fds.append(os.open(config.data_dir / "f", os.O_RDWR | os.O_CREAT))
+        took = []
+        try:
+            cluster.slow_fsyncs("ring-0", 1.5)
+            for fd in (fds[0], fds[1], fds[0]):
+                started = loop.time()
+                await loop.run_in_executor(None, os.fsync, fd)
+                took.append(loop.time() - started)
+            cluster.slow_fsyncs("ring-0", 0)
+            started = loop.time()
+            await loop.run_in_executor(None, os.fdatasync, fds[0])
+            took.append(loop.time() - started)
+        finally:
+            cluster.slow_fsyncs("ring-0", 0)
+            for fd in fds:
+                os.close(fd)
+        return took
+
+    assert run(5, main) == [1.5, 0.0, 1.5, 0.0]
+
+
+def test_a_flipped_byte_lands_in_one_batchs_body_and_spoils_its_crc(tmp_path: Path) -> None:
+    import random
+
+    from ring.clock import ManualClock
+    from ring.errors import CorruptBatch
+    from ring.log import batch as batchfmt
+    from ring.log.config import LogConfig
+    from ring.log.fsync import FsyncPolicy
+    from ring.log.partition import PartitionLog
+
+    async def main(loop: VirtualLoop) -> tuple[str | None, str | None, str, bytes, bytes]:
+        cluster = ShippedCluster(loop, tmp_path)
+        empty = cluster.flip_batch_byte("ring-0", random.Random(1))  # no segment at all
+        log = PartitionLog(cluster.configs[0].data_dir / "topics" / "t" / "0", LogConfig(fsync=FsyncPolicy("never")),
+                           ManualClock())
+        for i in range(3):
+            log.append(batchfmt.encode([(None, None, b"value-%d" % i, None)], now_ms=1), 0)
+        log.close()
+        path = next((cluster.configs[0].data_dir / "topics" / "t" / "0").glob("*.log"))
+        before = path.read_bytes()
+        where = cluster.flip_batch_byte("ring-0", random.Random(2))
+        return empty, where, path.name, before, path.read_bytes()
+
+    empty, where, name, before, after = run(6, main)
+    assert empty is None
+    changed = [i for i in range(len(before)) if before[i] != after[i]]
+    assert len(before) == len(after) and len(changed) == 1, changed
+    assert where == f"topics/t/0/{name} byte {changed[0]}"
+    spans = [(pos, pos + h.size) for h, pos in batchfmt.scan(before)]
+    hit = [(first, end) for first, end in spans if first <= changed[0] < end]
+    assert hit and changed[0] >= hit[0][0] + batchfmt.HEADER_SIZE  # in a batch's body, past its header
+    with pytest.raises(CorruptBatch, match="CRC"):
+        list(batchfmt.scan(after))
+
+
+def test_a_topic_is_not_created_with_a_wall_clock_its_broker_may_not_use(tmp_path: Path) -> None:
+    """A topic's creation time comes from the wall clock of the broker asked to create it. One whose clock
+    its peers found an hour behind refuses (503 ``clock_unusable``, as it refuses produces): stamped with
+    that clock, the topic would look older than every data directory made in that hour, every replica on
+    one would count itself as having lost its state, and the partition would never elect a leader
+    (``STORAGE_FAULTS`` seed 3 with anti-entropy every 60 s found it: a topic created again, through a
+    broker whose clock had jumped back, in a cluster started less than that long before)."""
+    body = {"name": "t", "partitions": 1, "replication_factor": 3}
+
+    async def world(loop: VirtualLoop) -> tuple[Any, Any, Any]:
+        cluster = ShippedCluster(loop, tmp_path)
+        probes = Probes(loop, cluster)
+        cluster.start()
+        await probes.until("every broker up", probes.all_up, 30.0)
+        cluster.jump_clock("ring-2", -3600.0)
+
+        async def judged() -> bool:
+            got = await probes.ask("ring-0", "GET", "/v1/cluster")
+            return got is not None and any(b["name"] == "ring-2" and b["clock"]["state"] != "ok"
+                                           for b in got[1]["brokers"])
+
+        await probes.until("ring-2's clock judged by its peers", judged, 30.0)
+        await asyncio.sleep(3.0)  # (and by ring-2 itself, from their gossip)
+        through_bad = await probes.ask("ring-2", "POST", "/v1/topics", json=body)
+        through_good = await probes.ask("ring-0", "POST", "/v1/topics", json=body)
+
+        async def leader() -> Any:
+            got = await probes.ask("ring-0", "GET", "/v1/topics/t")
+            return got is not None and got[0] == 200 and got[1]["partitions"][0]["leader"]
+
+        led = await probes.until("a leader for the topic", leader, 30.0)
+        await probes.client.close()
+        for name in cluster.names:
+            cluster.kill(name)
+        return through_bad, through_good, led
+
+    async def main(loop: VirtualLoop) -> Any:
+        return await loop.spawn(CLIENT_HOST, world(loop))
+
+    through_bad, through_good, led = run(7, main)
+    assert through_bad is not None and through_bad[0] == 503, through_bad
+    assert through_bad[1]["error"] == "clock_unusable", through_bad
+    assert through_good is not None and through_good[0] == 201, through_good
+    assert led in ("ring-0", "ring-1", "ring-2")

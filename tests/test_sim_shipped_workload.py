@@ -17,11 +17,16 @@ between them completes), a broker's wall clock jumping by seconds to an hour
 and back, and two brokers losing power together. A third (``DISK_FAULTS``)
 adds a disk going bad: every fsync of one broker's data directory fails
 (EIO) for a while, then the broker loses power (what the failed fsyncs were
-to make durable is gone) and starts again on what its disk kept.
+to make durable is gone) and starts again on what its disk kept. A fourth
+(``STORAGE_FAULTS``) adds a bit flip (a byte of a batch's body changed in a
+crashed broker's segment file before it restarts: found, never served,
+mended) and a slow disk (one broker's fsyncs taking virtual seconds), while
+a second topic is created, written, read, deleted and created again, and
+the checker holds its generations apart.
 
-``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``
-and ``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N`` for the others) runs seeds 0 to
-N-1 instead (a sweep); ``..._SEED=S`` replays one.
+``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``,
+``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N`` and ``RING_SIM_SHIPPED_STORAGE_FAULTS_SEEDS=N``
+for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
 """
 
 from __future__ import annotations
@@ -32,20 +37,25 @@ from pathlib import Path
 from tests.sim.shipped import seeds_from_env
 import pytest
 
-from tests.sim.shipped_workload import DISK_FAULTS, FAULTS, FAULTS_MIN, MORE_FAULTS, WORKLOAD_S, check, run_workload
+from tests.sim.shipped_workload import (CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MORE_FAULTS, STORAGE_FAULTS, WORKLOAD_S,
+                                        check, run_workload)
 
 WORKLOAD_SEEDS = (2, 3, 4)
 MORE_FAULTS_SEEDS = (0, 1, 2)
 DISK_FAULTS_SEEDS = (6, 8)  # each draws a failing disk (8 two of them) among its faults
+STORAGE_FAULTS_SEEDS = (0, 7)  # 0 draws a slow disk, 7 a bit flip in a batch of the topic
 
 
 @pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),
                                                  (MORE_FAULTS, "RING_SIM_SHIPPED_MORE_FAULTS", MORE_FAULTS_SEEDS),
-                                                 (DISK_FAULTS, "RING_SIM_SHIPPED_DISK_FAULTS", DISK_FAULTS_SEEDS)],
-                         ids=["faults", "more-faults", "disk-faults"])
+                                                 (DISK_FAULTS, "RING_SIM_SHIPPED_DISK_FAULTS", DISK_FAULTS_SEEDS),
+                                                 (STORAGE_FAULTS, "RING_SIM_SHIPPED_STORAGE_FAULTS",
+                                                  STORAGE_FAULTS_SEEDS)],
+                         ids=["faults", "more-faults", "disk-faults", "storage-faults"])
 def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(
         tmp_path: Path, kinds: tuple[str, ...], env: str, default: tuple[int, ...]) -> None:
     failed = []
+    drawn: set[str] = set()
     seeds = seeds_from_env(env, default)
     for seed in seeds:
         started = time.monotonic()
@@ -58,7 +68,10 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
         levels = {lv: sum(a.level == lv for a in out.acks) for lv in ("one", "quorum", "all")}
         print(f"seed {seed}: {out.virtual_s:.0f} virtual s in {time.monotonic() - started:.1f} real s; "
               f"acknowledged {levels}; {len(out.fetched)} fetched; {len(out.group_read)} handed to the group, "
-              f"committed {out.committed}; faults: {'; '.join(out.faults)}")
+              f"committed {out.committed}; faults: {'; '.join(out.faults)}"
+              + (f"; {CHURN}: {len(out.churn_acks)} acknowledged, {len(out.churn_fetched)} fetched (and "
+                 f"{len(out.churn_acks_blind)}, {len(out.churn_fetched_blind)} through brokers not asked first); "
+                 f"{'; '.join(out.churn_events)}" if out.churn_events else ""))
         assert len(out.faults) >= FAULTS_MIN, seed
         assert out.virtual_s >= WORKLOAD_S, seed
         assert levels["quorum"] and levels["all"], seed
@@ -66,6 +79,28 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
             assert out.group_read and out.committed, (seed, out.committed)
         if kinds == DISK_FAULTS and seeds == default:  # in each default seed, a disk failed
             assert any("fsyncs failing" in f for f in out.faults), (seed, out.faults)
+        if kinds == STORAGE_FAULTS and seeds == default:  # the topic was deleted and created again, its last
+            # one written and checked
+            assert out.churn_live is not None and sum("created generation" in e for e in out.churn_events) >= 2, \
+                (seed, out.churn_events)
+            assert any(g == out.churn_live for g, _ in out.churn_acks) and out.churn_fetched, seed
+        if kinds == STORAGE_FAULTS:
+            drawn.update(f.split(" at ")[0].split(" (")[0] for f in out.faults)
         if problems:
             failed.append(f"seed {seed} ({env}_SEED={seed} replays it): {'; '.join(problems)}; faults: {out.faults}")
     assert not failed, "\n".join(failed)
+    if kinds == STORAGE_FAULTS and seeds == default:  # between them, the default seeds draw each new kind
+        assert any("a byte of a batch's body changed" in f for f in drawn), drawn
+        assert any("fsyncs taking" in f for f in drawn), drawn
+
+
+def test_a_topic_created_again_through_a_broker_whose_clock_jumped_back_elects_a_leader(tmp_path: Path) -> None:
+    """Seed 3 of ``STORAGE_FAULTS`` with anti-entropy at its default interval: ring-2's wall clock jumps back
+    27 minutes and the churn topic is created again meanwhile. Created through ring-2, it was stamped with
+    that clock and looked older than the data directories made at the cluster's start, two of its three
+    replicas took themselves for ones that lost their disk, and it never elected a leader (the run failed
+    waiting for one). A broker whose clock may not be used refuses to create a topic."""
+    out = run_workload(3, tmp_path, STORAGE_FAULTS, repair_interval_s=60.0)
+    assert any("wall clock -1600s" in f for f in out.faults), out.faults  # (the seed still draws the case)
+    assert out.churn_live is not None and out.churn_log, out.churn_events
+    assert check(out) == []

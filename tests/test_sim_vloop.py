@@ -153,3 +153,25 @@ def test_a_timer_never_runs_before_its_time_on_the_virtual_clock() -> None:
 
     t0, fired = run(11, main)
     assert len(fired) == 1 and fired[0] >= t0 + 4e-10, (t0, fired)
+
+
+def test_executor_work_that_stalls_is_done_that_many_virtual_seconds_later() -> None:
+    async def main(loop: VirtualLoop) -> list[tuple[str, float]]:
+        def slow(x: int) -> int:
+            loop.stall(2.5)
+            return x + 1
+
+        def slow_failing() -> None:
+            loop.stall(1.0)
+            raise OSError("no")
+
+        fut = loop.run_in_executor(None, slow, 1)
+        assert not fut.done()  # ran, but its thread is held up
+        seen = [("slow", await fut, loop.time())]
+        with pytest.raises(OSError):
+            await loop.run_in_executor(None, slow_failing)
+        seen.append(("failing", 0, loop.time()))
+        seen.append(("quick", await loop.run_in_executor(None, lambda: 7), loop.time()))  # a stall is per call
+        return seen
+
+    assert run(4, main) == [("slow", 2, 2.5), ("failing", 0, 3.5), ("quick", 7, 3.5)]

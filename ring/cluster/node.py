@@ -58,7 +58,7 @@ from ring.cluster.proxy import Proxy
 from ring.cluster.pump import NodePump
 from ring.cluster.routing import Router
 from ring.config import BrokerConfig
-from ring.errors import Conflict, Unavailable, UnknownPartition
+from ring.errors import ClockUnusable, Conflict, Unavailable, UnknownPartition
 from ring.gossip import clocks
 from ring.gossip.state import EndpointState
 from ring.hashing import broker_token, ordinal_from_name
@@ -491,6 +491,13 @@ class ClusterPolicy:
         node = self.node
         node.check_joined()
         assert node.membership is not None
+        # The topic's creation time is this broker's clock: one far behind would make it look older than the
+        # data directories made since, whose replicas would then count themselves as having lost their state.
+        self.refresh_clock()
+        if node.clock_refusal is not None:
+            raise ClockUnusable(f"topic {cfg.name!r} not created: its creation time is read from the clock of "
+                                f"{node.name}, which is not used now (too far from its peers'); create it through "
+                                "another broker", broker=node.name)
         await node.membership.announce()  # learn of a topic of that name created elsewhere
         await node._reconcile()
         if cfg.name in node.membership.topics() or cfg.name in node.catalog:

@@ -19,7 +19,12 @@ runs, ``os.fsync`` and ``os.fdatasync`` sync nothing on the machine's disk:
 they record the length of the file (by inode, so a file renamed after its
 fsync keeps it), which is what a power loss keeps. ``fail_fsyncs(name)``
 makes every fsync of a file in that broker's data directory fail (EIO), as
-a disk going bad does, until ``fail_fsyncs(name, False)``.
+a disk going bad does, until ``fail_fsyncs(name, False)``; ``slow_fsyncs(name,
+seconds)`` makes each one take that many virtual seconds (a slow disk): an
+fsync in an executor thread (group commit's) is done that much later
+(``VirtualLoop.stall``), until ``slow_fsyncs(name, 0)``. ``flip_batch_byte``
+spoils one byte of a record batch's body in a stopped broker's segment file,
+so that batch's CRC no longer matches (a bit flip on its disk).
 
 ``Client`` talks to the brokers' client API with aiohttp from its own host,
 its bytes on the simulated network (``tests.sim.vnet``) like the brokers'.
@@ -50,6 +55,8 @@ import aiohttp
 import orjson
 
 from ring.config import BrokerConfig
+from ring.log import batch as batchfmt
+from ring.log.segment import LOG_SUFFIX
 from ring.log.fsync import FsyncPolicy
 from tests.sim.vloop import VirtualClock, VirtualLoop, running
 from tests.sim.vnet import Network, VirtualTimeModule
@@ -180,6 +187,42 @@ class ShippedCluster:
         data_dir = self.configs[self.names.index(name)].data_dir
         (SYNCED.failing.add if failing else SYNCED.failing.discard)(str(data_dir.resolve()) + os.sep)
 
+    def slow_fsyncs(self, name: str, seconds: float) -> None:
+        """Every fsync of a file in ``name``'s data directory takes ``seconds`` virtual seconds from now on
+        (0: again none)."""
+        root = str(self.configs[self.names.index(name)].data_dir.resolve()) + os.sep
+        if seconds > 0:
+            SYNCED.slow[root] = seconds
+        else:
+            SYNCED.slow.pop(root, None)
+
+    def flip_batch_byte(self, name: str, rng: random.Random) -> str | None:
+        """One byte of a record batch's body (the bytes after its header, which its CRC covers) in one of the
+        stopped broker ``name``'s segment files changed, both drawn from ``rng``: where (the file, relative
+        to the data directory, and the byte), or None when it has no batch on disk."""
+        data_dir = self.configs[self.names.index(name)].data_dir
+        segments = sorted(p for p in (data_dir / "topics").glob(f"*/*/*{LOG_SUFFIX}") if p.stat().st_size)
+        if not segments:
+            return None
+        path = rng.choice(segments)
+        raw = path.read_bytes()
+        bodies = []  # (first, end) of each whole batch's body
+        pos = 0
+        while pos + batchfmt.HEADER_SIZE <= len(raw):
+            end = pos + 16 + int.from_bytes(raw[pos + 12:pos + 16], "big")
+            if end > len(raw) or end <= pos + batchfmt.HEADER_SIZE:
+                break
+            bodies.append((pos + batchfmt.HEADER_SIZE, end))
+            pos = end
+        if not bodies:
+            return None
+        first, end = rng.choice(bodies)
+        at = rng.randrange(first, end)
+        with open(path, "r+b") as f:
+            f.seek(at)
+            f.write(bytes([raw[at] ^ rng.randrange(1, 256)]))
+        return f"{path.relative_to(data_dir)} byte {at}"
+
     def jump_clock(self, name: str, seconds: float) -> None:
         """``name``'s wall clock jumps by ``seconds`` (back when negative), as a clock stepped by hand or by a
         bad time server does; its monotonic time goes on."""
@@ -202,14 +245,19 @@ class SyncedLengths:
     def __init__(self) -> None:
         self.lengths: dict[tuple[int, int], int] = {}
         self.failing: set[str] = set()  # data directories (with a trailing separator) whose fsyncs fail
+        self.slow: dict[str, float] = {}  # data directories (likewise) whose fsyncs take virtual seconds
         self.real_fsync = os.fsync
         self.real_fdatasync = os.fdatasync
 
     def sync(self, fd: int) -> None:
-        if self.failing:
+        if self.failing or self.slow:
             path = os.readlink(f"/proc/self/fd/{fd}")
             if any(path.startswith(root) for root in self.failing):
                 raise OSError(errno.EIO, f"simulated: the disk failed to sync {path}")
+            loop = running()
+            for root, seconds in self.slow.items():
+                if path.startswith(root) and loop is not None:
+                    loop.stall(seconds)
         st = os.fstat(fd)
         self.lengths[(st.st_dev, st.st_ino)] = st.st_size
 

@@ -14,8 +14,13 @@ directory, a follower now and then on an empty one), a link cut
 both ways, and a broker paused (its callbacks held, then run); with
 ``MORE_FAULTS`` also a link cut one way, a wall clock jumping and back, and
 two brokers losing power together, while two members of a consumer group
-(``ring.client``, each crashing now and then and replaced) read the topic.
-Then every
+(``ring.client``, each crashing now and then and replaced) read the topic;
+with ``DISK_FAULTS`` also a broker's fsyncs failing; with ``STORAGE_FAULTS``
+also a bit flip (a byte of a record batch's body changed in a crashed
+broker's segment file before it restarts) and a slow disk (a broker's fsyncs
+taking virtual seconds for a while), while a client creates a second topic
+(``CHURN_TOPIC``), produces to it and fetches it, deletes it and creates it
+again, over and over (each topic of the name a generation). Then every
 link heals, every broker runs, the cluster settles, and ``check`` looks at
 what is left:
 
@@ -28,7 +33,11 @@ what is left:
   sees only what is committed);
 * the group commits no offset past a record no member was handed;
 * every replica's log, read from its data directory once the brokers are
-  stopped, holds the same records as the leader's.
+  stopped, holds the same records as the leader's;
+* with ``CHURN_TOPIC``: a fetch from a generation (asked of a broker that
+  had just described the topic with that generation's id) returns none of
+  another's values, every record acknowledged at quorum or all to the live
+  one is at its offset in its leader's log, and its replicas agree.
 
 ``check`` returns the problems found, each a sentence; none means the seed
 passed.
@@ -39,6 +48,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -87,6 +97,20 @@ class Outcome:
     deliveries: int = 0
     group_read: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) a group member was handed
     committed: dict[int, int] = field(default_factory=dict)  # the group's committed offset per partition, at the end
+    # The topic deleted and recreated (``CHURN_TOPIC``): each of its topics is a generation, 0 the first
+    churn_events: list[str] = field(default_factory=list)  # what its client did, in order
+    # Produces and fetches go to the topic by name: one asked of a broker that has not heard of the delete or
+    # the new create yet reaches the old topic. Those asked of a broker that described the topic with the
+    # generation's id just before (each turn's produce and fetch go to one broker, asked first) are checked;
+    # the others ("blind") are counted only.
+    churn_acks: list[tuple[int, Ack]] = field(default_factory=list)  # (generation, ack) at quorum or all
+    churn_acks_blind: list[tuple[int, Ack]] = field(default_factory=list)
+    churn_fetched: list[tuple[int, int, str]] = field(default_factory=list)  # (generation, offset, value) fetched
+    # while that generation was the live topic (its create answered, its delete not yet asked)
+    churn_fetched_blind: list[tuple[int, int, str]] = field(default_factory=list)
+    churn_live: int | None = None  # the generation live at the end (None: no topic of the name then)
+    churn_log: list[tuple[int, str]] = field(default_factory=list)  # its leader's log at the end
+    churn_replica_logs: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
@@ -96,24 +120,37 @@ MORE_FAULTS = (*FAULTS, "one-way", "clock-jump", "power-pair")
 # And a disk going bad: a broker's fsyncs fail (EIO) for a while, then it loses power (what the failed
 # fsyncs were to make durable is gone) and starts again on what its disk kept.
 DISK_FAULTS = (*MORE_FAULTS, "fsync-fail")
+# And a disk that spoils or stalls: a byte of a record batch's body changed in a stopped broker's segment file
+# before it starts again (its CRC no longer matches), and a broker's fsyncs taking seconds for a while. A run
+# on these kinds also deletes and recreates a topic (``CHURN_TOPIC``) while it runs.
+STORAGE_FAULTS = (*DISK_FAULTS, "bit-flip", "slow-disk")
+CHURN_TOPIC = "churn"  # one partition at replication factor 3, created, produced to, deleted, created again
+CHURN_LIVES_S = (4.0, 9.0)  # how long each of its topics lives, drawn from this range
+STORAGE_REPAIR_INTERVAL_S = 4.0  # anti-entropy rounds this often in a run with bit flips: a spoiled batch
+# no read touched is mended before the end
 
 
 class _World(Probes):
-    def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS) -> None:
-        super().__init__(loop, ShippedCluster(loop, root))
+    def __init__(self, loop: VirtualLoop, root: Path, seed: int, kinds: tuple[str, ...] = FAULTS,
+                 repair_interval_s: float | None = None) -> None:
+        if repair_interval_s is None and "bit-flip" in kinds:
+            repair_interval_s = STORAGE_REPAIR_INTERVAL_S
+        config = {} if repair_interval_s is None else {"repair_interval_s": repair_interval_s}
+        super().__init__(loop, ShippedCluster(loop, root, **config))
         self.root = root
         self.kinds = kinds
+        self.churn = kinds == STORAGE_FAULTS
         self.out = Outcome(seed)
         self.rng = loop.rng
         self.stop_at = 0.0
 
     # --- asking the brokers ---------------------------------------------------------------
 
-    async def leaders(self) -> dict[int, str] | None:
+    async def leaders(self, topic: str = TOPIC) -> dict[int, str] | None:
         """Each partition's leader as every running broker reports it, once they all agree."""
         seen: list[tuple] = []
         for name in self.cluster.alive():
-            got = await self.ask(name, "GET", f"/v1/topics/{TOPIC}")
+            got = await self.ask(name, "GET", f"/v1/topics/{topic}")
             if got is None or got[0] != 200:
                 return None
             seen.append(tuple(p["leader"] for p in got[1]["partitions"]))
@@ -124,11 +161,11 @@ class _World(Probes):
     # --- the workload -----------------------------------------------------------------------
 
     async def produce(self, name: str, partition: int, value: str, level: str,
-                      producer: tuple[int, int] | None) -> int | None:
+                      producer: tuple[int, int] | None, topic: str = TOPIC) -> int | None:
         params = {"partition": str(partition), "consistency": level, "timeout_ms": "3000"}
         if producer is not None:
             params.update(producer_id=str(producer[0]), sequence=str(producer[1]))
-        got = await self.ask(name, "POST", f"/v1/topics/{TOPIC}/messages", params=params,
+        got = await self.ask(name, "POST", f"/v1/topics/{topic}/messages", params=params,
                              data=orjson.dumps(value), headers={"Content-Type": "application/x-ndjson"})
         if got is None or got[0] != 200:
             return None
@@ -209,6 +246,71 @@ class _World(Probes):
                 self.out.fetched[(partition, rec["offset"])] = rec["value"]
             nexts[partition] = got[1]["next_offset"]
 
+    # --- a topic deleted and created again ---------------------------------------------------
+
+    async def admin(self, method: str, path: str, done: tuple[int, ...], json: object = None) -> tuple[int, Any]:
+        """Ask any broker until one answers with a status in ``done`` (that answer), or (0, None) once the
+        workload's time is up. Unanswered and other answers are asked again."""
+        while self.loop.time() < self.stop_at:
+            got = await self.ask(self.rng.choice(self.cluster.names), method, path, json=json)
+            if got is not None and got[0] in done:
+                return got
+            await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+        return 0, None
+
+    async def knows(self, name: str, topic_id: str) -> bool:
+        """Whether broker ``name`` describes ``CHURN_TOPIC`` as the topic of id ``topic_id``."""
+        got = await self.ask(name, "GET", f"/v1/topics/{CHURN_TOPIC}")
+        return got is not None and got[0] == 200 and got[1].get("id") == topic_id
+
+    async def churn_topic(self) -> None:
+        """Creates ``CHURN_TOPIC``, produces to it at quorum and all through any broker and fetches it back
+        for a while, deletes it, creates it again, and so on until the workload's time is up, the last one
+        left live. A create that may have happened unanswered (a 409 after a request with no answer, or a
+        409 alone) is deleted again and created anew: only a 201 starts a generation."""
+        gen = 0
+        path = f"/v1/topics/{CHURN_TOPIC}"
+        while self.loop.time() < self.stop_at:
+            status, created = await self.admin("POST", "/v1/topics", (201, 409),
+                                               json={"name": CHURN_TOPIC, "partitions": 1, "replication_factor": 3})
+            if status != 201:
+                if status == 409:  # a topic of the name that this client cannot tell is its own: away with it
+                    await self.admin("DELETE", path, (200, 404))
+                    self.out.churn_events.append(f"a create answered 409 at {self.loop.time():.1f}s: deleted the "
+                                                 "topic of the name")
+                    gen += 1
+                continue
+            self.out.churn_live = gen
+            topic_id = created["id"]
+            self.out.churn_events.append(f"created generation {gen} at {self.loop.time():.1f}s")
+            until = min(self.stop_at, self.loop.time() + self.rng.uniform(*CHURN_LIVES_S))
+            n = nxt = 0
+            while self.loop.time() < until:
+                value = f"c{gen}-{n}"
+                n += 1
+                self.out.produced.add(value)
+                level = self.rng.choice(("quorum", "all"))
+                via = self.rng.choice(self.cluster.names)
+                knows = await self.knows(via, topic_id)
+                offset = await self.produce(via, 0, value, level, None, topic=CHURN_TOPIC)
+                if offset is not None:
+                    (self.out.churn_acks if knows else self.out.churn_acks_blind).append((gen, Ack(0, offset, value,
+                                                                                                   level)))
+                got = await self.ask(via, "GET", f"{path}/partitions/0/messages",
+                                     params={"offset": str(nxt), "max_records": "100", "wait_ms": "0"},
+                                     headers={"Accept": "application/json"})
+                if got is not None and got[0] == 200:
+                    fetched = [(gen, r["offset"], r["value"]) for r in got[1]["records"]]
+                    (self.out.churn_fetched if knows else self.out.churn_fetched_blind).extend(fetched)
+                    nxt = got[1]["next_offset"]
+                await asyncio.sleep(self.rng.uniform(0.1, 0.4))
+            if self.loop.time() >= self.stop_at:
+                return
+            self.out.churn_live = None
+            await self.admin("DELETE", path, (200, 404))
+            self.out.churn_events.append(f"deleted generation {gen} at {self.loop.time():.1f}s")
+            gen += 1
+
     # --- the faults -------------------------------------------------------------------------
 
     async def faults(self) -> None:
@@ -254,6 +356,20 @@ class _World(Probes):
                 await asyncio.sleep(self.rng.uniform(0.5, 2.0))
                 self.cluster.restart(victim)
                 what = f"{victim}'s fsyncs failing, then it loses power"
+            elif kind == "bit-flip":
+                victim = self.rng.choice(names)
+                self.cluster.kill(victim)
+                where = self.cluster.flip_batch_byte(victim, self.rng)
+                await asyncio.sleep(lasts)
+                self.cluster.restart(victim)
+                what = f"{victim} crashed, a byte of a batch's body changed ({where or 'no batch on disk'})"
+            elif kind == "slow-disk":
+                victim = self.rng.choice(names)
+                seconds = self.rng.uniform(0.5, 3.0)
+                self.cluster.slow_fsyncs(victim, seconds)
+                await asyncio.sleep(lasts)
+                self.cluster.slow_fsyncs(victim, 0)
+                what = f"{victim}'s fsyncs taking {seconds:.1f}s"
             elif kind == "power-pair":
                 pair = self.rng.sample(names, 2)
                 for victim in pair:
@@ -273,11 +389,11 @@ class _World(Probes):
 
     # --- the end ------------------------------------------------------------------------------
 
-    async def read_leader(self, leader: str, partition: int) -> list[tuple[int, str]]:
+    async def read_leader(self, leader: str, partition: int, topic: str = TOPIC) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
         offset = 0
         while True:
-            got = await self.ask(leader, "GET", f"/v1/topics/{TOPIC}/partitions/{partition}/messages",
+            got = await self.ask(leader, "GET", f"/v1/topics/{topic}/partitions/{partition}/messages",
                                  params={"offset": str(offset), "max_records": "10000", "wait_ms": "0"},
                                  headers={"Accept": "application/json"})
             assert got is not None and got[0] == 200, (leader, partition, got)
@@ -300,6 +416,8 @@ class _World(Probes):
                  self.loop.create_task(self.faults())]
         if self.kinds != FAULTS:
             work += [self.loop.create_task(self.group_member(n)) for n in range(GROUP_MEMBERS)]
+        if self.churn:
+            work.append(self.loop.create_task(self.churn_topic()))
         await asyncio.gather(*work)
         await self.until("every broker up again", self.all_up, SETTLE_S)
         leaders = await self.until("a leader for every partition again", self.leaders, SETTLE_S)
@@ -309,6 +427,9 @@ class _World(Probes):
             self.out.leader_log[p] = await self.read_leader(leaders[p], p)
         if self.kinds != FAULTS:
             self.out.committed = await self.until("the group's offsets", self.committed, SETTLE_S)
+        if self.out.churn_live is not None:
+            churn = await self.until(f"a leader for {CHURN_TOPIC}", lambda: self.leaders(CHURN_TOPIC), SETTLE_S)
+            self.out.churn_log = await self.read_leader(churn[0], 0, CHURN_TOPIC)
         await self.client.close()
         self.out.virtual_s = self.loop.time()
         self.out.deliveries = cluster.net.deliveries
@@ -317,6 +438,8 @@ class _World(Probes):
         for config in cluster.configs:
             for p in range(PARTITIONS):
                 self.out.replica_logs[(config.name, p)] = replica_records(config.data_dir / "topics" / TOPIC / str(p))
+            if self.out.churn_live is not None:
+                self.out.churn_replica_logs[config.name] = replica_records(config.data_dir / "topics" / CHURN_TOPIC / "0")
         return self.out
 
 
@@ -333,10 +456,12 @@ def replica_records(directory: Path) -> list[tuple[int, str]]:
         log.close()
 
 
-def run_workload(seed: int, root: Path, kinds: tuple[str, ...] = FAULTS) -> Outcome:
-    """One seed's run, its faults drawn from ``kinds``."""
+def run_workload(seed: int, root: Path, kinds: tuple[str, ...] = FAULTS,
+                 repair_interval_s: float | None = None) -> Outcome:
+    """One seed's run, its faults drawn from ``kinds``; ``repair_interval_s``: the brokers' anti-entropy
+    interval (None: the default, or ``STORAGE_REPAIR_INTERVAL_S`` with bit flips)."""
     async def main(loop: VirtualLoop) -> Outcome:
-        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed, kinds).main())
+        return await loop.spawn(CLIENT_HOST, _World(loop, root, seed, kinds, repair_interval_s).main())
 
     return run(seed, main)
 
@@ -376,4 +501,36 @@ def check(out: Outcome) -> list[str]:
         if recs != out.leader_log.get(p):
             problems.append(f"{name}'s replica of partition {p} differs from its leader's log "
                             f"({len(recs)} records, the leader {len(out.leader_log.get(p, []))})")
+    problems += check_churn(out)
+    return problems
+
+
+def check_churn(out: Outcome) -> list[str]:
+    """The rules of the topic deleted and recreated: a fetch from a generation returns only its own values;
+    what was acknowledged to the live one at quorum or all is in it; its replicas agree."""
+    problems: list[str] = []
+    foreign = [(g, o, v) for g, o, v in out.churn_fetched if not v.startswith(f"c{g}-")]
+    if foreign:
+        g, o, v = foreign[0]
+        problems.append(f"{len(foreign)} records fetched from a generation of {CHURN_TOPIC} were produced to "
+                        f"another, e.g. {v} at offset {o} of generation {g}")
+    if out.churn_live is None:
+        return problems
+    log = dict(out.churn_log)
+    mine = [v for _, v in out.churn_log if not v.startswith(f"c{out.churn_live}-")]
+    if mine:
+        problems.append(f"the live {CHURN_TOPIC} (generation {out.churn_live}) holds values of another: {mine[:5]}")
+    lost = [a for g, a in out.churn_acks if g == out.churn_live and log.get(a.offset) != a.value]
+    if lost:
+        a = lost[0]
+        problems.append(f"{len(lost)} records acknowledged to the live {CHURN_TOPIC} lost, e.g. {a.value} at "
+                        f"{a.level} at offset {a.offset} (the leader has {log.get(a.offset)!r} there)")
+    unread = [(o, v) for g, o, v in out.churn_fetched if g == out.churn_live and log.get(o) != v]
+    if unread:
+        problems.append(f"{len(unread)} records fetched from the live {CHURN_TOPIC} are not in its log, e.g. "
+                        f"{unread[0][1]} at offset {unread[0][0]}")
+    for name, recs in sorted(out.churn_replica_logs.items()):
+        if recs != out.churn_log:
+            problems.append(f"{name}'s replica of {CHURN_TOPIC} differs from its leader's log ({len(recs)} records, "
+                            f"the leader {len(out.churn_log)})")
     return problems

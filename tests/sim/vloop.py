@@ -7,7 +7,8 @@ reports no events), so a broker's 30 s of timeouts, gossip rounds and
 elections run in however long their callbacks take. ``time()`` is the virtual
 clock. ``run_in_executor`` runs the function inline and hands back a completed
 future: the threads ring uses for fsyncs and file work would otherwise finish
-in real time and in any order. Signal handlers are recorded, never installed
+in real time and in any order. A function that calls ``stall(seconds)`` (a
+slow disk's fsync) gets its future done that many virtual seconds later. Signal handlers are recorded, never installed
 (several brokers share one process and one loop).
 
 Every callback and task runs in the ``contextvars`` context of the host whose
@@ -97,6 +98,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.seed = seed
         self.rng = random.Random(seed)
         self.signal_handlers: dict[int, tuple[Callable[..., Any], tuple]] = {}
+        self._stall_s = 0.0  # what the function run_in_executor runs has stalled (stall), virtual s
         self.dead: set[str] = set()
         self.incarnations: dict[str, int] = {}  # hosts revived, and how many times
         self.paused: dict[str, list[asyncio.Handle]] = {}  # a paused host's callbacks, held in order
@@ -176,15 +178,27 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     # --- what would touch threads or the process --------------------------------------
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future:
-        """Runs ``func`` now, on the loop: a future already done with its result or its exception."""
+        """Runs ``func`` now, on the loop: a future already done with its result or its exception, or, when
+        ``func`` called ``stall`` (a slow disk's fsync), one done that many virtual seconds later."""
         fut = self.create_future()
+        self._stall_s = 0.0
         try:
-            fut.set_result(func(*args))
+            outcome: tuple[Callable[..., Any], Any] = (fut.set_result, func(*args))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            fut.set_exception(exc)
+            outcome = (fut.set_exception, exc)
+        stall, self._stall_s = self._stall_s, 0.0
+        if stall <= 0:
+            outcome[0](outcome[1])
+        else:
+            self.call_later(stall, lambda: fut.done() or outcome[0](outcome[1]))
         return fut
+
+    def stall(self, seconds: float) -> None:
+        """The work ``run_in_executor`` is running takes ``seconds`` more virtual seconds: its future is done
+        that much later (the thread was held up, as in an fsync on a slow disk)."""
+        self._stall_s += seconds
 
     def add_signal_handler(self, sig: int, callback: Callable[..., Any], *args: Any) -> None:
         self.signal_handlers[sig] = (callback, args)
