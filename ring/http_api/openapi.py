@@ -289,7 +289,9 @@ def _topic_paths() -> dict[str, Any]:
                      "responses": {"201": _ok("the topic, as described by GET /v1/topics/{topic}", {"type": "object"}),
                                    "400": _BAD, "409": _err("the topic exists"),
                                    "503": _err("a topic of that name is still being deleted (its files, or its "
-                                               "leaders' claims in gossip); retry")}},
+                                               "leaders' claims in gossip), or clock_unusable (this broker's "
+                                               "clock is out of bounds: it stamps no creation time; create "
+                                               "through another broker); retry")}},
         },
         "/v1/topics/{topic}": {
             "parameters": [_TOPIC],
