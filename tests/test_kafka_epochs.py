@@ -145,6 +145,32 @@ def test_a_truncated_or_lying_request_closes_the_connection_and_the_listener_ser
         assert read_answer(s)[0] == 5
 
 
+def test_a_request_naming_more_partitions_than_a_fetch_may_closes_the_connection(kafka):
+    """OffsetForLeaderEpoch and ListOffsets are bounded as a fetch is (``KAFKA_FETCH_PARTITIONS_MAX``): past it
+    the request is refused whole and its connection closed; at it, every partition is answered."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    from ring import limits
+
+    def epochs_request(n: int) -> bytes:
+        return bytes(OffsetForLeaderEpochRequest(replica_id=-1, topics=[Topic(topic="bounded", partitions=[
+            Partition(partition=i, current_leader_epoch=-1, leader_epoch=0) for i in range(n)])]).encode(version=3))
+
+    def offsets_request(n: int) -> bytes:
+        part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+        return bytes(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name="bounded", partitions=[part(partition_index=i, current_leader_epoch=-1, timestamp=-1)
+                                        for i in range(n)])]).encode(version=5))
+
+    most = limits.KAFKA_FETCH_PARTITIONS_MAX
+    for key, version, make in ((KEY, 3, epochs_request), (2, 5, offsets_request)):
+        with connect(kafka) as s:
+            s.sendall(frame(key, version, 9, make(most)))
+            assert read_answer(s)[0] == 9
+        with connect(kafka) as s:
+            s.sendall(frame(key, version, 9, make(most + 1)))
+            assert closed_by_broker(s)
+
 
 # --- Metadata's epochs, and Fetch's and ListOffsets' checks of them ------------------------------
 
@@ -168,21 +194,21 @@ def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the
                                                 allow_auto_topic_creation=False), MetadataResponse)
     assert [(p.partition_index, p.leader_epoch) for p in md.topics[0].partitions] == [(0, epoch)]
 
-    def fetched(current: int) -> tuple[int, int]:
-        fp = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=current, fetch_offset=0,
+    def fetched(current: int, topic: str = "epoch-checked", partition: int = 0) -> tuple[int, int]:
+        fp = FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=current, fetch_offset=0,
                                                     log_start_offset=-1, partition_max_bytes=1 << 20)
         answer = roundtrip(kafka, 1, 11, FetchRequest(
             replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-            session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="epoch-checked", partitions=[fp])],
+            session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fp])],
             forgotten_topics_data=[], rack_id=""), FetchResponse)
         (p,) = answer.responses[0].partitions
         return p.error_code, p.high_watermark
 
-    def listed(current: int) -> tuple[int, int]:
-        lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, current_leader_epoch=current,
-                                                                      timestamp=-1)
+    def listed(current: int, topic: str = "epoch-checked", partition: int = 0) -> tuple[int, int]:
+        lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=partition,
+                                                                      current_leader_epoch=current, timestamp=-1)
         answer = roundtrip(kafka, 2, 5, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name="epoch-checked", partitions=[lp])]), ListOffsetsResponse)
+            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[lp])]), ListOffsetsResponse)
         (p,) = answer.topics[0].partitions
         return p.error_code, p.offset
 
@@ -190,6 +216,9 @@ def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the
         assert check(-1) == (NONE, 3) and check(epoch) == (NONE, 3)
         assert check(epoch - 1) == (FENCED_LEADER_EPOCH, -1)
         assert check(epoch + 1) == (UNKNOWN_LEADER_EPOCH, -1)
+        # Where no epoch is known there is nothing to check: the read says what it finds.
+        assert check(epoch, "no-such-topic")[0] == UNKNOWN_TOPIC_OR_PARTITION
+        assert check(epoch, "epoch-checked", 7)[0] == UNKNOWN_TOPIC_OR_PARTITION
 
 
 @pytest.mark.parametrize("version", range(apis.SERVED[3][0], apis.SERVED[3][1] + 1))

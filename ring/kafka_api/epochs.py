@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ring.errors import RingError
+from ring import limits
+from ring.errors import BadRequest, RingError
 from ring.kafka_api import errors
 from ring.kafka_api.wire import Reader, Writer
 from ring.offsets import EpochEnd
@@ -92,12 +93,23 @@ def ended(broker: Any, topic: str, partition: int, current: int, epoch: int) -> 
 
 def handle(broker: Any, version: int, r: Reader) -> bytes:
     topics = read_request(version, r)
+    check_partition_count(topics, "OffsetForLeaderEpoch")
     return answer(version, [(name, [ended(broker, name, p, current, epoch) for p, current, epoch in parts])
                             for name, parts in topics])
 
 
+def check_partition_count(topics: list[tuple[str, list]], api: str) -> None:
+    """A request naming more partitions than ``KAFKA_FETCH_PARTITIONS_MAX`` is refused whole, as a fetch is:
+    each partition costs a lookup and an answer."""
+    n = sum(len(parts) for _, parts in topics)
+    if n > limits.KAFKA_FETCH_PARTITIONS_MAX:
+        raise BadRequest(f"{api} of {n} partitions (at most {limits.KAFKA_FETCH_PARTITIONS_MAX})")
+
+
 def check_current(broker: Any, topic: str, partition: int, current: int) -> None:
     """Fetch's and ListOffsets' check of the leader epoch a client names against the one this broker
-    knows (and answers in Metadata)."""
-    if current >= 0:
-        check_leader_epoch(topic, partition, current, broker.leader_epoch_of(topic, partition))
+    knows (and answers in Metadata). A partition this broker knows no epoch of (an unknown topic or
+    partition, one without a leader yet) is not checked: the read itself answers what it finds."""
+    known = broker.leader_epoch_of(topic, partition) if current >= 0 else -1
+    if known >= 0:
+        check_leader_epoch(topic, partition, current, known)

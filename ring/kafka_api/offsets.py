@@ -32,6 +32,7 @@ def list_offsets(broker: Any, version: int, r: Reader) -> Any:
         return p, current, r.int64()
 
     topics = r.array(lambda r: (r.string(), r.array(partition) or [])) or []
+    epochs.check_partition_count(topics, "ListOffsets")
     return _list_offsets(broker, version, topics)
 
 
