@@ -48,7 +48,7 @@ from ring.errors import NoEligibleLeader, NotLeader, RequestTimeout, RingError, 
 from ring.fetch import Fetch
 from ring.offsets import EpochEnd, OffsetsAt, Truncate
 from ring.node.core import NodeCore
-from ring.node.ready import Appended, AwaitAcks, AwaitStart, Ready
+from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
 from ring.ranges.manager import Ranges
 from ring.replication import protocol, reads
@@ -227,18 +227,15 @@ class Router:
         ``always``, as on the awaited path) each produce waits for its level's voters (``_acknowledge``)."""
         host = self.host
         try:
-            host.check_appendable(rep)
-            host.core.check_leading(rep, rep.topic, rep.index)  # (no await from here to the append)
+            host.check_writable(rep)  # (no await from here to the append)
         except RingError as exc:
             for a in host.turn.take(rep):
                 self._refused(a, exc)
             return
         end, pending = host.turn.write(rep)
-        if host.commits.durable_when_written():
-            host.step(Appended(rep, end))
+        if host.appended(rep, end):
             self._acknowledge(rep, pending)
         else:
-            host.step(Appended(rep))
             host.commits.sync_soon(rep).add_done_callback(
                 lambda synced: self._acknowledge(rep, host.turn.synced(pending, synced)))
 

@@ -137,7 +137,7 @@ class LocalRouter:
         policy (at once, or after the turn's group commit under ``always``), its produces are answered."""
         host = self.host
         try:
-            host.check_appendable(part)
+            host.check_appendable(part)  # (a lone broker leads every partition it holds)
         except RingError as exc:
             for a in host.turn.take(part):
                 a.set_exception(exc)
