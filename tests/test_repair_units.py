@@ -86,9 +86,9 @@ def test_divergence_examples() -> None:
     # nothing in common
     assert d.divergence_point([(2, 0)], 3, [(1, 0), (3, 1)], 4) == 0
     assert d.divergence_point([], 0, [(1, 0)], 4) == 0
-    assert d.epoch_end([(1, 0), (3, 4)], 9, 2) == (1, 4)
-    assert d.epoch_end([(1, 0), (3, 4)], 9, 3) == (3, 9)
-    assert d.epoch_end([(1, 5)], 9, 0) == (-1, -1)
+    assert d.end_offset_for([(1, 0), (3, 4)], 9, 2) == (1, 4)
+    assert d.end_offset_for([(1, 0), (3, 4)], 9, 3) == (3, 9)
+    assert d.end_offset_for([(1, 5)], 9, 0) == (-1, -1)
 
 
 # -- following a leader on real logs --------------------------------------------------------

@@ -7,8 +7,8 @@ the same epoch: an epoch has one leader, and a follower only ever appends
 what that leader sent after cutting its log back to where they agree. So the
 point of divergence follows from the histories, as in Kafka's
 OffsetsForLeaderEpoch exchange: the follower asks the leader where its own
-latest epoch ends in the leader's log (``epoch_end``, the log's
-``end_offset_for_epoch``), cuts its log there, and repeats with its new latest
+latest epoch ends in the leader's log (``end_offset_for``, as the log's
+``LeaderEpochCache.end_offset_for``), cuts its log there, and repeats with its new latest
 epoch until the leader answers with the same epoch. ``divergence_point`` runs
 that loop against the leader's history (which the leader sends with its
 first frame to a follower), bounded by the follower's number of epochs.
@@ -22,7 +22,7 @@ from typing import Sequence
 History = Sequence[tuple[int, int]]
 
 
-def epoch_end(history: History, log_end: int, epoch: int) -> tuple[int, int]:
+def end_offset_for(history: History, log_end: int, epoch: int) -> tuple[int, int]:
     """(largest epoch <= ``epoch`` in ``history``, the offset where it ends); (-1, -1) if none.
 
     The same answer as ``LeaderEpochCache.end_offset_for``: the latest epoch
@@ -47,7 +47,7 @@ def divergence_point(mine: History, my_end: int, leader: History, leader_end: in
         if not hist:
             return end if end == 0 else _no_common_epoch(mine, end)
         my_epoch = hist[-1][0]
-        their_epoch, their_end = epoch_end(leader, leader_end, my_epoch)
+        their_epoch, their_end = end_offset_for(leader, leader_end, my_epoch)
         if their_epoch == -1:
             return _no_common_epoch(mine, end)
         if their_epoch == my_epoch:
