@@ -61,11 +61,6 @@ def _cleanup_policy(name: str, value: str) -> None:
         raise InvalidConfig(f"{name} {value[:40]!r}: ring keeps no compacted topics, only 'delete'", field=name)
 
 
-def _min_insync(name: str, value: str) -> int:
-    """The count of replicas asked for; ``topic_config`` maps it to a consistency once the factor is known."""
-    return _integer(name, value)
-
-
 def _consistency_for(min_insync: int, rf: int) -> str:
     """The consistency level that has ``min_insync`` of ``rf`` replicas hold a record before acks=all is
     answered: 1 is ``one``, a majority ``quorum``, every replica ``all``; any other count has no level."""
@@ -89,7 +84,7 @@ CONFIGS: dict[str, tuple[str, Callable[[str, str], Any], Callable[[TopicConfig],
     "unclean.leader.election.enable": ("unclean_leader_election", _boolean,
                                        lambda c: str(c.unclean_leader_election).lower()),
     "cleanup.policy": ("", _cleanup_policy, lambda c: "delete"),
-    "min.insync.replicas": ("consistency", _min_insync,
+    "min.insync.replicas": ("consistency", _integer,  # a count; ``topic_config`` maps it to a level
                             lambda c: str(needed_acks(c.consistency, c.replication_factor))),
 }
 _KAFKA_NAME = {setting: name for name, (setting, _, _) in CONFIGS.items() if setting}
