@@ -3,9 +3,11 @@
 
 Every front that takes a poll (the client port's group routes, ``ring.http_api.groups_api``, and
 PolarStreams' consumer port, ``ring.http_api.polar_consumer``) or a commit (those two, and the Kafka
-listener's OffsetCommit, ``ring.kafka_api.groups``) parses and checks what it was sent once (group
-and member names by ``validate_name``, topic names, partitions and offsets by ``checked_offsets``,
-bounds from ``ring.limits``) and builds the value; the group operations (``ring.groups.service``),
+listener's OffsetCommit, ``ring.kafka_api.groups``) builds the value once from what it parsed. The
+HTTP fronts check it first (group and member names by ``validate_name``, topic names, partitions and
+offsets by ``checked_offsets``, bounds from ``ring.limits``) and answer 400 for what fails; Kafka's
+OffsetCommit answers per partition, so its values go to Kafka's membership as parsed, which takes
+the partitions and offsets it can and answers a code for each other one. The group operations (``ring.groups.service``),
 the poller (``ring.groups.poller``) and Kafka's membership (``ring.groups.membership``) take it as
 it is, checking only what it names against the coordinator's state (a topic's partition count, the
 member's generation and assignment). A request forwarded to the group's coordinator arrives at its
