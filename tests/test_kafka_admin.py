@@ -227,10 +227,13 @@ def test_timeout_ms_bounds_the_wait_for_leaders(tmp_path):
             answer = call(addr, request, 4, CreateTopicsResponse)
             return time.monotonic() - started, [r.error_code for r in answer.topics]
 
-        took, codes = create("at-once", 0)
-        assert codes == [0] and took < 0.9, took
+        # Both pay for the create itself, which a busy machine stretches alike; only the second also waits
+        # (its timeout, then no more) for the leaders that cannot come.
+        at_once, codes = create("at-once", 0)
+        assert codes == [0], codes
         took, codes = create("a-second", 1000)
         assert codes == [0] and 1.0 <= took < limits.LEADER_WAIT_MS / 1000 - 0.5, took
+        assert took - at_once > 0.5, (at_once, took)
         led = [p["leader"] for p in c[0].http.describe("a-second")["partitions"]]
         assert None in led and c[2].name not in led  # (those placed on the broker that is down have none)
     finally:
