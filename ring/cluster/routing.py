@@ -54,7 +54,7 @@ from ring.ranges.manager import Ranges
 from ring.replication import protocol, reads
 from ring.replication.appends import Appending, ack_timeout
 from ring.replication.intake import ProduceResult
-from ring.replication.local import LocalHost, LocalRouter
+from ring.replication.local import LocalHost, LocalRouter, write_turn
 from ring.replication.reads import Fetched, StoredRead, settled
 from ring.replication.replica import Replica
 
@@ -216,28 +216,9 @@ class Router:
             return None
         first = rep.appends is None
         pending = host.turn.add(rep, batches, needed, req)
-        if first and pending is not None:  # the turn's first produce schedules its write
-            asyncio.get_running_loop().call_soon(self._write_turn, rep)
+        if first and pending is not None:  # the turn's first produce schedules its write (``write_turn``)
+            asyncio.get_running_loop().call_soon(write_turn, host, rep, self._refused, self._acknowledge)
         return pending
-
-    def _write_turn(self, rep: Replica) -> None:
-        """The partition's write of this turn (``TurnAppends.write``) while it may still be appended to
-        and this broker leads it (else each produce is refused, ``_refused``); replication is told; once
-        the batches are durable by the fsync policy (at once, or after the turn's group commit under
-        ``always``, as on the awaited path) each produce waits for its level's voters (``_acknowledge``)."""
-        host = self.host
-        try:
-            host.check_writable(rep)  # (no await from here to the append)
-        except RingError as exc:
-            for a in host.turn.take(rep):
-                self._refused(a, exc)
-            return
-        end, pending = host.turn.write(rep)
-        if host.appended(rep, end):
-            self._acknowledge(rep, pending)
-        else:
-            host.commits.sync_soon(rep).add_done_callback(
-                lambda synced: self._acknowledge(rep, host.turn.synced(pending, synced)))
 
     def _acknowledge(self, rep: Replica, pending: list[Appending]) -> None:
         """Each produce, durable here, is answered once its level's voters hold it: at once when they do

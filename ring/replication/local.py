@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any, Awaitable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from ring.catalog import TopicConfig
 from ring.errors import OffsetOutOfRange, RingError, UnknownTopic
@@ -48,6 +48,9 @@ class LocalHost(Protocol):
 
     def check_appendable(self, part: Replica) -> None:
         """Raise unless ``part`` may be appended to now (not deleted, not failed, the broker open)."""
+
+    def check_writable(self, part: Replica) -> None:
+        """``check_appendable``, and the router's own check (a clustered broker: it still leads ``part``)."""
 
     def appended(self, part: Replica, end: int) -> bool:
         """Batches were appended to ``part`` up to ``end`` (replication is told); whether they are durable
@@ -94,6 +97,27 @@ class Routing(Protocol):
     async def truncate(self, req: Truncate) -> dict[str, Any]: ...
 
 
+def write_turn(host: LocalHost, part: Replica, refuse: Callable[[Appending, RingError], None],
+               acknowledge: Callable[[Replica, list[Appending]], None]) -> None:
+    """The partition's write of this turn (``TurnAppends.write``), as both routers carry it out: while
+    the broker says it may still be written (``check_writable``; else each produce goes to ``refuse``
+    with the reason); replication is told; once the batches are durable by the fsync policy (at once,
+    or after the turn's group commit under ``always``, as on the awaited path) its produces go to
+    ``acknowledge``, which answers each once its level's voters hold it."""
+    try:
+        host.check_writable(part)  # (no await from here to the append)
+    except RingError as exc:
+        for a in host.turn.take(part):
+            refuse(a, exc)
+        return
+    end, pending = host.turn.write(part)
+    if host.appended(part, end):
+        acknowledge(part, pending)
+    else:
+        host.commits.sync_soon(part).add_done_callback(
+            lambda synced: acknowledge(part, host.turn.synced(pending, synced)))
+
+
 class LocalRouter:
     def __init__(self, host: LocalHost) -> None:
         self.host = host
@@ -120,34 +144,17 @@ class LocalRouter:
 
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
-        """This turn's write to the partition (the turn's first produce schedules it, ``_write_turn``), or
+        """This turn's write to the partition (the turn's first produce schedules it, ``write_turn``), or
         the awaited append when the turn will not take it."""
         part = self.host.replica_of(cfg.name, p)
         first = part.appends is None
         pending = self.host.turn.add(part, batches, 1, req)
         if pending is None:
             return self.host.append(part, batches)
-        if first:
-            asyncio.get_running_loop().call_soon(self._write_turn, part)
+        if first:  # the turn's first produce schedules its write; a refused one fails as the awaited path would
+            asyncio.get_running_loop().call_soon(write_turn, self.host, part, Appending.set_exception,
+                                                 self._acknowledge)
         return pending
-
-    def _write_turn(self, part: Replica) -> None:
-        """The partition's write of this turn (``TurnAppends.write``) while it may still be appended to
-        (else each produce fails with the error the awaited path gives); then, durable by the fsync
-        policy (at once, or after the turn's group commit under ``always``), its produces are answered."""
-        host = self.host
-        try:
-            host.check_appendable(part)  # (a lone broker leads every partition it holds)
-        except RingError as exc:
-            for a in host.turn.take(part):
-                a.set_exception(exc)
-            return
-        end, pending = host.turn.write(part)
-        if host.appended(part, end):
-            self._acknowledge(part, pending)
-        else:
-            host.commits.sync_soon(part).add_done_callback(
-                lambda synced: self._acknowledge(part, host.turn.synced(pending, synced)))
 
     def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
         """A broker alone never waits for others: its own durable end suffices."""
