@@ -6,6 +6,7 @@ lengths, which close the connection."""
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import NamedTuple
 
@@ -172,6 +173,20 @@ def test_a_request_naming_more_partitions_than_a_fetch_may_closes_the_connection
             assert closed_by_broker(s)
 
 
+def client_log(name: str) -> tuple[logging.Logger, list[str]]:
+    """A logger to hand librdkafka (its debug lines), and the list its lines land in."""
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    logger.addHandler(Lines())
+    logger.setLevel(logging.DEBUG)
+    return logger, lines
+
+
 # --- Metadata's epochs, and Fetch's and ListOffsets' checks of them ------------------------------
 
 
@@ -260,8 +275,6 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
     is killed, the client learns the new leader's epoch, asks it with OffsetForLeaderEpoch
     where the epoch of the records it read ended (KIP-320), and reads on from its position: every record,
     in order, none twice."""
-    import logging
-
     from confluent_kafka import Consumer, TopicPartition
 
     from tests.support import wait_for
@@ -279,15 +292,7 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
             assert answered == [("epoch-change", [(0, NONE, first_epoch, 100) if member is victim else
                                                   (0, NOT_LEADER_OR_FOLLOWER, -1, -1)])]
 
-        lines: list[str] = []
-
-        class Lines(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                lines.append(record.getMessage())
-
-        logger = logging.getLogger("test.librdkafka.epochs")
-        logger.addHandler(Lines())
-        logger.setLevel(logging.DEBUG)
+        logger, lines = client_log("test.librdkafka.epochs")
         consumer = Consumer({"bootstrap.servers": ",".join(bootstraps), "group.id": "unused-no-commits",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 200, "debug": "protocol,metadata",
                              "topic.metadata.refresh.interval.ms": 1000}, logger=logger)
@@ -332,8 +337,6 @@ def test_a_consumer_past_what_an_unclean_leader_holds_reads_on_from_where_its_ep
     F1 answers its own log's end: the client sees the truncation and reads on from there, so the
     records written after the election are read, each once (without epochs its fetch past F1's end
     would be out of range, and its reset policy, latest here, would decide what it skips)."""
-    import logging
-
     from confluent_kafka import Consumer, TopicPartition
 
     from tests.brokers import TestCluster
@@ -354,15 +357,7 @@ def test_a_consumer_past_what_an_unclean_leader_holds_reads_on_from_where_its_ep
         started.append(c)
         return c.start()
 
-    lines: list[str] = []
-
-    class Lines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger("test.librdkafka.truncation")
-    logger.addHandler(Lines())
-    logger.setLevel(logging.DEBUG)
+    logger, lines = client_log("test.librdkafka.truncation")
     try:
         c, lead, f1, f2, acked, created_s = in_sync_cluster(make)
         f1.pause()
