@@ -747,6 +747,8 @@ KAFKA_REQUEST_BYTES_MAX = REQUEST_BYTES_MAX + 64 * KiB
 KAFKA_REQUESTS_IN_FLIGHT_MAX = 32
 # Partitions one Kafka fetch may name: each costs a read and, while the fetch
 # long-polls, a waiter; Kafka clients ask for the partitions they are assigned.
+# ListOffsets and OffsetForLeaderEpoch are held to it too (a lookup and an
+# answer each).
 KAFKA_FETCH_PARTITIONS_MAX = 1_000
 # Protocols (assignors) one JoinGroup may name: clients name the few they are
 # configured with (librdkafka "range,roundrobin" by default), and every
