@@ -62,11 +62,15 @@ def test_topic_created_on_one_broker_is_known_to_all_and_described(shared_cluste
     leaders = c.leaders(topic)
     assert sorted(leaders.values()) == sorted(NAMES * 2)  # leadership spread evenly
     for m in c:
-        for p in m.http.get(f"/v1/topics/{topic}").json()["partitions"]:
+        for i, p in enumerate(m.http.get(f"/v1/topics/{topic}").json()["partitions"]):
             assert p["replicas"][0] == p["leader"] and sorted(p["replicas"]) == NAMES
             assert p["epoch"] == 1 and p["high_watermark"] == 0 and set(p["replica_end_offsets"]) == set(NAMES)
-            if p["leader"] == m.name:
-                assert p["replica_end_offsets"] == {n: 0 for n in NAMES}  # the leader's view is complete
+            if p["leader"] == m.name:  # the leader's view is complete once each follower's link has reported
+                def reported(m=m, i=i) -> dict | None:
+                    q = m.http.get(f"/v1/topics/{topic}").json()["partitions"][i]
+                    return q if None not in q["replica_end_offsets"].values() else None
+                view = wait_for(f"{m.name}'s view of its followers' ends", reported, 30)
+                assert view["replica_end_offsets"] == {n: 0 for n in NAMES}
     assert c[0].http.delete(f"/v1/topics/{topic}").status == 200
     # The delete waits up to CLUSTER_ANNOUNCE_TIMEOUT_S for a direct exchange with each broker; a broker
     # the machine's load kept from answering in that time hears it by gossip.
