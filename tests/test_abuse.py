@@ -175,11 +175,11 @@ async def test_forwarded_produces_over_the_bound_get_429(monkeypatch) -> None:
     async with make_session("s", timeout_s=2.0) as session:
         client = PeerClient("ring-0", "s", session)
         await client.control.close()  # only the data session is used here
-        stuck = [asyncio.create_task(client.forward_produce("ring-1", url, _REQ, 0, [bytearray(b"x")]))
-                 for _ in range(2)]
-        await asyncio.sleep(0.2)
+        stuck = [client.forward("ring-1", url, _REQ, 0, [bytearray(b"x")]) for _ in range(2)]
+        assert client.forwards_in_flight == 2
         with pytest.raises(Overloaded):
-            await client.forward_produce("ring-1", url, _REQ, 0, [bytearray(b"x")])
+            await client.forward("ring-1", url, _REQ, 0, [bytearray(b"x")])
+        assert client.forwards_in_flight == 2
         hang.set()
         await asyncio.gather(*stuck, return_exceptions=True)
         assert client.forwards_in_flight == 0

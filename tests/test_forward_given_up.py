@@ -1,7 +1,7 @@
 """A produce forwarded to its partition's leader is given up, outcome unknown (504), once the leader
 turns unreachable or after ``PEER_REQUEST_TIMEOUT_S`` without an answer (``Router._given_up``, the
-one rule of ``Router._check_forwards`` and ``Router._forward``), and never lets an acknowledged
-write go.
+rule of ``Router._check_forwards`` over every forward ``Router._forward`` sends), and never lets an
+acknowledged write go.
 
 The unit tests run the rule on a router whose host has a real node core, which knows its peer
 ring-1 alive by one gossip exchange and hears of its replication link as the peer port would: the
@@ -11,8 +11,8 @@ the leader's state. ``_check_forwards`` gives up the forwards on the open link t
 only those.
 
 The integration tests stop the leader (SIGSTOP: the kernel still accepts its connections, nothing
-answers) under a broker that forwards to it. With no forward link open yet, the produce goes the
-awaited way, whose link handshake never completes: it is given up by the rule, naming the leader,
+answers) under a broker that forwards to it. With no forward link open yet, the produce waits for
+one, whose handshake never completes: it is given up by the rule, naming the leader,
 once the leader is unreachable (its replication link to the forwarding broker closed by the
 heartbeat, then the grace). On an open link, the link's own heartbeat (``REPLICATION_HEARTBEAT_S``
 and half of it again without a pong) closes it first and fails the produce, outcome unknown, a
@@ -139,8 +139,9 @@ async def test_the_check_gives_up_exactly_the_forwards_the_rule_says() -> None:
 
     def forwarding(leader: str, deadline: float) -> tuple[Forwarding, asyncio.Future]:
         sent = loop.create_future()
-        f = Forwarding(router, leader, Produce("t", Batches([], 0), 3, None, "quorum"), cfg, 3, [], sent, deadline)
-        router._forwarding[f] = None  # as _forward_soon registers what it sent
+        f = Forwarding(router, leader, Produce("t", Batches([], 0), 3, None, "quorum"), cfg, 3, [], sent, deadline,
+                       follow=True)
+        router._forwarding[f] = None  # as _forward registers what it sent
         return f, sent
 
     waits, waits_sent = forwarding("ring-1", 0.2 + limits.PEER_REQUEST_TIMEOUT_S)
@@ -239,7 +240,7 @@ def _after_resume(c: TestCluster, via: Member, topic: str, p: int, acked: dict[i
 def test_a_produce_on_an_open_forward_link_to_a_stopped_leader_is_given_up_and_loses_nothing(
         make_cluster, topic: str) -> None:
     """Produces forwarded on the link the forwarding broker keeps open to the leader
-    (``Router._forward_soon``); the leader stops with the next one in flight. It is given up, outcome
+    (``Router._forward``); the leader stops with the next one in flight. It is given up, outcome
     unknown, by whichever ends it first: the link's heartbeat or the rule (``Router._check_forwards``)."""
     c: TestCluster = make_cluster(3, "--fsync", "interval:100")
     via, p, leader = _setup(c, topic)
@@ -266,8 +267,8 @@ def test_a_produce_on_an_open_forward_link_to_a_stopped_leader_is_given_up_and_l
 @pytest.mark.slow
 def test_a_first_produce_forwarded_to_a_stopped_leader_is_given_up_once_it_is_unreachable(
         make_cluster, topic: str) -> None:
-    """No link to the leader is open: the produce goes the awaited way (``Router._forward``), whose
-    link handshake the stopped leader never answers. The rule gives it up once the forwarding broker
+    """No link to the leader is open: the produce (``Router._forward``) waits for one, whose link
+    handshake the stopped leader never answers. The rule gives it up once the forwarding broker
     counts the leader unreachable, within seconds, not at the session's or the request's timeout."""
     c: TestCluster = make_cluster(3, "--fsync", "interval:100")
     via, p, leader = _setup(c, topic)

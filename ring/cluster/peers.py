@@ -183,41 +183,36 @@ class PeerClient:
 
     # --- on a client's behalf ------------------------------------------------------------
 
-    async def forward_produce(self, leader: str, peer_url: str, req: Produce, partition: int,
-                              batches: list[bytearray]) -> dict[str, Any]:
+    def forward(self, leader: str, peer_url: str, req: Produce, partition: int,
+                batches: list[bytearray]) -> asyncio.Future[Answer | dict[str, Any]]:
+        """A produce sent on to ``leader``, its partition's leader, at ``peer_url``: the future of its
+        answer, which the caller bounds. Sent at once on the open forward link (an ``Answer``), else
+        by a task that opens one, or posts it when none can be (the leader's JSON document). With
+        ``FORWARDS_IN_FLIGHT_MAX`` in flight already, a future failed with ``Overloaded``: nothing sent."""
         if self.forwards_in_flight >= limits.FORWARDS_IN_FLIGHT_MAX:
-            raise Overloaded(f"{self.forwards_in_flight} produces are being forwarded to leaders already; "
-                             "retry later", topic=req.topic, partition=partition)
+            refused: asyncio.Future = asyncio.get_running_loop().create_future()
+            refused.set_exception(Overloaded(f"{self.forwards_in_flight} produces are being forwarded to leaders "
+                                             "already; retry later", topic=req.topic, partition=partition))
+            return refused
         self.forwards_in_flight += 1
         self.forwards += 1
-        try:
-            return await self._forward_produce(leader, peer_url, req, partition, batches)
-        finally:
-            self.forwards_in_flight -= 1
-
-    def forward_soon(self, peer_url: str, req: Produce, partition: int,
-                     batches: list[bytearray]) -> asyncio.Future[Answer] | None:
-        """``forward_produce`` sent at once on the open link to the leader at ``peer_url``: the answer to
-        come (the caller bounds it); None when no link is open or the forwards in flight are at their
-        bound (``forward_produce`` opens one, or refuses)."""
         link = self.links.open_link(peer_url)
-        if link is None or self.forwards_in_flight >= limits.FORWARDS_IN_FLIGHT_MAX:
-            return None
-        self.forwards_in_flight += 1
-        self.forwards += 1
-        answer = link.send(req, partition, b"".join(batches))
-        answer.add_done_callback(self._forward_done)
-        return answer
+        if link is not None:
+            sent = link.send(req, partition, b"".join(batches))
+        else:
+            sent = asyncio.ensure_future(self._forward_produce(leader, peer_url, req, partition, batches))
+        sent.add_done_callback(self._forward_done)
+        return sent
 
     def _forward_done(self, _answer: asyncio.Future) -> None:
         self.forwards_in_flight -= 1
 
     async def _forward_produce(self, leader: str, peer_url: str, req: Produce, partition: int,
-                               batches: list[bytearray]) -> dict[str, Any]:
+                               batches: list[bytearray]) -> Answer | dict[str, Any]:
         body = b"".join(batches)
         answer = await self.links.call(peer_url, req, partition, body)
         if answer is not None:
-            return answer_json(answer, leader)
+            return answer
         params, topic = forwards.query(req, partition), req.topic
         try:
             async with self.session.post(f"{peer_url}/peer/v1/produce", params=params,

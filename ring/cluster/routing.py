@@ -94,19 +94,22 @@ class RouterHost(LocalHost, Protocol):
 
 
 class Forwarding:
-    """A produce sent on the open forward link to its partition's leader, answered from the link's
-    answer with no task: a future as ``Appending`` is (``done``, ``add_done_callback``, ``result`` the
-    (base offset, count)), so the front's ``Later`` waits on either alike. A leader that answers it does
-    not lead (nothing was written) sends it the awaited way, which follows the new leader; the router
-    gives it up, outcome unknown, as ``Router._forward`` would (``Router._check_forwards``)."""
+    """A produce sent on to its partition's leader (``Router._forward``), answered from the leader's
+    answer with no task of its own: a future as ``Appending`` is (``done``, ``add_done_callback``,
+    ``result`` the (base offset, count)), so the front's ``Later`` waits on either alike. When it is to
+    ``follow``, a leader that answers it does not lead (nothing was written) sends it the awaited way,
+    which follows the new leader; else that answer is its outcome, for the awaited way to follow. The
+    router gives it up, outcome unknown, once its leader turns unreachable or its deadline passes
+    (``Router._check_forwards``)."""
 
-    __slots__ = ("router", "leader", "request", "cfg", "partition", "batches", "sent", "deadline", "base", "count",
-                 "_done", "_exc", "_callbacks")
+    __slots__ = ("router", "leader", "request", "cfg", "partition", "batches", "sent", "deadline", "follow",
+                 "base", "count", "_done", "_exc", "_callbacks")
 
     def __init__(self, router: Router, leader: str, request: Produce, cfg: TopicConfig, partition: int,
-                 batches: list[bytearray], sent: asyncio.Future, deadline: float) -> None:
+                 batches: list[bytearray], sent: asyncio.Future, deadline: float, follow: bool) -> None:
         self.router, self.leader, self.request, self.cfg = router, leader, request, cfg
         self.partition, self.batches, self.sent, self.deadline = partition, batches, sent, deadline
+        self.follow = follow
         self.base = -1
         self.count = 0
         self._done = False
@@ -149,16 +152,30 @@ class Forwarding:
         if self._done or sent.cancelled():
             return
         exc = sent.exception()
-        if exc is not None:
-            return self.finish(exc)
+        if exc is None:
+            got = sent.result()
+            try:  # the link's answer, or the leader's JSON document when it was posted
+                doc = got if type(got) is dict else answer_json(got, self.leader)
+            except Relayed as relayed:
+                exc = relayed
+            else:
+                self.base, self.count = doc["base_offset"], doc["count"]
+                return self.finish(None)
+        if self.follow and isinstance(exc, Relayed) and exc.code == NotLeader.code:
+            return self._again()
+        self.finish(exc)
+
+    async def answered(self) -> ProduceResult:
+        """The result, awaited; a waiter cancelled gives the produce up (outcome unknown)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))
         try:
-            doc = answer_json(sent.result(), self.leader)
-        except Relayed as relayed:
-            if relayed.code == NotLeader.code:
-                return self._again()
-            return self.finish(relayed)
-        self.base, self.count = doc["base_offset"], doc["count"]
-        self.finish(None)
+            await waiter
+        except asyncio.CancelledError:
+            self.finish(Unavailable("the broker is stopping; retry"))
+            raise
+        base, count = self.result()
+        return ProduceResult(self.request.topic, self.partition, base, count)
 
     def _again(self) -> None:
         self.router._forwarding.pop(self, None)  # the awaited way bounds itself
@@ -195,15 +212,21 @@ class Router:
 
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Forwarding | Awaitable[ProduceResult]:
-        """``batches`` of ``req`` (its consistency resolved) on their way into partition ``p``: with no task,
-        this turn's write when this broker leads the partition now (``append_soon``), or sent at once on
-        the open forward link to the leader this broker knows alive and reachable (``Forwarding``), each
-        a future of (base offset, count); else the awaited way (``_produce_awaited``), which waits for a
-        leader and follows it."""
+        """``batches`` of ``req`` (its consistency resolved) on their way into partition ``p``: with no task
+        of its own, this turn's write when this broker leads the partition now (``append_soon``), or
+        sent on to the leader this broker knows alive and reachable (``Forwarding``), each a future of
+        (base offset, count); else the awaited way (``_produce_awaited``), which waits for a leader and
+        follows it."""
         pending = self.append_soon(req, cfg, p, batches)
-        if pending is None:
-            pending = self._forward_soon(req, cfg, p, batches)
-        return pending if pending is not None else self._produce_awaited(req, cfg, p, batches)
+        if pending is not None:
+            return pending
+        host = self.host
+        leader = host.leader_of(cfg.name, p)
+        if (leader is not None and leader != host.name and host.peers is not None
+                and host.membership.peer_url(leader) is not None
+                and host.core.reachable(host.clock.monotonic(), leader)):
+            return self._forward(leader, req, cfg, p, batches, follow=True)
+        return self._produce_awaited(req, cfg, p, batches)
 
     def append_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Appending | None:
         """This turn's write when this broker leads the partition now (not handing it over), else None."""
@@ -228,19 +251,20 @@ class Router:
             req = a.request
             host.step(AwaitAcks(a, rep, a.base + a.count, req.consistency, req.ack_timeout_ms / 1000))
 
-    def _forward_soon(self, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray]) -> Forwarding | None:
+    def _forward(self, leader: str, req: Produce, cfg: TopicConfig, p: int, batches: list[bytearray],
+                 follow: bool) -> Forwarding:
+        """Forward to the leader's peer port: sent at once on the open forward link, else once one is
+        open. Given up (outcome unknown: it may have appended) once the leader turns unreachable, so a
+        client is not held for a stopped or cut-off leader's full request timeout, or once
+        ``PEER_REQUEST_TIMEOUT_S`` has passed without an answer (``_check_forwards``)."""
         host = self.host
-        leader = host.leader_of(cfg.name, p)
-        if leader is None or leader == host.name or host.peers is None:
-            return None
-        now = host.clock.monotonic()
         url = host.membership.peer_url(leader)
-        if url is None or not host.core.reachable(now, leader):
-            return None
-        sent = host.peers.forward_soon(url, req, p, batches)
-        if sent is None:
-            return None
-        forwarding = Forwarding(self, leader, req, cfg, p, batches, sent, now + limits.PEER_REQUEST_TIMEOUT_S)
+        if url is None:
+            raise Unavailable(f"leader {leader} of {cfg.name}/{p} has no known peer address; retry",
+                              topic=cfg.name, partition=p, leader=leader)
+        sent = host.peers.forward(leader, url, req, p, batches)
+        forwarding = Forwarding(self, leader, req, cfg, p, batches, sent,
+                                host.clock.monotonic() + limits.PEER_REQUEST_TIMEOUT_S, follow)
         self._forwarding[forwarding] = None
         if self._forward_check is None:
             self._forward_check = asyncio.get_running_loop().call_later(FORWARD_CHECK_S, self._check_forwards)
@@ -248,7 +272,7 @@ class Router:
 
     def _check_forwards(self) -> None:
         """Give up (outcome unknown) the forwards whose leader turned unreachable or that have waited
-        ``PEER_REQUEST_TIMEOUT_S``, as ``_forward`` does: every ``FORWARD_CHECK_S`` while any waits."""
+        ``PEER_REQUEST_TIMEOUT_S``: every ``FORWARD_CHECK_S`` while any waits."""
         self._forward_check = None
         host = self.host
         now = host.clock.monotonic()
@@ -261,8 +285,7 @@ class Router:
 
     def _given_up(self, now: float, leader: str, topic: str, p: int, deadline: float) -> RequestTimeout | None:
         """Why a produce forwarded to ``leader`` is given up, outcome unknown (it may have appended), or None
-        while it may wait on: the leader turned unreachable, or ``deadline`` passed without an answer. The
-        one rule of both ways a produce is forwarded (``_check_forwards``, ``_forward``)."""
+        while it may wait on: the leader turned unreachable, or ``deadline`` passed without an answer."""
         if not self.host.core.reachable(now, leader):
             return RequestTimeout(f"leader {leader} of {topic}/{p} became unreachable while it had the "
                                   "produce; the outcome is unknown", topic=topic, partition=p, leader=leader)
@@ -323,7 +346,7 @@ class Router:
                 if to == host.name:
                     return await self.produce_as_leader(req, p, batches)
                 if to is not None:
-                    return await self._forward(to, req, p, batches)
+                    return await self._forward(to, req, cfg, p, batches, follow=False).answered()
                 why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
@@ -352,28 +375,6 @@ class Router:
                 f"{topic}/{p} has no eligible leader: {', '.join(lost)} lost their state (a new data directory), "
                 "and no majority of the voters that hold what was acknowledged is alive; it waits for one of "
                 "them to return", topic=topic, partition=p, lost_state=lost)
-
-    async def _forward(self, leader: str, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
-        """Forward to the leader's peer port. Given up (outcome unknown: it may have appended) once the
-        leader turns unreachable, so a client is not held for a stopped or cut-off leader's full
-        request timeout, or once ``PEER_REQUEST_TIMEOUT_S`` has passed without an answer."""
-        host, topic = self.host, req.topic
-        url = host.membership.peer_url(leader)
-        assert url is not None
-        sent = asyncio.ensure_future(host.peers.forward_produce(leader, url, req, p, batches))
-        deadline = host.clock.monotonic() + limits.PEER_REQUEST_TIMEOUT_S
-        try:
-            while not sent.done():
-                await asyncio.wait({sent}, timeout=FORWARD_CHECK_S)
-                if sent.done():
-                    break
-                exc = self._given_up(host.clock.monotonic(), leader, topic, p, deadline)
-                if exc is not None:
-                    raise exc
-        finally:
-            sent.cancel()
-        doc = sent.result()
-        return ProduceResult(doc["topic"], doc["partition"], doc["base_offset"], doc["count"])
 
     async def produce_as_leader(self, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
         """Append as the leader once enough voters are alive; answer once enough hold the batches."""
