@@ -220,12 +220,9 @@ def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the
         return p.error_code, p.high_watermark
 
     def listed(current: int, topic: str = "epoch-checked", partition: int = 0) -> tuple[int, int]:
-        lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=partition,
-                                                                      current_leader_epoch=current, timestamp=-1)
-        answer = roundtrip(kafka, 2, 5, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[lp])]), ListOffsetsResponse)
-        (p,) = answer.topics[0].partitions
-        return p.error_code, p.offset
+        error, offset, answered_epoch = list_offsets(kafka, topic, partition, -1, current)
+        assert answered_epoch == (epoch if error == NONE else -1)
+        return error, offset
 
     for check in (fetched, listed):
         assert check(-1) == (NONE, 3) and check(epoch) == (NONE, 3)
@@ -234,6 +231,18 @@ def test_metadata_answers_the_leaders_epoch_and_fetch_and_list_offsets_check_the
         # Where no epoch is known there is nothing to check: the read says what it finds.
         assert check(epoch, "no-such-topic")[0] == UNKNOWN_TOPIC_OR_PARTITION
         assert check(epoch, "epoch-checked", 7)[0] == UNKNOWN_TOPIC_OR_PARTITION
+
+
+def list_offsets(kafka, topic: str, partition: int, timestamp: int, current: int = -1) -> tuple[int, int, int]:
+    """(error, offset, leader epoch) of one partition's ListOffsets v5 answer."""
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+    lp = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=partition,
+                                                                  current_leader_epoch=current, timestamp=timestamp)
+    answer = roundtrip(kafka, 2, 5, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[lp])]), ListOffsetsResponse)
+    (p,) = answer.topics[0].partitions
+    return p.error_code, p.offset, p.leader_epoch
 
 
 @pytest.mark.parametrize("version", range(apis.SERVED[3][0], apis.SERVED[3][1] + 1))
@@ -274,7 +283,9 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
     answers each partition's leader epoch: when the leader of a partition a confluent-kafka consumer reads
     is killed, the client learns the new leader's epoch, asks it with OffsetForLeaderEpoch
     where the epoch of the records it read ended (KIP-320), and reads on from its position: every record,
-    in order, none twice."""
+    in order, none twice. ListOffsets then answers each offset with the epoch of the batch holding it: the
+    first leader's for the earliest and for a record it wrote (found by timestamp), the new leader's for
+    the latest."""
     from confluent_kafka import Consumer, TopicPartition
 
     from tests.support import wait_for
@@ -325,6 +336,12 @@ def test_a_consumer_checks_its_position_with_the_new_leader_and_reads_on_with_no
         asked = [line for line in lines if "OffsetForLeaderEpochRe" in line]
         assert any("Sent OffsetForLeaderEpochRequest" in line for line in asked), [line for line in lines if "poch" in line][-40:]
         assert any("Received OffsetForLeaderEpochResponse" in line for line in asked), asked
+
+        now = survivor.http.describe("epoch-change")["partitions"][0]
+        leader = Listener(next(b for b, m in zip(bootstraps, cluster) if m.name == now["leader"]))
+        stamped = 1_700_000_000_050  # the 51st record's timestamp (produce_keyed's)
+        assert [list_offsets(leader, "epoch-change", 0, at) for at in (-2, stamped, -1)] == [
+            (NONE, 0, first_epoch), (NONE, 50, first_epoch), (NONE, 200, now["epoch"])]
     finally:
         cluster.kill()
 

@@ -414,8 +414,10 @@ def _partition_paths() -> dict[str, Any]:
             "parameters": [_TOPIC, _PARTITION,
                            _param("timestamp", "query", {"type": "string"},
                                   "ms since the epoch, or earliest / latest", required=True)],
-            "responses": {"200": _ok("first offset with a timestamp at or after it; the high watermark "
-                                     "when every record is older", {"type": "object"}),
+            "responses": {"200": _ok("first offset with a timestamp at or after it (offset); the high "
+                                     "watermark when every record is older; leader_epoch: the leader epoch "
+                                     "of the batch holding it (the latest for the log end), -1 where the "
+                                     "answer comes from ranges below the local log", {"type": "object"}),
                           "400": _BAD, "404": _NOT_FOUND}}},
         "/v1/topics/{topic}/partitions/{partition}/truncate": {"post": {
             "summary": "Delete records below an offset", "operationId": "truncate",

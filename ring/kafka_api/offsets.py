@@ -3,7 +3,10 @@ consumer that starts at the end reads from) or the first offset at or after a ti
 ``broker.offsets`` (as the HTTP front's GET .../offsets), which asks the partition's leader or a
 replica when this broker holds none.
 
-Answers carry no record timestamp (-1) and no leader epoch (-1). A ``current_leader_epoch`` (v4+) is
+Answers (v4+) carry the leader epoch of the batch holding the offset, the latest epoch for the log end
+(-1 for an offset held only in ranges below the local log), which a client keeps with its position and
+checks after a leader change with OffsetForLeaderEpoch; never the record's timestamp (-1). A
+``current_leader_epoch`` (v4+) is
 checked as OffsetForLeaderEpoch checks it (``epochs.check_current``). When every record is older than
 the timestamp asked for, the answer is the high watermark, where Kafka answers -1: both send a
 consumer to the end.
@@ -44,20 +47,20 @@ async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
     for topic, parts in topics:
         w.string(topic).array_len(len(parts))
         for p, current, timestamp in parts:
-            code, offset = errors.NONE, -1
+            code, offset, epoch = errors.NONE, -1, -1
             try:
                 epochs.check_current(broker, topic, p, current)
-                offset = await _offset(broker, topic, p, timestamp)
+                offset, epoch = await _offset(broker, topic, p, timestamp)
             except RingError as exc:
                 code = errors.code_of(exc)
             w.int32(p).int16(code).int64(-1).int64(offset)  # the found record's timestamp: not known here
             if version >= 4:
-                w.int32(-1)  # leader_epoch
+                w.int32(epoch)
     return bytes(w.buf)
 
 
-async def _offset(broker: Any, topic: str, partition: int, timestamp: int) -> int:
-    """Earliest (-2), latest (-1) or the first offset at or after a timestamp (ms)."""
+async def _offset(broker: Any, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """Earliest (-2), latest (-1) or the first offset at or after a timestamp (ms), and its leader epoch."""
     at: At
     if timestamp == _EARLIEST:
         at = EARLIEST
@@ -68,4 +71,4 @@ async def _offset(broker: Any, topic: str, partition: int, timestamp: int) -> in
     else:
         raise BadRequest(f"timestamp {timestamp} is not served (-2 earliest, -1 latest, or ms since the epoch)")
     found = await broker.offsets(OffsetsAt(topic, partition, at))
-    return int(found["offset"])
+    return int(found["offset"]), int(found.get("leader_epoch", -1))

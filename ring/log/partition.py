@@ -157,6 +157,12 @@ class PartitionLog(Rewrites):
         """Leader-epoch history: (epoch, first offset written in it), oldest first."""
         return self._epochs.entries()
 
+    def epoch_at(self, offset: int) -> int:
+        """Leader epoch of the batch holding ``offset`` (the latest for the log end), -1 where none is known
+        (below the history's first entry)."""
+        epoch = self._epochs.epoch_at(offset)
+        return -1 if epoch is None else epoch
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch``, the offset where it ended), (-1, -1) if none: what repair compares."""
         return self._epochs.end_offset_for(epoch, self.end_offset)

@@ -151,7 +151,7 @@ class Reads:
         if not cat.ranges or at == LATEST:
             return None
         earliest, local = self.ranges.earliest(rep), rep.log.start_offset
-        doc = {"topic": rep.topic, "partition": rep.index, "timestamp": str(at)}
+        doc = {"topic": rep.topic, "partition": rep.index, "timestamp": str(at), "leader_epoch": -1}
         if at == EARLIEST:
             return {**doc, "offset": earliest}
         assert type(at) is int, at

@@ -195,9 +195,12 @@ class LocalRouter:
         return reads.read(part, offset, req.max_bytes, req.max_records)
 
     def offset_for_timestamp(self, req: OffsetsAt) -> dict[str, Any]:
-        """First offset with a timestamp at or after ``req.at`` (``ring.replication.reads``)."""
-        offset = reads.offset_for_timestamp(self.host.replica_of(req.topic, req.partition), req.at)
-        return {"topic": req.topic, "partition": req.partition, "timestamp": str(req.at), "offset": offset}
+        """First offset with a timestamp at or after ``req.at`` (``ring.replication.reads``), and the leader
+        epoch of the batch holding it (the latest epoch for the log end; -1 where none is known)."""
+        part = self.host.replica_of(req.topic, req.partition)
+        offset = reads.offset_for_timestamp(part, req.at)
+        return {"topic": req.topic, "partition": req.partition, "timestamp": str(req.at), "offset": offset,
+                "leader_epoch": part.log.epoch_at(offset)}
 
     async def offsets(self, req: OffsetsAt) -> dict[str, Any]:
         return self.offset_for_timestamp(req)
