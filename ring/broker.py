@@ -391,29 +391,6 @@ class Broker:
             raise StorageError(part.failed)
         self.check_open()
 
-    async def append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
-        """Leader path: stamp and append, then wait until the batches are durable by the fsync policy."""
-        # Idempotent batches: after the partition's earlier ones, with their producer table ready.
-        turn = await self.producers.turn(part, batches)
-        try:
-            self.check_writable(part)
-            dup = self.producers.check(part, batches)  # no await from here to the append
-            if dup is None:
-                base, end = steps.append_as_leader(part, batches)
-                self.producers.appended(part, batches, base)
-        finally:
-            self.producers.end_turn(turn)
-        if dup is not None:  # a retry of batches written before: their offsets, nothing appended
-            await self.make_durable(part, dup.base_offset + dup.count)
-            return ProduceResult(part.topic, part.index, dup.base_offset, dup.count)
-        if not self.appended(part, end):
-            await self.make_durable(part, end)
-        return ProduceResult(part.topic, part.index, base, end - base)
-
-    async def make_durable(self, part: Replica, end: int) -> None:
-        """Return once offsets below ``end`` are durable by the fsync policy (``part.durable`` >= end)."""
-        await self.commits.make_durable(part, end)
-
     async def _retention_loop(self) -> None:
         while True:
             await self.clock.sleep(self.config.retention_interval_s)

@@ -26,6 +26,7 @@ from ring.log import batch as batchfmt
 from ring.log.fsync import FsyncPolicy
 from ring.produce import Batches, Produce, Records
 from ring.replication.intake import is_pending, result_of, results_of
+from ring.replication import local
 from ring.replication.local import LocalRouter
 from ring.replication.reads import StoredRead
 from ring.replication.replica import Replica
@@ -129,12 +130,13 @@ async def test_a_produce_whose_broker_starts_shutting_down_before_its_turns_writ
     assert alone.replica_of("t", 1).log.end_offset == 0
 
 
-async def test_a_request_over_several_partitions_takes_each_partitions_turn_write(alone: Any) -> None:
+async def test_a_request_over_several_partitions_takes_each_partitions_turn_write(alone: Any, monkeypatch) -> None:
     """Records whose keys spread over both partitions: each partition's batches join that partition's
     turn write, as a one-partition produce's do; none takes the awaited append."""
     awaited = []
-    append = alone.append
-    alone.append = lambda part, batches: awaited.append(part.index) or append(part, batches)
+    append_awaited = local.append_awaited
+    monkeypatch.setattr(local, "append_awaited", lambda host, part, *rest: awaited.append(part.index) or
+                        append_awaited(host, part, *rest))
     keys = [b"k%d" % i for i in range(16)]
     records = [(None, k, b"v-" + k, None) for k in keys]
     got = alone.intake.produce(Produce("t", Records(records, [16] * len(records), False, True), None))

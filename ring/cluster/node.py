@@ -391,17 +391,7 @@ class ClusterBroker(Broker):
 
     async def produce_as_leader(self, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
         """A produce appended here as the partition's leader (forwarded by another broker, or the group
-        coordinator's; its consistency given): in this turn's write, as one to this broker's own port,
-        when nothing need be awaited first, else ``Router.produce_as_leader``."""
-        topic = req.topic
-        if topic in self.catalog:
-            pending = self.router.append_soon(req, self.catalog.get(topic), p, batches)
-            if pending is not None:
-                settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                pending.add_done_callback(lambda _a: settled.done() or settled.set_result(None))
-                await settled
-                base, count = pending.result()
-                return ProduceResult(topic, p, base, count)
+        coordinator's; its consistency given): ``Router.produce_as_leader``."""
         return await self.router.produce_as_leader(req, p, batches)
 
     def read_replica(self, topic: str, partition: int, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:

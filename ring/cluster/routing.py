@@ -52,9 +52,9 @@ from ring.node.ready import AwaitAcks, AwaitStart, Ready
 from ring.produce import Produce
 from ring.ranges.manager import Ranges
 from ring.replication import protocol, reads
-from ring.replication.appends import Appending, ack_timeout
+from ring.replication.appends import Appending
 from ring.replication.intake import ProduceResult
-from ring.replication.local import LocalHost, LocalRouter, write_turn
+from ring.replication.local import LocalHost, LocalRouter, append_awaited, join_turn
 from ring.replication.reads import Fetched, StoredRead, settled
 from ring.replication.replica import Replica
 
@@ -237,11 +237,7 @@ class Router:
         needed = host.core.admit(host.clock.monotonic(), rep, cfg.name, p, req.consistency)
         if needed is None:
             return None
-        first = rep.appends is None
-        pending = host.turn.add(rep, batches, needed, req)
-        if first and pending is not None:  # the turn's first produce schedules its write (``write_turn``)
-            asyncio.get_running_loop().call_soon(write_turn, host, rep, self._refused, self._acknowledge)
-        return pending
+        return join_turn(host, rep, batches, needed, req, self._refused, self._acknowledge)
 
     def _acknowledge(self, rep: Replica, pending: list[Appending]) -> None:
         """Each produce, durable here, is answered once its level's voters hold it: at once when they do
@@ -377,7 +373,10 @@ class Router:
                 "them to return", topic=topic, partition=p, lost_state=lost)
 
     async def produce_as_leader(self, req: Produce, p: int, batches: list[bytearray]) -> ProduceResult:
-        """Append as the leader once enough voters are alive; answer once enough hold the batches."""
+        """Append as the leader once it may (not handing the partition over, enough voters reachable
+        for the level): into the partition's turn write, as a produce that joins it at once, waiting first
+        for the partition's idempotent producers when they are not ready (``append_awaited``); answered
+        once enough voters hold the batches."""
         host, topic, level = self.host, req.topic, req.consistency
         host.check_joined()
         rep = host.replica(topic, p)
@@ -388,15 +387,7 @@ class Router:
             await host.pump.changed(0.02)  # handing over: wait for the new leader (or for it to fail)
             rep = host.replica(topic, p)
         assert rep is not None
-        result = await host.append(rep, batches)
-        end = result.base_offset + result.count
-        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        host.step(AwaitAcks(acked, rep, end, level, req.ack_timeout_ms / 1000))
-        try:
-            await acked
-        except TimeoutError:
-            raise ack_timeout(rep, result.base_offset, end, protocol.needed_acks(level, rep.rf), req) from None
-        return result
+        return await append_awaited(host, rep, batches, needed, req, self._refused, self._acknowledge)
 
     def check_writable(self, part: Replica) -> None:
         """The leader's append path: still leading (no await from here to the append)."""

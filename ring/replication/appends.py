@@ -1,14 +1,19 @@
-"""The leader's produce path without a task: one log write per partition per event-loop turn.
+"""The leader's produce path: one log write per partition per event-loop turn, every produce's.
 
-A produce that needs nothing awaited before its append (its topic exists,
-this broker leads the partition, no producer table has to be built) is
-queued by the broker's router with ``TurnAppends.add``, which gives an
-``Appending`` back at once: a future-like object that is done when the
-consistency level's acknowledgements are in. Every produce to one partition
-in one loop turn joins the same list; the first one's router schedules the
-partition's write for the next turn, which checks the partition may still
-be written and calls ``TurnAppends.write`` once for the list: it stamps
-every batch with its offsets and writes them all with one ``os.write``
+Every produce a broker appends as a partition's leader is queued by the
+broker's router with ``TurnAppends.add`` (``ring.replication.local.join_turn``),
+which gives an ``Appending`` back: a future-like object that is done when
+the consistency level's acknowledgements are in. A produce that needs
+nothing awaited first (its topic exists, this broker leads the partition,
+no producer table has to be built) is queued at once, with no task; one of
+idempotent batches whose producer table is not ready waits for the
+partition's earlier idempotent appends and the table first
+(``ring.replication.local.append_awaited``), then is queued ``prepared``.
+Every produce to one partition in one loop turn joins the same list; the
+first one's router schedules the partition's write for the next turn,
+which checks the partition may still be written and calls
+``TurnAppends.write`` once for the list: it stamps every batch with its
+offsets and writes them all with one ``os.write``
 (``PartitionLog.append_batches``), and returns the log's end and the
 produces. The router then tells replication once (so one append frame per
 follower carries the whole turn's records), makes them durable by the fsync
@@ -22,14 +27,12 @@ at once: no second future, no task, no timer, no extra loop turn. Nothing
 here calls the router or the broker: what happened travels back as return
 values and through the ``Appending`` futures.
 
-Order and guarantees are the awaited path's: produces are written in the
-order they joined the turn; an idempotent batch is checked against its
-producer's table right before its own write, after the writes of everything
-before it (so a retry in the same turn as its original is recognised); the
-answer waits for the same durable ends. A partition that stopped being
-writable between the request and its turn fails the produces with the error
-the awaited path would raise (``not_leader`` sends them back there, to
-follow the new leader).
+Produces are written in the order they joined the turn; an idempotent batch
+is checked against its producer's table right before its own write, after
+the writes of everything before it (so a retry in the same turn as its
+original is recognised). A partition that stopped being writable between
+the request and its turn fails the produces with the reason (a router sends
+``not_leader`` on to follow the new leader).
 """
 
 from __future__ import annotations
@@ -107,7 +110,8 @@ class Appending:
                 log.exception("a produce's callback failed")
 
     def result(self) -> tuple[int, int]:
-        """(base offset, record count) once acknowledged; what the awaited path raises otherwise."""
+        """(base offset, record count) once acknowledged; else its error (``ack_timeout`` for a wait for
+        acknowledgements that timed out)."""
         assert self._done
         if isinstance(self._exc, TimeoutError):
             raise ack_timeout(self.part, self.base, self.base + self.count, self.needed, self.request)
@@ -140,15 +144,19 @@ class TurnAppends:
     def __init__(self, producers: ProducerStates) -> None:
         self.producers = producers
 
-    def add(self, part: Replica, batches: list[bytearray], needed: int, req: Produce) -> Appending | None:
-        """Queue ``batches`` for the turn's write to ``part``; None when they must take the awaited path."""
+    def add(self, part: Replica, batches: list[bytearray], needed: int, req: Produce,
+            prepared: bool = False) -> Appending | None:
+        """Queue ``batches`` for the turn's write to ``part``; None when they must take the awaited path
+        (``ring.replication.local.append_awaited``): the partition was deleted or failed, or its idempotent
+        producers are not ``ready`` for them, unless the awaited path ``prepared`` them (it holds their
+        turn, ``ProducerStates.turn``: what is left of the table to catch up the write's check finishes)."""
         if part.deleted or part.failed:
             return None
         idempotent = False
         for b in batches:
             if batchfmt.producer_id(b) >= 0:
                 idempotent = True
-                if not self.producers.ready(part, batches):
+                if not prepared and not self.producers.ready(part, batches):
                     return None
                 break
         a = Appending(part, batches, needed, req, idempotent)

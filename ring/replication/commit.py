@@ -57,19 +57,6 @@ class GroupCommit:
         """Whether the policy counts what is written durable at once (not ``always``: no fsync first)."""
         return self.policy.mode != "always"
 
-    def durable_now(self, part: Replica, end: int) -> bool:
-        """Mark offsets below ``end`` durable if the policy needs no fsync for it; whether it did."""
-        if not self.durable_when_written():
-            return False
-        self.on_durable(part, end)
-        return True
-
-    async def make_durable(self, part: Replica, end: int) -> None:
-        """Return once offsets below ``end`` are durable by the policy (``part.durable`` >= end)."""
-        if self.durable_now(part, end):
-            return
-        await asyncio.shield(self.sync_soon(part))
-
     def sync_soon(self, part: Replica) -> asyncio.Future[None]:
         """A future resolved once an fsync of ``part`` that starts after now has finished (failed with
         StorageError if it failed): one per loop turn, every append of the turn riding along."""

@@ -143,7 +143,7 @@ class ProducerTable:
 
 
 class _Turn:
-    """The appends of one partition's idempotent batches on the awaited path, one at a time in arrival order."""
+    """The appends of one partition's idempotent batches that wait for its table, one at a time in arrival order."""
 
     __slots__ = ("key", "lock", "taking")
 
@@ -175,8 +175,8 @@ class ProducerStates:
     def __init__(self, clock: Any) -> None:
         self.clock = clock
         self._entries: dict[tuple[str, int], _Entry] = {}
-        # Partition -> the lock its idempotent appends on the awaited path take, in arrival order, from
-        # before their table is built to right after their append; dropped when none holds or waits for it.
+        # Partition -> the lock its idempotent appends that wait for their table take, in arrival order, from
+        # before it is built to right after they join the turn write; dropped when none holds or waits for it.
         self._turns: dict[tuple[str, int], _Turn] = {}
 
     def _entry(self, part: Any) -> _Entry | None:
@@ -195,10 +195,10 @@ class ProducerStates:
         return e is not None and e.scanned_to >= e.log.end_offset
 
     async def turn(self, part: Any, batches: list[bytearray]) -> _Turn | None:
-        """Before an append of idempotent batches on the awaited path: wait for the appends of ``part`` that
-        came first (a sequence judged before the one it follows would look like a gap), then ``prepare``.
-        The lock returned is held: ``end_turn`` it right after the append (or the refusal). None for batches
-        of no idempotent producer."""
+        """Before idempotent batches that were not ``ready`` join the turn write: wait for the appends of
+        ``part`` that came first (a sequence judged before the one it follows would look like a gap), then
+        ``prepare``. The lock returned is held: ``end_turn`` it right after they joined (or were refused).
+        None for batches of no idempotent producer."""
         if _idempotent(batches) is None:
             return None
         key = (part.topic, part.index)

@@ -4,9 +4,10 @@ A broker routes every produce and read through its ``router`` (``Routing``,
 the names the broker calls). ``LocalRouter`` is a broker alone's: every
 partition is held and led here, a produce joins its partition's write of
 this loop turn (``ring.replication.appends``: the router schedules the write
-and carries out what follows it) or, when that will not take it, is appended
-by the broker, and either is answered once it is durable by the fsync
-policy (there are no other voters to wait for), and a read is this broker's replica's, up to its high
+and carries out what follows it), at once or, when the partition's idempotent
+producers are not ready for it, once they are (``append_awaited``), and is
+answered once it is durable by the fsync policy (there are no other voters
+to wait for), and a read is this broker's replica's, up to its high
 watermark, long-polling there when asked to. A clustered broker's router
 (``ring.cluster.routing.Router``) decides between here, the leader and a
 live replica, and uses a ``LocalRouter`` for what it serves here.
@@ -28,7 +29,7 @@ from ring.produce import Produce
 from ring.replication import reads
 from ring.replication.appends import Appending, TurnAppends
 from ring.replication.commit import GroupCommit
-from ring.replication.intake import ProduceResult
+from ring.replication.intake import ProduceResult, result_of
 from ring.replication.reads import Fetched, StoredRead, LongPolls
 from ring.replication.replica import Replica
 
@@ -60,9 +61,6 @@ class LocalHost(Protocol):
         """The replica held here; UnknownTopic / UnknownPartition / Unavailable (not held here)."""
 
     def partitions_held(self, topic: str) -> dict[int, Replica]: ...
-
-    async def append(self, part: Replica, batches: list[bytearray]) -> ProduceResult:
-        """Stamp and append as the leader; return once durable by the fsync policy."""
 
     def start_moved(self, part: Replica) -> None:
         """The leader moved ``part``'s log start offset (replication tells the followers)."""
@@ -97,8 +95,42 @@ class Routing(Protocol):
     async def truncate(self, req: Truncate) -> dict[str, Any]: ...
 
 
-def write_turn(host: LocalHost, part: Replica, refuse: Callable[[Appending, RingError], None],
-               acknowledge: Callable[[Replica, list[Appending]], None]) -> None:
+Refuse = Callable[[Appending, RingError], None]
+Acknowledge = Callable[[Replica, list[Appending]], None]
+
+
+def join_turn(host: LocalHost, part: Replica, batches: list[bytearray], needed: int, req: Produce, refuse: Refuse,
+              acknowledge: Acknowledge, prepared: bool = False) -> Appending | None:
+    """``batches`` of ``req`` queued for the partition's write of this turn (``TurnAppends.add``), the
+    turn's first produce scheduling it (``write_turn``, with the router's ``refuse`` and ``acknowledge``);
+    None when they must take the awaited way (``append_awaited``)."""
+    first = part.appends is None
+    pending = host.turn.add(part, batches, needed, req, prepared)
+    if first and pending is not None:
+        asyncio.get_running_loop().call_soon(write_turn, host, part, refuse, acknowledge)
+    return pending
+
+
+async def append_awaited(host: LocalHost, part: Replica, batches: list[bytearray], needed: int, req: Produce,
+                         refuse: Refuse, acknowledge: Acknowledge) -> ProduceResult:
+    """A produce that could not join its partition's turn write at once joins it once it may: after the
+    partition's earlier idempotent appends, with its producer table caught up (``ProducerStates.turn``),
+    while the broker says the partition may still be written (``check_writable``). The one append path:
+    the same write, durability and acknowledgements as a produce that joined at once."""
+    host.check_appendable(part)
+    producers = host.turn.producers
+    turn = await producers.turn(part, batches)
+    try:
+        host.check_writable(part)  # (no await from here to the queueing)
+        pending = join_turn(host, part, batches, needed, req, refuse, acknowledge, prepared=True)
+    finally:
+        producers.end_turn(turn)
+    assert pending is not None, "a partition that may be written takes a prepared produce"
+    return await result_of(part.topic, pending)
+
+
+def write_turn(host: LocalHost, part: Replica, refuse: Refuse,
+               acknowledge: Acknowledge) -> None:
     """The partition's write of this turn (``TurnAppends.write``), as both routers carry it out: while
     the broker says it may still be written (``check_writable``; else each produce goes to ``refuse``
     with the reason); replication is told; once the batches are durable by the fsync policy (at once,
@@ -145,15 +177,12 @@ class LocalRouter:
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
         """This turn's write to the partition (the turn's first produce schedules it, ``write_turn``), or
-        the awaited append when the turn will not take it."""
+        the awaited way into it when the turn will not take it at once (``append_awaited``). A produce the
+        write refuses fails with the reason."""
         part = self.host.replica_of(cfg.name, p)
-        first = part.appends is None
-        pending = self.host.turn.add(part, batches, 1, req)
+        pending = join_turn(self.host, part, batches, 1, req, Appending.set_exception, self._acknowledge)
         if pending is None:
-            return self.host.append(part, batches)
-        if first:  # the turn's first produce schedules its write; a refused one fails as the awaited path would
-            asyncio.get_running_loop().call_soon(write_turn, self.host, part, Appending.set_exception,
-                                                 self._acknowledge)
+            return append_awaited(self.host, part, batches, 1, req, Appending.set_exception, self._acknowledge)
         return pending
 
     def _acknowledge(self, part: Replica, pending: list[Appending]) -> None:
