@@ -17,9 +17,10 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from ring import auth
 from ring.catalog import INTERNAL_TOPICS, validate_topic_name, with_defaults
 from ring.errors import Conflict, RingError
-from ring.kafka_api import errors
+from ring.kafka_api import access, errors
 from ring.kafka_api.wire import Reader, Writer
 
 KAFKA_EXTRA = "kafka"  # the gossip extra holding a broker's advertised Kafka HOST:PORT
@@ -64,16 +65,36 @@ def read_request(version: int, r: Reader) -> tuple[list[str] | None, bool]:
     return topics, auto_create
 
 
-async def metadata(broker: Any, version: int, r: Reader) -> bytes:
+def metadata(broker: Any, version: int, r: Reader) -> Any:
     topics, auto_create = read_request(version, r)
+    return _metadata(broker, version, topics, auto_create and broker.config.auto_create, access.principal())
+
+
+async def _metadata(broker: Any, version: int, topics: list[str] | None, create: bool, who: access.Who) -> bytes:
     brokers = kafka_brokers(broker)
     names = [cfg.name for cfg in broker.catalog] if topics is None else topics
-    if topics is not None and auto_create and broker.config.auto_create:
-        await _create_missing(broker, topics)
-    return answer(broker, version, brokers, names)
+    refused = {} if topics is None or who is None else _refusals(broker, topics, who, create)
+    if topics is not None and create:
+        await _create_missing(broker, [t for t in topics if t not in refused])
+    return answer(broker, version, brokers, names, refused)
 
 
-def answer(broker: Any, version: int, brokers: dict[str, tuple[str, int]], names: list[str]) -> bytes:
+def _refusals(broker: Any, topics: list[str], who: access.Who, create: bool) -> dict[str, RingError]:
+    """The topics a request names that are answered TOPIC_AUTHORIZATION_FAILED (``access``): one the client
+    holds no permission on, and one that would be created without produce on it."""
+    out: dict[str, RingError] = {}
+    for name in topics:
+        no = access.describe_refused(who, name)
+        if no is None and create and name not in broker.catalog and name not in INTERNAL_TOPICS:
+            no = access.refused(who, auth.PRODUCE, name)
+        if no is not None:
+            out[name] = no
+    return out
+
+
+def answer(broker: Any, version: int, brokers: dict[str, tuple[str, int]], names: list[str],
+           refused: dict[str, RingError] | None = None) -> bytes:
+    """``refused``: the names answered with their refusal's code, not described."""
     flex = version >= FLEXIBLE_FROM
     w = Writer()
     if version >= 3:
@@ -90,7 +111,7 @@ def answer(broker: Any, version: int, brokers: dict[str, tuple[str, int]], names
     w.int32(node_id(broker.config.name))  # controller_id: none is needed; this broker is as good as any
     _count(w, len(names), flex)
     for name in names:
-        _topic(broker, version, w, name, brokers)
+        _topic(broker, version, w, name, brokers, refused.get(name) if refused else None)
     if version >= 8:
         w.int32(-2**31)  # cluster_authorized_operations: not asked for
     if flex:
@@ -120,9 +141,12 @@ async def _create_missing(broker: Any, topics: list[str]) -> None:
             pass  # answered with its topic below (invalid name, not joined yet: unknown)
 
 
-def _topic(broker: Any, version: int, w: Writer, name: str, brokers: dict[str, tuple[str, int]]) -> None:
+def _topic(broker: Any, version: int, w: Writer, name: str, brokers: dict[str, tuple[str, int]],
+           refused: RingError | None) -> None:
     flex = version >= FLEXIBLE_FROM
     try:
+        if refused is not None:
+            raise refused
         validate_topic_name(name)
         cfg = broker.catalog.get(name)
     except RingError as exc:

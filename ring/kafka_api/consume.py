@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple
 
-from ring import answer_budget, limits
+from ring import answer_budget, auth, limits
 from ring.errors import BadRequest, RingError
 from ring.fetch import Fetch
-from ring.kafka_api import epochs, errors, records
+from ring.kafka_api import access, epochs, errors, records
 from ring.kafka_api.wire import Reader, Writer
 from ring.replication.reads import StoredRead, settled
 
@@ -59,11 +59,13 @@ def fetch(broker: Any, version: int, r: Reader) -> Any:
     wanted = [_Wanted(t, *part) for t, parts in topics for part in parts]
     if len(wanted) > limits.KAFKA_FETCH_PARTITIONS_MAX:
         raise BadRequest(f"a fetch of {len(wanted)} partitions (at most {limits.KAFKA_FETCH_PARTITIONS_MAX})")
-    return _fetch(broker, version, wanted, max_wait_ms, max_bytes)
+    refused = access.refusals(access.principal(), auth.CONSUME, (t for t, _ in topics))
+    return _fetch(broker, version, wanted, max_wait_ms, max_bytes, refused)
 
 
-async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: int, max_bytes: int) -> bytes:
-    got = await _read_all(broker, wanted, max(max_bytes, 1))
+async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: int, max_bytes: int,
+                 refused: dict[str, RingError]) -> bytes:
+    got = await _read_all(broker, wanted, max(max_bytes, 1), refused)
     if max_wait_ms and not any(isinstance(g, StoredRead) and g.data for g in got):
         waits = [asyncio.ensure_future(_waited(broker, w, max_wait_ms))
                  for w, g in zip(wanted, got) if isinstance(g, StoredRead)]
@@ -74,7 +76,7 @@ async def _fetch(broker: Any, version: int, wanted: list[_Wanted], max_wait_ms: 
                 for task in waits:
                     task.cancel()
                 await asyncio.gather(*waits, return_exceptions=True)
-            got = await _read_all(broker, wanted, max(max_bytes, 1))
+            got = await _read_all(broker, wanted, max(max_bytes, 1), refused)
     return _fetch_answer(version, wanted, got)
 
 
@@ -83,14 +85,19 @@ async def _waited(broker: Any, w: _Wanted, max_wait_ms: int) -> StoredRead:
     return await settled(broker.fetch(Fetch(w.topic, w.partition, w.offset, 1, max_wait_ms)))
 
 
-async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int) -> list[StoredRead | RingError]:
+async def _read_all(broker: Any, wanted: list[_Wanted], max_bytes: int,
+                    refused: dict[str, RingError]) -> list[StoredRead | RingError]:
     """Each partition's read, at once (a partition another broker must answer is awaited), within the
     fetch's max bytes and FETCH_BYTES_MAX: once they are reached, the partitions after answer their
-    high watermark and no records (the first always gets a batch, as in Kafka)."""
+    high watermark and no records (the first always gets a batch, as in Kafka). A topic in ``refused``
+    (the client may not consume it: ``access``) is not read: its partitions answer the refusal."""
     budget = answer_budget.budget_of(broker)
     out: list[StoredRead | RingError] = []
     left = min(max_bytes, limits.FETCH_BYTES_MAX)
     for w in wanted:
+        if refused and w.topic in refused:
+            out.append(refused[w.topic])
+            continue
         try:
             epochs.check_current(broker, w.topic, w.partition, w.current_leader_epoch)
             ask = budget.grant(max(1, min(w.max_bytes, left)))

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ring import limits
+from ring import auth, limits
 from ring.errors import BadRequest, RingError
-from ring.kafka_api import errors
+from ring.kafka_api import access, errors
 from ring.kafka_api.wire import Reader, Writer
 from ring.offsets import EpochEnd
 from ring.replication.reads import check_leader_epoch
@@ -94,7 +94,9 @@ def ended(broker: Any, topic: str, partition: int, current: int, epoch: int) -> 
 def handle(broker: Any, version: int, r: Reader) -> bytes:
     topics = read_request(version, r)
     check_partition_count(topics, "OffsetForLeaderEpoch")
-    return answer(version, [(name, [ended(broker, name, p, current, epoch) for p, current, epoch in parts])
+    refused = access.refusals(access.principal(), auth.CONSUME, (name for name, _ in topics))
+    return answer(version, [(name, [EpochEnded(p, errors.code_of(refused[name]), -1, -1) if name in refused
+                                    else ended(broker, name, p, current, epoch) for p, current, epoch in parts])
                             for name, parts in topics])
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ring import auth
 from ring.errors import BadRequest, RingError
-from ring.kafka_api import epochs, errors
+from ring.kafka_api import access, epochs, errors
 from ring.kafka_api.wire import Reader, Writer
 from ring.offsets import EARLIEST, LATEST, At, OffsetsAt
 
@@ -36,10 +37,13 @@ def list_offsets(broker: Any, version: int, r: Reader) -> Any:
 
     topics = r.array(lambda r: (r.string(), r.array(partition) or [])) or []
     epochs.check_partition_count(topics, "ListOffsets")
-    return _list_offsets(broker, version, topics)
+    return _list_offsets(broker, version, topics,
+                         access.refusals(access.principal(), auth.CONSUME, (t for t, _ in topics)))
 
 
-async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
+async def _list_offsets(broker: Any, version: int, topics: list, refused: dict[str, RingError]) -> bytes:
+    """Each partition's offset; a topic in ``refused`` (the client may not consume it: ``access``) is not
+    looked up, its partitions answer the refusal."""
     w = Writer()
     if version >= 2:
         w.int32(0)  # throttle_time_ms
@@ -49,8 +53,11 @@ async def _list_offsets(broker: Any, version: int, topics: list) -> bytes:
         for p, current, timestamp in parts:
             code, offset, epoch = errors.NONE, -1, -1
             try:
-                epochs.check_current(broker, topic, p, current)
-                offset, epoch = await _offset(broker, topic, p, timestamp)
+                if refused and topic in refused:
+                    code = errors.code_of(refused[topic])
+                else:
+                    epochs.check_current(broker, topic, p, current)
+                    offset, epoch = await _offset(broker, topic, p, timestamp)
             except RingError as exc:
                 code = errors.code_of(exc)
             w.int32(p).int16(code).int64(-1).int64(offset)  # the found record's timestamp: not known here

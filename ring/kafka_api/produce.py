@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable
 
-from ring import limits
+from ring import auth, limits
 from ring.errors import BadRequest, CorruptBatch, PayloadTooLarge, RingError, UnknownPartition
-from ring.kafka_api import errors, producer_ids, records
+from ring.kafka_api import access, errors, producer_ids, records
 from ring.kafka_api.wire import Quiet, Reader, Writer
 from ring.produce import Produce, Records
 from ring.replication.intake import results_of
@@ -48,7 +48,8 @@ def handle(broker: Any, version: int, r: Reader) -> Any:
         except BadRequest:
             work = _refuse_all(topics, errors.INVALID_REQUEST)
         else:
-            work = _produce(broker, topics, level)
+            work = _produce(broker, topics, level, access.refusals(access.principal(), auth.PRODUCE,
+                                                                  (name for name, _ in topics)))
     done = _answer(version, work)
     return Quiet(done) if acks == 0 else done
 
@@ -57,13 +58,17 @@ async def _refuse_all(topics: list, code: int) -> list:
     return [(name, [(p, code, -1) for p, _ in parts]) for name, parts in topics]
 
 
-async def _produce(broker: Any, topics: list, level: str | None) -> list:
+async def _produce(broker: Any, topics: list, level: str | None, refused: dict[str, RingError]) -> list:
     """Decode every partition's batches first (bounded together by REQUEST_BYTES_MAX inflated), then
-    hand them over all at once: each partition's answer is its own."""
+    hand them over all at once: each partition's answer is its own. A topic in ``refused`` (the client may
+    not produce to it: ``access``) has its partitions answered with its refusal, nothing of them written."""
     inflate_left = limits.REQUEST_BYTES_MAX
     writes: list[tuple[str, int, Any]] = []
     for name, parts in topics:
         for p, data in parts:
+            if refused and name in refused:
+                writes.append((name, p, _failed(refused[name])))
+                continue
             try:
                 if data is None:
                     raise CorruptBatch("a partition's records are null")

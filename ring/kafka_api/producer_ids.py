@@ -13,14 +13,15 @@ source: no broker or front has to agree with another on them, and two producers 
 chance of two 48-bit draws meeting. As Kafka does for a producer without a transactional id, every
 InitProducerId answers a new id at epoch 0, including one naming the id and epoch it had (KIP-360's
 bump). A transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which both the Java
-client and librdkafka treat as fatal at once, with no retries: ring serves no transactions.
+client and librdkafka treat as fatal at once, with no retries: ring serves no transactions. A client
+that may produce to no topic is answered CLUSTER_AUTHORIZATION_FAILED (``access``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ring.kafka_api import errors
+from ring.kafka_api import access, errors
 from ring.kafka_api.wire import Reader, Writer
 
 VERSIONS = (0, 5)
@@ -65,4 +66,6 @@ def handle(broker: Any, version: int, r: Reader) -> bytes:
     tid, _, _, _ = read_request(version, r)
     if tid is not None:
         return answer(version, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
+    if not access.may_produce_somewhere(access.principal()):
+        return answer(version, errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1)
     return answer(version, errors.NONE, broker.rng.getrandbits(ID_BITS), 0)

@@ -18,10 +18,10 @@ import dataclasses
 from collections import Counter
 from typing import Any, Callable
 
-from ring import limits
+from ring import auth, limits
 from ring.catalog import INTERNAL_TOPICS, TopicConfig, check_not_internal, check_replicas_placeable, validate_topic_name
 from ring.errors import BadRequest, Conflict, InvalidTopicName, RingError, Unavailable
-from ring.kafka_api import errors
+from ring.kafka_api import access, errors
 from ring.kafka_api import topic_codec as tc
 from ring.kafka_api.wire import Reader
 from ring.offsets import is_integer
@@ -176,6 +176,7 @@ async def _create_one(broker: Any, t: tc.NewTopic, validate_only: bool, deadline
 
 def create_topics(broker: Any, version: int, r: Reader) -> Any:
     req = tc.read_create_topics(version, r)
+    refused = access.refusals(access.principal(), auth.ADMIN, (t.name for t in req.topics))
 
     async def answer() -> bytes:
         deadline = broker.clock.monotonic() + max(0, req.timeout_ms) / 1000
@@ -190,6 +191,8 @@ def create_topics(broker: Any, version: int, r: Reader) -> Any:
                 results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, f"at most {most} topics a request"))
             elif named[t.name] > 1:
                 results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, "the topic is named more than once"))
+            elif t.name in refused:
+                results.append(tc.TopicCreated(t.name, errors.TOPIC_AUTHORIZATION_FAILED, refused[t.name].message))
             else:
                 results.append(await _create_one(broker, t, req.validate_only, deadline))
         return tc.create_topics_answer(version, results)
@@ -199,12 +202,16 @@ def create_topics(broker: Any, version: int, r: Reader) -> Any:
 # --- DeleteTopics ------------------------------------------------------------------------------
 
 
+def _named(broker: Any, name: str | None, topic_id: bytes) -> str | None:
+    """The topic a DeleteTopics entry names, by its name or (v6) its id; None for an id no topic has."""
+    if name:
+        return name
+    return next((cfg.name for cfg in broker.catalog if tc.topic_id_bytes(cfg.id) == topic_id), None)
+
+
 async def _delete_one(broker: Any, name: str | None, topic_id: bytes) -> tc.TopicDeleted:
-    if not name:
-        found = [cfg.name for cfg in broker.catalog if tc.topic_id_bytes(cfg.id) == topic_id]
-        if not found:
-            return tc.TopicDeleted(None, topic_id, errors.UNKNOWN_TOPIC_ID, "no topic has this id")
-        name = found[0]
+    if name is None:
+        return tc.TopicDeleted(None, topic_id, errors.UNKNOWN_TOPIC_ID, "no topic has this id")
     try:
         check_not_internal(validate_topic_name(name), "delete")
         topic_id = tc.topic_id_bytes(broker.catalog.get(name).id)
@@ -215,13 +222,25 @@ async def _delete_one(broker: Any, name: str | None, topic_id: bytes) -> tc.Topi
     return tc.TopicDeleted(name, topic_id, errors.NONE, None)
 
 
+def _refused(who: access.Who, given: str | None, name: str, topic_id: bytes) -> tc.TopicDeleted:
+    """A delete the client may not make; a topic it named by id keeps its name from a client that may not
+    describe it."""
+    if given or access.describe_refused(who, name) is None:
+        return tc.TopicDeleted(name, topic_id, errors.TOPIC_AUTHORIZATION_FAILED, f"admin on {name!r} is needed"[:500])
+    return tc.TopicDeleted(None, topic_id, errors.TOPIC_AUTHORIZATION_FAILED, "admin on the topic is needed")
+
+
 def delete_topics(broker: Any, version: int, r: Reader) -> Any:
     req = tc.read_delete_topics(version, r)
+    most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
+    who = access.principal()
+    named = [(given, _named(broker, given, topic_id), topic_id) for given, topic_id in req.topics[:most]]
+    refused = access.refusals(who, auth.ADMIN, (name for _, name, _ in named if name is not None))
 
     async def answer() -> bytes:
         # (timeout_ms is not needed: a delete is answered once it is gossiped, which does not wait on leaders)
-        most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
-        results = [await _delete_one(broker, name, topic_id) for name, topic_id in req.topics[:most]]
+        results = [_refused(who, given, name, topic_id) if name in refused
+                   else await _delete_one(broker, name, topic_id) for given, name, topic_id in named]
         results += [tc.TopicDeleted(name, topic_id, errors.INVALID_REQUEST, f"at most {most} topics a request")
                     for name, topic_id in req.topics[most:]]
         return tc.delete_topics_answer(version, results)
