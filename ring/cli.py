@@ -157,7 +157,8 @@ def _kafka_arguments(p: argparse.ArgumentParser) -> None:
     """Kafka's binary protocol on one more port (ring.kafka_api, docs/KAFKA.md); off unless given."""
     p.add_argument("--kafka-listen", type=parse_listen, default=_env("KAFKA_LISTEN", "") or None,
                    help="HOST:PORT of a Kafka protocol listener; port 0 picks a free one (env RING_KAFKA_LISTEN; "
-                        "default none: no Kafka listener)")
+                        "default none: no Kafka listener). With --auth-tokens its clients authenticate with SASL "
+                        "PLAIN (user name: the token's name, password: the token); with --tls-cert it speaks TLS")
     p.add_argument("--kafka-advertise", type=parse_listen, default=_env("KAFKA_ADVERTISE", "") or None,
                    help="HOST:PORT Kafka clients reach the Kafka listener at, named in Metadata; default the "
                         "--kafka-listen address (env RING_KAFKA_ADVERTISE)")
@@ -352,9 +353,6 @@ def _parse_serve_arguments(args: argparse.Namespace):
     for name in ("kafka_listen", "kafka_advertise"):
         if isinstance(getattr(args, name), str):
             setattr(args, name, parse_listen(getattr(args, name)))
-    if args.kafka_listen is not None and (args.auth_tokens is not None or args.tls_cert is not None):
-        raise ValueError("--kafka-listen serves neither SASL nor TLS yet: it would let in what --auth-tokens "
-                         "or --tls-cert keeps out of the client port")
     if args.kafka_advertise is not None and args.kafka_listen is None:
         raise ValueError("--kafka-advertise needs --kafka-listen")
     polar = None
@@ -453,7 +451,8 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
 
         from ring.http_api.groups_api import GROUPS_KEY
 
-        kafka_listener = KafkaListener(broker, *kafka[0], groups=app[GROUPS_KEY])
+        kafka_listener = KafkaListener(broker, *kafka[0], groups=app[GROUPS_KEY], tokens=tokens,
+                                       ssl_context=config.tls.client_port_context())
         try:
             await kafka_listener.start()
         except OSError as exc:

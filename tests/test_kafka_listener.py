@@ -304,13 +304,11 @@ def test_answers_keep_the_order_of_requests_on_a_connection(kafka):
 
 
 @pytest.mark.parametrize("flags, why", [
-    (["--kafka-listen", "127.0.0.1:0", "--auth-tokens", "TOKENS"], "--kafka-listen serves neither SASL nor TLS"),
     (["--kafka-advertise", "h:1"], "--kafka-advertise needs --kafka-listen"),
     (["--kafka-listen", "127.0.0.1:0", "--members", "2"], "--kafka-listen is for one broker a process"),
 ])
 def test_kafka_listen_is_refused_where_it_would_not_hold(tmp_path, flags, why):
-    """Beside client tokens (it would let in what the client port keeps out), without a listener to
-    advertise, and with --members (one port for several processes)."""
+    """Without a listener to advertise, and with --members (one port for several processes)."""
     import subprocess
     import sys
 

@@ -8,9 +8,10 @@ offsets lookup through ``broker.offsets``, OffsetForLeaderEpoch through ``broker
 (``epochs.py``). Errors of the broker are answered per partition with
 Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's group coordinator
 (``groups.py``). InitProducerId hands idempotent producers their ids (``producer_ids.py``). CreateTopics and
-DeleteTopics are the broker's own topic create and delete (``topics.py``). Only non-flexible versions are
-served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId v2-5, OffsetForLeaderEpoch v4,
-CreateTopics v5-7 and DeleteTopics v4-6.
+DeleteTopics are the broker's own topic create and delete (``topics.py``). SaslHandshake and SaslAuthenticate
+are listed here and answered by the connection, whose state they change (``server.py``, ``sasl.py``). Only
+non-flexible versions are served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId
+v2-5, OffsetForLeaderEpoch v4, CreateTopics v5-7, DeleteTopics v4-6 and SaslAuthenticate v2.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import (cluster, consume, epochs, group_codec, groups, offsets, produce, producer_ids, topic_codec,
-                            topics)
+from ring.kafka_api import (cluster, consume, epochs, group_codec, groups, offsets, produce, producer_ids, sasl,
+                            topic_codec, topics)
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -39,7 +40,7 @@ class NotServed(RingError):
 FLEXIBLE_FROM = {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: cluster.FLEXIBLE_FROM, API_VERSIONS: 3,
                  INIT_PRODUCER_ID: producer_ids.FLEXIBLE_FROM, epochs.OFFSET_FOR_LEADER_EPOCH: epochs.FLEXIBLE_FROM,
                  **group_codec.FLEXIBLE_FROM,
-                 **topic_codec.FLEXIBLE_FROM}
+                 **topic_codec.FLEXIBLE_FROM, **sasl.FLEXIBLE_FROM}
 
 
 def flexible(api_key: int, api_version: int) -> bool:
@@ -70,7 +71,7 @@ def versions_body(version: int, error: int) -> bytes:
     return bytes(w.buf)
 
 
-SERVED: dict[int, tuple[int, int, Handler]] = {
+SERVED: dict[int, tuple[int, int, Handler | None]] = {
     PRODUCE: (3, 8, produce.handle),
     FETCH: (4, 11, consume.fetch),  # (librdkafka writes RecordBatch v2 only to a broker serving Fetch v4 too)
     LIST_OFFSETS: (1, 5, offsets.list_offsets),
@@ -80,19 +81,28 @@ SERVED: dict[int, tuple[int, int, Handler]] = {
     epochs.OFFSET_FOR_LEADER_EPOCH: (*epochs.VERSIONS, epochs.handle),
     **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
     **{key: (*topic_codec.VERSIONS[key], handler) for key, handler in topics.HANDLERS.items()},
+    **{key: (*sasl.VERSIONS[key], None) for key in sasl.KEYS},  # the connection's (server.py)
 }
+
+
+def check_served(header: RequestHeader) -> None:
+    """NotServed for an API or a version this listener does not serve (ApiVersions: any version)."""
+    served = SERVED.get(header.api_key)
+    if served is None:
+        raise NotServed(f"API key {header.api_key} is not served")
+    low, high, _ = served
+    if not low <= header.api_version <= high and header.api_key != API_VERSIONS:
+        raise NotServed(f"API key {header.api_key} version {header.api_version} is not served ({low}-{high} are)")
 
 
 def handle(broker: Any, header: RequestHeader, r: Reader, group_service: Any = None) -> Answer:
     """``group_service``: the broker's ``ring.groups.service.Groups``, which the group APIs are served by."""
-    served = SERVED.get(header.api_key)
-    if served is None:
-        raise NotServed(f"API key {header.api_key} is not served")
-    low, high, handler = served
-    if not low <= header.api_version <= high:
-        if header.api_key == API_VERSIONS:  # answered in v0, which every client reads, so it retries lower
-            return versions_body(0, UNSUPPORTED_VERSION)
-        raise NotServed(f"API key {header.api_key} version {header.api_version} is not served ({low}-{high} are)")
+    check_served(header)
+    low, high, handler = SERVED[header.api_key]
+    if not low <= header.api_version <= high:  # ApiVersions: answered in v0, which every client reads, so it
+        return versions_body(0, UNSUPPORTED_VERSION)  # retries lower
+    if handler is None:
+        raise NotServed(f"API key {header.api_key} is answered by the connection")
     if header.api_key != API_VERSIONS and broker.membership is None:
         # Listening before the broker opened (``ring serve`` binds first): the client connects again.
         raise Unavailable(f"{broker.config.name} is starting")

@@ -25,6 +25,13 @@ Theory of operation.
   reads, else the connection is closed (slowloris). An idle connection stays:
   Kafka clients keep theirs for the client's life. The listener holds at
   most ``CLIENT_CONNECTIONS_OPEN_MAX`` connections.
+* Who. With the broker's client tokens (``--auth-tokens``) a connection
+  authenticates first with SASL PLAIN (``sasl.py``); until it has, it may
+  send only ApiVersions, SaslHandshake and SaslAuthenticate, and anything
+  else closes it. Each request it sends afterwards is served for its
+  principal (``auth.CURRENT``, as the HTTP front sets it), whose grants the
+  handlers check (``access.py``). With ``--tls-cert`` the listener speaks
+  TLS with the client port's certificate.
 """
 
 from __future__ import annotations
@@ -36,11 +43,11 @@ import struct
 from collections import deque
 from typing import Any
 
-from ring import limits
+from ring import auth, limits
 from ring.errors import Overloaded, RingError
 from ring.http_api.budget import body_budget_of
-from ring.kafka_api import apis
-from ring.kafka_api.wire import Malformed, Quiet, Reader, read_header
+from ring.kafka_api import apis, sasl
+from ring.kafka_api.wire import Malformed, Quiet, Reader, RequestHeader, read_header
 
 log = logging.getLogger("ring.kafka")
 
@@ -69,6 +76,11 @@ class KafkaConnection(asyncio.Protocol):
         self.hold = body_budget_of(listener.broker).hold()  # counts what ``buf`` holds
         self.frame_timer: asyncio.TimerHandle | None = None  # armed while a frame begun is not whole
         self.client_host = ""  # the peer's address, as Kafka's DescribeGroups shows a member's host
+        # Who the requests are served for: None while a listener with tokens has not authenticated this
+        # connection (or when it has none: every request is let in, nothing is set).
+        self.principal: auth.Principal | None = None
+        self.mechanism: str | None = None  # the SASL mechanism a handshake chose
+        self.refused = False  # authentication failed: answer what was taken, then close
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -113,7 +125,7 @@ class KafkaConnection(asyncio.Protocol):
     def _frames(self) -> None:
         """Take every whole frame buffered while there is room for its answer."""
         buf = self.buf
-        while not self.closed and len(buf) >= 4 and not self._full():
+        while not self.closed and not self.refused and len(buf) >= 4 and not self._full():
             (size,) = _SIZE.unpack_from(buf)
             if not _HEADER_BYTES_MIN <= size <= limits.KAFKA_REQUEST_BYTES_MAX:
                 self.abort(f"a frame of {size} bytes (at most {limits.KAFKA_REQUEST_BYTES_MAX})")
@@ -160,15 +172,23 @@ class KafkaConnection(asyncio.Protocol):
 
     def _request(self, frame: bytes) -> None:
         r = Reader(frame)
+        cell: list[auth.Principal | None] | None = None
+        reset = None
         try:
             header = read_header(r, apis.flexible)._replace(client_host=self.client_host)
-            answer = apis.handle(self.listener.broker, header, r, self.listener.groups)
+            if header.api_key in sasl.KEYS or (self.principal is None and self.listener.tokens is not None):
+                answer = self._authentication(header, r)
+            else:
+                if self.principal is not None:  # served for the principal, as are the tasks it starts
+                    cell = [self.principal]
+                    reset = auth.CURRENT.set(cell)
+                answer = apis.handle(self.listener.broker, header, r, self.listener.groups)
         except Malformed as exc:
             self.abort(f"a malformed request: {exc.message}")
-            return
+            return self._served(reset, cell)
         except RingError as exc:  # an API or version not served, or a request no answer can be built for
             self.abort(exc.message)
-            return
+            return self._served(reset, cell)
         quiet = isinstance(answer, Quiet)
         if quiet:
             answer = answer.work
@@ -178,14 +198,58 @@ class KafkaConnection(asyncio.Protocol):
         if header.api_key != apis.API_VERSIONS and apis.flexible(header.api_key, header.api_version):
             head += b"\x00"  # ... or v1 (its tagged fields, none) for a flexible version but ApiVersions
         if isinstance(answer, (bytes, bytearray)):
+            self._served(reset, cell)
             self._answered(slot, head, answer)
             return
-        task = asyncio.ensure_future(answer)
+        task = asyncio.ensure_future(answer)  # (it copies the context: the principal goes with it)
+        self._served(reset, None)
         self.tasks.add(task)
-        task.add_done_callback(lambda t: self._settled(t, slot, head))
+        task.add_done_callback(lambda t: self._settled(t, slot, head, cell))
 
-    def _settled(self, task: asyncio.Task, slot: _Slot, head: bytes) -> None:
+    @staticmethod
+    def _served(reset: Any, cell: list[auth.Principal | None] | None) -> None:
+        """The request is handed on: the context is this connection's again; with ``cell``, the request is
+        over too, and what it started acts as the broker from now on."""
+        if reset is not None:
+            auth.CURRENT.reset(reset)
+        if cell is not None:
+            cell[0] = None
+
+    def _authentication(self, header: RequestHeader, r: Reader) -> bytes:
+        """ApiVersions, SaslHandshake or SaslAuthenticate, which a connection may send before it has
+        authenticated (anything else then closes it); the SASL APIs after it, answered in that state."""
+        key, version = header.api_key, header.api_version
+        if key == apis.API_VERSIONS:
+            return apis.handle(self.listener.broker, header, r, self.listener.groups)
+        if key not in sasl.KEYS:
+            raise apis.NotServed(f"API key {key} before the connection authenticated with SASL")
+        apis.check_served(header)
+        tokens = self.listener.tokens
+        if key == sasl.SASL_HANDSHAKE:
+            mechanism = sasl.read_handshake(r)
+            if tokens is None:
+                return sasl.handshake_body(sasl.UNSUPPORTED_SASL_MECHANISM, False)
+            if self.principal is not None or self.mechanism is not None:
+                return sasl.handshake_body(sasl.ILLEGAL_SASL_STATE, True)
+            if mechanism != sasl.PLAIN:
+                return sasl.handshake_body(sasl.UNSUPPORTED_SASL_MECHANISM, True)
+            self.mechanism = mechanism
+            return sasl.handshake_body(0, True)
+        message = sasl.read_authenticate(version, r)
+        if tokens is None or self.principal is not None or self.mechanism is None:
+            return sasl.authenticate_body(version, sasl.ILLEGAL_SASL_STATE,
+                                          "SaslAuthenticate needs a SaslHandshake first, once a connection")
+        self.principal = sasl.plain(tokens, message)
+        if self.principal is None:
+            log.info("a Kafka connection from %s failed to authenticate", self.client_host or "?")
+            self.refused = True
+            return sasl.authenticate_body(version, sasl.SASL_AUTHENTICATION_FAILED, sasl.FAILED)
+        return sasl.authenticate_body(version, 0, None)
+
+    def _settled(self, task: asyncio.Task, slot: _Slot, head: bytes, cell: list | None) -> None:
         self.tasks.discard(task)
+        if cell is not None:
+            cell[0] = None  # what the request started acts as the broker from now on
         if task.cancelled() or self.closed:
             return
         exc = task.exception()
@@ -204,6 +268,10 @@ class KafkaConnection(asyncio.Protocol):
             data = self.slots.popleft().answer
             if data:
                 self.transport.write(data)
+        if self.refused and not self.slots and not self.closed:  # its failure answered: closed, as Kafka does
+            self.closed = True
+            self.transport.close()
+            return
         self._frames()
 
     def abort(self, why: str) -> None:
@@ -219,9 +287,12 @@ class KafkaConnection(asyncio.Protocol):
 class KafkaListener:
     """The Kafka listener of one broker: ``start`` returns once it accepts, ``stop`` closes every connection."""
 
-    def __init__(self, broker: Any, host: str, port: int, groups: Any = None) -> None:
+    def __init__(self, broker: Any, host: str, port: int, groups: Any = None, tokens: auth.TokenTable | None = None,
+                 ssl_context: Any = None) -> None:
         self.broker = broker
         self.groups = groups  # the broker's ring.groups.service.Groups: the group APIs are served by it
+        self.tokens = tokens  # the client port's tokens (reloaded in place): SASL PLAIN required with them
+        self.ssl_context = ssl_context  # TLS, with the client port's certificate
         self.host = host
         self.port = port
         self.connections: set[KafkaConnection] = set()
@@ -235,7 +306,7 @@ class KafkaListener:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
-                                                reuse_address=True, family=family)
+                                                reuse_address=True, family=family, ssl=self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
