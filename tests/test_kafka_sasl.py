@@ -118,6 +118,56 @@ def test_a_client_with_a_wrong_password_or_another_tokens_name_is_refused(secure
         assert any("Authentication failed" in e.str() for e in errors), [e.str() for e in errors]
 
 
+def test_a_token_produces_and_consumes_over_kafka_what_its_grants_allow_and_nothing_else(secured: Secured) -> None:
+    """The grants of the HTTP port (tests/secure_cluster.py's GRANTS): "consumer" may consume orders* but
+    not produce to it, and nothing of its produce is stored; "both" may not produce outside orders*;
+    "producer" may not read orders* (kafka-python's consumer). Each refusal is TOPIC_AUTHORIZATION_FAILED."""
+    from confluent_kafka import KafkaError, Producer
+
+    topic = _topic(secured)
+    admin = secured.cluster.client(0, secured.tokens["admin"])
+    assert admin.create_topic("elsewhere-" + topic, partitions=1).status == 201
+    for user, to in (("consumer", topic), ("both", "elsewhere-" + topic)):
+        delivered: list[Any] = []
+        producer = Producer({**_config(secured, user, secured.tokens[user]), "acks": "all",
+                             "message.timeout.ms": 10_000, "retries": 0})
+        producer.produce(to, b"x", on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(30) == 0
+        assert [e.code() for e in delivered] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], (user, delivered)
+        described = admin.describe(to)["partitions"][0]
+        assert described["high_watermark"] == 0, (user, described)
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as Assigned
+    from kafka.errors import TopicAuthorizationFailedError
+
+    consumer = KafkaConsumer(bootstrap_servers=secured.bootstrap, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username="producer",
+                             sasl_plain_password=secured.tokens["producer"], enable_auto_commit=False)
+    try:
+        consumer.assign([Assigned(topic, 0)])
+        consumer.seek(Assigned(topic, 0), 0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            for _ in range(20):  # the first fetch's answer raises
+                consumer.poll(timeout_ms=500)
+    finally:
+        consumer.close()
+
+
+def test_a_token_creates_over_kafka_only_the_topics_it_administers(secured: Secured) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    scoped = AdminClient(_config(secured, "scoped-admin", secured.tokens["scoped-admin"]))
+    mine, other = f"orders-admin-{uuid.uuid4().hex[:8]}", f"orders-{uuid.uuid4().hex[:8]}"
+    futures = scoped.create_topics([NewTopic(mine, 1, 1), NewTopic(other, 1, 1)], operation_timeout=30)
+    assert futures[mine].result(30) is None
+    with pytest.raises(KafkaException) as refused:
+        futures[other].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    admin = secured.cluster.client(0, secured.tokens["admin"])
+    assert admin.get(f"/v1/topics/{mine}").status == 200 and admin.get(f"/v1/topics/{other}").status == 404
+
+
 def test_over_tls_a_client_with_its_token_produces_and_consumes(secured_tls: Secured) -> None:
     _round_trip(secured_tls, "both")
 
