@@ -216,7 +216,11 @@ class TokenTable:
 
     def authenticate(self, token: str | bytes) -> Principal | None:
         """The principal of ``token``, or None. Compares with every entry, matched or not."""
-        presented = digest(token)
+        return self.by_digest(digest(token))
+
+    def by_digest(self, presented: bytes) -> Principal | None:
+        """The principal of the token whose digest is ``presented`` (a connection that authenticated
+        keeps the digest, not the token), or None; as ``authenticate``."""
         found: Principal | None = None
         for key, principal in self.entries:
             if hmac.compare_digest(presented, key) and found is None:

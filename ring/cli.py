@@ -452,7 +452,8 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
         from ring.http_api.groups_api import GROUPS_KEY
 
         kafka_listener = KafkaListener(broker, *kafka[0], groups=app[GROUPS_KEY], tokens=tokens,
-                                       ssl_context=config.tls.client_port_context())
+                                       ssl_context=config.tls.client_port_context(),
+                                       throttle=app.admission.throttle)
         try:
             await kafka_listener.start()
         except OSError as exc:

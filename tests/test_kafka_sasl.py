@@ -287,3 +287,62 @@ def test_a_listener_without_tokens_offers_no_mechanism(kafka) -> None:
         assert _handshake(s, "PLAIN") == (sasl.UNSUPPORTED_SASL_MECHANISM, [])
         s.sendall(frame(METADATA, 1, 6, struct.pack(">i", 0)))  # and serves on, as before
         assert read_answer(s)[0] == 6
+
+
+# --- quotas and a token taken out, on a broker of its own ------------------------------------------------
+
+
+def test_a_kafka_client_waits_out_its_tokens_quota_and_a_token_taken_out_closes_its_connection(
+        make_broker, tmp_path: Path) -> None:
+    """alice's produce quota (2,000 bytes a second, the HTTP port's buckets) holds her Kafka producer's
+    frames until their wait has passed: every record is stored, and the broker counts her throttled.
+    carol's connection, authenticated, is closed at its next request once the tokens file no longer has
+    her token (SIGHUP), and a new one is refused."""
+    import signal
+
+    from confluent_kafka import Producer
+
+    from ring.auth import file_line
+
+    tokens_file = tmp_path / "tokens"
+    grants = {"admin": ("t-admin", "admin", "*"),
+              "alice": ("t-alice", "produce,consume", "*", "produce_bytes_per_s=2000"),
+              "carol": ("t-carol", "produce,consume", "*")}
+
+    def write(names: list[str]) -> None:
+        tokens_file.write_text("".join(file_line(grants[n][0], n, *grants[n][1:]) + "\n" for n in names))
+
+    write(["admin", "alice", "carol"])
+    port = free_port()
+    b = make_broker("--auth-tokens", str(tokens_file), "--kafka-listen", f"127.0.0.1:{port}")
+    b.bootstrap = f"127.0.0.1:{port}"
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    assert b.http.with_token("t-admin").create_topic(topic, partitions=1).status == 201
+
+    producer = Producer({"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "t-alice",
+                         "linger.ms": 0, "acks": "all", "message.timeout.ms": 60_000})
+    delivered: list[Any] = []
+    for i in range(8):  # a request each, 8 KB against a 2,000-byte burst: waits of seconds, not a refusal
+        producer.produce(topic, b"%d" % i + b"x" * 1000, on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(60) == 0
+    assert delivered == [None] * 8
+    assert b.http.with_token("t-admin").describe(topic)["partitions"][0]["high_watermark"] == 8
+    throttled = b.http.get("/v1/status").json()["admission"]["throttled"]
+    assert throttled.get("alice", {}).get("produce", 0) >= 1, throttled
+
+    with connect(b) as s:
+        assert _handshake(s, "PLAIN") == (0, ["PLAIN"])
+        assert _authenticate(s, _plain("carol", "t-carol")) == (0, None)
+        s.sendall(frame(METADATA, 1, 4, struct.pack(">i", 0)))
+        assert read_answer(s)[0] == 4
+        write(["admin", "alice"])
+        before = b.log_text().count("client tokens reloaded")
+        b.signal(signal.SIGHUP)
+        wait_for("the tokens file read again", lambda: b.log_text().count("client tokens reloaded") > before,
+                 timeout_s=10, interval_s=0.05)
+        s.sendall(frame(METADATA, 1, 5, struct.pack(">i", 0)))
+        assert closed_by_broker(s)
+    with connect(b) as s:
+        assert _handshake(s, "PLAIN") == (0, ["PLAIN"])
+        assert _authenticate(s, _plain("carol", "t-carol"))[0] == sasl.SASL_AUTHENTICATION_FAILED

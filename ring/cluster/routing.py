@@ -156,10 +156,15 @@ class Forwarding:
             got = sent.result()
             try:  # the link's answer, or the leader's JSON document when it was posted
                 doc = got if type(got) is dict else answer_json(got, self.leader)
+                base, count = doc["base_offset"], doc["count"]
             except Relayed as relayed:
                 exc = relayed
+            except (KeyError, TypeError, ValueError) as unreadable:
+                exc = RequestTimeout(f"leader {self.leader} answered the forwarded produce unreadably "
+                                     f"({unreadable!r}); the outcome is unknown", topic=self.request.topic,
+                                     partition=self.partition, leader=self.leader)
             else:
-                self.base, self.count = doc["base_offset"], doc["count"]
+                self.base, self.count = base, count
                 return self.finish(None)
         if self.follow and isinstance(exc, Relayed) and exc.code == NotLeader.code:
             return self._again()
@@ -307,6 +312,8 @@ class Router:
 
         def settle(task: asyncio.Task) -> None:
             if pending.done():
+                if not task.cancelled():
+                    task.exception()  # (retrieved: the produce was answered otherwise)
                 return
             if task.cancelled():
                 pending.set_exception(Unavailable("the broker is stopping; retry"))
@@ -341,9 +348,10 @@ class Router:
                 to = host.core.route(host.clock.monotonic(), cfg.name, p, self._voters(cfg, p), level, leader)
                 if to == host.name:
                     return await self.produce_as_leader(req, p, batches)
-                if to is not None:
+                if to is not None and host.membership.peer_url(to) is not None:
                     return await self._forward(to, req, cfg, p, batches, follow=False).answered()
-                why = f"leader {leader} of {cfg.name}/{p} is down" if leader else f"{cfg.name}/{p} has no leader"
+                why = (f"{cfg.name}/{p} has no leader" if not leader else f"leader {leader} of {cfg.name}/{p} is down"
+                       if to is None else f"leader {to} of {cfg.name}/{p} has no known peer address yet")
             except (NotLeader, Relayed) as exc:
                 if isinstance(exc, Relayed) and exc.code != NotLeader.code:
                     raise

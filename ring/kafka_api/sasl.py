@@ -6,10 +6,11 @@ SaslHandshake and SaslAuthenticate until it has authenticated (the listener clos
 sends anything else first, as Kafka does). PLAIN's message (RFC 4616) is ``[authzid] NUL authcid NUL
 passwd``: the user name is the token's name in the tokens file, the password the token itself, and an
 authorization id, when one is given, must be that name. What a token may do is what it may do on the
-HTTP port (``ring.kafka_api.access``). A failed authentication is answered SASL_AUTHENTICATION_FAILED
-and the connection closed, as Kafka does. The identity lasts as long as the connection (a session
-lifetime of 0: the client never has to authenticate again); a token taken out of the file (SIGHUP)
-lets no new connection in, and the ones it opened keep theirs until they close.
+HTTP port (``ring.kafka_api.access``), within its quotas (``server.py``). A failed authentication is
+answered SASL_AUTHENTICATION_FAILED and the connection closed, as Kafka does. The client authenticates
+once a connection (a session lifetime of 0); the connection keeps the token's digest, and once the
+tokens file is read again (SIGHUP) its next request is served with the token's grants and quotas as
+the file now gives them, or closes the connection when the token is gone from it.
 
 Without ``--auth-tokens`` the listener takes no SASL: a handshake is answered UNSUPPORTED_SASL_MECHANISM
 naming no mechanism, so a client configured for SASL says at once that the broker offers none.
@@ -17,7 +18,7 @@ naming no mechanism, so a client configured for SASL says at once that the broke
 
 from __future__ import annotations
 
-from ring.auth import Principal, TokenTable
+from ring.auth import Principal, TokenTable, digest
 from ring.kafka_api.wire import Reader, Writer
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
@@ -69,9 +70,9 @@ def authenticate_body(version: int, error: int, message: str | None) -> bytes:
     return bytes(w.buf)
 
 
-def plain(tokens: TokenTable, message: bytes) -> Principal | None:
-    """The principal a PLAIN message names: its password a token of ``tokens`` whose name is the user
-    name (and the authorization id, if any); None for anything else."""
+def plain(tokens: TokenTable, message: bytes) -> tuple[Principal, bytes] | None:
+    """The principal a PLAIN message names, and its token's digest: its password a token of ``tokens``
+    whose name is the user name (and the authorization id, if any); None for anything else."""
     fields = message.split(b"\x00")
     if len(fields) != 3:
         return None
@@ -79,7 +80,8 @@ def plain(tokens: TokenTable, message: bytes) -> Principal | None:
         authzid, user, password = (f.decode("utf-8") for f in fields)
     except UnicodeDecodeError:
         return None
-    principal = tokens.authenticate(password)  # compared with every token, matched or not
+    presented = digest(password)
+    principal = tokens.by_digest(presented)  # compared with every token, matched or not
     if principal is None or principal.name != user or (authzid and authzid != user):
         return None
-    return principal
+    return principal, presented

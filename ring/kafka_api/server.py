@@ -30,8 +30,15 @@ Theory of operation.
   send only ApiVersions, SaslHandshake and SaslAuthenticate, and anything
   else closes it. Each request it sends afterwards is served for its
   principal (``auth.CURRENT``, as the HTTP front sets it), whose grants the
-  handlers check (``access.py``). With ``--tls-cert`` the listener speaks
-  TLS with the client port's certificate.
+  handlers check (``access.py``); after the tokens file is read again, for
+  the principal the file now gives its token (none: the connection is
+  closed). With ``--tls-cert`` the listener speaks TLS with the client
+  port's certificate.
+* Quotas. A token's quotas (``ring.quotas``, the same buckets as the HTTP
+  port's) bound its Produce and Fetch requests: a produce's frame and a
+  fetch's answer are charged as bytes, each of them as a request. A frame
+  over the quota is not taken until its wait has passed, and the connection
+  is not read meanwhile, as Kafka mutes a throttled client's channel.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import struct
 from collections import deque
 from typing import Any
 
-from ring import auth, limits
+from ring import auth, limits, quotas
 from ring.errors import Overloaded, RingError
 from ring.http_api.budget import body_budget_of
 from ring.kafka_api import apis, sasl
@@ -55,12 +62,16 @@ _SIZE = struct.Struct(">i")
 _HEADER_BYTES_MIN = 10  # api_key, api_version, correlation_id and a null client_id
 
 
-class _Slot:
-    __slots__ = ("answer", "quiet")
+_QUOTA_KINDS = {apis.PRODUCE: quotas.PRODUCE, apis.FETCH: quotas.FETCH}
 
-    def __init__(self, quiet: bool) -> None:
+
+class _Slot:
+    __slots__ = ("answer", "quiet", "charged")
+
+    def __init__(self, quiet: bool, charged: bool) -> None:
         self.answer: bytes | None = None
         self.quiet = quiet  # answered with nothing (acks=0)
+        self.charged = charged  # a fetch of a principal with a quota: its answer's bytes are charged
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -79,7 +90,10 @@ class KafkaConnection(asyncio.Protocol):
         # Who the requests are served for: None while a listener with tokens has not authenticated this
         # connection (or when it has none: every request is let in, nothing is set).
         self.principal: auth.Principal | None = None
+        self.token_digest = b""  # of the token it authenticated with
+        self.tokens_seen: list | None = None  # the tokens file's entries when ``principal`` was read from them
         self.mechanism: str | None = None  # the SASL mechanism a handshake chose
+        self.quota_timer: asyncio.TimerHandle | None = None  # armed while a frame waits out its quota
         self.refused = False  # authentication failed: answer what was taken, then close
 
     def connection_made(self, transport: Any) -> None:
@@ -95,6 +109,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
+        if self.quota_timer is not None:
+            self.quota_timer.cancel()
         self.buf.clear()
         self.hold.release()
         self._time_frame()
@@ -132,6 +148,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if len(buf) < 4 + size:
                 break
+            if self.principal is not None and self._over_quota(buf, size):
+                break
             frame = bytes(buf[4:4 + size])
             del buf[:4 + size]
             self._request(frame)
@@ -156,7 +174,38 @@ class KafkaConnection(asyncio.Protocol):
             self.abort(f"a frame not whole within {limits.BODY_READ_TIMEOUT_S} s")
 
     def _full(self) -> bool:
-        return self.write_paused or len(self.slots) >= limits.KAFKA_REQUESTS_IN_FLIGHT_MAX
+        return (self.write_paused or len(self.slots) >= limits.KAFKA_REQUESTS_IN_FLIGHT_MAX
+                or self.quota_timer is not None)
+
+    def _current(self) -> auth.Principal | None:
+        """The principal, read again from the tokens file when it was read again since (SIGHUP); None
+        once its token is gone from it."""
+        tokens = self.listener.tokens
+        if tokens is not None and self.principal is not None and tokens.entries is not self.tokens_seen:
+            self.principal, self.tokens_seen = tokens.by_digest(self.token_digest), tokens.entries
+        return self.principal
+
+    def _over_quota(self, buf: bytearray, size: int) -> bool:
+        """Whether the whole frame at the head of ``buf`` must wait out its principal's quota (a Produce or
+        Fetch over it): the connection is not read until then. Else its request is counted, and a
+        produce's bytes charged."""
+        principal = self._current()
+        quota = principal.quota if principal is not None else None
+        kind = _QUOTA_KINDS.get(struct.unpack_from(">h", buf, 4)[0]) if quota is not None else None
+        if kind is None:
+            return False
+        throttle, now = self.listener.throttle, self.listener.broker.clock.monotonic()
+        wait_s = throttle.admit(now, principal.name, quota, kind)
+        if wait_s:
+            self.quota_timer = asyncio.get_running_loop().call_later(wait_s, self._quota_waited)
+            return True
+        if kind == quotas.PRODUCE:
+            throttle.charge(now, principal.name, quota, kind, size)
+        return False
+
+    def _quota_waited(self) -> None:
+        self.quota_timer = None
+        self._frames()
 
     def _flow(self) -> None:
         """Read while there is room for another request; a whole frame waiting stops reading too."""
@@ -180,6 +229,8 @@ class KafkaConnection(asyncio.Protocol):
                 answer = self._authentication(header, r)
             else:
                 if self.principal is not None:  # served for the principal, as are the tasks it starts
+                    if self._current() is None:
+                        raise apis.NotServed("its token was taken out of the tokens file")
                     cell = [self.principal]
                     reset = auth.CURRENT.set(cell)
                 answer = apis.handle(self.listener.broker, header, r, self.listener.groups)
@@ -189,10 +240,16 @@ class KafkaConnection(asyncio.Protocol):
         except RingError as exc:  # an API or version not served, or a request no answer can be built for
             self.abort(exc.message)
             return self._served(reset, cell)
+        except Exception:
+            log.exception("a Kafka request failed")
+            self.abort("a request failed")
+            return self._served(reset, cell)
         quiet = isinstance(answer, Quiet)
         if quiet:
             answer = answer.work
-        slot = _Slot(quiet)
+        charged = (header.api_key == apis.FETCH and self.principal is not None
+                   and self.principal.quota is not None)
+        slot = _Slot(quiet, charged)
         self.slots.append(slot)
         head = _SIZE.pack(header.correlation_id)  # response header v0 ...
         if header.api_key != apis.API_VERSIONS and apis.flexible(header.api_key, header.api_version):
@@ -239,7 +296,9 @@ class KafkaConnection(asyncio.Protocol):
         if tokens is None or self.principal is not None or self.mechanism is None:
             return sasl.authenticate_body(version, sasl.ILLEGAL_SASL_STATE,
                                           "SaslAuthenticate needs a SaslHandshake first, once a connection")
-        self.principal = sasl.plain(tokens, message)
+        found = sasl.plain(tokens, message)
+        if found is not None:
+            (self.principal, self.token_digest), self.tokens_seen = found, tokens.entries
         if self.principal is None:
             log.info("a Kafka connection from %s failed to authenticate", self.client_host or "?")
             self.refused = True
@@ -264,6 +323,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def _answered(self, slot: _Slot, head: bytes, body: bytes | bytearray) -> None:
         slot.answer = b"" if slot.quiet else _SIZE.pack(len(head) + len(body)) + head + body
+        principal = self.principal
+        if slot.charged and principal is not None and principal.quota is not None:
+            self.listener.throttle.charge(self.listener.broker.clock.monotonic(), principal.name, principal.quota,
+                                          quotas.FETCH, len(body))
         while self.slots and self.slots[0].answer is not None and not self.closed:
             data = self.slots.popleft().answer
             if data:
@@ -288,11 +351,12 @@ class KafkaListener:
     """The Kafka listener of one broker: ``start`` returns once it accepts, ``stop`` closes every connection."""
 
     def __init__(self, broker: Any, host: str, port: int, groups: Any = None, tokens: auth.TokenTable | None = None,
-                 ssl_context: Any = None) -> None:
+                 ssl_context: Any = None, throttle: quotas.Throttle | None = None) -> None:
         self.broker = broker
         self.groups = groups  # the broker's ring.groups.service.Groups: the group APIs are served by it
         self.tokens = tokens  # the client port's tokens (reloaded in place): SASL PLAIN required with them
         self.ssl_context = ssl_context  # TLS, with the client port's certificate
+        self.throttle = throttle if throttle is not None else quotas.Throttle()  # the HTTP port's: one budget
         self.host = host
         self.port = port
         self.connections: set[KafkaConnection] = set()

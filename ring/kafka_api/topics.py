@@ -209,12 +209,17 @@ def _named(broker: Any, name: str | None, topic_id: bytes) -> str | None:
     return next((cfg.name for cfg in broker.catalog if tc.topic_id_bytes(cfg.id) == topic_id), None)
 
 
-async def _delete_one(broker: Any, name: str | None, topic_id: bytes) -> tc.TopicDeleted:
+async def _delete_one(broker: Any, name: str | None, topic_id: bytes, by_id: bool) -> tc.TopicDeleted:
+    """Delete topic ``name``; ``by_id``: only while it is still the topic of ``topic_id`` (one deleted and
+    created again meanwhile is another topic)."""
     if name is None:
         return tc.TopicDeleted(None, topic_id, errors.UNKNOWN_TOPIC_ID, "no topic has this id")
     try:
         check_not_internal(validate_topic_name(name), "delete")
-        topic_id = tc.topic_id_bytes(broker.catalog.get(name).id)
+        now_id = tc.topic_id_bytes(broker.catalog.get(name).id)
+        if by_id and now_id != topic_id:
+            return tc.TopicDeleted(None, topic_id, errors.UNKNOWN_TOPIC_ID, "no topic has this id")
+        topic_id = now_id
         await broker.delete_topic(name)
     except RingError as exc:
         code, message = _failure(exc)
@@ -240,7 +245,7 @@ def delete_topics(broker: Any, version: int, r: Reader) -> Any:
     async def answer() -> bytes:
         # (timeout_ms is not needed: a delete is answered once it is gossiped, which does not wait on leaders)
         results = [_refused(who, given, name, topic_id) if name in refused
-                   else await _delete_one(broker, name, topic_id) for given, name, topic_id in named]
+                   else await _delete_one(broker, name, topic_id, not given) for given, name, topic_id in named]
         results += [tc.TopicDeleted(name, topic_id, errors.INVALID_REQUEST, f"at most {most} topics a request")
                     for name, topic_id in req.topics[most:]]
         return tc.delete_topics_answer(version, results)

@@ -134,7 +134,7 @@ def write_turn(host: LocalHost, part: Replica, refuse: Refuse,
     """The partition's write of this turn (``TurnAppends.write``), as both routers carry it out: while
     the broker says it may still be written (``check_writable``; else each produce goes to ``refuse``
     with the reason); replication is told; once the batches are durable by the fsync policy (at once,
-    or after the turn's group commit under ``always``, as on the awaited path) its produces go to
+    or after the turn's group commit under ``always``) its produces go to
     ``acknowledge``, which answers each once its level's voters hold it."""
     try:
         host.check_writable(part)  # (no await from here to the append)
