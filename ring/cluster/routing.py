@@ -53,7 +53,7 @@ from ring.produce import Produce
 from ring.ranges.manager import Ranges
 from ring.replication import protocol, reads
 from ring.replication.appends import Appending
-from ring.replication.intake import ProduceResult
+from ring.replication.intake import ProduceResult, result_of
 from ring.replication.local import LocalHost, LocalRouter, append_awaited, join_turn
 from ring.replication.reads import Fetched, StoredRead, settled
 from ring.replication.replica import Replica
@@ -171,16 +171,12 @@ class Forwarding:
         self.finish(exc)
 
     async def answered(self) -> ProduceResult:
-        """The result, awaited; a waiter cancelled gives the produce up (outcome unknown)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))
+        """The result, awaited (``result_of``); a waiter cancelled gives the produce up (outcome unknown)."""
         try:
-            await waiter
+            return await result_of(self.request.topic, self)
         except asyncio.CancelledError:
             self.finish(Unavailable("the broker is stopping; retry"))
             raise
-        base, count = self.result()
-        return ProduceResult(self.request.topic, self.partition, base, count)
 
     def _again(self) -> None:
         self.router._forwarding.pop(self, None)  # the awaited way bounds itself

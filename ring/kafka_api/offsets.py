@@ -6,8 +6,7 @@ replica when this broker holds none.
 Answers (v4+) carry the leader epoch of the batch holding the offset, the latest epoch for the log end
 (-1 for an offset held only in ranges below the local log), which a client keeps with its position and
 checks after a leader change with OffsetForLeaderEpoch; never the record's timestamp (-1). A
-``current_leader_epoch`` (v4+) is
-checked as OffsetForLeaderEpoch checks it (``epochs.check_current``). When every record is older than
+``current_leader_epoch`` (v4+) is checked as OffsetForLeaderEpoch checks it (``epochs.check_current``). When every record is older than
 the timestamp asked for, the answer is the high watermark, where Kafka answers -1: both send a
 consumer to the end.
 """
