@@ -83,6 +83,11 @@ wait_for = functools.partial(support.wait_for, interval_s=0.3,
                              errors=(OSError, AssertionError, KeyError, ValueError, TypeError))
 
 
+def ring_1(http: Http) -> dict[str, Any]:
+    """ring-1 as ``http``'s broker describes it in ``/v1/cluster``."""
+    return next(b for b in http.get("/v1/cluster").json()["brokers"] if b["name"] == "ring-1")
+
+
 def test_a_broker_joins_and_another_is_decommissioned_under_load(make_cluster, tmp_path) -> None:
     c: TestCluster = make_cluster(3, "--fsync", "always")
     assert c[0].http.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3).status == 201
@@ -123,6 +128,14 @@ def test_a_broker_joins_and_another_is_decommissioned_under_load(make_cluster, t
         wait_for("ring-1 out of every partition",
                  lambda: all("ring-1" not in p["replicas"] and p["leader"] not in (None, "ring-1")
                              for p in parts(c[0].http)), 60)
+        # ring-1 crashes and starts again on its data directory (as a supervisor restarts it): a new
+        # generation, the same directory, so it stays decommissioned
+        before = ring_1(c[0].http)["generation"]
+        c[1].restart()
+        wait_for("ring-1's new generation heard of", lambda: ring_1(c[0].http)["generation"] > before, 30)
+        for http in (c[0].http, c[2].http, h3, c[1].http):
+            assert ring_1(http)["status"] == "removed", http.get("/v1/cluster").json()
+        assert all("ring-1" not in p["replicas"] and p["leader"] != "ring-1" for p in parts(c[0].http))
         time.sleep(2.0)  # writes go on on the new placement
     finally:
         writer.stop()

@@ -30,6 +30,22 @@ def test_a_removal_holds_for_the_generation_it_names_and_earlier_only() -> None:
     assert [n for _, n in ring.brokers] == ["ring-0", "ring-2"]
 
 
+def test_a_decommission_holds_for_the_data_directory_it_names_over_restarts() -> None:
+    """A decommissioned broker restarted on its data directory (a new generation, the same incarnation)
+    stays off the ring; started on an empty one (a new incarnation) it joins as a new broker. A removal
+    for being down past the grace period names a generation only: a restart joins again."""
+    def with_dir(e: EndpointState, incarnation: str) -> EndpointState:
+        e.extra["incarnation"] = incarnation
+        return e
+
+    eps = [with_dir(ep("ring-0"), "a0"), with_dir(ep("ring-1", generation=9), "b1"), with_dir(ep("ring-2"), "c2")]
+    assert placement.removed_brokers(eps, [{"ring-1": 5}], [{"ring-1": "b1"}]) == {"ring-1"}
+    assert placement.removed_brokers(eps, [{"ring-1": 5}], [{"ring-1": "b0"}]) == set()  # a new disk
+    assert placement.removed_brokers(eps, [{"ring-1": 5}], [{}]) == set()  # past the grace period only
+    assert placement.removed_brokers([ep("ring-1", generation=9)], [{}], [{"ring-1": "b1"}]) == set()
+    assert leaders.decode_decommissioned({"ring-1": "b1", "x": 5, 3: "y"}) == {"ring-1": "b1"}
+
+
 def test_grace_counts_continuous_downtime() -> None:
     assert placement.past_grace({"a": 0.0, "b": 250.0}, 300.0, 300.0) == ["a"]
     assert placement.past_grace({}, 1e9, 300.0) == []
@@ -106,6 +122,7 @@ def test_gossiped_maps_never_raise_on_garbage() -> None:
         leaders.decode_leads(junk)
         leaders.decode_partitions(junk)
         leaders.decode_removed(junk)
+        leaders.decode_decommissioned(junk)
     assert leaders.decode_leads({"@0": "@t 1.x 2. .3 4.5", "t": "@u 1.1"}) == {("t", 4): 5}
     assert leaders.decode_partitions({"@0": "1 @t 2 x @ 3"}) == {("t", 2)}
 

@@ -19,7 +19,9 @@ the data directory whenever they change (the core's Ready says when), so a
 restarted broker places partitions as before from its first moment and
 gossips to its old peers at once; a peer loaded from that file counts as
 ``down`` until it is heard from in this run. Brokers this one removed are in
-``removed-brokers.json``, saved before the removal is gossiped.
+``removed-brokers.json``, and those it decommissioned (with their data
+directories' incarnations) in ``decommissioned-brokers.json``, each saved
+before it is gossiped.
 
 Failure detection is the core's phi accrual: with the defaults (threshold 8,
 1 s gossip) a stopped broker (SIGKILL or SIGSTOP) is reported ``down`` by
@@ -33,7 +35,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import msgpack
 
@@ -46,7 +48,7 @@ from ring.gossip.core import Message, Syn, message_from_wire
 from ring.gossip.state import ClusterState, EndpointState
 from ring.hashing import Ring
 from ring.log.fsync import write_atomically
-from ring.node.gossip_steps import REMOVED_FILE, STATE_FILE
+from ring.node.gossip_steps import DECOMMISSIONED_FILE, REMOVED_FILE, STATE_FILE
 from ring.node.members import Members
 from ring.node.ready import Announce, DeleteTopic, GossipIn, PutTopic, Ready, RemoveBroker
 from ring.replication import versions
@@ -81,22 +83,34 @@ def header_ms(value: str | None) -> int | None:
     return int(value) if ok else None  # type: ignore[arg-type]
 
 
-def load_files(data_dir: Path) -> tuple[ClusterState | None, dict[str, int] | None]:
-    """Membership's saved state and our removals, as an earlier run left them (damaged ones: none)."""
-    saved = removed = None
+T = TypeVar("T")
+
+
+def _load_json(path: Path, decode: Callable[[Any], T]) -> T | None:
+    """``decode`` of the JSON file at ``path``; None when there is none or it cannot be read."""
+    try:
+        return decode(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.error("ignoring unreadable %s: %s", path, exc)
+        return None
+
+
+def load_files(data_dir: Path) -> tuple[ClusterState | None, dict[str, int] | None,
+                                        dict[str, str] | None]:
+    """Membership's saved state, our removals and our decommissions, as an earlier run left them (damaged
+    ones: none)."""
+    saved = None
     try:
         saved = ClusterState.from_wire(msgpack.unpackb((data_dir / STATE_FILE).read_bytes(), raw=False))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError, msgpack.UnpackException, BadRequest) as exc:
         log.error("ignoring damaged %s: %s", data_dir / STATE_FILE, exc)
-    try:
-        removed = leaders.decode_removed(json.loads((data_dir / REMOVED_FILE).read_text()))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as exc:
-        log.error("ignoring unreadable %s: %s", data_dir / REMOVED_FILE, exc)
-    return saved, removed
+    removed = _load_json(data_dir / REMOVED_FILE, leaders.decode_removed)
+    decommissioned = _load_json(data_dir / DECOMMISSIONED_FILE, leaders.decode_decommissioned)
+    return saved, removed, decommissioned
 
 
 class Membership:
@@ -111,7 +125,8 @@ class Membership:
         self._peers: PeerClient | None = None
         self._exchanges: dict[str, asyncio.Task[None]] = {}
         self._acks: set[asyncio.Task[Any]] = set()  # ACK2s on their way
-        members.restore(*load_files(self.data_dir), clock.monotonic())
+        saved, removed, decommissioned = load_files(self.data_dir)
+        members.restore(saved, removed, clock.monotonic(), decommissioned)
 
     def start(self, client: PeerClient) -> None:
         self._peers = client

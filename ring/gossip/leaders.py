@@ -116,6 +116,13 @@ def decode_removed(doc: Any) -> dict[str, int]:
     return {n: g for n, g in doc.items() if isinstance(n, str) and type(g) is int}
 
 
+def decode_decommissioned(doc: Any) -> dict[str, str]:
+    """A broker's decommissions: {name: the incarnation of the data directory it was decommissioned on}."""
+    if not isinstance(doc, dict):
+        return {}
+    return {n: i for n, i in doc.items() if isinstance(n, str) and isinstance(i, str)}
+
+
 def leader_from_claims(claims: Mapping[str, Mapping[Key, int]], key: Key,
                        alive: Callable[[str], bool]) -> tuple[str, int] | None:
     """(broker, epoch) of the live broker claiming ``key`` at the newest epoch; None if nobody does."""

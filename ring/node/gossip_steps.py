@@ -22,6 +22,8 @@ from ring.replication.replica import Replica
 
 STATE_FILE = "cluster-state.json"  # in the data directory: known brokers and the topic catalogue
 REMOVED_FILE = "removed-brokers.json"  # in the data directory: the brokers this one removed
+DECOMMISSIONED_FILE = "decommissioned-brokers.json"  # in the data directory: the brokers this one
+# decommissioned, each with the incarnation of the data directory it ran on
 
 
 class GossipSteps:
@@ -105,14 +107,20 @@ class GossipSteps:
         self.members.dirty = self._ready.reconcile = True
 
     def _remove_broker(self, now: float, m: msg.RemoveBroker) -> None:
+        """A decommission: removed at its generation, and recorded with its data directory's incarnation,
+        so a restart on the same directory does not bring it back."""
         self._remove(m.name)
+        self._record(DECOMMISSIONED_FILE, "decommissioned", self.members.decommission(m.name))
 
     def _remove(self, name: str) -> None:
-        """Removals are saved before they are gossiped (the Ready's write comes before its sends)."""
-        mine = self.members.remove(name)
+        self._record(REMOVED_FILE, "removed", self.members.remove(name))
+
+    def _record(self, file: str, key: str, mine: dict[str, Any] | None) -> None:
+        """Our removals or decommissions (``mine``, None: nothing new) are saved before they are gossiped
+        (the Ready's write comes before its sends)."""
         if mine is None:
             return
-        self._ready.add("write", (REMOVED_FILE, orjson.dumps(mine, option=orjson.OPT_SORT_KEYS)))
-        self.members.set_extra("removed", mine)
+        self._ready.add("write", (file, orjson.dumps(mine, option=orjson.OPT_SORT_KEYS)))
+        self.members.set_extra(key, mine)
         if self.members.ring_changed():
             self._ready.reconcile = True

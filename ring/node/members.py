@@ -82,13 +82,17 @@ class Members:
         self._published: tuple[dict[Key, int], set[Key]] | None = None
         self.set_extra(versions.EXTRA_KEY, versions.advertised())
 
-    def restore(self, saved: ClusterState | None, removed: dict[str, int] | None, now: float) -> None:
-        """What an earlier run saved: known brokers and topics (not heartbeats), and our removals."""
+    def restore(self, saved: ClusterState | None, removed: dict[str, int] | None, now: float,
+                decommissioned: dict[str, str] | None = None) -> None:
+        """What an earlier run saved: known brokers and topics (not heartbeats), our removals and our
+        decommissions."""
         if saved is not None:
             saved.endpoints.pop(self.name, None)  # ours is this run's
             self.gossip.state.absorb(saved)
         if removed:
             self.set_extra("removed", removed)
+        if decommissioned:
+            self.set_extra("decommissioned", decommissioned)
         self.ring_changed()
         self.check_clock(now)
         self.check_joined(now)
@@ -162,7 +166,9 @@ class Members:
 
     def ring_changed(self) -> bool:
         eps = self.gossip.state.endpoints.values()
-        self._removed = placement.removed_brokers(eps, [leaders.decode_removed(e.extra.get("removed")) for e in eps])
+        self._removed = placement.removed_brokers(eps, [leaders.decode_removed(e.extra.get("removed")) for e in eps],
+                                                  [leaders.decode_decommissioned(e.extra.get("decommissioned"))
+                                                   for e in eps])
         key = (tuple(sorted((e.name, e.token, e.status, placement.domain(e)) for e in eps)),
                tuple(sorted(self._removed)))
         if key == self._ring_key:
@@ -203,6 +209,19 @@ class Members:
             return None
         mine[name] = ep.generation
         log.warning("broker %s (generation %d) is removed from the ring", name, ep.generation)
+        return mine
+
+    def decommission(self, name: str) -> dict[str, str] | None:
+        """Record that ``name`` is decommissioned on the data directory it runs on (its gossiped
+        incarnation), so it stays off the ring when it starts again there: our decommissions to save
+        before they are gossiped, or None if there is nothing new to record (recorded already, or a
+        broker that gossips no incarnation, which its removal alone takes off the ring)."""
+        ep = self.endpoint(name)
+        incarnation = ep.extra.get("incarnation") if ep is not None else None
+        mine = dict(leaders.decode_decommissioned(self._extra.get("decommissioned")))
+        if not isinstance(incarnation, str) or mine.get(name) == incarnation:
+            return None
+        mine[name] = incarnation
         return mine
 
     # --- clocks ------------------------------------------------------------------------------------

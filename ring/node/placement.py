@@ -179,16 +179,24 @@ def joined(has_other_seeds: bool, exchanged: bool, seeds_known: bool, since_firs
 # -- membership changes ----------------------------------------------------------------
 
 
-def removed_brokers(endpoints: Iterable[EndpointState], removals: Iterable[Mapping[str, int]]) -> set[str]:
+def removed_brokers(endpoints: Iterable[EndpointState], removals: Iterable[Mapping[str, int]],
+                    decommissions: Iterable[Mapping[str, str]] = ()) -> set[str]:
     """Brokers taken off the ring: named with their current generation (or a later one) in any
-    broker's gossiped ``removed`` map. A broker restarted after its removal has a newer generation
-    and joins again."""
+    broker's gossiped ``removed`` map, or decommissioned on the data directory they run on (its
+    incarnation, in any broker's gossiped ``decommissioned`` map). A broker removed for being down past
+    the grace period that starts again has a newer generation and joins again; a decommissioned one
+    joins again only on a new data directory (as a new broker)."""
     by_name = {ep.name: ep for ep in endpoints}
     out: set[str] = set()
     for removal in removals:
         for name, generation in removal.items():
             ep = by_name.get(name)
             if ep is not None and generation >= ep.generation:
+                out.add(name)
+    for decommission in decommissions:
+        for name, incarnation in decommission.items():
+            ep = by_name.get(name)
+            if ep is not None and ep.extra.get("incarnation") == incarnation:
                 out.add(name)
     return out
 

@@ -97,7 +97,8 @@ class SimBroker:
         self.core = NodeCore(self.name, self.replica, self.replicas, self.interval_s is not None,
                              random.Random(rng.random()), members, self.incarnation)
         self.core.carries_writes = True  # (every Ready is carried out: ``carry_out``)
-        members.restore(*load_files(self.dir), self.world.now)
+        saved, removed, decommissioned = load_files(self.dir)
+        members.restore(saved, removed, self.world.now, decommissioned)
         self.reconcile(starting=True)
         gen = self.generation
         self.world.after(self.world.rng.uniform(0, 0.1), lambda: self._tick(gen))
