@@ -22,11 +22,15 @@ to make durable is gone) and starts again on what its disk kept. A fourth
 crashed broker's segment file before it restarts: found, never served,
 mended) and a slow disk (one broker's fsyncs taking virtual seconds), while
 a second topic is created, written, read, deleted and created again, and
-the checker holds its generations apart.
+the checker holds its generations apart. A fifth (``MEMBERSHIP``) draws the
+faults of the second while the membership changes: a fourth broker joins a
+third of the way in, and at two thirds one of the first three is
+decommissioned, and stopped once no partition counts it among its replicas;
+the checker compares each partition's replicas at the end.
 
 ``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``,
-``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N`` and ``RING_SIM_SHIPPED_STORAGE_FAULTS_SEEDS=N``
-for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
+``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N``, ``RING_SIM_SHIPPED_STORAGE_FAULTS_SEEDS=N`` and
+``RING_SIM_SHIPPED_MEMBERSHIP_SEEDS=N`` for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
 """
 
 from __future__ import annotations
@@ -37,21 +41,23 @@ from pathlib import Path
 from tests.sim.shipped import seeds_from_env
 import pytest
 
-from tests.sim.shipped_workload import (CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MORE_FAULTS, STORAGE_FAULTS, WORKLOAD_S,
-                                        check, run_workload)
+from tests.sim.shipped_workload import (CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MEMBERSHIP, MORE_FAULTS,
+                                        STORAGE_FAULTS, WORKLOAD_S, check, run_workload)
 
 WORKLOAD_SEEDS = (2, 3, 4)
 MORE_FAULTS_SEEDS = (0, 1, 2)
 DISK_FAULTS_SEEDS = (6, 8)  # each draws a failing disk (8 two of them) among its faults
 STORAGE_FAULTS_SEEDS = (0, 7)  # 0 draws a slow disk, 7 a bit flip in a batch of the topic
+MEMBERSHIP_SEEDS = (0, 13)  # 13 draws a follower back on an empty disk before the join
 
 
 @pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),
                                                  (MORE_FAULTS, "RING_SIM_SHIPPED_MORE_FAULTS", MORE_FAULTS_SEEDS),
                                                  (DISK_FAULTS, "RING_SIM_SHIPPED_DISK_FAULTS", DISK_FAULTS_SEEDS),
                                                  (STORAGE_FAULTS, "RING_SIM_SHIPPED_STORAGE_FAULTS",
-                                                  STORAGE_FAULTS_SEEDS)],
-                         ids=["faults", "more-faults", "disk-faults", "storage-faults"])
+                                                  STORAGE_FAULTS_SEEDS),
+                                                 (MEMBERSHIP, "RING_SIM_SHIPPED_MEMBERSHIP", MEMBERSHIP_SEEDS)],
+                         ids=["faults", "more-faults", "disk-faults", "storage-faults", "membership"])
 def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(
         tmp_path: Path, kinds: tuple[str, ...], env: str, default: tuple[int, ...]) -> None:
     failed = []
@@ -71,7 +77,9 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
               f"committed {out.committed}; faults: {'; '.join(out.faults)}"
               + (f"; {CHURN}: {len(out.churn_acks)} acknowledged, {len(out.churn_fetched)} fetched (and "
                  f"{len(out.churn_acks_blind)}, {len(out.churn_fetched_blind)} through brokers not asked first); "
-                 f"{'; '.join(out.churn_events)}" if out.churn_events else ""))
+                 f"{'; '.join(out.churn_events)}" if out.churn_events else "")
+              + (f"; membership: {'; '.join(out.membership)}; replicas at the end {out.replicas}"
+                 if out.membership else ""))
         assert len(out.faults) >= FAULTS_MIN, seed
         assert out.virtual_s >= WORKLOAD_S, seed
         assert levels["quorum"] and levels["all"], seed
@@ -84,6 +92,11 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
             assert out.churn_live is not None and sum("created generation" in e for e in out.churn_events) >= 2, \
                 (seed, out.churn_events)
             assert any(g == out.churn_live for g, _ in out.churn_acks) and out.churn_fetched, seed
+        if kinds == MEMBERSHIP:  # both changes made, and the check compared the replicas placed at the end
+            assert [e.split(" ")[1] for e in out.membership] == ["joins", "decommissioned", "stopped"], \
+                (seed, out.membership)
+            gone = out.membership[1].split(" ")[0]
+            assert all(len(r) == 3 and gone not in r for r in out.replicas.values()), (seed, out.replicas)
         if kinds == STORAGE_FAULTS:
             drawn.update(f.split(" at ")[0].split(" (")[0] for f in out.faults)
         if problems:
@@ -104,4 +117,19 @@ def test_a_topic_created_again_while_a_brokers_clock_jumped_back_elects_a_leader
     out = run_workload(3, tmp_path, STORAGE_FAULTS, repair_interval_s=60.0)
     assert any("wall clock -1262s" in f for f in out.faults), out.faults  # (the seed still draws the case)
     assert out.churn_live is not None and out.churn_log, out.churn_events
+    assert check(out) == []
+
+
+def test_a_decommissioned_broker_that_loses_power_and_starts_again_stays_off_the_ring(tmp_path: Path) -> None:
+    """Seed 3 of ``MEMBERSHIP``: ring-1 is decommissioned and half a second later loses power (with ring-0)
+    and starts again on its data directory, a new generation. A removal names a generation, so the restart
+    took it back onto the ring, undoing the decommission; a decommission also names the data directory's
+    incarnation, so ring-1 stays off the ring, its partitions move away and it is stopped."""
+    out = run_workload(3, tmp_path, MEMBERSHIP)
+    assert out.membership[1].startswith("ring-1 decommissioned"), out.membership
+    decommissioned_at = float(out.membership[1].rpartition(" at ")[2].rstrip("s"))
+    assert any("ring-1 losing power" in f and decommissioned_at < float(f.split(" at ")[1].split("s")[0])
+               < decommissioned_at + 1.0 for f in out.faults), (out.membership, out.faults)
+    assert out.membership[2].startswith("ring-1 stopped"), out.membership
+    assert all("ring-1" not in r for r in out.replicas.values()), out.replicas
     assert check(out) == []

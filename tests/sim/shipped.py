@@ -24,7 +24,10 @@ seconds)`` makes each one take that many virtual seconds (a slow disk): an
 fsync in an executor thread (group commit's) is done that much later
 (``VirtualLoop.stall``), until ``slow_fsyncs(name, 0)``. ``flip_batch_byte``
 spoils one byte of a record batch's body in a stopped broker's segment file,
-so that batch's CRC no longer matches (a bit flip on its disk).
+so that batch's CRC no longer matches (a bit flip on its disk). ``spare``
+brokers are made but not started: ``join`` starts one (it joins the ring),
+and ``retire`` stops a decommissioned one for good; ``members`` are the
+brokers started and not retired, the ones a world asks and waits for.
 
 ``Client`` talks to the brokers' client API with aiohttp from its own host,
 its bytes on the simulated network (``tests.sim.vnet``) like the brokers'.
@@ -135,25 +138,40 @@ def _route_escapes() -> None:
 class ShippedCluster:
     """``size`` shipped brokers that seed each other, on ``loop`` and a network made here."""
 
-    def __init__(self, loop: VirtualLoop, root: Path, size: int = 3, fsync: str = "always",
+    def __init__(self, loop: VirtualLoop, root: Path, size: int = 3, fsync: str = "always", spare: int = 0,
                  **config: Any) -> None:
-        """``config``: more of every broker's ``BrokerConfig`` (``repair_interval_s=2``)."""
+        """``config``: more of every broker's ``BrokerConfig`` (``repair_interval_s=2``). ``spare`` more
+        brokers are made but not started: each joins when ``join`` starts it."""
         _route_escapes()
         self.loop = loop
         self.net = Network(loop)
-        self.hosts = [f"127.0.0.{i + 1}" for i in range(size)]
-        seeds = tuple(f"{h}:{PEER_PORT}" for h in self.hosts)
+        self.hosts = [f"127.0.0.{i + 1}" for i in range(size + spare)]
+        seeds = tuple(f"{h}:{PEER_PORT}" for h in self.hosts[:size])
         self.configs = [BrokerConfig(name=f"ring-{i}", data_dir=root / f"ring-{i}", host=h, port=CLIENT_PORT,
                                      peer_host=h, peer_port=PEER_PORT, seeds=seeds, cluster_secret=SECRET,
                                      host_label=h, fsync=FsyncPolicy.parse(fsync), **config)
                         for i, h in enumerate(self.hosts)]
         self.names = [c.name for c in self.configs]
+        self.members = self.names[:size]  # started and not retired: the brokers a world asks and waits for
         self.serving: dict[str, asyncio.Task] = {}
         self.clocks = {name: VirtualClock(loop) for name in self.names}  # each host's wall clock, kept over restarts
 
     def start(self) -> None:
-        for config in self.configs:
-            self._serve(config)
+        for name in self.members:
+            self._serve(self.configs[self.names.index(name)])
+
+    def join(self, name: str) -> None:
+        """A spare broker starts (``serve``, as the others did), seeded with the first ones: it joins the
+        ring, and partitions move to it."""
+        assert name not in self.members and name not in self.serving, name
+        self.members.append(name)
+        self._serve(self.configs[self.names.index(name)])
+
+    def retire(self, name: str) -> None:
+        """A broker taken off the ring (decommissioned) stops for good: its code runs no more and the world
+        no longer asks it or waits for it. Its data directory is left as it was."""
+        self.members.remove(name)
+        self.kill(name)
 
     def _serve(self, config: BrokerConfig) -> None:
         from ring.cli import serve
@@ -229,7 +247,7 @@ class ShippedCluster:
         self.clocks[name].offset_s += seconds
 
     def alive(self) -> list[str]:
-        return [n for n in self.names if self.host_of(n) not in self.loop.dead]
+        return [n for n in self.members if self.host_of(n) not in self.loop.dead]
 
     def check_serving(self) -> None:
         """A broker's ``serve`` that ended (an error at startup) fails the run with its exit code."""
@@ -354,13 +372,16 @@ class Probes:
             return r.status, None
 
     async def all_up(self) -> bool:
-        """Every broker answers, and sees every broker up."""
-        names = self.cluster.names
-        for name in names:
+        """Every member answers, and sees every member up (and any other broker it lists removed)."""
+        members = self.cluster.members
+        for name in members:
             got = await self.ask(name, "GET", "/v1/cluster")
             if got is None or got[0] != 200:
                 return False
-            if {b["name"]: b["status"] for b in got[1]["brokers"]} != {n: "up" for n in names}:
+            seen = {b["name"]: b["status"] for b in got[1]["brokers"]}
+            if {n: s for n, s in seen.items() if n in members} != {n: "up" for n in members}:
+                return False
+            if any(s != "removed" for n, s in seen.items() if n not in members):
                 return False
         return True
 

@@ -20,9 +20,12 @@ also a bit flip (a byte of a record batch's body changed in a crashed
 broker's segment file before it restarts) and a slow disk (a broker's fsyncs
 taking virtual seconds for a while), while a client creates a second topic
 (``CHURN_TOPIC``), produces to it and fetches it, deletes it and creates it
-again, over and over (each topic of the name a generation). Then every
-link heals, every broker runs, the cluster settles, and ``check`` looks at
-what is left:
+again, over and over (each topic of the name a generation); with
+``MEMBERSHIP`` the faults of ``MORE_FAULTS`` while a fourth broker joins a
+third of the way in and one of the first three is decommissioned at two
+thirds (stopped for good once the load is over and no partition counts it
+among its replicas or voters). Then every link heals, every broker runs,
+the cluster settles, and ``check`` looks at what is left:
 
 * every record acknowledged at ``quorum`` or ``all`` is read back from its
   partition's leader at the offset it was acknowledged at (records
@@ -32,8 +35,9 @@ what is left:
 * every record a fetch returned is in the partition at that offset (a fetch
   sees only what is committed);
 * the group commits no offset past a record no member was handed;
-* every replica's log, read from its data directory once the brokers are
-  stopped, holds the same records as the leader's;
+* every replica's log (of the replicas the partition's leader names at the
+  end), read from its data directory once the brokers are stopped, holds
+  the same records as the leader's;
 * with ``CHURN_TOPIC``: a fetch from a generation (asked of a broker that
   had just described the topic with that generation's id) returns none of
   another's values, every record acknowledged at quorum or all to the live
@@ -111,6 +115,8 @@ class Outcome:
     churn_live: int | None = None  # the generation live at the end (None: no topic of the name then)
     churn_log: list[tuple[int, str]] = field(default_factory=list)  # its leader's log at the end
     churn_replica_logs: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    membership: list[str] = field(default_factory=list)  # with MEMBERSHIP: the joins, decommissions and stops
+    replicas: dict[int, list[str]] = field(default_factory=dict)  # each partition's replicas at the end
 
 
 FAULTS = ("leader-crash", "follower-crash", "cut", "pause")
@@ -124,6 +130,12 @@ DISK_FAULTS = (*MORE_FAULTS, "fsync-fail")
 # before it starts again (its CRC no longer matches), and a broker's fsyncs taking seconds for a while. A run
 # on these kinds also deletes and recreates a topic (``CHURN_TOPIC``) while it runs.
 STORAGE_FAULTS = (*DISK_FAULTS, "bit-flip", "slow-disk")
+# And the membership changing while the faults of MORE_FAULTS hit it: a fourth broker joins a third of the way
+# in (partitions move to it), and at two thirds one of the first three is decommissioned (its partitions move
+# away); once no partition counts it among its replicas it stops for good. Not a fault drawn from the seed:
+# a run on these kinds makes both changes once.
+MEMBERSHIP_CHANGE = "join-decommission"
+MEMBERSHIP = (*MORE_FAULTS, MEMBERSHIP_CHANGE)
 CHURN_TOPIC = "churn"  # one partition at replication factor 3, created, produced to, deleted, created again
 CHURN_LIVES_S = (4.0, 9.0)  # how long each of its topics lives, drawn from this range
 STORAGE_REPAIR_INTERVAL_S = 4.0  # anti-entropy rounds this often in a run with bit flips: a spoiled batch
@@ -136,9 +148,13 @@ class _World(Probes):
         if repair_interval_s is None and "bit-flip" in kinds:
             repair_interval_s = STORAGE_REPAIR_INTERVAL_S
         config = {} if repair_interval_s is None else {"repair_interval_s": repair_interval_s}
-        super().__init__(loop, ShippedCluster(loop, root, **config))
+        self.membership = MEMBERSHIP_CHANGE in kinds
+        super().__init__(loop, ShippedCluster(loop, root, spare=1 if self.membership else 0, **config))
         self.root = root
         self.kinds = kinds
+        self.drawn = tuple(k for k in kinds if k != MEMBERSHIP_CHANGE)  # the faults drawn from the seed
+        self.decommissioned: str | None = None
+        self.unmoved = ""  # why ``moved_off`` last said no
         self.churn = kinds == STORAGE_FAULTS
         self.out = Outcome(seed)
         self.rng = loop.rng
@@ -186,7 +202,7 @@ class _World(Probes):
                 producer = (pid, sequences[partition])
                 sequences[partition] += 1
             for _ in range(ATTEMPTS if pid is not None else 1):
-                offset = await self.produce(self.rng.choice(self.cluster.names), partition, value, level, producer)
+                offset = await self.produce(self.rng.choice(self.cluster.members), partition, value, level, producer)
                 if offset is not None:
                     self.out.acks.append(Ack(partition, offset, value, level))
                     break
@@ -196,8 +212,8 @@ class _World(Probes):
     async def group_member(self, n: int) -> None:
         """A member of the group (``ring.client``, committing what it was handed at its next poll), through
         a broker of its own at first; now and then it crashes (no leave, no commit) and a new one joins."""
-        names = self.cluster.names
         while self.loop.time() < self.stop_at:
+            names = list(self.cluster.members)
             k = self.rng.randrange(len(names))
             urls = [f"http://{self.cluster.host_of(b)}:9250" for b in names[k:] + names[:k]]
             member = AsyncGroupConsumer(urls, GROUP, [TOPIC], consumer_id=f"m{n}-{self.rng.randrange(1 << 30)}",
@@ -224,7 +240,7 @@ class _World(Probes):
                 await member._transport.session.close()
 
     async def committed(self) -> dict[int, int] | None:
-        for name in self.cluster.names:
+        for name in self.cluster.members:
             got = await self.ask(name, "GET", f"/v1/groups/{GROUP}")
             if got is not None and got[0] == 200:
                 return {o["partition"]: o["committed"] for o in got[1]["offsets"]
@@ -236,7 +252,7 @@ class _World(Probes):
         while self.loop.time() < self.stop_at:
             await asyncio.sleep(self.rng.uniform(0.2, 0.6))
             partition = self.rng.randrange(PARTITIONS)
-            got = await self.ask(self.rng.choice(self.cluster.names), "GET",
+            got = await self.ask(self.rng.choice(self.cluster.members), "GET",
                                  f"/v1/topics/{TOPIC}/partitions/{partition}/messages",
                                  params={"offset": str(nexts[partition]), "max_records": "100", "wait_ms": "0"},
                                  headers={"Accept": "application/json"})
@@ -252,7 +268,7 @@ class _World(Probes):
         """Ask any broker until one answers with a status in ``done`` (that answer), or (0, None) once the
         workload's time is up. Unanswered and other answers are asked again."""
         while self.loop.time() < self.stop_at:
-            got = await self.ask(self.rng.choice(self.cluster.names), method, path, json=json)
+            got = await self.ask(self.rng.choice(self.cluster.members), method, path, json=json)
             if got is not None and got[0] in done:
                 return got
             await asyncio.sleep(self.rng.uniform(0.2, 0.6))
@@ -290,7 +306,7 @@ class _World(Probes):
                 n += 1
                 self.out.produced.add(value)
                 level = self.rng.choice(("quorum", "all"))
-                via = self.rng.choice(self.cluster.names)
+                via = self.rng.choice(self.cluster.members)
                 knows = await self.knows(via, topic_id)
                 offset = await self.produce(via, 0, value, level, None, topic=CHURN_TOPIC)
                 if offset is not None:
@@ -314,10 +330,10 @@ class _World(Probes):
     # --- the faults -------------------------------------------------------------------------
 
     async def faults(self) -> None:
-        names = self.cluster.names
         await asyncio.sleep(self.rng.uniform(2.0, 4.0))
         while len(self.out.faults) < FAULTS_MIN or self.loop.time() < self.stop_at - 8.0:
-            kind = self.rng.choice(self.kinds)
+            names = list(self.cluster.members)
+            kind = self.rng.choice(self.drawn)
             lasts = self.rng.uniform(1.0, 5.0)
             at = self.loop.time()
             if kind in ("leader-crash", "follower-crash"):
@@ -387,6 +403,57 @@ class _World(Probes):
             self.out.faults.append(f"{what} at {at:.1f}s for {lasts:.1f}s")
             await asyncio.sleep(self.rng.uniform(1.0, 4.0))
 
+    # --- the membership changing ---------------------------------------------------------------
+
+    async def membership_changes(self) -> None:
+        """The spare broker joins a third of the way in; at two thirds one of the first brokers is
+        decommissioned, asked of the other members in turn until one takes it (200)."""
+        start = self.stop_at - WORKLOAD_S
+        spare = next(n for n in self.cluster.names if n not in self.cluster.members)
+        await asyncio.sleep(start + WORKLOAD_S / 3 + self.rng.uniform(-2.0, 2.0) - self.loop.time())
+        self.cluster.join(spare)
+        self.out.membership.append(f"{spare} joins at {self.loop.time():.1f}s")
+        await asyncio.sleep(start + 2 * WORKLOAD_S / 3 + self.rng.uniform(-2.0, 2.0) - self.loop.time())
+        victim = self.rng.choice([n for n in self.cluster.members if n != spare])
+        while self.loop.time() < self.stop_at:
+            via = self.rng.choice([n for n in self.cluster.members if n != victim])
+            got = await self.ask(via, "POST", f"/v1/cluster/brokers/{victim}/decommission")
+            if got is not None and got[0] == 200:
+                self.decommissioned = victim
+                self.out.membership.append(f"{victim} decommissioned through {via} at {self.loop.time():.1f}s")
+                return
+            await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+        self.out.membership.append(f"no member took {victim}'s decommission before the workload's end")
+
+    async def moved_off(self, name: str) -> bool:
+        """Whether every partition of every topic has a leader other than ``name`` that counts ``name``
+        neither among its replicas nor among its voters (so its copies are needed by no quorum)."""
+        others = [n for n in self.cluster.alive() if n != name]
+        self.unmoved = "no other member runs"
+        if not others:
+            return False
+        listed = await self.ask(others[0], "GET", "/v1/topics")
+        self.unmoved = f"{others[0]} lists no topics: {listed}"
+        if listed is None or listed[0] != 200:
+            return False
+        for topic in (t["name"] for t in listed[1]["topics"]):
+            led: dict[int, dict[str, Any]] = {}
+            parts = 0
+            for other in others:
+                got = await self.ask(other, "GET", f"/v1/topics/{topic}")
+                self.unmoved = f"{other} describes {topic}: {got}"
+                if got is None or got[0] != 200:
+                    return False
+                parts = len(got[1]["partitions"])
+                led.update({d["partition"]: d for d in got[1]["partitions"] if d["leader"] == other})
+            self.unmoved = (f"{topic}: {parts - len(led)} partitions not led by another member; "
+                            + "; ".join(f"{p}: {d['leader']} counts {d['replica_end_offsets']}, replicas {d['replicas']}"
+                                        for p, d in sorted(led.items())))
+            if len(led) != parts or any(name in d["replicas"] or name in d["replica_end_offsets"]
+                                        for d in led.values()):
+                return False
+        return True
+
     # --- the end ------------------------------------------------------------------------------
 
     async def read_leader(self, leader: str, partition: int, topic: str = TOPIC) -> list[tuple[int, str]]:
@@ -406,7 +473,7 @@ class _World(Probes):
         cluster = self.cluster
         cluster.start()
         await self.until("every broker sees every broker up", self.all_up, 30.0)
-        got = await self.ask(cluster.names[0], "POST", "/v1/topics",
+        got = await self.ask(cluster.members[0], "POST", "/v1/topics",
                              json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3})
         assert got is not None and got[0] == 201, got
         await self.until("a leader for every partition", self.leaders, 30.0)
@@ -418,13 +485,27 @@ class _World(Probes):
             work += [self.loop.create_task(self.group_member(n)) for n in range(GROUP_MEMBERS)]
         if self.churn:
             work.append(self.loop.create_task(self.churn_topic()))
+        if self.membership:
+            work.append(self.loop.create_task(self.membership_changes()))
         await asyncio.gather(*work)
+        if self.decommissioned is not None:  # stopped once nothing needs it, as an operator stops it
+            victim = self.decommissioned
+            try:
+                await self.until(f"{victim}'s partitions moved to other members", lambda: self.moved_off(victim),
+                                 SETTLE_S)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc} (last seen: {self.unmoved})") from None
+            self.cluster.retire(victim)
+            self.out.membership.append(f"{victim} stopped at {self.loop.time():.1f}s")
         await self.until("every broker up again", self.all_up, SETTLE_S)
         leaders = await self.until("a leader for every partition again", self.leaders, SETTLE_S)
         await asyncio.sleep(QUIET_S)
         leaders = await self.until("a leader for every partition at the end", self.leaders, SETTLE_S)
         for p in range(PARTITIONS):
             self.out.leader_log[p] = await self.read_leader(leaders[p], p)
+            got = await self.ask(leaders[p], "GET", f"/v1/topics/{TOPIC}")
+            assert got is not None and got[0] == 200, got
+            self.out.replicas[p] = got[1]["partitions"][p]["replicas"]
         if self.kinds != FAULTS:
             self.out.committed = await self.until("the group's offsets", self.committed, SETTLE_S)
         if self.out.churn_live is not None:
@@ -433,11 +514,13 @@ class _World(Probes):
         await self.client.close()
         self.out.virtual_s = self.loop.time()
         self.out.deliveries = cluster.net.deliveries
-        for name in cluster.names:
+        for name in cluster.members:
             cluster.kill(name)
         for config in cluster.configs:
             for p in range(PARTITIONS):
-                self.out.replica_logs[(config.name, p)] = replica_records(config.data_dir / "topics" / TOPIC / str(p))
+                if config.name in self.out.replicas[p]:
+                    self.out.replica_logs[(config.name, p)] = replica_records(config.data_dir / "topics" / TOPIC /
+                                                                              str(p))
             if self.out.churn_live is not None:
                 self.out.churn_replica_logs[config.name] = replica_records(config.data_dir / "topics" / CHURN_TOPIC / "0")
         return self.out
