@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.sim.driver_plants import PLANTS
-from tests.sim.shipped_workload import FAULTS, MORE_FAULTS, check, run_workload
+from tests.sim.shipped_workload import ACK_FAULTS, FAULTS, MORE_FAULTS, check, run_workload
 
 # plant -> (seed, the workload's faults, words of the problem the checker reports)
 CAUGHT = {
     "forward_answer_to_oldest": (0, FAULTS, "acknowledged at quorum or all lost"),
     "idempotent_retry_written_again": (0, FAULTS, "an idempotent produce written twice"),
-    "turn_answers_before_acks": (55, FAULTS, "acknowledged at quorum or all lost"),
+    "turn_answers_before_acks": (2, ACK_FAULTS, "acknowledged at quorum or all lost"),
+    "follower_acks_before_fsync": (1, ACK_FAULTS, "acknowledged at quorum or all lost"),
     "fetch_reads_past_high_watermark": (22, FAULTS, "records a fetch returned are not in the log"),
     "poll_acknowledged_when_answered": (25, MORE_FAULTS, "but no member was handed"),
 }

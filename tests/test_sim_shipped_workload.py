@@ -26,11 +26,15 @@ the checker holds its generations apart. A fifth (``MEMBERSHIP``) draws the
 faults of the second while the membership changes: a fourth broker joins a
 third of the way in, and at two thirds one of the first three is
 decommissioned, and stopped once no partition counts it among its replicas;
-the checker compares each partition's replicas at the end.
+the checker compares each partition's replicas at the end. A sixth
+(``ACK_FAULTS``) adds faults timed at an acknowledgement: the instant a
+produce at quorum or all is answered, its partition's leader loses power, or
+every broker does and the leader's disk is lost, its followers' fsyncs slow
+until then.
 
 ``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``,
 ``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N``, ``RING_SIM_SHIPPED_STORAGE_FAULTS_SEEDS=N`` and
-``RING_SIM_SHIPPED_MEMBERSHIP_SEEDS=N`` for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
+``RING_SIM_SHIPPED_MEMBERSHIP_SEEDS=N``, ``RING_SIM_SHIPPED_ACK_FAULTS_SEEDS=N`` for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
 """
 
 from __future__ import annotations
@@ -41,14 +45,15 @@ from pathlib import Path
 from tests.sim.shipped import seeds_from_env
 import pytest
 
-from tests.sim.shipped_workload import (CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MEMBERSHIP, MORE_FAULTS,
-                                        STORAGE_FAULTS, WORKLOAD_S, check, run_workload)
+from tests.sim.shipped_workload import (ACK_FAULTS, CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MEMBERSHIP,
+                                        MORE_FAULTS, STORAGE_FAULTS, WORKLOAD_S, check, run_workload)
 
 WORKLOAD_SEEDS = (2, 3, 4)
 MORE_FAULTS_SEEDS = (0, 1, 2)
 DISK_FAULTS_SEEDS = (6, 8)  # each draws a failing disk (8 two of them) among its faults
 STORAGE_FAULTS_SEEDS = (0, 7)  # 0 draws a slow disk, 7 a bit flip in a batch of the topic
 MEMBERSHIP_SEEDS = (0, 13)  # 13 draws a follower back on an empty disk before the join
+ACK_FAULTS_SEEDS = (1, 3)  # between them, both kinds of fault timed at an acknowledgement
 
 
 @pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),
@@ -56,8 +61,9 @@ MEMBERSHIP_SEEDS = (0, 13)  # 13 draws a follower back on an empty disk before t
                                                  (DISK_FAULTS, "RING_SIM_SHIPPED_DISK_FAULTS", DISK_FAULTS_SEEDS),
                                                  (STORAGE_FAULTS, "RING_SIM_SHIPPED_STORAGE_FAULTS",
                                                   STORAGE_FAULTS_SEEDS),
-                                                 (MEMBERSHIP, "RING_SIM_SHIPPED_MEMBERSHIP", MEMBERSHIP_SEEDS)],
-                         ids=["faults", "more-faults", "disk-faults", "storage-faults", "membership"])
+                                                 (MEMBERSHIP, "RING_SIM_SHIPPED_MEMBERSHIP", MEMBERSHIP_SEEDS),
+                                                 (ACK_FAULTS, "RING_SIM_SHIPPED_ACK_FAULTS", ACK_FAULTS_SEEDS)],
+                         ids=["faults", "more-faults", "disk-faults", "storage-faults", "membership", "ack-faults"])
 def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(
         tmp_path: Path, kinds: tuple[str, ...], env: str, default: tuple[int, ...]) -> None:
     failed = []
@@ -97,6 +103,8 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
                 (seed, out.membership)
             gone = out.membership[1].split(" ")[0]
             assert all(len(r) == 3 and gone not in r for r in out.replicas.values()), (seed, out.replicas)
+        if kinds == ACK_FAULTS:
+            drawn.update(f for f in out.faults if f.startswith("at an acknowledgement"))
         if kinds == STORAGE_FAULTS:
             drawn.update(f.split(" at ")[0].split(" (")[0] for f in out.faults)
         if problems:
@@ -105,6 +113,9 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
     if kinds == STORAGE_FAULTS and seeds == default:  # between them, the default seeds draw each new kind
         assert any("a byte of a batch's body changed" in f for f in drawn), drawn
         assert any("fsyncs taking" in f for f in drawn), drawn
+    if kinds == ACK_FAULTS and seeds == default:
+        assert any(f.startswith("at an acknowledgement") and "every broker" in f for f in drawn), drawn
+        assert any(f.startswith("at an acknowledgement") and "every broker" not in f for f in drawn), drawn
 
 
 def test_a_topic_created_again_while_a_brokers_clock_jumped_back_elects_a_leader(tmp_path: Path) -> None:

@@ -24,7 +24,10 @@ again, over and over (each topic of the name a generation); with
 ``MEMBERSHIP`` the faults of ``MORE_FAULTS`` while a fourth broker joins a
 third of the way in and one of the first three is decommissioned at two
 thirds (stopped for good once the load is over and no partition counts it
-among its replicas or voters). Then every link heals, every broker runs,
+among its replicas or voters); with ``ACK_FAULTS`` also faults timed at an
+acknowledgement (the instant a produce at quorum or all to a partition drawn
+is answered, its leader loses power, or every broker does and the leader's
+disk is lost, its followers' fsyncs slow until then). Then every link heals, every broker runs,
 the cluster settles, and ``check`` looks at what is left:
 
 * every record acknowledged at ``quorum`` or ``all`` is read back from its
@@ -52,7 +55,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -77,6 +80,7 @@ GROUP = "work-group"
 GROUP_MEMBERS = 2  # with MORE_FAULTS: consumers of one group, each crashing now and then and replaced
 SETTLE_S = 90.0  # after healing: every broker up and every partition led, within this
 QUIET_S = 6.0  # then this long without produces, for followers to catch up
+ACK_TRAP_S = 5.0  # with ACK_FAULTS: a fault timed at an acknowledgement waits this long for one
 
 
 @dataclass
@@ -136,6 +140,10 @@ STORAGE_FAULTS = (*DISK_FAULTS, "bit-flip", "slow-disk")
 # a run on these kinds makes both changes once.
 MEMBERSHIP_CHANGE = "join-decommission"
 MEMBERSHIP = (*MORE_FAULTS, MEMBERSHIP_CHANGE)
+# And faults timed at an acknowledgement: the moment the workload is answered a produce at quorum or all,
+# its partition's leader loses power, or (half of them) every broker does and the leader's disk is lost
+# with it, so what the acknowledgement promised must survive on the replicas that acknowledged it.
+ACK_FAULTS = (*FAULTS, "ack-crash")
 CHURN_TOPIC = "churn"  # one partition at replication factor 3, created, produced to, deleted, created again
 CHURN_LIVES_S = (4.0, 9.0)  # how long each of its topics lives, drawn from this range
 STORAGE_REPAIR_INTERVAL_S = 4.0  # anti-entropy rounds this often in a run with bit flips: a spoiled batch
@@ -154,6 +162,8 @@ class _World(Probes):
         self.kinds = kinds
         self.drawn = tuple(k for k in kinds if k != MEMBERSHIP_CHANGE)  # the faults drawn from the seed
         self.decommissioned: str | None = None
+        self.ack_trap: Callable[[int], None] | None = None  # given the partition of the next quorum or all
+        # acknowledgement
         self.unmoved = ""  # why ``moved_off`` last said no
         self.churn = kinds == STORAGE_FAULTS
         self.out = Outcome(seed)
@@ -205,6 +215,9 @@ class _World(Probes):
                 offset = await self.produce(self.rng.choice(self.cluster.members), partition, value, level, producer)
                 if offset is not None:
                     self.out.acks.append(Ack(partition, offset, value, level))
+                    if level != "one" and self.ack_trap is not None:
+                        trap, self.ack_trap = self.ack_trap, None
+                        trap(partition)
                     break
                 await asyncio.sleep(self.rng.uniform(0.1, 0.5))
             await asyncio.sleep(self.rng.uniform(0.1, 0.4))
@@ -356,6 +369,10 @@ class _World(Probes):
                 await asyncio.sleep(lasts)
                 heal(ha, hb)
                 what = f"cut {a}-{b}" if kind == "cut" else f"cut {a}->{b} one way"
+            elif kind == "ack-crash":
+                what = await self.ack_crash(lasts)
+                if what is None:  # no acknowledgement came: no fault
+                    continue
             elif kind == "clock-jump":
                 victim = self.rng.choice(names)
                 jump = self.rng.choice((-1, 1)) * self.rng.uniform(5.0, 3600.0)
@@ -402,6 +419,49 @@ class _World(Probes):
                 what = f"pause {victim}"
             self.out.faults.append(f"{what} at {at:.1f}s for {lasts:.1f}s")
             await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+
+    async def ack_crash(self, lasts: float) -> str | None:
+        """At the next acknowledgement at quorum or all of a partition drawn here, its leader (as the brokers
+        reported it just before) loses power; or, half of the time, every broker does and the leader's disk
+        is lost (it starts again on an empty directory), its followers' fsyncs having been slow meanwhile, so
+        their copies are durable only once they acknowledge them. All start again ``lasts`` later. What
+        happened, or None when no acknowledgement came within ``ACK_TRAP_S``."""
+        leaders = await self.leaders() or {}
+        partition = self.rng.randrange(PARTITIONS)
+        leader = leaders.get(partition) or self.rng.choice(self.cluster.alive())
+        every = self.rng.random() < 0.5
+        slowed = [n for n in self.cluster.alive() if n != leader] if every else []
+        seconds = self.rng.uniform(0.3, 1.5)
+        for name in slowed:
+            self.cluster.slow_fsyncs(name, seconds)
+        fired: asyncio.Future[list[str]] = self.loop.create_future()
+
+        def trap(acknowledged: int) -> None:
+            if acknowledged != partition:
+                self.ack_trap = trap  # another partition's: wait on
+                return
+            victims = [leader] + ([n for n in self.cluster.alive() if n != leader] if every else [])
+            for victim in victims:
+                if victim in self.cluster.alive():
+                    self.cluster.kill(victim, power_loss=True)
+            fired.set_result(victims)
+
+        self.ack_trap = trap
+        try:
+            victims = await asyncio.wait_for(fired, ACK_TRAP_S)
+        except asyncio.TimeoutError:
+            self.ack_trap = None
+            return None
+        finally:
+            for name in slowed:
+                self.cluster.slow_fsyncs(name, 0)
+        await asyncio.sleep(lasts)
+        for victim in victims:
+            self.cluster.restart(victim, wipe=every and victim == leader)
+        if every:
+            return (f"at an acknowledgement of partition {partition} (its followers' fsyncs taking {seconds:.1f}s), "
+                    f"every broker losing power, its leader {leader} back on an empty disk")
+        return f"at an acknowledgement of partition {partition}, its leader {leader} losing power"
 
     # --- the membership changing ---------------------------------------------------------------
 
