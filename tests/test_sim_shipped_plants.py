@@ -15,8 +15,8 @@ from tests.sim.shipped_workload import ACK_FAULTS, FAULTS, MORE_FAULTS, check, r
 CAUGHT = {
     "forward_answer_to_oldest": (0, FAULTS, "acknowledged at quorum or all lost"),
     "idempotent_retry_written_again": (0, FAULTS, "an idempotent produce written twice"),
-    "turn_answers_before_acks": (2, ACK_FAULTS, "acknowledged at quorum or all lost"),
-    "follower_acks_before_fsync": (1, ACK_FAULTS, "acknowledged at quorum or all lost"),
+    "turn_answers_before_acks": (5, ACK_FAULTS, "acknowledged at quorum or all lost"),
+    "follower_acks_before_fsync": (18, ACK_FAULTS, "acknowledged at quorum or all lost"),
     "fetch_reads_past_high_watermark": (22, FAULTS, "records a fetch returned are not in the log"),
     "poll_acknowledged_when_answered": (25, MORE_FAULTS, "but no member was handed"),
 }

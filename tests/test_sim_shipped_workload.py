@@ -30,15 +30,19 @@ the checker compares each partition's replicas at the end. A sixth
 (``ACK_FAULTS``) adds faults timed at an acknowledgement: the instant a
 produce at quorum or all is answered, its partition's leader loses power, or
 every broker does and the leader's disk is lost, its followers' fsyncs slow
-until then.
+until then. A seventh (``TORN_FAULTS``) adds torn writes: a broker whose
+fsyncs have been slow for a while loses power, and each of its files keeps
+what was synced and a part of what followed, the tail of that part zeroed
+now and then.
 
 ``RING_SIM_SHIPPED_WORKLOAD_SEEDS=N`` (``RING_SIM_SHIPPED_MORE_FAULTS_SEEDS=N``,
 ``RING_SIM_SHIPPED_DISK_FAULTS_SEEDS=N``, ``RING_SIM_SHIPPED_STORAGE_FAULTS_SEEDS=N`` and
-``RING_SIM_SHIPPED_MEMBERSHIP_SEEDS=N``, ``RING_SIM_SHIPPED_ACK_FAULTS_SEEDS=N`` for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
+``RING_SIM_SHIPPED_MEMBERSHIP_SEEDS=N``, ``RING_SIM_SHIPPED_ACK_FAULTS_SEEDS=N``, ``RING_SIM_SHIPPED_TORN_FAULTS_SEEDS=N`` for the others) runs seeds 0 to N-1 instead (a sweep); ``..._SEED=S`` replays one.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -46,14 +50,15 @@ from tests.sim.shipped import seeds_from_env
 import pytest
 
 from tests.sim.shipped_workload import (ACK_FAULTS, CHURN_TOPIC as CHURN, DISK_FAULTS, FAULTS, FAULTS_MIN, MEMBERSHIP,
-                                        MORE_FAULTS, STORAGE_FAULTS, WORKLOAD_S, check, run_workload)
+                                        MORE_FAULTS, STORAGE_FAULTS, TORN_FAULTS, WORKLOAD_S, check, run_workload)
 
 WORKLOAD_SEEDS = (2, 3, 4)
 MORE_FAULTS_SEEDS = (0, 1, 2)
 DISK_FAULTS_SEEDS = (6, 8)  # each draws a failing disk (8 two of them) among its faults
 STORAGE_FAULTS_SEEDS = (0, 7)  # 0 draws a slow disk, 7 a bit flip in a batch of the topic
 MEMBERSHIP_SEEDS = (0, 13)  # 13 draws a follower back on an empty disk before the join
-ACK_FAULTS_SEEDS = (1, 3)  # between them, both kinds of fault timed at an acknowledgement
+ACK_FAULTS_SEEDS = (4, 11)  # each draws both kinds of fault timed at an acknowledgement
+TORN_FAULTS_SEEDS = (3, 4)  # each tears a segment file's tail mid-batch, zeroing its last bytes
 
 
 @pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),
@@ -62,8 +67,10 @@ ACK_FAULTS_SEEDS = (1, 3)  # between them, both kinds of fault timed at an ackno
                                                  (STORAGE_FAULTS, "RING_SIM_SHIPPED_STORAGE_FAULTS",
                                                   STORAGE_FAULTS_SEEDS),
                                                  (MEMBERSHIP, "RING_SIM_SHIPPED_MEMBERSHIP", MEMBERSHIP_SEEDS),
-                                                 (ACK_FAULTS, "RING_SIM_SHIPPED_ACK_FAULTS", ACK_FAULTS_SEEDS)],
-                         ids=["faults", "more-faults", "disk-faults", "storage-faults", "membership", "ack-faults"])
+                                                 (ACK_FAULTS, "RING_SIM_SHIPPED_ACK_FAULTS", ACK_FAULTS_SEEDS),
+                                                 (TORN_FAULTS, "RING_SIM_SHIPPED_TORN_FAULTS", TORN_FAULTS_SEEDS)],
+                         ids=["faults", "more-faults", "disk-faults", "storage-faults", "membership", "ack-faults",
+                              "torn-faults"])
 def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree(
         tmp_path: Path, kinds: tuple[str, ...], env: str, default: tuple[int, ...]) -> None:
     failed = []
@@ -103,6 +110,8 @@ def test_faults_drawn_from_the_seed_lose_nothing_acknowledged_and_replicas_agree
                 (seed, out.membership)
             gone = out.membership[1].split(" ")[0]
             assert all(len(r) == 3 and gone not in r for r in out.replicas.values()), (seed, out.replicas)
+        if kinds == TORN_FAULTS and seeds == default:  # a segment file torn mid-batch, its tail zeroed
+            assert any(re.search(r"\.log torn at \d+ of \d+, \d+ zeroed", f) for f in out.faults), (seed, out.faults)
         if kinds == ACK_FAULTS:
             drawn.update(f for f in out.faults if f.startswith("at an acknowledgement"))
         if kinds == STORAGE_FAULTS:
@@ -132,11 +141,11 @@ def test_a_topic_created_again_while_a_brokers_clock_jumped_back_elects_a_leader
 
 
 def test_a_decommissioned_broker_that_loses_power_and_starts_again_stays_off_the_ring(tmp_path: Path) -> None:
-    """Seed 3 of ``MEMBERSHIP``: ring-1 is decommissioned and half a second later loses power (with ring-0)
-    and starts again on its data directory, a new generation. A removal names a generation, so the restart
-    took it back onto the ring, undoing the decommission; a decommission also names the data directory's
-    incarnation, so ring-1 stays off the ring, its partitions move away and it is stopped."""
-    out = run_workload(3, tmp_path, MEMBERSHIP)
+    """Seed 21 of ``MEMBERSHIP``: ring-1 is decommissioned and a fifth of a second later loses power (with
+    ring-2) and starts again on its data directory, a new generation. A removal names a generation, so the
+    restart took it back onto the ring, undoing the decommission; a decommission also names the data
+    directory's incarnation, so ring-1 stays off the ring, its partitions move away and it is stopped."""
+    out = run_workload(21, tmp_path, MEMBERSHIP)
     assert out.membership[1].startswith("ring-1 decommissioned"), out.membership
     decommissioned_at = float(out.membership[1].rpartition(" at ")[2].rstrip("s"))
     assert any("ring-1 losing power" in f and decommissioned_at < float(f.split(" at ")[1].split("s")[0])

@@ -68,6 +68,7 @@ CLIENT_PORT = 9250
 PEER_PORT = 9251
 SECRET = "simulated-cluster-secret"
 CLIENT_HOST = "10.0.0.100"
+TORN_ZEROS_MAX = 4096  # a torn write's zeroed tail: at most a page
 
 
 class _VirtualSecrets:
@@ -182,14 +183,15 @@ class ShippedCluster:
     def host_of(self, name: str) -> str:
         return self.hosts[self.names.index(name)]
 
-    def kill(self, name: str, power_loss: bool = False) -> list[str]:
+    def kill(self, name: str, power_loss: bool = False, torn: random.Random | None = None) -> list[str]:
         """The broker crashes: none of its code runs again, its connections are reset, and its open files
         are closed as the process's end closes them (so its data directory's lock is free). ``power_loss``:
-        its machine loses power too, and its files what was not synced (the files cut are returned)."""
+        its machine loses power too, and its files what was not synced (the files cut are returned), or,
+        ``torn``, writes are torn (``SyncedLengths.lose_power``)."""
         self.loop.kill(self.host_of(name))
         data_dir = self.configs[self.names.index(name)].data_dir
         _close_files_under(data_dir)
-        return SYNCED.lose_power(data_dir) if power_loss else []
+        return SYNCED.lose_power(data_dir, torn) if power_loss else []
 
     def restart(self, name: str, wipe: bool = False) -> None:
         """The killed broker starts again (``serve``, as at first) on its data directory, or, ``wipe``, on an
@@ -291,15 +293,31 @@ class SyncedLengths:
             return self.real_fdatasync(fd)
         self.sync(fd)
 
-    def lose_power(self, root: Path) -> list[str]:
-        """Every file under ``root`` back to its last synced length; the files cut, relative to ``root``."""
+    def lose_power(self, root: Path, torn: random.Random | None = None) -> list[str]:
+        """Every file under ``root`` back to its last synced length; the files cut, relative to ``root``.
+        ``torn``: writes torn instead, each drawn from it: a file keeps its synced bytes and some of what
+        was written after them (none to all), and half of the files torn so have the last
+        ``TORN_ZEROS_MAX`` bytes or fewer of what they kept zeroed (the size reached the disk, the data did
+        not)."""
         cut = []
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             st = path.stat()
             keep = self.lengths.get((st.st_dev, st.st_ino), 0)
-            if st.st_size > keep:
+            if st.st_size <= keep:
+                continue
+            if torn is None:
                 os.truncate(path, keep)
                 cut.append(str(path.relative_to(root)))
+                continue
+            length = keep + torn.randrange(st.st_size - keep + 1)
+            os.truncate(path, length)
+            zeros = min(length - keep, torn.randrange(TORN_ZEROS_MAX + 1)) if torn.random() < 0.5 else 0
+            if zeros:
+                with open(path, "r+b") as f:
+                    f.seek(length - zeros)
+                    f.write(bytes(zeros))
+            cut.append(f"{path.relative_to(root)} torn at {length} of {st.st_size}"
+                       + (f", {zeros} zeroed" if zeros else ""))
         return cut
 
 

@@ -6,7 +6,8 @@ makes a topic of ``PARTITIONS`` partitions at replication factor 3, and for
 at ``one``, ``quorum`` or ``all`` through any broker (the two that do not lead
 forward it), idempotent ones retrying a request that got no answer through
 another broker with the same producer id and sequence, one that is not
-idempotent and never retries, and a reader that fetches from any broker. The
+idempotent and never retries, and a reader that fetches from any broker (with
+``LONG_POLLS`` its fetches wait up to 2 s for records). The
 faults come from the seed, one after another, at least ``FAULTS_MIN`` of
 them: a leader crash and a follower crash (half of them power losses, which
 lose what was not synced; each restarted after a while on its data
@@ -27,7 +28,10 @@ thirds (stopped for good once the load is over and no partition counts it
 among its replicas or voters); with ``ACK_FAULTS`` also faults timed at an
 acknowledgement (the instant a produce at quorum or all to a partition drawn
 is answered, its leader loses power, or every broker does and the leader's
-disk is lost, its followers' fsyncs slow until then). Then every link heals, every broker runs,
+disk is lost, its followers' fsyncs slow until then); with ``TORN_FAULTS``
+also torn writes (a broker whose fsyncs were slow a while loses power, each
+file keeping what was synced and a part of what followed, its tail zeroed
+now and then). Then every link heals, every broker runs,
 the cluster settles, and ``check`` looks at what is left:
 
 * every record acknowledged at ``quorum`` or ``all`` is read back from its
@@ -134,16 +138,24 @@ DISK_FAULTS = (*MORE_FAULTS, "fsync-fail")
 # before it starts again (its CRC no longer matches), and a broker's fsyncs taking seconds for a while. A run
 # on these kinds also deletes and recreates a topic (``CHURN_TOPIC``) while it runs.
 STORAGE_FAULTS = (*DISK_FAULTS, "bit-flip", "slow-disk")
-# And the membership changing while the faults of MORE_FAULTS hit it: a fourth broker joins a third of the way
-# in (partitions move to it), and at two thirds one of the first three is decommissioned (its partitions move
-# away); once no partition counts it among its replicas it stops for good. Not a fault drawn from the seed:
-# a run on these kinds makes both changes once.
+# Not faults drawn from the seed but what a run on kinds that name them does besides. The membership
+# changing: a fourth broker joins a third of the way in (partitions move to it), and at two thirds one of
+# the first three is decommissioned (its partitions move away); once no partition counts it among its
+# replicas it stops for good. Long polls: the reader's fetches wait up to 2 s for records (the runs without
+# it fetch at once, and their seeds were chosen so).
 MEMBERSHIP_CHANGE = "join-decommission"
-MEMBERSHIP = (*MORE_FAULTS, MEMBERSHIP_CHANGE)
+LONG_POLLS = "long-polls"
+NOT_DRAWN = (MEMBERSHIP_CHANGE, LONG_POLLS)
+# And the membership changing while the faults of MORE_FAULTS hit it.
+MEMBERSHIP = (*MORE_FAULTS, MEMBERSHIP_CHANGE, LONG_POLLS)
 # And faults timed at an acknowledgement: the moment the workload is answered a produce at quorum or all,
 # its partition's leader loses power, or (half of them) every broker does and the leader's disk is lost
 # with it, so what the acknowledgement promised must survive on the replicas that acknowledged it.
-ACK_FAULTS = (*FAULTS, "ack-crash")
+ACK_FAULTS = (*FAULTS, "ack-crash", LONG_POLLS)
+# And torn writes: a broker whose fsyncs have been slow for a while (so writes wait unsynced) loses power,
+# and each of its files keeps what was synced and some of what was written after it, the tail of that part
+# zeroed now and then.
+TORN_FAULTS = (*FAULTS, "torn-write", LONG_POLLS)
 CHURN_TOPIC = "churn"  # one partition at replication factor 3, created, produced to, deleted, created again
 CHURN_LIVES_S = (4.0, 9.0)  # how long each of its topics lives, drawn from this range
 STORAGE_REPAIR_INTERVAL_S = 4.0  # anti-entropy rounds this often in a run with bit flips: a spoiled batch
@@ -160,7 +172,8 @@ class _World(Probes):
         super().__init__(loop, ShippedCluster(loop, root, spare=1 if self.membership else 0, **config))
         self.root = root
         self.kinds = kinds
-        self.drawn = tuple(k for k in kinds if k != MEMBERSHIP_CHANGE)  # the faults drawn from the seed
+        self.drawn = tuple(k for k in kinds if k not in NOT_DRAWN)  # the faults drawn from the seed
+        self.long_polls = LONG_POLLS in kinds
         self.decommissioned: str | None = None
         self.ack_trap: Callable[[int], None] | None = None  # given the partition of the next quorum or all
         # acknowledgement
@@ -265,9 +278,11 @@ class _World(Probes):
         while self.loop.time() < self.stop_at:
             await asyncio.sleep(self.rng.uniform(0.2, 0.6))
             partition = self.rng.randrange(PARTITIONS)
+            wait_ms = self.rng.choice((0, 200, 2000)) if self.long_polls else 0
             got = await self.ask(self.rng.choice(self.cluster.members), "GET",
                                  f"/v1/topics/{TOPIC}/partitions/{partition}/messages",
-                                 params={"offset": str(nexts[partition]), "max_records": "100", "wait_ms": "0"},
+                                 params={"offset": str(nexts[partition]), "max_records": "100",
+                                         "wait_ms": str(wait_ms)},
                                  headers={"Accept": "application/json"})
             if got is None or got[0] != 200:
                 continue
@@ -353,7 +368,8 @@ class _World(Probes):
                 leaders = await self.leaders() or {}
                 leader = leaders.get(self.rng.randrange(PARTITIONS)) or self.rng.choice(names)
                 victim = leader if kind == "leader-crash" else self.rng.choice([n for n in names if n != leader])
-                wipe = kind == "follower-crash" and self.rng.random() < 0.25
+                # (a decommissioned broker back on an empty disk would join the ring as a new broker)
+                wipe = kind == "follower-crash" and self.rng.random() < 0.25 and victim != self.decommissioned
                 power = self.rng.random() < 0.5
                 self.cluster.kill(victim, power_loss=power)
                 await asyncio.sleep(lasts)
@@ -369,6 +385,15 @@ class _World(Probes):
                 await asyncio.sleep(lasts)
                 heal(ha, hb)
                 what = f"cut {a}-{b}" if kind == "cut" else f"cut {a}->{b} one way"
+            elif kind == "torn-write":
+                victim = self.rng.choice(names)
+                self.cluster.slow_fsyncs(victim, self.rng.uniform(0.5, 2.0))  # writes wait, unsynced
+                await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+                torn = self.cluster.kill(victim, power_loss=True, torn=self.rng)
+                self.cluster.slow_fsyncs(victim, 0)
+                await asyncio.sleep(lasts)
+                self.cluster.restart(victim)
+                what = f"{victim} losing power, its writes torn ({'; '.join(torn) or 'nothing unsynced'})"
             elif kind == "ack-crash":
                 what = await self.ack_crash(lasts)
                 if what is None:  # no acknowledgement came: no fault
@@ -423,13 +448,17 @@ class _World(Probes):
     async def ack_crash(self, lasts: float) -> str | None:
         """At the next acknowledgement at quorum or all of a partition drawn here, its leader (as the brokers
         reported it just before) loses power; or, half of the time, every broker does and the leader's disk
-        is lost (it starts again on an empty directory), its followers' fsyncs having been slow meanwhile, so
-        their copies are durable only once they acknowledge them. All start again ``lasts`` later. What
+        is lost (it starts again on an empty directory; unless a replica is still filling after losing its
+        own), its followers' fsyncs having been slow meanwhile, so their copies are durable only once they
+        acknowledge them. All start again ``lasts`` later. What
         happened, or None when no acknowledgement came within ``ACK_TRAP_S``."""
         leaders = await self.leaders() or {}
         partition = self.rng.randrange(PARTITIONS)
         leader = leaders.get(partition) or self.rng.choice(self.cluster.alive())
         every = self.rng.random() < 0.5
+        # the leader's disk is lost only while no replica is still filling after losing its own: two disks
+        # lost at once may leave a partition no replica can lead without an unclean election
+        wipe = every and leader != self.decommissioned and not await self.blank_replicas()
         slowed = [n for n in self.cluster.alive() if n != leader] if every else []
         seconds = self.rng.uniform(0.3, 1.5)
         for name in slowed:
@@ -457,11 +486,24 @@ class _World(Probes):
                 self.cluster.slow_fsyncs(name, 0)
         await asyncio.sleep(lasts)
         for victim in victims:
-            self.cluster.restart(victim, wipe=every and victim == leader)
+            self.cluster.restart(victim, wipe=wipe and victim == leader)
         if every:
             return (f"at an acknowledgement of partition {partition} (its followers' fsyncs taking {seconds:.1f}s), "
-                    f"every broker losing power, its leader {leader} back on an empty disk")
+                    f"every broker losing power, its leader {leader}" + (" back on an empty disk" if wipe else ""))
         return f"at an acknowledgement of partition {partition}, its leader {leader} losing power"
+
+    async def blank_replicas(self) -> bool:
+        """Whether some running broker names a replica of some partition that lost its state and is still
+        filling (``lost_state``), or cannot be asked."""
+        for name in self.cluster.alive():
+            listed = await self.ask(name, "GET", "/v1/topics")
+            if listed is None or listed[0] != 200:
+                return True
+            for topic in (t["name"] for t in listed[1]["topics"]):
+                got = await self.ask(name, "GET", f"/v1/topics/{topic}")
+                if got is None or got[0] != 200 or any(d["lost_state"] for d in got[1]["partitions"]):
+                    return True
+        return False
 
     # --- the membership changing ---------------------------------------------------------------
 
