@@ -453,7 +453,7 @@ async def serve(config, access_log: bool = False, tokens=None, polar=None, bound
 
         kafka_listener = KafkaListener(broker, *kafka[0], groups=app[GROUPS_KEY], tokens=tokens,
                                        ssl_context=config.tls.client_port_context(),
-                                       throttle=app.admission.throttle)
+                                       admission=app.admission)
         try:
             await kafka_listener.start()
         except OSError as exc:

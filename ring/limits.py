@@ -715,12 +715,18 @@ LOOP_LAG_MS_MAX = 100
 # behind for three probes (150 ms and more) is overloaded. One probe on time
 # ends the refusals.
 LOOP_LAG_PROBES_LATE = 3
-# Produces, fetches and group polls/commits admitted and not answered yet, less
-# the long-polls parked waiting for data (idle, not work), above which a new
-# one is refused (429, Retry-After). Little's law: a broker acking ~10k
+# Produces, fetches and group polls/commits admitted and not answered yet (and
+# the Kafka listener's produces), less the long-polls parked waiting for data
+# (idle, not work), above which a new one is refused (429, Retry-After; the
+# Kafka listener holds its frame instead). Little's law: a broker acking ~10k
 # produces/s at quorum in ~20 ms runs ~200 at once; five times that is a queue
 # whose requests wait longer than they run. ``ring serve --requests-running-max``.
 REQUESTS_RUNNING_MAX = 1024
+# The Kafka listener holds a Produce or Fetch frame, its connection unread, while
+# the admission would refuse new work, and looks again this often: a few loop-lag
+# probes' time, short beside a client's request.timeout.ms (30 s by default) and
+# long enough that held connections cost the loop little.
+KAFKA_ADMISSION_RECHECK_MS = 50
 # A token's quota bucket holds this many seconds of its rate: a client may
 # send a second's worth at once (as Kafka's quota windows of about a second
 # allow) and is held to the rate over longer spans.
@@ -843,6 +849,7 @@ def validate() -> None:
     assert CLOCK_SAMPLE_RTT_MS_MAX < GOSSIP_REQUEST_TIMEOUT_S * 1000
     assert GROUP_SESSION_TIMEOUT_MS_MIN <= POLAR_SESSION_TIMEOUT_MS <= GROUP_SESSION_TIMEOUT_MS_MAX
     assert 0 < LOOP_LAG_PROBE_INTERVAL_S * 1000 < LOOP_LAG_MS_MAX
+    assert 0 < KAFKA_ADMISSION_RECHECK_MS
     assert 0 < QUOTA_BURST_S <= QUOTA_WAIT_S_MAX and LOOP_LAG_PROBES_LATE >= 1
     assert KAFKA_REQUEST_BYTES_MAX > REQUEST_BYTES_MAX
     assert FETCH_RECORDS_MAX <= 0xFFFF  # a PolarStreams binary poll answer counts its items in a uint16

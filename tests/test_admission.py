@@ -186,3 +186,55 @@ def test_a_call_whose_last_attempt_was_refused_for_quota_fails_as_that_refusal(
             raise AssertionError("a fetch past alice's quota and its retry_timeout_s was answered")
     stored = admin.fetch(topic, 0, offset=0, max_records=100).json()["records"]
     assert [r["value"][0] for r in stored] == ["a"], "the refused record is not stored"
+
+
+def test_the_kafka_listeners_produces_count_toward_the_bound_and_a_new_frame_waits_for_room(
+        tmp_path: Path, topic: str) -> None:
+    """The same bound on the Kafka listener: its produces count as running (an HTTP produce past the bound
+    is refused), and while the broker is past the bound a Kafka Produce frame is held, its connection not
+    read, counted as a refusal; it is taken, written and answered once the running work drains."""
+    from ring.kafka_api.records import encode_batch
+    from tests.test_kafka_listener import produce_answer, produce_frame, read_answer
+
+    cluster = TestCluster(tmp_path / "cluster", 3, args=["--requests-running-max", "2", "--fsync", "interval:100"],
+                          kafka=True).start()
+    try:
+        first = cluster[0].http
+        assert first.create_topic(topic, partitions=1, replication_factor=3).status == 201
+        leader_name = wait_for("a leader", lambda: first.describe(topic)["partitions"][0].get("leader"))
+        i = next(i for i, m in enumerate(cluster.members) if m.name == leader_name)
+        leader, kafka_port = cluster[i], int(cluster.kafka_bootstrap.split(",")[i].rpartition(":")[2])
+        assert leader.http.produce(topic, [0], consistency="all").status == 200
+        followers = [m for m in cluster.members if m is not leader]
+
+        def kafka_produce(correlation_id: int, value: bytes, acks: int) -> socket.socket:
+            sock = socket.create_connection(("127.0.0.1", kafka_port), timeout=30)
+            sock.sendall(produce_frame(correlation_id, topic, 0, bytes(encode_batch(0, 0, [(1, None, value, [])])),
+                                       acks=acks))
+            return sock
+
+        for m in followers:
+            m.pause()  # acks=all (the topic's quorum) now waits for a follower: running work on the leader
+        try:
+            held = [kafka_produce(n, b"held-%d" % n, -1) for n in (1, 2)]
+            wait_for("two Kafka produces running",
+                     lambda: leader.http.status()["admission"]["requests_running"] >= 2, timeout_s=10, interval_s=0.02)
+            refused = leader.http.produce(topic, [2])  # the Kafka listener's produces count
+            assert refused.status == 429 and refused.json()["reason"] == "requests_running", refused.body
+            waiting = kafka_produce(3, b"waiting", 1)  # acks=1: answered at once, once taken
+            wait_for("the Kafka frame held and counted", lambda: leader.http.status()["admission"]["refused"]
+                     ["requests_running"] == 2, timeout_s=10, interval_s=0.02)
+            # the leader's log holds the first record and the two running produces, not the held one
+            assert leader.http.describe(topic)["partitions"][0]["end_offset"] == 3
+        finally:
+            for m in followers:
+                m.resume()
+        for n, sock in [(1, held[0]), (2, held[1]), (3, waiting)]:
+            correlation_id, body = read_answer(sock)
+            assert (correlation_id, produce_answer(body)[0]) == (n, 0)
+            sock.close()
+        values = {r["value"] for r in leader.http.fetch(topic, 0, offset=0, max_records=10).json()["records"]}
+        assert {"held-1", "held-2", "waiting"} <= values, values
+        assert leader.http.status()["admission"]["requests_running"] == 0
+    finally:
+        cluster.kill()

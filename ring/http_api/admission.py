@@ -74,15 +74,9 @@ class Admission:
         kind = req.route.plane
         if not kind:
             return
-        working = self.running - self.parked()
-        late_s = min(self.recent_s)
-        # A late loop with nothing else running was busy with requests already answered (one client's
-        # heavy bodies one after another): no queue for this one to join.
-        if working > 0 and late_s * 1000 > self.lag_ms_max:
-            raise self._refuse(LOOP_LAG, f"the event loop ran its last {len(self.recent_s)} probes "
-                               f"{late_s * 1000:.0f} ms late or more (bound {self.lag_ms_max} ms)")
-        if working >= self.running_max:
-            raise self._refuse(REQUESTS_RUNNING, f"{working} requests are running (bound {self.running_max})")
+        refusal = self.overloaded()
+        if refusal is not None:
+            raise refusal
         principal = req.principal
         quota = principal.quota if principal is not None else None
         if quota is not None:
@@ -91,14 +85,39 @@ class Admission:
                 raise QuotaExceeded(f"{principal.name} is over its {kind} quota ({', '.join(quota.fields())}); "
                                     f"retry in {wait_s:.3f} s", wait_s, quota=kind)
 
-    def _refuse(self, reason: str, why: str) -> Overloaded:
-        self.refused[reason] += 1
+    def overloaded(self, count: bool = True) -> Overloaded | None:
+        """Why new data-plane work must not be taken now (counted as a refusal unless not ``count``), or
+        None: the load bounds of ``check``, asked by the Kafka listener too (which holds the frame rather
+        than answer)."""
+        working = self.running - self.parked()
+        late_s = min(self.recent_s)
+        # A late loop with nothing else running was busy with requests already answered (one client's
+        # heavy bodies one after another): no queue for this one to join.
+        if working > 0 and late_s * 1000 > self.lag_ms_max:
+            return self._refuse(LOOP_LAG, f"the event loop ran its last {len(self.recent_s)} probes "
+                                f"{late_s * 1000:.0f} ms late or more (bound {self.lag_ms_max} ms)", count)
+        if working >= self.running_max:
+            return self._refuse(REQUESTS_RUNNING, f"{working} requests are running (bound {self.running_max})",
+                                count)
+        return None
+
+    def _refuse(self, reason: str, why: str, count: bool = True) -> Overloaded:
+        if count:
+            self.refused[reason] += 1
         return Overloaded(f"this broker is overloaded: {why}; retry later", reason=reason)
 
     def ran(self, req: Any) -> None:
         """``req``'s handler is called."""
         if req.route.plane:
             self.running += 1
+
+    def started(self) -> None:
+        """A data-plane request of another front (the Kafka listener's Produce or Fetch) is running."""
+        self.running += 1
+
+    def finished(self) -> None:
+        """One that ``started`` has its answer, or its connection closed."""
+        self.running -= 1
 
     def answered(self, req: Any, resp: Any, now: float, running: bool) -> None:
         """``req`` has its answer (``running``: its handler had been called); its bytes go to its quota."""

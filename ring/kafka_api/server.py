@@ -39,6 +39,17 @@ Theory of operation.
   fetch's answer are charged as bytes, each of them as a request. A frame
   over the quota is not taken until its wait has passed, and the connection
   is not read meanwhile, as Kafka mutes a throttled client's channel.
+* Load. The client port's admission (``ring.http_api.admission``, one per
+  broker) holds the Kafka listener too: while it would refuse new work (the
+  event loop behind, or ``REQUESTS_RUNNING_MAX`` requests running), a Produce
+  or Fetch frame is not taken and its connection not read, looked at again
+  every ``KAFKA_ADMISSION_RECHECK_MS``, as Kafka's network threads stop
+  reading when its request queue is full (Kafka has no error that tells a
+  producer to come back later). Each frame held counts as one refusal in the
+  admission's figures. A Produce taken counts as running until it is
+  answered (or its connection closes), so produces through either port
+  count toward one bound; a Fetch mostly waits for data, as the long-polls
+  the bound leaves out do, and is not counted.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ from typing import Any
 
 from ring import auth, limits, quotas
 from ring.errors import Overloaded, RingError
+from ring.http_api.admission import Admission, admission_of
 from ring.http_api.budget import body_budget_of
 from ring.kafka_api import apis, sasl
 from ring.kafka_api.wire import Malformed, Quiet, Reader, RequestHeader, read_header
@@ -66,12 +78,13 @@ _QUOTA_KINDS = {apis.PRODUCE: quotas.PRODUCE, apis.FETCH: quotas.FETCH}
 
 
 class _Slot:
-    __slots__ = ("answer", "quiet", "charged")
+    __slots__ = ("answer", "quiet", "charged", "running")
 
-    def __init__(self, quiet: bool, charged: bool) -> None:
+    def __init__(self, quiet: bool, charged: bool, running: bool) -> None:
         self.answer: bytes | None = None
         self.quiet = quiet  # answered with nothing (acks=0)
         self.charged = charged  # a fetch of a principal with a quota: its answer's bytes are charged
+        self.running = running  # a produce counted as running by the admission until it is answered
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -94,6 +107,8 @@ class KafkaConnection(asyncio.Protocol):
         self.tokens_seen: list | None = None  # the tokens file's entries when ``principal`` was read from them
         self.mechanism: str | None = None  # the SASL mechanism a handshake chose
         self.quota_timer: asyncio.TimerHandle | None = None  # armed while a frame waits out its quota
+        self.load_timer: asyncio.TimerHandle | None = None  # armed while a frame waits for the broker's load
+        self.load_held = False  # the frame at the head was held for the load (and counted so)
         self.refused = False  # authentication failed: answer what was taken, then close
 
     def connection_made(self, transport: Any) -> None:
@@ -109,8 +124,13 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
-        if self.quota_timer is not None:
-            self.quota_timer.cancel()
+        for timer in (self.quota_timer, self.load_timer):
+            if timer is not None:
+                timer.cancel()
+        for slot in self.slots:  # what it had running is over
+            if slot.running:
+                slot.running = False
+                self.listener.admission.finished()
         self.buf.clear()
         self.hold.release()
         self._time_frame()
@@ -148,6 +168,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if len(buf) < 4 + size:
                 break
+            if self._over_load(buf):
+                break
             if self.principal is not None and self._over_quota(buf, size):
                 break
             frame = bytes(buf[4:4 + size])
@@ -175,7 +197,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _full(self) -> bool:
         return (self.write_paused or len(self.slots) >= limits.KAFKA_REQUESTS_IN_FLIGHT_MAX
-                or self.quota_timer is not None)
+                or self.quota_timer is not None or self.load_timer is not None)
 
     def _current(self) -> auth.Principal | None:
         """The principal, read again from the tokens file when it was read again since (SIGHUP); None
@@ -205,6 +227,22 @@ class KafkaConnection(asyncio.Protocol):
 
     def _quota_waited(self) -> None:
         self.quota_timer = None
+        self._frames()
+
+    def _over_load(self, buf: bytearray) -> bool:
+        """Whether the whole frame at the head of ``buf``, a Produce or Fetch, must wait for the broker's
+        load to fall below the admission's bounds: the connection is not read until then."""
+        if (struct.unpack_from(">h", buf, 4)[0] not in _QUOTA_KINDS
+                or self.listener.admission.overloaded(count=not self.load_held) is None):
+            self.load_held = False
+            return False
+        self.load_held = True  # (counted as one refusal, however often it is looked at again)
+        self.load_timer = asyncio.get_running_loop().call_later(limits.KAFKA_ADMISSION_RECHECK_MS / 1000,
+                                                                self._load_waited)
+        return True
+
+    def _load_waited(self) -> None:
+        self.load_timer = None
         self._frames()
 
     def _flow(self) -> None:
@@ -249,7 +287,9 @@ class KafkaConnection(asyncio.Protocol):
             answer = answer.work
         charged = (header.api_key == apis.FETCH and self.principal is not None
                    and self.principal.quota is not None)
-        slot = _Slot(quiet, charged)
+        slot = _Slot(quiet, charged, header.api_key == apis.PRODUCE)
+        if slot.running:
+            self.listener.admission.started()
         self.slots.append(slot)
         head = _SIZE.pack(header.correlation_id)  # response header v0 ...
         if header.api_key != apis.API_VERSIONS and apis.flexible(header.api_key, header.api_version):
@@ -323,6 +363,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _answered(self, slot: _Slot, head: bytes, body: bytes | bytearray) -> None:
         slot.answer = b"" if slot.quiet else _SIZE.pack(len(head) + len(body)) + head + body
+        if slot.running:
+            slot.running = False
+            self.listener.admission.finished()
         principal = self.principal
         if slot.charged and principal is not None and principal.quota is not None:
             self.listener.throttle.charge(self.listener.broker.clock.monotonic(), principal.name, principal.quota,
@@ -351,12 +394,14 @@ class KafkaListener:
     """The Kafka listener of one broker: ``start`` returns once it accepts, ``stop`` closes every connection."""
 
     def __init__(self, broker: Any, host: str, port: int, groups: Any = None, tokens: auth.TokenTable | None = None,
-                 ssl_context: Any = None, throttle: quotas.Throttle | None = None) -> None:
+                 ssl_context: Any = None, admission: Admission | None = None) -> None:
         self.broker = broker
         self.groups = groups  # the broker's ring.groups.service.Groups: the group APIs are served by it
         self.tokens = tokens  # the client port's tokens (reloaded in place): SASL PLAIN required with them
         self.ssl_context = ssl_context  # TLS, with the client port's certificate
-        self.throttle = throttle if throttle is not None else quotas.Throttle()  # the HTTP port's: one budget
+        # The client port's: one set of load bounds and one quota budget per token for both ports
+        self.admission = admission if admission is not None else admission_of(broker)
+        self.throttle = self.admission.throttle
         self.host = host
         self.port = port
         self.connections: set[KafkaConnection] = set()
