@@ -86,3 +86,10 @@ clean:
 .PHONY: chaos
 chaos: venv
 	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+
+# The shipped-broker simulation over many seeds of every run of its workload, in worker
+# processes (tests/sim/sweep.py); prints each failing seed with the variable that replays
+# it in the suite. SWEEP_ARGS="--seeds 1000 --jobs 2", "--runs membership --plant NAME" etc.
+.PHONY: sim-sweep
+sim-sweep: venv
+	$(BIN)/python -m tests.sim.sweep $(SWEEP_ARGS)
