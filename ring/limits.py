@@ -266,7 +266,8 @@ CLUSTER_ANNOUNCE_TIMEOUT_S = 2.0
 PEER_REQUEST_TIMEOUT_S = REPLICATION_ACK_TIMEOUT_MS / 1000 + 5.0
 # Connections one broker keeps open to its peers (gossip, forwards, proxies).
 PEER_CONNECTIONS_MAX = 64
-# Each broker saves the high watermarks of its replicas this often, so a
+# Each broker saves the high watermarks of its replicas this often (in an executor
+# thread: the file's fsyncs take milliseconds, too long for the event loop), so a
 # restarted replica serves what was committed before without waiting for peers.
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000
 

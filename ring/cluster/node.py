@@ -354,13 +354,18 @@ class ClusterBroker(Broker):
 
     # --- high watermark checkpoints ------------------------------------------------------
 
+    def _hw_snapshot(self) -> tuple[int, dict[tuple[str, int], int]]:
+        return self._hws.snapshot({(t, p): r.hw for t, ps in self._parts.items() for p, r in ps.items()
+                                   if r.rf > 1})
+
     def _save_hws(self) -> None:
-        self._hws.save({(t, p): r.hw for t, ps in self._parts.items() for p, r in ps.items() if r.rf > 1})
+        self._hws.save(self._hw_snapshot())
 
     async def _hw_checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self.clock.sleep(limits.HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS / 1000)
-            self._save_hws()
+            await loop.run_in_executor(None, self._hws.save, self._hw_snapshot())  # its fsyncs off the loop
 
     # --- topics ------------------------------------------------------------------------
 
