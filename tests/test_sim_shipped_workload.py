@@ -153,3 +153,15 @@ def test_a_decommissioned_broker_that_loses_power_and_starts_again_stays_off_the
     assert out.membership[2].startswith("ring-1 stopped"), out.membership
     assert all("ring-1" not in r for r in out.replicas.values()), out.replicas
     assert check(out) == []
+
+
+def test_the_checker_finds_an_idempotent_producers_records_out_of_the_order_it_sent_them() -> None:
+    from tests.sim.shipped_workload import Outcome
+
+    out = Outcome(0)
+    out.produced = out.idempotent = {"p1-0", "p1-1", "p2-0"}
+    out.leader_log = {0: [(0, "p1-0"), (1, "p2-0"), (2, "p1-1")]}
+    assert check(out) == []
+    out.leader_log = {0: [(0, "p1-1"), (1, "p2-0"), (2, "p1-0")]}
+    assert check(out) == ["partition 0: p1-0 at offset 2 stands after p1-1 at offset 0, which its producer sent "
+                          "later"]

@@ -37,8 +37,9 @@ the cluster settles, and ``check`` looks at what is left:
 * every record acknowledged at ``quorum`` or ``all`` is read back from its
   partition's leader at the offset it was acknowledged at (records
   acknowledged at ``one`` may go with their leader and are not checked);
-* no value of an idempotent producer is in a partition twice, and no value
-  is in a partition that nobody produced;
+* no value of an idempotent producer is in a partition twice, its values
+  stand in the order it sent them (order per producer, as per key), and no
+  value is in a partition that nobody produced;
 * every record a fetch returned is in the partition at that offset (a fetch
   sees only what is committed);
 * the group commits no offset past a record no member was handed;
@@ -368,11 +369,12 @@ class _World(Probes):
                 leaders = await self.leaders() or {}
                 leader = leaders.get(self.rng.randrange(PARTITIONS)) or self.rng.choice(names)
                 victim = leader if kind == "leader-crash" else self.rng.choice([n for n in names if n != leader])
-                # (a decommissioned broker back on an empty disk would join the ring as a new broker)
-                wipe = kind == "follower-crash" and self.rng.random() < 0.25 and victim != self.decommissioned
+                wipe = kind == "follower-crash" and self.rng.random() < 0.25
                 power = self.rng.random() < 0.5
                 self.cluster.kill(victim, power_loss=power)
                 await asyncio.sleep(lasts)
+                # (a broker decommissioned meanwhile, back on an empty disk, would join as a new broker)
+                wipe = wipe and victim != self.decommissioned
                 self.cluster.restart(victim, wipe=wipe)
                 what = f"{kind} {victim}" + (" losing power" if power else "") + \
                     (" (back on an empty disk)" if wipe else "")
@@ -666,6 +668,16 @@ def check(out: Outcome) -> list[str]:
         unknown = sorted(set(values) - out.produced)
         if unknown:
             problems.append(f"partition {p}: values nobody produced: {unknown[:5]}")
+        last: dict[str, tuple[int, int]] = {}  # an idempotent producer's last record in the log: (its n, offset)
+        for offset, value in recs:
+            if value not in out.idempotent:
+                continue
+            pid, _, n = value.rpartition("-")
+            if pid in last and int(n) < last[pid][0]:
+                problems.append(f"partition {p}: {value} at offset {offset} stands after {pid}-{last[pid][0]} at "
+                                f"offset {last[pid][1]}, which its producer sent later")
+                break
+            last[pid] = (int(n), offset)
     lost = [a for a in out.acks if a.level != "one" and logs.get(a.partition, {}).get(a.offset) != a.value]
     if lost:
         a = lost[0]

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -27,6 +28,9 @@ from pathlib import Path
 
 from tests.sim import shipped_workload as workload
 
+# A worker process runs this many seeds, then a fresh one goes on: a crashed broker's objects are frozen
+# as they were, its files pointed at /dev/null, and seeds after seeds would run out of file descriptors.
+SEEDS_PER_WORKER = 20
 RUNS = {  # name -> (kinds, the environment variable's stem that replays a seed in the suite)
     "faults": (workload.FAULTS, "RING_SIM_SHIPPED_WORKLOAD"),
     "more-faults": (workload.MORE_FAULTS, "RING_SIM_SHIPPED_MORE_FAULTS"),
@@ -58,6 +62,8 @@ def _quiet() -> None:
     that a failure's problems and its replay do not."""
     logging.disable(logging.CRITICAL)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the worker's for its life)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # each crash leaves its frozen files open
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [(r, s, args.plant) for r in runs for s in range(args.first, args.first + args.seeds)]
     failed: list[tuple[str, int, list[str]]] = []
     started = time.monotonic()
-    with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_quiet) as pool:
+    with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_quiet,
+                                                   maxtasksperchild=SEEDS_PER_WORKER) as pool:
         for run, seed, problems, took in pool.imap_unordered(one, tasks):
             if problems:
                 failed.append((run, seed, problems))
