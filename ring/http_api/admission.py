@@ -112,7 +112,7 @@ class Admission:
             self.running += 1
 
     def started(self) -> None:
-        """A data-plane request of another front (the Kafka listener's Produce or Fetch) is running."""
+        """A data-plane request of another front (a Produce of the Kafka listener) is running."""
         self.running += 1
 
     def finished(self) -> None:
