@@ -560,18 +560,35 @@ class _World(Probes):
 
     # --- the end ------------------------------------------------------------------------------
 
-    async def read_leader(self, leader: str, partition: int, topic: str = TOPIC) -> list[tuple[int, str]]:
+    async def read_leader(self, leader: str, partition: int, topic: str = TOPIC) -> list[tuple[int, str]] | None:
+        """The partition's records as ``leader`` serves them, or None when it does not (any other answer)."""
         out: list[tuple[int, str]] = []
         offset = 0
         while True:
             got = await self.ask(leader, "GET", f"/v1/topics/{topic}/partitions/{partition}/messages",
                                  params={"offset": str(offset), "max_records": "10000", "wait_ms": "0"},
                                  headers={"Accept": "application/json"})
-            assert got is not None and got[0] == 200, (leader, partition, got)
+            if got is None or got[0] != 200:
+                return None
             out.extend((rec["offset"], rec["value"]) for rec in got[1]["records"])
             if got[1]["next_offset"] == offset:
                 return out
             offset = got[1]["next_offset"]
+
+    async def final_log(self, leader: str, partition: int, topic: str = TOPIC) -> tuple[str, list[tuple[int, str]]]:
+        """(leader, records) of the partition at the end. Leadership can still move after the cluster
+        settled (a replica back from a lost disk takes its partition back once filled): when ``leader``
+        does not serve it, the brokers are asked again who leads it."""
+        log = await self.read_leader(leader, partition, topic)
+        if log is not None:
+            return leader, log
+
+        async def again() -> tuple[str, list[tuple[int, str]]] | None:
+            leaders = await self.leaders(topic)
+            log = await self.read_leader(leaders[partition], partition, topic) if leaders else None
+            return None if log is None or not leaders else (leaders[partition], log)
+
+        return await self.until(f"{topic}/{partition}'s log from its leader", again, SETTLE_S)
 
     async def main(self) -> Outcome:
         cluster = self.cluster
@@ -606,15 +623,15 @@ class _World(Probes):
         await asyncio.sleep(QUIET_S)
         leaders = await self.until("a leader for every partition at the end", self.leaders, SETTLE_S)
         for p in range(PARTITIONS):
-            self.out.leader_log[p] = await self.read_leader(leaders[p], p)
-            got = await self.ask(leaders[p], "GET", f"/v1/topics/{TOPIC}")
+            leader, self.out.leader_log[p] = await self.final_log(leaders[p], p)
+            got = await self.ask(leader, "GET", f"/v1/topics/{TOPIC}")
             assert got is not None and got[0] == 200, got
             self.out.replicas[p] = got[1]["partitions"][p]["replicas"]
         if self.kinds != FAULTS:
             self.out.committed = await self.until("the group's offsets", self.committed, SETTLE_S)
         if self.out.churn_live is not None:
             churn = await self.until(f"a leader for {CHURN_TOPIC}", lambda: self.leaders(CHURN_TOPIC), SETTLE_S)
-            self.out.churn_log = await self.read_leader(churn[0], 0, CHURN_TOPIC)
+            _, self.out.churn_log = await self.final_log(churn[0], 0, CHURN_TOPIC)
         await self.client.close()
         self.out.virtual_s = self.loop.time()
         self.out.deliveries = cluster.net.deliveries
