@@ -157,6 +157,10 @@ class ClusterBroker(Broker):
             for cfg in self.catalog:
                 self.membership.put_topic(cfg.name, cfg.to_json(), cfg.created_ms)
         self._hws.load()
+        if self._ring_unknown():
+            log.warning("no saved cluster state names another broker: the partitions held here open once "
+                        "this broker has heard from the cluster")
+            return
         self._starting = True
         try:
             for cfg in self.catalog:  # what gossip deleted or replaced meanwhile goes in the first reconcile
@@ -252,9 +256,22 @@ class ClusterBroker(Broker):
         if task is not None and not task.done():
             await asyncio.shield(task)
 
+    def _ring_unknown(self) -> bool:
+        """Whether this broker holds topics and its seeds name other brokers, but it knows none of them yet:
+        no saved state said who is on the ring (lost with the power before it was first saved, or
+        unreadable) and gossip has not told it. Placed on a ring of this broker alone, every partition would
+        have it as its only voter, and it would elect itself over what the others hold: nothing is placed
+        until it knows the ring."""
+        assert self.membership is not None
+        members = self.membership.members
+        return (bool(members.gossip.seeds) and any(True for _ in self.catalog)
+                and not any(n != self.name for n in members.gossip.state.endpoints))
+
     async def _reconcile(self) -> None:
         """Make the local catalogue, open replicas and replication links match gossip and the ring."""
         assert self.membership is not None
+        if self._ring_unknown():
+            return  # (gossip's first news of another broker changes the ring, and reconciles again)
         async with self._reconcile_lock:
             change = placement.catalog_change({c.name: c for c in self.catalog}, self.membership.topics())
             for name in change.remove:
