@@ -88,7 +88,7 @@ def ring_1(http: Http) -> dict[str, Any]:
     return next(b for b in http.get("/v1/cluster").json()["brokers"] if b["name"] == "ring-1")
 
 
-def test_a_broker_joins_and_another_is_decommissioned_under_load(make_cluster, tmp_path) -> None:
+def test_a_broker_joins_and_another_is_decommissioned_under_load(make_cluster, tmp_path, request) -> None:
     c: TestCluster = make_cluster(3, "--fsync", "always")
     assert c[0].http.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3).status == 201
     preloaded: list[tuple[int, int, str]] = []
@@ -104,6 +104,7 @@ def test_a_broker_joins_and_another_is_decommissioned_under_load(make_cluster, t
                                "--fsync", "always"],
                          env={"RING_CLUSTER_SECRET": c.secret, "PYTHONPATH": str(REPO_ROOT)},
                          log_path=tmp_path / "ring-3.log")
+    request.addfinalizer(fourth.kill)  # (whatever fails first)
     writer = Writer([(m.local.host, m.local.port) for m in c])
     writer.start()
     try:

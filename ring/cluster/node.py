@@ -257,14 +257,14 @@ class ClusterBroker(Broker):
             await asyncio.shield(task)
 
     def _ring_unknown(self) -> bool:
-        """Whether this broker holds topics and its seeds name other brokers, but it knows none of them yet:
-        no saved state said who is on the ring (lost with the power before it was first saved, or
-        unreadable) and gossip has not told it. Placed on a ring of this broker alone, every partition would
-        have it as its only voter, and it would elect itself over what the others hold: nothing is placed
-        until it knows the ring."""
+        """Whether this broker holds topics and its seeds name other brokers, but it has not joined and knows
+        none of them yet: no saved state said who is on the ring (lost with the power before it was first
+        saved, or unreadable) and gossip has not told it. Placed on a ring of this broker alone, every
+        partition would have it as its only voter, and it would elect itself over what the others hold:
+        nothing is placed until it knows the ring, or has joined knowing no other (a seed naming itself)."""
         assert self.membership is not None
         members = self.membership.members
-        return (bool(members.gossip.seeds) and any(True for _ in self.catalog)
+        return (bool(members.gossip.seeds) and not members.joined and any(True for _ in self.catalog)
                 and not any(n != self.name for n in members.gossip.state.endpoints))
 
     async def _reconcile(self) -> None:
