@@ -74,7 +74,9 @@ _SIZE = struct.Struct(">i")
 _HEADER_BYTES_MIN = 10  # api_key, api_version, correlation_id and a null client_id
 
 
-_QUOTA_KINDS = {apis.PRODUCE: quotas.PRODUCE, apis.FETCH: quotas.FETCH}
+_API_KEY = struct.Struct(">h")  # a request header's first field, after the frame's size
+# The data plane: the requests a token's quotas and the broker's load bounds hold (each its quota's kind)
+_PLANES = {apis.PRODUCE: quotas.PRODUCE, apis.FETCH: quotas.FETCH}
 
 
 class _Slot:
@@ -168,9 +170,9 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if len(buf) < 4 + size:
                 break
-            if self._over_load(buf):
-                break
-            if self.principal is not None and self._over_quota(buf, size):
+            plane = _PLANES.get(_API_KEY.unpack_from(buf, 4)[0])
+            if plane is not None and (self._over_load() or self.principal is not None
+                                      and self._over_quota(plane, size)):
                 break
             frame = bytes(buf[4:4 + size])
             del buf[:4 + size]
@@ -207,14 +209,13 @@ class KafkaConnection(asyncio.Protocol):
             self.principal, self.tokens_seen = tokens.by_digest(self.token_digest), tokens.entries
         return self.principal
 
-    def _over_quota(self, buf: bytearray, size: int) -> bool:
-        """Whether the whole frame at the head of ``buf`` must wait out its principal's quota (a Produce or
-        Fetch over it): the connection is not read until then. Else its request is counted, and a
-        produce's bytes charged."""
+    def _over_quota(self, kind: str, size: int) -> bool:
+        """Whether the whole frame at the head of the buffer, a Produce or Fetch (``kind``) of ``size``
+        bytes, must wait out its principal's quota: the connection is not read until then. Else its
+        request is counted, and a produce's bytes charged."""
         principal = self._current()
         quota = principal.quota if principal is not None else None
-        kind = _QUOTA_KINDS.get(struct.unpack_from(">h", buf, 4)[0]) if quota is not None else None
-        if kind is None:
+        if quota is None:
             return False
         throttle, now = self.listener.throttle, self.listener.broker.clock.monotonic()
         wait_s = throttle.admit(now, principal.name, quota, kind)
@@ -229,11 +230,10 @@ class KafkaConnection(asyncio.Protocol):
         self.quota_timer = None
         self._frames()
 
-    def _over_load(self, buf: bytearray) -> bool:
-        """Whether the whole frame at the head of ``buf``, a Produce or Fetch, must wait for the broker's
+    def _over_load(self) -> bool:
+        """Whether the whole frame at the head of the buffer, a Produce or Fetch, must wait for the broker's
         load to fall below the admission's bounds: the connection is not read until then."""
-        if (struct.unpack_from(">h", buf, 4)[0] not in _QUOTA_KINDS
-                or self.listener.admission.overloaded(count=not self.load_held) is None):
+        if self.listener.admission.overloaded(count=not self.load_held) is None:
             self.load_held = False
             return False
         self.load_held = True  # (counted as one refusal, however often it is looked at again)
