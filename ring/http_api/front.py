@@ -60,11 +60,14 @@ from ring.http_api.web import Request, Response
 log = logging.getLogger("ring.http")
 access_log = logging.getLogger("ring.access")
 
-# The lower-cased names of the fields most requests carry, as clients spell them: no decode and
-# lower per field for these.
 # What an answer's head is counted for against the answer bounds, on top of its body.
 ANSWER_HEAD_BYTES = 256
+# The states of the first request in line with which ``_run_next`` may start one: it is ready, or
+# answered with others behind it.
+_MAY_RUN = (READY, ANSWERED)
 
+# The lower-cased names of the fields most requests carry, as clients spell them: no decode and
+# lower per field for these.
 _HEADER_KEYS = {spelt.encode(): spelt.lower() for name in (
     "Host", "Content-Length", "Content-Type", "Accept", "User-Agent", "Connection", "Authorization",
     "Accept-Encoding", "Content-Encoding", "Transfer-Encoding", "Expect") for spelt in (name, name.lower())}
@@ -428,11 +431,19 @@ class Connection(asyncio.Protocol):
             return
         self._advancing = True
         try:
+            queue = self.queue
             while not self.closed:
                 self._again = False
-                progressed = self._pump()
-                progressed = self._run_next() or progressed
-                progressed = self._feed() or progressed
+                # Each step is called only when it may have something to do (a call costs as much as its check).
+                head = queue[0] if queue else None
+                progressed = ((head is not None and (head.state == ANSWERED or head.expect_continue))
+                              or bool(self._handed)) and self._pump()
+                if queue and queue[0].state in _MAY_RUN:
+                    progressed = self._run_next() or progressed
+                else:
+                    self.stall_deadline = 0.0  # (what _run_next does with nothing ready first in line)
+                if self.unparsed.data:
+                    progressed = self._feed() or progressed
                 if not (progressed or self._again):
                     break
         finally:
