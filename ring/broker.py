@@ -46,7 +46,7 @@ import asyncio
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Awaitable, Protocol
+from typing import Any, Protocol
 
 from ring import __version__, limits
 from ring.catalog import INTERNAL_TOPICS, Catalog, TopicConfig, validate_topic_name
@@ -59,12 +59,11 @@ from ring.hashing import broker_token, ordinal_from_name
 from ring.log.config import LogConfig
 from ring.log.datadir import DataDir
 from ring.log.partition import PartitionLog
-from ring.produce import Produce
 from ring.replication import steps
-from ring.replication.appends import Appending, TurnAppends
+from ring.replication.appends import TurnAppends
 from ring.replication.commit import GroupCommit
 from ring.replication.idempotence import ProducerStates
-from ring.replication.intake import Intake, ProduceResult
+from ring.replication.intake import Intake
 from ring.replication.local import LocalRouter, Routing
 from ring.replication.reads import Fetched, LongPolls
 from ring.replication.replica import Replica
@@ -330,22 +329,6 @@ class Broker:
         return rep
 
     # --- routing: where produces and reads go is the router's (``self.router``) ------------
-
-    def check_accepting(self) -> None:
-        """Raise unless produces are taken now (``ring.replication.intake``)."""
-        self.router.check_accepting()
-
-    def accepting_at_once(self) -> bool:
-        return self.router.accepting_at_once()
-
-    def unkeyed_partition(self, cfg: TopicConfig) -> int:
-        return self.router.unkeyed_partition(cfg)
-
-    def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
-                          batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
-        """Where a partition's batches go: this turn's write here as its leader, or forwarded to it
-        (``ring.replication.intake.IntakeHost.produce_partition``)."""
-        return self.router.produce_partition(req, cfg, p, batches)
 
     def fetch(self, req: Fetch) -> Fetched:
         """The read at once when this broker can answer it so, else an awaitable of it (``reads.settled``)."""

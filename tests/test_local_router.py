@@ -91,10 +91,10 @@ async def alone(tmp_path: Path) -> Any:
 async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: Any) -> None:
     cfg = alone.catalog.get("t")
     assert isinstance(alone.router, LocalRouter)
-    assert [alone.unkeyed_partition(cfg) for _ in range(4)] == [0, 1, 0, 1]  # round-robin over every partition
-    first = await result_of("t", alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"a"), _batch(b"b")]))
+    assert [alone.router.unkeyed_partition(cfg) for _ in range(4)] == [0, 1, 0, 1]  # round-robin over every partition
+    first = await result_of("t", alone.router.produce_partition(_req("quorum"), cfg, 1, [_batch(b"a"), _batch(b"b")]))
     assert (first.partition, first.base_offset, first.count) == (1, 0, 2)
-    soon = alone.produce_partition(_req("quorum"), cfg, 1, [_batch(b"c")])
+    soon = alone.router.produce_partition(_req("quorum"), cfg, 1, [_batch(b"c")])
     assert is_pending(soon)  # this turn's write: no task
     settled = asyncio.get_running_loop().create_future()
     soon.add_done_callback(lambda a: settled.set_result(None))
@@ -104,7 +104,7 @@ async def test_a_broker_alone_appends_reads_and_truncates_its_own_logs(alone: An
     waiting = alone.fetch(Fetch("t", 1, 3, 1 << 20, 10_000))  # a long-poll at the end: an awaitable
     assert not isinstance(waiting, StoredRead)
     waiting = asyncio.ensure_future(waiting)
-    await result_of("t", alone.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
+    await result_of("t", alone.router.produce_partition(_req("one"), cfg, 1, [_batch(b"d")]))
     got = await asyncio.wait_for(waiting, 10)
     assert [r.value for r in batchfmt.decode(got.data, 0)[1]] == [b"d"]
     assert (await alone.offsets(OffsetsAt("t", 1, LATEST)))["offset"] == 4
@@ -119,7 +119,7 @@ async def test_a_produce_whose_broker_starts_shutting_down_before_its_turns_writ
     """The turn's write checks the partition may still be written: the broker began shutting down
     between the produce and its turn, so the produce fails with the awaited path's 503, nothing written."""
     cfg = alone.catalog.get("t")
-    soon = alone.produce_partition(_req("one"), cfg, 1, [_batch(b"a")])
+    soon = alone.router.produce_partition(_req("one"), cfg, 1, [_batch(b"a")])
     assert is_pending(soon)
     alone.begin_shutdown()
     settled = asyncio.get_running_loop().create_future()
@@ -162,7 +162,7 @@ async def test_a_fetch_of_a_few_records_reads_only_the_batches_that_hold_them(al
     holds; both see the same high watermark."""
     cfg = alone.catalog.get("t")
     for i in range(40):
-        await result_of("t", alone.produce_partition(_req("one"), cfg, 0, [_batch(b"v%d" % i)]))
+        await result_of("t", alone.router.produce_partition(_req("one"), cfg, 0, [_batch(b"v%d" % i)]))
     few = alone.fetch(Fetch("t", 0, 10, 1 << 20, 0, 3))
     every = alone.fetch(Fetch("t", 0, 10, 1 << 20))
     assert [r.offset for r, _ in batchfmt.records_between(few.data, 0, 1 << 62, 1 << 62)] == [10, 11, 12]

@@ -1,6 +1,6 @@
 """A produce request's way in: its topic (created on first use when auto-create is on), the
 partitions its records go to, the batches they are framed into (``ring.log.framing``), and the
-way each partition's batches go (``IntakeHost.produce_partition``: appended here as the
+way each partition's batches go (``IntakeRouting.produce_partition``: appended here as the
 partition's leader, or forwarded to it).
 
 A request comes as one ``ring.produce.Produce``, built by its front; the intake puts in the topic's
@@ -82,21 +82,14 @@ async def _listed(got: Awaitable[ProduceResult]) -> list[ProduceResult]:
     return [await got]
 
 
-class IntakeHost(Protocol):
-    """What the intake uses of its broker."""
-
-    config: BrokerConfig
-    catalog: Catalog
-    clock: Clock
-    clock_refusal: str | None  # why records may not be stamped with this broker's clock (None: they may)
+class IntakeRouting(Protocol):
+    """What the intake asks its broker's router (``IntakeHost.router``)."""
 
     def check_accepting(self) -> None:
         """Raise ``Unavailable`` unless produces are taken now (open; in a cluster, joined)."""
 
     def accepting_at_once(self) -> bool:
         """Whether ``check_accepting`` passes now."""
-
-    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]: ...
 
     def unkeyed_partition(self, cfg: TopicConfig) -> int:
         """The partition a request with no key and no partition goes to."""
@@ -106,6 +99,18 @@ class IntakeHost(Protocol):
         """``batches`` of ``req`` (its consistency resolved) on their way into partition ``p``: with no
         task when nothing need be awaited first (this turn's write, or the forward link's answer: a
         future of (base offset, count) either way, ``is_pending``), else an awaitable of the result."""
+
+
+class IntakeHost(Protocol):
+    """What the intake uses of its broker."""
+
+    config: BrokerConfig
+    catalog: Catalog
+    clock: Clock
+    clock_refusal: str | None  # why records may not be stamped with this broker's clock (None: they may)
+    router: IntakeRouting  # where each partition's batches go
+
+    async def add_topic(self, cfg: TopicConfig) -> dict[str, Any]: ...
 
 
 class Intake:
@@ -142,7 +147,7 @@ class Intake:
             return self._produce_warned(req, cfg, framed, old)
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            got = self.host.produce_partition(req, cfg, p, batches)
+            got = self.host.router.produce_partition(req, cfg, p, batches)
             return got if is_pending(got) else _listed(got)
         return self._produce_framed(req, cfg, framed)
 
@@ -188,7 +193,7 @@ class Intake:
 
     async def _topic(self, topic: str) -> TopicConfig:
         host = self.host
-        host.check_accepting()
+        host.router.check_accepting()
         check_not_internal(validate_topic_name(topic), "produce to")
         if topic not in host.catalog:
             if not host.config.auto_create:
@@ -202,7 +207,7 @@ class Intake:
     def _topic_at_once(self, topic: str) -> TopicConfig | None:
         """The topic a produce goes to when nothing need be awaited to know it (it exists), else None."""
         host = self.host
-        if not host.accepting_at_once() or topic not in host.catalog:
+        if not host.router.accepting_at_once() or topic not in host.catalog:
             return None
         check_not_internal(topic, "produce to")
         return host.catalog.get(topic)
@@ -213,10 +218,10 @@ class Intake:
         body = req.records
         if type(body) is Batches:
             p = framing.choose_partition(cfg.name, cfg.partitions, req.partition, req.key,
-                                         lambda: host.unkeyed_partition(cfg))
+                                         lambda: host.router.unkeyed_partition(cfg))
             return {p: body.batches}
         groups = framing.group(cfg.name, cfg.partitions, req.partition, body.records, body.keyed, req.producer,
-                               lambda: host.unkeyed_partition(cfg))
+                               lambda: host.router.unkeyed_partition(cfg))
         if host.clock_refusal is not None:
             raise ClockUnusable(host.clock_refusal, broker=host.config.name)
         return framing.frame(groups, body.records, body.sizes, body.values_are_json, req.producer,
@@ -226,6 +231,6 @@ class Intake:
                               framed: dict[int, list[bytearray]]) -> list[ProduceResult]:
         if len(framed) == 1:
             ((p, batches),) = framed.items()
-            return [await result_of(req.topic, self.host.produce_partition(req, cfg, p, batches))]
-        return list(await asyncio.gather(*(result_of(req.topic, self.host.produce_partition(req, cfg, p, b))
+            return [await result_of(req.topic, self.host.router.produce_partition(req, cfg, p, batches))]
+        return list(await asyncio.gather(*(result_of(req.topic, self.host.router.produce_partition(req, cfg, p, b))
                                            for p, b in framed.items())))

@@ -78,7 +78,7 @@ class Routing(Protocol):
 
     def produce_partition(self, req: Produce, cfg: TopicConfig, p: int,
                           batches: list[bytearray]) -> Appending | Awaitable[ProduceResult]:
-        """``ring.replication.intake.IntakeHost.produce_partition``."""
+        """``ring.replication.intake.IntakeRouting.produce_partition``."""
 
     def check_writable(self, part: Replica) -> None: ...
 
