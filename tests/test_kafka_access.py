@@ -10,10 +10,12 @@ import uuid
 from typing import Any, AsyncIterator
 
 import pytest
-from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest,
-                                  DeleteGroupsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-                                  DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest,
-                                  ListGroupsResponse)
+from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+                                  CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
+                                  DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
+                                  DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+                                  IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+                                  ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
                                      OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse)
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
@@ -226,6 +228,48 @@ async def test_metadata_describes_what_the_token_holds_and_creates_only_what_it_
 
 
 # --- CreateTopics, DeleteTopics, InitProducerId -------------------------------------------------------------
+
+
+async def test_configs_are_described_and_changed_and_partitions_grown_only_with_permission_on_the_topic(ring):
+    """Every served version of DescribeConfigs, IncrementalAlterConfigs and CreatePartitions, in kafka-python's
+    encoding of Kafka's own schemas: a topic the token may not describe or change answers
+    TOPIC_AUTHORIZATION_FAILED and stays as it was."""
+    await ring.topic("cfg-mine")
+    await ring.topic("cfg-theirs")
+    who = token_of("fay", ("admin", "cfg-mine"))
+    asked = DescribeConfigsRequest.DescribeConfigsResource
+    for version in range(1, 5):
+        describe = DescribeConfigsRequest(include_synonyms=True, include_documentation=True, resources=[
+            asked(resource_type=2, resource_name=name, configuration_keys=None) for name in ("cfg-mine", "cfg-theirs")])
+        answer = await ring.call(who, topic_codec.DESCRIBE_CONFIGS, version, describe, DescribeConfigsResponse)
+        assert {r.resource_name: r.error_code for r in answer.results} == {"cfg-mine": NONE, "cfg-theirs": DENIED}
+        mine = next(r for r in answer.results if r.resource_name == "cfg-mine")
+        assert {c.name: c.value for c in mine.configs}["cleanup.policy"] == "delete"
+        assert all([s.name for s in c.synonyms] == [c.name] for c in mine.configs)
+
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    config = resource.AlterableConfig
+    for version in range(2):
+        retention = 3_600_000 + version
+        alter = IncrementalAlterConfigsRequest(validate_only=False, resources=[resource(
+            resource_type=2, resource_name=name, configs=[config(name="retention.ms", config_operation=0,
+                                                                 value=str(retention))])
+            for name in ("cfg-mine", "cfg-theirs")])
+        answer = await ring.call(who, topic_codec.INCREMENTAL_ALTER_CONFIGS, version, alter,
+                                 IncrementalAlterConfigsResponse)
+        assert {r.resource_name: r.error_code for r in answer.responses} == {"cfg-mine": NONE, "cfg-theirs": DENIED}
+        assert ring.broker.catalog.get("cfg-mine").retention_ms == retention
+    assert ring.broker.catalog.get("cfg-theirs").retention_ms == TopicConfig("-").retention_ms
+
+    grow = CreatePartitionsRequest.CreatePartitionsTopic
+    for version in range(4):
+        count = 2 + version
+        request = CreatePartitionsRequest(timeout_ms=5000, validate_only=False, topics=[
+            grow(name=name, count=count, assignments=None) for name in ("cfg-mine", "cfg-theirs")])
+        answer = await ring.call(who, topic_codec.CREATE_PARTITIONS, version, request, CreatePartitionsResponse)
+        assert {r.name: r.error_code for r in answer.results} == {"cfg-mine": NONE, "cfg-theirs": DENIED}
+        assert ring.broker.catalog.get("cfg-mine").partitions == count
+    assert ring.broker.catalog.get("cfg-theirs").partitions == 1
 
 
 async def test_topics_are_created_and_deleted_only_with_admin_on_their_names(ring):

@@ -1,6 +1,8 @@
-"""Kafka's topic admin APIs through ring's Kafka listener (ring.kafka_api.topics: CreateTopics, DeleteTopics):
-confluent-kafka's (librdkafka's) ``AdminClient`` and kafka-python's ``KafkaAdminClient``, unchanged, on a real
-3-broker ring, each broker with its own listener; what they create and delete is seen over HTTP."""
+"""Kafka's topic admin APIs through ring's Kafka listener (ring.kafka_api.topics: CreateTopics, DeleteTopics;
+ring.kafka_api.configs: DescribeConfigs, IncrementalAlterConfigs, CreatePartitions): confluent-kafka's
+(librdkafka's) ``AdminClient`` and kafka-python's ``KafkaAdminClient``, unchanged, on a real 3-broker ring,
+each broker with its own listener; what they create, change and delete is seen over HTTP on every broker,
+and what they may not change is left as it was."""
 
 from __future__ import annotations
 
@@ -28,15 +30,22 @@ def admin(ring: TestCluster) -> Any:
     return AdminClient({"bootstrap.servers": ring.kafka_bootstrap})
 
 
-def error_of(future: Any) -> Any:
-    """The KafkaError an admin future failed with (None: it succeeded)."""
+def outcome(future: Any) -> Any:
+    """What an admin future holds, or the KafkaError it failed with."""
     from confluent_kafka import KafkaException
 
     try:
-        future.result(timeout=30)
+        return future.result(timeout=30)
     except KafkaException as exc:
         return exc.args[0]
-    return None
+
+
+def error_of(future: Any) -> Any:
+    """The KafkaError an admin future failed with (None: it succeeded)."""
+    from confluent_kafka import KafkaError
+
+    got = outcome(future)
+    return got if isinstance(got, KafkaError) else None
 
 
 def absent_everywhere(ring: TestCluster, name: str) -> bool:
@@ -122,13 +131,13 @@ def test_min_insync_replicas_sets_what_acks_all_waits_for(ring, admin):
 
 
 def test_min_insync_replicas_counts_map_to_levels_on_any_factor():
-    from ring.kafka_api.topics import InvalidConfig, _consistency_for
+    from ring.kafka_api.topics import InvalidConfig, consistency_for
 
-    assert [_consistency_for(n, 5) for n in (1, 3, 5)] == ["one", "quorum", "all"]
-    assert _consistency_for(1, 1) == "one" and _consistency_for(2, 2) == "quorum"
+    assert [consistency_for(n, 5) for n in (1, 3, 5)] == ["one", "quorum", "all"]
+    assert consistency_for(1, 1) == "one" and consistency_for(2, 2) == "quorum"
     for n, rf in ((2, 5), (4, 5), (0, 3), (6, 5), (2, 1)):
         with pytest.raises(InvalidConfig, match=r"min\.insync\.replicas="):
-            _consistency_for(n, rf)
+            consistency_for(n, rf)
 
 
 def test_confluent_deletes_a_topic_and_a_missing_one_is_unknown(ring, admin):
@@ -265,3 +274,150 @@ def test_a_topic_named_twice_too_many_topics_and_a_config_value_not_a_number_are
     # the bound counts the entries of the request: the 4 before these and the first most - 4 of these are served
     assert [got[f"many-{i}"] for i in range(most)] == [0] * (most - 4) + [42] * 4
     assert all(absent_everywhere(ring, name) for name in ("twice", "many-0"))  # (validate_only: nothing made)
+
+
+# --- DescribeConfigs, IncrementalAlterConfigs, CreatePartitions ------------------------------------------
+
+SETTINGS = ("retention_ms", "retention_bytes", "segment_bytes", "compression", "consistency", "unclean_leader_election")
+
+
+def make_topic(ring: TestCluster, name: str, **settings: Any) -> None:
+    r = ring[0].http.create_topic(name, **settings)
+    assert r.status in (200, 201), r.body
+
+
+def settings_of(ring: TestCluster, name: str) -> list[tuple[Any, ...]]:
+    """The topic's settings and partition count, as each broker describes them."""
+    return [(*(doc[k] for k in SETTINGS), len(doc["partitions"])) for doc in (b.http.describe(name) for b in ring)]
+
+
+def described(admin: Any, name: str) -> dict[str, Any]:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    [(_, future)] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).items()
+    return outcome(future)
+
+
+def test_a_topics_configs_are_described_with_their_sources(ring, admin):
+    from confluent_kafka.admin import ConfigSource
+
+    make_topic(ring, "configs-described", partitions=2, retention_ms=3_600_000)
+    got = described(admin, "configs-described")
+    assert {name: entry.value for name, entry in got.items()} == {
+        "retention.ms": "3600000", "retention.bytes": "-1", "segment.bytes": str(ring[0].http.describe(
+            "configs-described")["segment_bytes"]), "compression.type": "uncompressed",
+        "unclean.leader.election.enable": "false", "cleanup.policy": "delete", "min.insync.replicas": "2"}
+    assert got["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # set for this topic
+    assert not got["retention.ms"].is_default
+    assert got["retention.bytes"].source == ConfigSource.DEFAULT_CONFIG.value and got["retention.bytes"].is_default
+    assert got["segment.bytes"].is_read_only and not got["retention.ms"].is_read_only
+
+
+def test_an_unknown_topic_is_unknown_and_a_broker_describes_the_defaults(ring, admin):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    assert described(admin, "no-such-topic-here").code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    metadata = admin.list_topics(timeout=30)
+    broker_id = sorted(metadata.brokers)[0]
+    [(_, future)] = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).items()
+    got = outcome(future)
+    assert got["broker.id"].value == str(broker_id)
+    assert got["default.replication.factor"].value == "3" and got["num.partitions"].is_read_only
+
+
+def test_incremental_alter_sets_and_deletes_configs_every_broker_takes(ring, admin):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    make_topic(ring, "configs-altered", partitions=1)
+    change = ConfigResource(ResourceType.TOPIC, "configs-altered", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("min.insync.replicas", "3", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+    [(_, future)] = admin.incremental_alter_configs([change]).items()
+    assert outcome(future) is None
+    for b in ring:  # gossiped to every broker
+        wait_for("the change on every broker",
+                 lambda b=b: b.http.describe("configs-altered")["retention_ms"] == 7_200_000)
+        doc = b.http.describe("configs-altered")
+        assert (doc["consistency"], doc["unclean_leader_election"]) == ("all", True)
+    assert described(admin, "configs-altered")["min.insync.replicas"].value == "3"
+
+    back = ConfigResource(ResourceType.TOPIC, "configs-altered", incremental_configs=[
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    [(_, future)] = admin.incremental_alter_configs([back]).items()
+    assert outcome(future) is None
+    got = described(admin, "configs-altered")
+    assert got["retention.ms"].is_default and got["retention.ms"].value == str(
+        ring[0].http.describe("configs-altered")["retention_ms"])
+
+
+@pytest.mark.parametrize("name, op, value, code", [
+    ("segment.bytes", "SET", "1048576", "INVALID_CONFIG"),  # fixed when the topic is created
+    ("cleanup.policy", "SET", "compact", "INVALID_CONFIG"),
+    ("message.timestamp.type", "SET", "LogAppendTime", "INVALID_CONFIG"),
+    ("retention.ms", "SET", "soon", "INVALID_CONFIG"),
+    ("retention.ms", "APPEND", "1", "INVALID_CONFIG"),
+    ("min.insync.replicas", "SET", "4", "INVALID_CONFIG"),
+])
+def test_a_config_ring_cannot_take_is_refused_and_nothing_changes(ring, admin, name, op, value, code):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic = "configs-refused"
+    if ring[0].http.get(f"/v1/topics/{topic}").status == 404:
+        make_topic(ring, topic, partitions=1)
+    before = settings_of(ring, topic)
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET),  # (valid, not applied)
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType[op])] if name != "retention.ms" else [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType[op])])
+    [(_, future)] = admin.incremental_alter_configs([change]).items()
+    err = outcome(future)
+    assert err is not None and err.code() == getattr(KafkaError, code), err
+    assert settings_of(ring, topic) == before
+
+
+def test_create_partitions_grows_a_topic_and_refuses_to_shrink_it(ring, admin):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewPartitions
+
+    make_topic(ring, "grown-by-kafka", partitions=2)
+    [(_, future)] = admin.create_partitions([NewPartitions("grown-by-kafka", 5)], validate_only=True).items()
+    assert outcome(future) is None
+    assert len(ring[0].http.describe("grown-by-kafka")["partitions"]) == 2  # validated only
+    [(_, future)] = admin.create_partitions([NewPartitions("grown-by-kafka", 5)]).items()
+    assert outcome(future) is None
+    for b in ring:
+        wait_for("the partitions on every broker",
+                 lambda b=b: len(b.http.describe("grown-by-kafka")["partitions"]) == 5)
+    assert len(admin.list_topics("grown-by-kafka", timeout=30).topics["grown-by-kafka"].partitions) == 5
+
+    for count in (3, 5):
+        [(_, future)] = admin.create_partitions([NewPartitions("grown-by-kafka", count)]).items()
+        assert outcome(future).code() == KafkaError.INVALID_PARTITIONS
+    [(_, future)] = admin.create_partitions([NewPartitions("grown-by-kafka", 7, replica_assignment=[[1], [2]])]).items()
+    assert outcome(future).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    [(_, future)] = admin.create_partitions([NewPartitions("not-a-topic-at-all", 7)]).items()
+    assert outcome(future).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert len(ring[0].http.describe("grown-by-kafka")["partitions"]) == 5
+
+
+def test_validate_only_changes_nothing_and_the_offsets_topic_is_not_changed(ring, admin):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+
+    make_topic(ring, "configs-validated", partitions=1)
+    before = settings_of(ring, "configs-validated")
+    change = ConfigResource(ResourceType.TOPIC, "configs-validated", incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    [(_, future)] = admin.incremental_alter_configs([change], validate_only=True).items()
+    assert outcome(future) is None
+    assert settings_of(ring, "configs-validated") == before
+
+    internal = ConfigResource(ResourceType.TOPIC, "__offsets", incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    [(_, future)] = admin.incremental_alter_configs([internal]).items()
+    assert outcome(future).code() == KafkaError.TOPIC_EXCEPTION
+    [(_, future)] = admin.create_partitions([NewPartitions("__offsets", 1000)]).items()
+    assert outcome(future).code() == KafkaError.TOPIC_EXCEPTION

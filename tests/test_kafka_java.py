@@ -168,3 +168,24 @@ def test_kafka_topics_creates_lists_and_deletes_a_topic(ring: TestCluster, tools
     gone = kafka_topics(ring, tools, "--delete", "--topic", "by-kafka-topics")
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert all(b.http.get("/v1/topics/by-kafka-topics").status == 404 for b in ring)
+
+
+def test_kafka_topics_grows_a_topic_and_describes_its_partitions_and_configs(ring: TestCluster, tools: str) -> None:
+    """kafka-topics --alter --partitions (the Java admin client's CreatePartitions) and --describe (Metadata,
+    and DescribeConfigs for the configs set on the topic)."""
+    made = kafka_topics(ring, tools, "--create", "--topic", "grown-by-kafka-topics", "--partitions", "2",
+                        "--config", "retention.ms=60000")
+    assert made.returncode == 0, made.stdout + made.stderr
+    grown = kafka_topics(ring, tools, "--alter", "--topic", "grown-by-kafka-topics", "--partitions", "4")
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    wait_for("four partitions on every broker", lambda: all(
+        len(b.http.describe("grown-by-kafka-topics")["partitions"]) == 4 for b in ring))
+    shrunk = kafka_topics(ring, tools, "--alter", "--topic", "grown-by-kafka-topics", "--partitions", "3")
+    assert shrunk.returncode != 0 and "partitions" in shrunk.stdout + shrunk.stderr
+    shown = kafka_topics(ring, tools, "--describe", "--topic", "grown-by-kafka-topics")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    head = shown.stdout.splitlines()[0]
+    assert "PartitionCount: 4" in head and "ReplicationFactor: 3" in head, shown.stdout
+    assert "Configs: retention.ms=60000" in head, shown.stdout  # only what was set for the topic
+    leaders = [line for line in shown.stdout.splitlines()[1:] if "Partition:" in line]
+    assert len(leaders) == 4, shown.stdout

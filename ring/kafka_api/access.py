@@ -21,6 +21,10 @@ Each request's topics are checked before anything is written, created, deleted o
                                     produce on it (as a produce over HTTP auto-creates), else
                                     TOPIC_AUTHORIZATION_FAILED and not created
     CreateTopics, DeleteTopics      admin on each topic's name; per topic TOPIC_AUTHORIZATION_FAILED
+    CreatePartitions,               admin on each topic; per topic TOPIC_AUTHORIZATION_FAILED
+    IncrementalAlterConfigs
+    DescribeConfigs                 some permission on each topic (GET /v1/topics/{topic}), else
+                                    TOPIC_AUTHORIZATION_FAILED; a broker's defaults: any principal
     InitProducerId                  produce on some topic; else CLUSTER_AUTHORIZATION_FAILED
     FindCoordinator, JoinGroup,     consume on some topic (HTTP's group routes); else
     SyncGroup, Heartbeat,           GROUP_AUTHORIZATION_FAILED

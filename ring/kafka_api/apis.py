@@ -11,7 +11,9 @@ Kafka's codes (``errors.py``). The consumer-group APIs are served by ring's grou
 DeleteTopics are the broker's own topic create and delete (``topics.py``). SaslHandshake and SaslAuthenticate
 are listed here and answered by the connection, whose state they change (``server.py``, ``sasl.py``). Only
 non-flexible versions are served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId
-v2-5, OffsetForLeaderEpoch v4, CreateTopics v5-7, DeleteTopics v4-6 and SaslAuthenticate v2.
+v2-5, OffsetForLeaderEpoch v4, CreateTopics v5-7, DeleteTopics v4-6, CreatePartitions v2-3, DescribeConfigs v4,
+IncrementalAlterConfigs v1 and SaslAuthenticate v2. DescribeConfigs, IncrementalAlterConfigs and
+CreatePartitions read and change a topic's settings (``configs.py``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ring.errors import RingError, Unavailable
-from ring.kafka_api import (cluster, consume, epochs, group_codec, groups, offsets, produce, producer_ids, sasl,
-                            topic_codec, topics)
+from ring.kafka_api import (cluster, configs, consume, epochs, group_codec, groups, offsets, produce, producer_ids,
+                            sasl, topic_codec, topics)
 from ring.kafka_api.errors import UNSUPPORTED_VERSION
 from ring.kafka_api.wire import Reader, RequestHeader, Writer
 
@@ -80,7 +82,7 @@ SERVED: dict[int, tuple[int, int, Handler | None]] = {
     INIT_PRODUCER_ID: (*producer_ids.VERSIONS, producer_ids.handle),
     epochs.OFFSET_FOR_LEADER_EPOCH: (*epochs.VERSIONS, epochs.handle),
     **{key: (*group_codec.VERSIONS[key], handler) for key, handler in groups.HANDLERS.items()},
-    **{key: (*topic_codec.VERSIONS[key], handler) for key, handler in topics.HANDLERS.items()},
+    **{key: (*topic_codec.VERSIONS[key], handler) for key, handler in {**topics.HANDLERS, **configs.HANDLERS}.items()},
     **{key: (*sasl.VERSIONS[key], None) for key in sasl.KEYS},  # the connection's (server.py)
 }
 

@@ -3,7 +3,9 @@
 CreateTopics (v2-7, flexible from v5) and DeleteTopics (v1-6, flexible from v4): what Kafka 4.x
 clients negotiate (Kafka 4.0 dropped CreateTopics v0-1 and DeleteTopics v0). CreateTopics v7 answers
 each new topic's id and DeleteTopics v6 names topics by name or by id: a topic id is 16 bytes, ring's
-``TopicConfig.id`` decoded (``topic_id_bytes``).
+``TopicConfig.id`` decoded (``topic_id_bytes``). CreatePartitions (v0-3, flexible from v2),
+DescribeConfigs (v1-4, flexible from v4; Kafka 4.0 dropped v0) and IncrementalAlterConfigs (v0-1,
+flexible from v1): every version Kafka 4.x clients send.
 
 ``read_*`` parse a request body into a plain value (``Reader`` raises ``Malformed`` at the first field
 that does not fit the frame); ``*_answer`` build an answer body. No decision is made here: that is the
@@ -19,11 +21,16 @@ from ring.kafka_api.wire import Reader, Writer
 
 T = TypeVar("T")
 
-CREATE_TOPICS, DELETE_TOPICS = 19, 20
-VERSIONS = {CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6)}
-FLEXIBLE_FROM = {CREATE_TOPICS: 5, DELETE_TOPICS: 4}
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+VERSIONS = {CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), DESCRIBE_CONFIGS: (1, 4),
+            INCREMENTAL_ALTER_CONFIGS: (0, 1)}
+FLEXIBLE_FROM = {CREATE_TOPICS: 5, DELETE_TOPICS: 4, CREATE_PARTITIONS: 2, DESCRIBE_CONFIGS: 4,
+                 INCREMENTAL_ALTER_CONFIGS: 1}
 NO_TOPIC_ID = bytes(16)  # Kafka's zero UUID: no id
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5  # DescribeConfigs' sources: set for the topic, a default
+# DescribeConfigs' sources: set for the topic, set when the broker started, a default.
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT = 1, 4, 5
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4  # the config APIs' resource types
 
 
 def topic_id_bytes(topic_id: str) -> bytes:
@@ -181,6 +188,202 @@ def delete_topics_answer(version: int, topics: list[TopicDeleted]) -> bytes:
         w.int16(t.error)
         if version >= 5:
             w.compact_string(t.message)
+        if flex:
+            w.tagged_fields()
+    if flex:
+        w.tagged_fields()
+    return bytes(w.buf)
+
+
+# --- CreatePartitions --------------------------------------------------------------------------
+
+
+class NewPartitions(NamedTuple):
+    name: str
+    count: int  # the partition count asked for
+    assignments: list[list[int]] | None  # broker ids per new partition: a manual placement (None: none given)
+
+
+class CreatePartitions(NamedTuple):
+    topics: list[NewPartitions]
+    timeout_ms: int
+    validate_only: bool
+
+
+def read_create_partitions(version: int, r: Reader) -> CreatePartitions:
+    flex = version >= FLEXIBLE_FROM[CREATE_PARTITIONS]
+
+    def assignment(r: Reader) -> list[int]:
+        ids = _array(r, flex, Reader.int32)
+        if flex:
+            r.tagged_fields()
+        return ids
+
+    def topic(r: Reader) -> NewPartitions:
+        name, count = _string(r, flex), r.int32()
+        assignments = r.compact_array(assignment) if flex else r.array(assignment)
+        if flex:
+            r.tagged_fields()
+        return NewPartitions(name, count, assignments)
+
+    topics = _array(r, flex, topic)
+    timeout_ms, validate_only = r.int32(), r.boolean()
+    if flex:
+        r.tagged_fields()
+    return CreatePartitions(topics, timeout_ms, validate_only)
+
+
+def create_partitions_answer(version: int, results: list[tuple[str, int, str | None]]) -> bytes:
+    """``results``: (topic, error code, message) per topic."""
+    flex = version >= FLEXIBLE_FROM[CREATE_PARTITIONS]
+    w = Writer().int32(0)  # throttle_time_ms
+    _head(w, flex, len(results))
+    for name, error, message in results:
+        _put_string(w, flex, name)
+        w.int16(error)
+        _put_string(w, flex, message)
+        if flex:
+            w.tagged_fields()
+    if flex:
+        w.tagged_fields()
+    return bytes(w.buf)
+
+
+# --- DescribeConfigs ---------------------------------------------------------------------------
+
+
+class ConfigsAsked(NamedTuple):
+    resource_type: int
+    name: str
+    keys: list[str] | None  # None: every config
+
+
+class DescribeConfigs(NamedTuple):
+    resources: list[ConfigsAsked]
+    include_synonyms: bool
+    include_documentation: bool
+
+
+def read_describe_configs(version: int, r: Reader) -> DescribeConfigs:
+    flex = version >= FLEXIBLE_FROM[DESCRIBE_CONFIGS]
+
+    def resource(r: Reader) -> ConfigsAsked:
+        kind, name = r.int8(), _string(r, flex)
+        keys = (r.compact_array if flex else r.array)(lambda r: _string(r, flex))
+        if flex:
+            r.tagged_fields()
+        return ConfigsAsked(kind, name, keys)
+
+    resources = _array(r, flex, resource)
+    synonyms = r.boolean()  # (v1+)
+    documentation = r.boolean() if version >= 3 else False
+    if flex:
+        r.tagged_fields()
+    return DescribeConfigs(resources, synonyms, documentation)
+
+
+class ConfigEntry(NamedTuple):
+    name: str
+    value: str | None
+    read_only: bool
+    source: int  # CONFIG_SOURCE_*
+    config_type: int  # Kafka's ConfigType: 1 boolean, 2 string, 3 int, 5 long, 7 list
+    documentation: str | None
+
+
+class ConfigsDescribed(NamedTuple):
+    """One resource's outcome: ``error`` 0 with its configs, or an error and its message."""
+
+    resource_type: int
+    name: str
+    error: int
+    message: str | None
+    configs: list[ConfigEntry]
+
+
+def describe_configs_answer(version: int, results: list[ConfigsDescribed], include_synonyms: bool) -> bytes:
+    flex = version >= FLEXIBLE_FROM[DESCRIBE_CONFIGS]
+    w = Writer().int32(0)  # throttle_time_ms
+    _head(w, flex, len(results))
+    for res in results:
+        w.int16(res.error)
+        _put_string(w, flex, res.message)
+        w.int8(res.resource_type)
+        _put_string(w, flex, res.name)
+        _head(w, flex, len(res.configs))
+        for c in res.configs:
+            _put_string(w, flex, c.name)
+            _put_string(w, flex, c.value)
+            w.boolean(c.read_only).int8(c.source).boolean(False)  # is_sensitive
+            synonyms = [c] if include_synonyms else []
+            _head(w, flex, len(synonyms))
+            for s in synonyms:
+                _put_string(w, flex, s.name)
+                _put_string(w, flex, s.value)
+                w.int8(s.source)
+                if flex:
+                    w.tagged_fields()
+            if version >= 3:
+                w.int8(c.config_type)
+                _put_string(w, flex, c.documentation)
+            if flex:
+                w.tagged_fields()
+        if flex:
+            w.tagged_fields()
+    if flex:
+        w.tagged_fields()
+    return bytes(w.buf)
+
+
+# --- IncrementalAlterConfigs -------------------------------------------------------------------
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+class ConfigsAltered(NamedTuple):
+    resource_type: int
+    name: str
+    configs: list[tuple[str, int, str | None]]  # (config, operation, value)
+
+
+class IncrementalAlterConfigs(NamedTuple):
+    resources: list[ConfigsAltered]
+    validate_only: bool
+
+
+def read_incremental_alter_configs(version: int, r: Reader) -> IncrementalAlterConfigs:
+    flex = version >= FLEXIBLE_FROM[INCREMENTAL_ALTER_CONFIGS]
+
+    def config(r: Reader) -> tuple[str, int, str | None]:
+        name, op, value = _string(r, flex), r.int8(), _nullable_string(r, flex)
+        if flex:
+            r.tagged_fields()
+        return name, op, value
+
+    def resource(r: Reader) -> ConfigsAltered:
+        kind, name = r.int8(), _string(r, flex)
+        altered = ConfigsAltered(kind, name, _array(r, flex, config))
+        if flex:
+            r.tagged_fields()
+        return altered
+
+    resources = _array(r, flex, resource)
+    validate_only = r.boolean()
+    if flex:
+        r.tagged_fields()
+    return IncrementalAlterConfigs(resources, validate_only)
+
+
+def alter_configs_answer(version: int, results: list[tuple[int, str, int, str | None]]) -> bytes:
+    """``results``: (resource type, resource name, error code, message) per resource."""
+    flex = version >= FLEXIBLE_FROM[INCREMENTAL_ALTER_CONFIGS]
+    w = Writer().int32(0)  # throttle_time_ms
+    _head(w, flex, len(results))
+    for kind, name, error, message in results:
+        w.int16(error)
+        _put_string(w, flex, message)
+        w.int8(kind)
+        _put_string(w, flex, name)
         if flex:
             w.tagged_fields()
     if flex:

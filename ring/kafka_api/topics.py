@@ -61,7 +61,7 @@ def _cleanup_policy(name: str, value: str) -> None:
         raise InvalidConfig(f"{name} {value[:40]!r}: ring keeps no compacted topics, only 'delete'", field=name)
 
 
-def _consistency_for(min_insync: int, rf: int) -> str:
+def consistency_for(min_insync: int, rf: int) -> str:
     """The consistency level that has ``min_insync`` of ``rf`` replicas hold a record before acks=all is
     answered: 1 is ``one``, a majority ``quorum``, every replica ``all``; any other count has no level."""
     for level in ("one", "quorum", "all"):
@@ -120,11 +120,11 @@ def topic_config(broker: Any, t: tc.NewTopic) -> TopicConfig:
         check_replicas_placeable(cfg, broker.brokers_placed())
     if min_insync is not None:
         rf = min(cfg.replication_factor, broker.brokers_placed())
-        cfg = dataclasses.replace(cfg, consistency=_consistency_for(min_insync, rf))
+        cfg = dataclasses.replace(cfg, consistency=consistency_for(min_insync, rf))
     return cfg
 
 
-def _failure(exc: RingError) -> tuple[int, str]:
+def failure(exc: RingError) -> tuple[int, str]:
     """Kafka's code and message for what refused a topic's create or delete."""
     field = exc.extra.get("field")
     internal = isinstance(exc, BadRequest) and exc.extra.get("topic") in INTERNAL_TOPICS  # check_not_internal's
@@ -169,7 +169,7 @@ async def _create_one(broker: Any, t: tc.NewTopic, validate_only: bool, deadline
         await broker.add_topic(cfg, leaders_wait_ms=wait_ms)
         cfg = broker.catalog.get(cfg.name)  # as created: its id
     except RingError as exc:
-        code, message = _failure(exc)
+        code, message = failure(exc)
         return tc.TopicCreated(t.name, code, message)
     return _created(broker, cfg, {name for name, _ in t.configs})
 
@@ -222,7 +222,7 @@ async def _delete_one(broker: Any, name: str | None, topic_id: bytes, by_id: boo
         topic_id = now_id
         await broker.delete_topic(name)
     except RingError as exc:
-        code, message = _failure(exc)
+        code, message = failure(exc)
         return tc.TopicDeleted(name, topic_id, code, message)
     return tc.TopicDeleted(name, topic_id, errors.NONE, None)
 
