@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from ring.cluster import forwards
+from ring.cluster import forwards, node
 from ring.cluster import pump
 from ring.groups import poller
 from ring.replication import appends, idempotence, reads
@@ -113,6 +113,16 @@ def poll_acknowledged_when_answered() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def places_partitions_not_knowing_the_ring() -> Iterator[None]:
+    """A broker that starts with its topics but no saved ring (``cluster/node.py``'s ``_ring_unknown``)
+    places and opens its partitions at once, on a ring of itself alone, instead of waiting to hear of
+    the others."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(node.ClusterBroker, "_ring_unknown", lambda self: False)
+        yield
+
+
 PLANTS = {
     "turn_answers_before_acks": turn_answers_before_acks,
     "forward_answer_to_oldest": forward_answer_to_oldest,
@@ -120,4 +130,5 @@ PLANTS = {
     "follower_acks_before_fsync": follower_acks_before_fsync,
     "fetch_reads_past_high_watermark": fetch_reads_past_high_watermark,
     "poll_acknowledged_when_answered": poll_acknowledged_when_answered,
+    "places_partitions_not_knowing_the_ring": places_partitions_not_knowing_the_ring,
 }

@@ -176,6 +176,7 @@ class _World(Probes):
         self.drawn = tuple(k for k in kinds if k not in NOT_DRAWN)  # the faults drawn from the seed
         self.long_polls = LONG_POLLS in kinds
         self.decommissioned: str | None = None
+        self.disks_lost = 0  # brokers started again on an empty disk so far
         self.ack_trap: Callable[[int], None] | None = None  # given the partition of the next quorum or all
         # acknowledgement
         self.unmoved = ""  # why ``moved_off`` last said no
@@ -371,11 +372,15 @@ class _World(Probes):
                 victim = leader if kind == "leader-crash" else self.rng.choice([n for n in names if n != leader])
                 wipe = kind == "follower-crash" and self.rng.random() < 0.25
                 power = self.rng.random() < 0.5
+                # (after a disk lost before, not while a replica is still filling: two disks lost in turn can
+                # leave a partition only an unclean election brings back)
+                wipe = wipe and not (self.disks_lost and await self.blank_replicas())
                 self.cluster.kill(victim, power_loss=power)
                 await asyncio.sleep(lasts)
                 # (a broker decommissioned meanwhile, back on an empty disk, would join as a new broker)
                 wipe = wipe and victim != self.decommissioned
                 self.cluster.restart(victim, wipe=wipe)
+                self.disks_lost += wipe
                 what = f"{kind} {victim}" + (" losing power" if power else "") + \
                     (" (back on an empty disk)" if wipe else "")
             elif kind in ("cut", "one-way"):
@@ -489,6 +494,7 @@ class _World(Probes):
         await asyncio.sleep(lasts)
         for victim in victims:
             self.cluster.restart(victim, wipe=wipe and victim == leader)
+        self.disks_lost += wipe
         if every:
             return (f"at an acknowledgement of partition {partition} (its followers' fsyncs taking {seconds:.1f}s), "
                     f"every broker losing power, its leader {leader}" + (" back on an empty disk" if wipe else ""))
