@@ -152,7 +152,6 @@ class Broker:
 
     def _open_partition(self, cfg: TopicConfig, p: int, replicas: list[str]) -> Replica:
         directory = self.dir.partition(cfg.name, p)
-        directory.mkdir(parents=True, exist_ok=True)
         part = Replica(cfg.name, p, PartitionLog(directory, self._log_config(cfg), self.clock),
                        self.config.name, replicas, hw=self.host.initial_hw(cfg.name, p, replicas))
         part.unclean_allowed = cfg.unclean_leader_election

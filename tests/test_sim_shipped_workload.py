@@ -58,7 +58,7 @@ DISK_FAULTS_SEEDS = (6, 8)  # each draws a failing disk (8 two of them) among it
 STORAGE_FAULTS_SEEDS = (0, 7)  # 0 draws a slow disk, 7 a bit flip in a batch of the topic
 MEMBERSHIP_SEEDS = (0, 13)  # 13 draws a follower back on an empty disk before the join
 ACK_FAULTS_SEEDS = (4, 11)  # each draws both kinds of fault timed at an acknowledgement
-TORN_FAULTS_SEEDS = (3, 4)  # each tears a segment file's tail mid-batch, zeroing its last bytes
+TORN_FAULTS_SEEDS = (3, 11)  # each tears a segment file's tail mid-batch, zeroing its last bytes
 
 
 @pytest.mark.parametrize("kinds, env, default", [(FAULTS, "RING_SIM_SHIPPED_WORKLOAD", WORKLOAD_SEEDS),

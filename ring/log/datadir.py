@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ring.catalog import Catalog
 from ring.errors import StorageError, UnsupportedFormat
-from ring.log.fsync import fsync_dir, write_atomically
+from ring.log.fsync import fsync_dir, mkdir_durable, write_atomically
 
 CATALOG_FILE = "catalog.json"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
@@ -52,7 +52,7 @@ class DataDir:
     def open(self) -> tuple[Catalog | None, bool]:
         """Lock the directory and empty its trash; the saved catalogue (None: none yet) and whether the
         last run ended cleanly (a directory without a catalogue counts as clean)."""
-        (self.path / TOPICS_DIR).mkdir(parents=True, exist_ok=True)
+        mkdir_durable(self.path / TOPICS_DIR)
         self._lock_fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -99,7 +99,7 @@ class DataDir:
     def trash_topic(self, name: str, stamp_ms: int) -> Path:
         """Move a topic's files into the trash at once (one rename); where they went, for ``rmtree``."""
         trash = self.path / TRASH_DIR
-        trash.mkdir(exist_ok=True)
+        mkdir_durable(trash)
         doomed = trash / f"{name}.{stamp_ms}"
         if (self.path / TOPICS_DIR / name).exists():
             os.replace(self.path / TOPICS_DIR / name, doomed)

@@ -68,6 +68,23 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def mkdir_durable(directory: Path) -> None:
+    """Create ``directory`` and those of its parents missing, each made durable in its parent (the parent
+    synced once the entry is in it): a directory created and not synced in its parent may be gone after a
+    power loss, with every file synced inside it."""
+    missing = []
+    d = directory
+    while not d.is_dir():
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            pass
+        fsync_dir(d.parent)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
     tmp = path.with_name(path.name + TMP_SUFFIX)

@@ -35,7 +35,7 @@ from ring.log import batch, replicated
 from ring.log.batch import BatchHeader
 from ring.log.checkpoint import LeaderEpochCache, read_offset, write_offset
 from ring.log.config import LogConfig
-from ring.log.fsync import fsync_dir, start_writeback, write_atomically
+from ring.log.fsync import fsync_dir, mkdir_durable, start_writeback, write_atomically
 from ring.log.index import REL_OFFSET_MAX
 from ring.log.recovery import damaged_key, open_segments, rebuild_epochs, remove_strays
 from ring.log.rewrites import LOG_START_OFFSET_FILE, Rewrites
@@ -61,7 +61,7 @@ class PartitionLog(Rewrites):
         # Guards the segment list and counters against a sync() in another thread.
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()  # one sync at a time
-        self.directory.mkdir(parents=True, exist_ok=True)
+        mkdir_durable(self.directory)
         self._open()
 
     # --- opening ---------------------------------------------------------------

@@ -34,7 +34,7 @@ import orjson
 
 from ring import limits
 from ring.errors import BadRequest, CorruptBatch, StorageError
-from ring.log.fsync import fsync_dir, write_all, write_atomically
+from ring.log.fsync import fsync_dir, mkdir_durable, write_all, write_atomically
 from ring.log.segment import LOG_SUFFIX, Segment, segment_name
 from ring.log.walking import check_identity, walk
 
@@ -87,7 +87,7 @@ class RangeStore:
 
     def open(self) -> None:
         """Load every whole range; remove what a crash left half written."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        mkdir_durable(self.root)
         for tdir in sorted(p for p in self.root.iterdir() if p.is_dir()):
             for pdir in sorted(p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()):
                 self._open_partition((tdir.name, int(pdir.name)), pdir)
@@ -140,7 +140,7 @@ class RangeStore:
         if start <= self._starts.get(key, 0):
             return
         d = self.directory(key)
-        d.mkdir(parents=True, exist_ok=True)
+        mkdir_durable(d)
         write_atomically(d / START_FILE, b"%d" % start)
         self._starts[key] = start
         for meta in self.ranges(key):
@@ -213,7 +213,7 @@ class RangeStore:
 
     def incoming(self, key: Key, meta: Meta) -> IncomingCopy:
         d = self.directory(key)
-        d.mkdir(parents=True, exist_ok=True)
+        mkdir_durable(d)
         return IncomingCopy(self, key, meta)
 
     def install(self, key: Key, meta: Meta) -> None:

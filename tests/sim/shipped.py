@@ -13,11 +13,13 @@ on the data directory it left: a crash that keeps the page cache (a SIGKILL)
 keeps every byte written, and the crashed process's open files are closed
 (its data directory's lock too). ``restart(name, wipe=True)`` starts it on an
 empty directory instead: a disk lost. ``kill(name, power_loss=True)`` is a
-power loss instead of a crash: every file of its data directory is cut back
-to the length it had at its last fsync (none: empty). While a virtual loop
-runs, ``os.fsync`` and ``os.fdatasync`` sync nothing on the machine's disk:
-they record the length of the file (by inode, so a file renamed after its
-fsync keeps it), which is what a power loss keeps. ``fail_fsyncs(name)``
+power loss instead of a crash: every directory of its data directory goes
+back to its entries at its last fsync, and every file is cut back to the
+length it had at its last fsync (none: empty). While a virtual loop runs,
+``os.fsync`` and ``os.fdatasync`` sync nothing on the machine's disk: they
+record the length of the file (by inode, so a file renamed after its fsync
+keeps it), or a directory's entries, which is what a power loss keeps
+(``SyncedLengths``). ``fail_fsyncs(name)``
 makes every fsync of a file in that broker's data directory fail (EIO), as
 a disk going bad does, until ``fail_fsyncs(name, False)``; ``slow_fsyncs(name,
 seconds)`` makes each one take that many virtual seconds (a slow disk): an
@@ -45,12 +47,16 @@ brokers start and stop in one test process.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import errno
 import gc
 import os
 import random
 import secrets
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +134,7 @@ def _route_escapes() -> None:
     import ring.ranges.copier
     import ring.ranges.manager
 
-    if os.fsync is not SYNCED.fsync:
-        os.fsync, os.fdatasync = SYNCED.fsync, SYNCED.fdatasync  # type: ignore[assignment]
+    SYNCED.install()
     ring.cli.gc = _VirtualGc()  # type: ignore[attr-defined]
     ring.http_api.server.time = VirtualTimeModule()  # type: ignore[attr-defined]
     ring.log.datadir.secrets = _VirtualSecrets()  # type: ignore[attr-defined]
@@ -144,6 +149,7 @@ class ShippedCluster:
         """``config``: more of every broker's ``BrokerConfig`` (``repair_interval_s=2``). ``spare`` more
         brokers are made but not started: each joins when ``join`` starts it."""
         _route_escapes()
+        SYNCED.reset()  # a new world: nothing of an earlier one's files is durable here (their inodes are reused)
         self.loop = loop
         self.net = Network(loop)
         self.hosts = [f"127.0.0.{i + 1}" for i in range(size + spare)]
@@ -198,7 +204,12 @@ class ShippedCluster:
         empty one (its disk lost)."""
         config = self.configs[self.names.index(name)]
         if wipe:
-            shutil.rmtree(config.data_dir, ignore_errors=True)
+            SYNCED.forget(config.data_dir)
+            SYNCED.tracking = False
+            try:
+                shutil.rmtree(config.data_dir, ignore_errors=True)
+            finally:
+                SYNCED.tracking = True
         self.loop.revive(config.host)
         self._serve(config)
 
@@ -258,16 +269,55 @@ class ShippedCluster:
                 raise AssertionError(f"{name}'s serve ended: {task.result()!r}")
 
 
+Inode = tuple[int, int]  # (device, inode)
+
+
+def _inode(st: os.stat_result) -> Inode:
+    return st.st_dev, st.st_ino
+
+
 class SyncedLengths:
     """What ``os.fsync`` and ``os.fdatasync`` made durable, while a virtual loop runs: each file's length
-    at its last sync, by (device, inode)."""
+    at its last sync, by (device, inode), and each directory's entries at its last sync.
+
+    A directory's entries (files and directories created, renamed into it, replaced or unlinked) are
+    durable once the directory itself is synced, as POSIX has it: a power loss takes every directory
+    under a broker's root back to its entries at its last sync (none: empty). An entry created since is
+    gone; one replaced or unlinked since comes back as it was (the replaced or unlinked file is kept aside
+    by a hard link, ``_keep``); a directory renamed away since is moved back."""
 
     def __init__(self) -> None:
-        self.lengths: dict[tuple[int, int], int] = {}
+        self.lengths: dict[Inode, int] = {}
+        self.entries: dict[Inode, dict[str, Inode]] = {}  # directory -> its entries at its last sync
+        self._named: dict[Inode, int] = {}  # inode -> how many synced directory entries name it
+        self.ghosts: dict[Inode, str] = {}  # a file some synced entry names, replaced or unlinked since
+        self._ghost_dir: str | None = None
+        self.tracking = True  # off while the world itself changes files (a disk lost)
         self.failing: set[str] = set()  # data directories (with a trailing separator) whose fsyncs fail
         self.slow: dict[str, float] = {}  # data directories (likewise) whose fsyncs take virtual seconds
         self.real_fsync = os.fsync
         self.real_fdatasync = os.fdatasync
+        self.real_replace, self.real_rename = os.replace, os.rename
+        self.real_unlink, self.real_rmdir = os.unlink, os.rmdir
+
+    def reset(self) -> None:
+        """Forget every sync, and what was kept aside for the entries they named."""
+        self.lengths.clear()
+        self.entries.clear()
+        self._named.clear()
+        for ghost in self.ghosts.values():
+            with contextlib.suppress(OSError):
+                self.real_unlink(ghost)
+        self.ghosts.clear()
+
+    def install(self) -> None:
+        """Route ``os``'s syncs and directory changes through here (each acts as before while no virtual
+        loop runs)."""
+        if os.fsync is not self.fsync:
+            os.fsync, os.fdatasync = self.fsync, self.fdatasync  # type: ignore[assignment]
+            os.replace, os.rename = self.replace, self.rename  # type: ignore[assignment]
+            os.unlink = os.remove = self.unlink  # type: ignore[assignment]
+            os.rmdir = self.rmdir  # type: ignore[assignment]
 
     def sync(self, fd: int) -> None:
         if self.failing or self.slow:
@@ -279,7 +329,19 @@ class SyncedLengths:
                 if path.startswith(root) and loop is not None:
                     loop.stall(seconds)
         st = os.fstat(fd)
-        self.lengths[(st.st_dev, st.st_ino)] = st.st_size
+        if stat.S_ISDIR(st.st_mode):
+            self._synced_entries(_inode(st), {name: _inode(os.stat(name, dir_fd=fd, follow_symlinks=False))
+                                              for name in os.listdir(fd)})
+            return
+        self.lengths[_inode(st)] = st.st_size
+
+    def _synced_entries(self, directory: Inode, entries: dict[str, Inode] | None) -> None:
+        for inode in self.entries.pop(directory, {}).values():
+            self._named[inode] -= 1
+        if entries is not None:
+            self.entries[directory] = entries
+            for inode in entries.values():
+                self._named[inode] = self._named.get(inode, 0) + 1
 
     def fsync(self, fd: Any) -> None:
         fd = fd if isinstance(fd, int) else fd.fileno()
@@ -293,16 +355,98 @@ class SyncedLengths:
             return self.real_fdatasync(fd)
         self.sync(fd)
 
+    def _tracked(self, **dir_fds: Any) -> bool:
+        return self.tracking and running() is not None and not any(v is not None for v in dir_fds.values())
+
+    def _keep(self, path: Any) -> None:
+        """Keep the file at ``path`` aside (a hard link) if some synced directory entry names it."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        inode = _inode(st)
+        if not stat.S_ISREG(st.st_mode) or inode in self.ghosts or not self._named.get(inode):
+            return
+        if self._ghost_dir is None:
+            self._ghost_dir = tempfile.mkdtemp(prefix="ring-sim-ghosts-")
+            atexit.register(shutil.rmtree, self._ghost_dir, True)
+        ghost = os.path.join(self._ghost_dir, f"{inode[0]}-{inode[1]}")
+        try:
+            os.link(path, ghost)
+        except OSError:
+            return  # (another file system: the entry cannot come back, as if lost)
+        self.ghosts[inode] = ghost
+
+    def replace(self, src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if self._tracked(src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd):
+            self._keep(dst)
+        self.real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def rename(self, src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        if self._tracked(src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd):
+            self._keep(dst)
+        self.real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def unlink(self, path: Any, *, dir_fd: Any = None) -> None:
+        if self._tracked(dir_fd=dir_fd):
+            self._keep(path)
+        self.real_unlink(path, dir_fd=dir_fd)
+
+    def rmdir(self, path: Any, *, dir_fd: Any = None) -> None:
+        try:
+            inode = _inode(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
+        except OSError:
+            inode = None
+        self.real_rmdir(path, dir_fd=dir_fd)
+        if inode is not None:
+            self._synced_entries(inode, None)  # (its inode may be another directory's next)
+
+    def forget(self, root: Path) -> None:
+        """``root`` is about to go (a disk lost): what its directories' last syncs named says nothing more."""
+        for dirpath, _, _ in os.walk(root):
+            self._synced_entries(_inode(os.lstat(dirpath)), None)
+
+    def _entries_back(self, root: Path) -> list[str]:
+        """Every directory under ``root`` back to its entries at its last sync; the entries changed."""
+        where = {}  # the directories under root now, by inode (one renamed away may be moved back)
+        for dirpath, dirnames, _ in os.walk(root):
+            for name in dirnames:
+                where[_inode(os.lstat(os.path.join(dirpath, name)))] = os.path.join(dirpath, name)
+        changed: list[str] = []
+        todo = [root]
+        while todo:
+            d = todo.pop()
+            synced = self.entries.get(_inode(os.lstat(d)), {})
+            now = {name: _inode(os.lstat(d / name)) for name in os.listdir(d)}
+            for name in sorted(set(now) - set(synced)):  # created or renamed in since: gone
+                _remove(d / name)
+                changed.append(f"{(d / name).relative_to(root)} gone")
+            for name, inode in sorted(synced.items()):
+                if now.get(name) == inode:
+                    continue
+                if name in now:
+                    _remove(d / name)
+                moved = where.get(inode)
+                if moved is not None and os.path.lexists(moved):
+                    self.real_rename(moved, d / name)
+                elif inode in self.ghosts:
+                    os.link(self.ghosts[inode], d / name)
+                else:
+                    continue  # deleted whole: nothing to bring back
+                changed.append(f"{(d / name).relative_to(root)} back")
+            todo += [d / name for name in sorted(synced) if (d / name).is_dir() and not (d / name).is_symlink()]
+        return changed
+
     def lose_power(self, root: Path, torn: random.Random | None = None) -> list[str]:
-        """Every file under ``root`` back to its last synced length; the files cut, relative to ``root``.
-        ``torn``: writes torn instead, each drawn from it: a file keeps its synced bytes and some of what
-        was written after them (none to all), and half of the files torn so have the last
-        ``TORN_ZEROS_MAX`` bytes or fewer of what they kept zeroed (the size reached the disk, the data did
-        not)."""
-        cut = []
+        """Every directory under ``root`` back to its synced entries (``_entries_back``), then every file
+        back to its last synced length; what changed, relative to ``root``. ``torn``: writes torn instead,
+        each drawn from it: a file keeps its synced bytes and some of what was written after them (none to
+        all), and half of the files torn so have the last ``TORN_ZEROS_MAX`` bytes or fewer of what they
+        kept zeroed (the size reached the disk, the data did not)."""
+        cut = self._entries_back(root)
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             st = path.stat()
-            keep = self.lengths.get((st.st_dev, st.st_ino), 0)
+            keep = self.lengths.get(_inode(st), 0)
             if st.st_size <= keep:
                 continue
             if torn is None:
@@ -319,6 +463,13 @@ class SyncedLengths:
             cut.append(f"{path.relative_to(root)} torn at {length} of {st.st_size}"
                        + (f", {zeros} zeroed" if zeros else ""))
         return cut
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 SYNCED = SyncedLengths()
