@@ -24,7 +24,9 @@ makes every fsync of a file in that broker's data directory fail (EIO), as
 a disk going bad does, until ``fail_fsyncs(name, False)``; ``slow_fsyncs(name,
 seconds)`` makes each one take that many virtual seconds (a slow disk): an
 fsync in an executor thread (group commit's) is done that much later
-(``VirtualLoop.stall``), until ``slow_fsyncs(name, 0)``. ``flip_batch_byte``
+(``VirtualLoop.stall``), and one on the event loop's own thread (a state
+file's, the catalogue's) holds up the whole broker that long
+(``VirtualLoop.hold``), until ``slow_fsyncs(name, 0)``. ``flip_batch_byte``
 spoils one byte of a record batch's body in a stopped broker's segment file,
 so that batch's CRC no longer matches (a bit flip on its disk). ``spare``
 brokers are made but not started: ``join`` starts one (it joins the ring),
@@ -327,7 +329,8 @@ class SyncedLengths:
             loop = running()
             for root, seconds in self.slow.items():
                 if path.startswith(root) and loop is not None:
-                    loop.stall(seconds)
+                    # an executor thread's fsync holds up its work; one on the loop's thread, the whole host
+                    loop.stall(seconds) if loop.in_executor else loop.hold(seconds)
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             self._synced_entries(_inode(st), {name: _inode(os.stat(name, dir_fd=fd, follow_symlinks=False))

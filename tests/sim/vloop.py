@@ -99,6 +99,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.rng = random.Random(seed)
         self.signal_handlers: dict[int, tuple[Callable[..., Any], tuple]] = {}
         self._stall_s = 0.0  # what the function run_in_executor runs has stalled (stall), virtual s
+        self.in_executor = False  # run_in_executor's function is running (what a thread of the pool would run)
         self.dead: set[str] = set()
         self.incarnations: dict[str, int] = {}  # hosts revived, and how many times
         self.paused: dict[str, list[asyncio.Handle]] = {}  # a paused host's callbacks, held in order
@@ -182,12 +183,15 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         ``func`` called ``stall`` (a slow disk's fsync), one done that many virtual seconds later."""
         fut = self.create_future()
         self._stall_s = 0.0
+        self.in_executor = True
         try:
             outcome: tuple[Callable[..., Any], Any] = (fut.set_result, func(*args))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
             outcome = (fut.set_exception, exc)
+        finally:
+            self.in_executor = False
         stall, self._stall_s = self._stall_s, 0.0
         if stall <= 0:
             outcome[0](outcome[1])
@@ -199,6 +203,16 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         """The work ``run_in_executor`` is running takes ``seconds`` more virtual seconds: its future is done
         that much later (the thread was held up, as in an fsync on a slow disk)."""
         self._stall_s += seconds
+
+    def hold(self, seconds: float) -> None:
+        """The callback running now is held up ``seconds`` virtual seconds on its host's event loop (an fsync
+        on a slow disk made on the loop's own thread): none of the host's other callbacks runs until then
+        (``pause``, then ``resume``). A host paused already is left as it is."""
+        host = HOST.get()
+        if host is None or host in self.paused or host in self.dead:
+            return
+        self.pause(host)
+        self.call_in(None, seconds, self.resume, host)
 
     def add_signal_handler(self, sig: int, callback: Callable[..., Any], *args: Any) -> None:
         self.signal_handlers[sig] = (callback, args)
