@@ -60,10 +60,9 @@ def _placed(broker: Any, cfg: TopicConfig) -> TopicConfig:
     return dataclasses.replace(cfg, replication_factor=min(cfg.replication_factor, broker.brokers_placed()))
 
 
-def _entry(name: str, value: str, source: int, documentation: bool, read_only: bool | None = None) -> tc.ConfigEntry:
-    kind, fixed, about = _ABOUT.get(name, (STRING, True, None))
-    return tc.ConfigEntry(name, value, fixed if read_only is None else read_only, source, kind,
-                          about if documentation else None)
+def _entry(name: str, value: str, source: int, documentation: bool) -> tc.ConfigEntry:
+    kind, read_only, about = _ABOUT[name]
+    return tc.ConfigEntry(name, value, read_only, source, kind, about if documentation else None)
 
 
 def topic_configs(broker: Any, cfg: TopicConfig, keys: list[str] | None, documentation: bool) -> list[tc.ConfigEntry]:

@@ -125,7 +125,7 @@ def topic_config(broker: Any, t: tc.NewTopic) -> TopicConfig:
 
 
 def failure(exc: RingError) -> tuple[int, str]:
-    """Kafka's code and message for what refused a topic's create or delete."""
+    """Kafka's code and message for what refused a topic's create, change or delete."""
     field = exc.extra.get("field")
     internal = isinstance(exc, BadRequest) and exc.extra.get("topic") in INTERNAL_TOPICS  # check_not_internal's
     if isinstance(exc, InvalidConfig):
