@@ -446,7 +446,11 @@ class SyncedLengths:
         each drawn from it: a file keeps its synced bytes and some of what was written after them (none to
         all), and half of the files torn so have the last ``TORN_ZEROS_MAX`` bytes or fewer of what they
         kept zeroed (the size reached the disk, the data did not)."""
-        cut = self._entries_back(root)
+        self.tracking = False  # (what the power loss itself removes is not kept aside)
+        try:
+            cut = self._entries_back(root)
+        finally:
+            self.tracking = True
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             st = path.stat()
             keep = self.lengths.get(_inode(st), 0)
