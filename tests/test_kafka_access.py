@@ -10,7 +10,8 @@ import uuid
 from typing import Any, AsyncIterator
 
 import pytest
-from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+from kafka.protocol.admin import (AlterConfigsRequest, AlterConfigsResponse, CreatePartitionsRequest,
+                                  CreatePartitionsResponse, CreateTopicsRequest,
                                   CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
                                   DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
                                   DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
@@ -231,8 +232,8 @@ async def test_metadata_describes_what_the_token_holds_and_creates_only_what_it_
 
 
 async def test_configs_are_described_and_changed_and_partitions_grown_only_with_permission_on_the_topic(ring):
-    """Every served version of DescribeConfigs, IncrementalAlterConfigs and CreatePartitions, in kafka-python's
-    encoding of Kafka's own schemas: a topic the token may not describe or change answers
+    """Every served version of DescribeConfigs, IncrementalAlterConfigs, AlterConfigs and CreatePartitions, in
+    kafka-python's encoding of Kafka's own schemas: a topic the token may not describe or change answers
     TOPIC_AUTHORIZATION_FAILED and stays as it was."""
     await ring.topic("cfg-mine")
     await ring.topic("cfg-theirs")
@@ -257,6 +258,16 @@ async def test_configs_are_described_and_changed_and_partitions_grown_only_with_
             for name in ("cfg-mine", "cfg-theirs")])
         answer = await ring.call(who, topic_codec.INCREMENTAL_ALTER_CONFIGS, version, alter,
                                  IncrementalAlterConfigsResponse)
+        assert {r.resource_name: r.error_code for r in answer.responses} == {"cfg-mine": NONE, "cfg-theirs": DENIED}
+        assert ring.broker.catalog.get("cfg-mine").retention_ms == retention
+    legacy = AlterConfigsRequest.AlterConfigsResource
+    for version in range(3):
+        retention = 7_200_000 + version
+        alter = AlterConfigsRequest(validate_only=False, resources=[legacy(
+            resource_type=2, resource_name=name, configs=[legacy.AlterableConfig(name="retention.ms",
+                                                                                value=str(retention))])
+            for name in ("cfg-mine", "cfg-theirs")])
+        answer = await ring.call(who, topic_codec.ALTER_CONFIGS, version, alter, AlterConfigsResponse)
         assert {r.resource_name: r.error_code for r in answer.responses} == {"cfg-mine": NONE, "cfg-theirs": DENIED}
         assert ring.broker.catalog.get("cfg-mine").retention_ms == retention
     assert ring.broker.catalog.get("cfg-theirs").retention_ms == TopicConfig("-").retention_ms

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ring.catalog import TopicConfig
 from ring.kafka_api.topic_codec import topic_id_bytes
 from tests.brokers import TestCluster
 from tests.support import wait_for
@@ -421,3 +422,25 @@ def test_validate_only_changes_nothing_and_the_offsets_topic_is_not_changed(ring
     assert outcome(future).code() == KafkaError.TOPIC_EXCEPTION
     [(_, future)] = admin.create_partitions([NewPartitions("__offsets", 1000)]).items()
     assert outcome(future).code() == KafkaError.TOPIC_EXCEPTION
+
+
+def test_the_legacy_alter_configs_replaces_the_whole_set(ring, admin):
+    """AlterConfigs (librdkafka's ``alter_configs``) sets what it names and puts every other config back to
+    ring's default, as Kafka does; a value ring cannot take changes nothing."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    make_topic(ring, "configs-replaced", partitions=1, retention_ms=3_600_000, unclean_leader_election=True)
+    default = TopicConfig("-")  # ring's defaults
+    [(_, future)] = admin.alter_configs([ConfigResource(ResourceType.TOPIC, "configs-replaced",
+                                                        set_config={"retention.bytes": "1048576"})]).items()
+    assert outcome(future) is None
+    wait_for("the change on every broker", lambda: all(
+        b.http.describe("configs-replaced")["retention_bytes"] == 1_048_576 for b in ring))
+    doc = ring[0].http.describe("configs-replaced")
+    assert (doc["retention_ms"], doc["unclean_leader_election"]) == (default.retention_ms, False)  # not named
+    before = settings_of(ring, "configs-replaced")
+    [(_, future)] = admin.alter_configs([ConfigResource(ResourceType.TOPIC, "configs-replaced",
+                                                        set_config={"compression.type": "gzip"})]).items()
+    assert outcome(future).code() == KafkaError.INVALID_CONFIG
+    assert settings_of(ring, "configs-replaced") == before

@@ -21,7 +21,7 @@ Each request's topics are checked before anything is written, created, deleted o
                                     produce on it (as a produce over HTTP auto-creates), else
                                     TOPIC_AUTHORIZATION_FAILED and not created
     CreateTopics, DeleteTopics      admin on each topic's name; per topic TOPIC_AUTHORIZATION_FAILED
-    CreatePartitions,               admin on each topic; per topic TOPIC_AUTHORIZATION_FAILED
+    CreatePartitions, AlterConfigs, admin on each topic; per topic TOPIC_AUTHORIZATION_FAILED
     IncrementalAlterConfigs
     DescribeConfigs                 some permission on each topic (GET /v1/topics/{topic}), else
                                     TOPIC_AUTHORIZATION_FAILED; a broker's defaults: any principal

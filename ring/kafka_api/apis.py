@@ -12,7 +12,7 @@ DeleteTopics are the broker's own topic create and delete (``topics.py``). SaslH
 are listed here and answered by the connection, whose state they change (``server.py``, ``sasl.py``). Only
 non-flexible versions are served, but for ApiVersions v3, Metadata v9, FindCoordinator v3-4, InitProducerId
 v2-5, OffsetForLeaderEpoch v4, CreateTopics v5-7, DeleteTopics v4-6, CreatePartitions v2-3, DescribeConfigs v4,
-IncrementalAlterConfigs v1 and SaslAuthenticate v2. DescribeConfigs, IncrementalAlterConfigs and
+AlterConfigs v2, IncrementalAlterConfigs v1 and SaslAuthenticate v2. DescribeConfigs, the two AlterConfigs and
 CreatePartitions read and change a topic's settings (``configs.py``).
 """
 

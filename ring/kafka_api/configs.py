@@ -1,14 +1,15 @@
-"""Kafka's DescribeConfigs, IncrementalAlterConfigs and CreatePartitions on the listener: a topic's settings
-read and changed through the broker's own topic change (what ``PATCH /v1/topics/{topic}`` calls), each
-resource's outcome answered with Kafka's codes. They serve ``kafka-topics.sh --describe`` and ``--alter
---partitions``, ``kafka-configs.sh`` and the admin clients' ``describeConfigs``, ``incrementalAlterConfigs``
-and ``createPartitions``.
+"""Kafka's DescribeConfigs, IncrementalAlterConfigs, AlterConfigs and CreatePartitions on the listener: a
+topic's settings read and changed through the broker's own topic change (what ``PATCH /v1/topics/{topic}``
+calls), each resource's outcome answered with Kafka's codes. They serve ``kafka-topics.sh --describe`` and
+``--alter --partitions``, ``kafka-configs.sh`` and the admin clients' ``describeConfigs``,
+``incrementalAlterConfigs``, the legacy ``alterConfigs`` and ``createPartitions``.
 
 A topic's configs are those of ``topics.CONFIGS`` (Kafka's names for ring's settings). Each is answered with
 its source: set for the topic when it differs from ring's default, else the default. ``segment.bytes`` is
 read-only (fixed when the topic is created) and ``cleanup.policy`` is ``delete`` alone. Changing a config is
 a change of the topic's settings gossiped to every broker; deleting one sets ring's default again; APPEND and
-SUBTRACT apply to the one list config, ``cleanup.policy``, and only leave it ``delete``. A broker resource
+SUBTRACT apply to the one list config, ``cleanup.policy``, and only leave it ``delete``. The legacy AlterConfigs
+replaces the whole set: what it does not name goes back to ring's default (``segment.bytes`` aside). A broker resource
 (this broker's node id, or the empty name for the cluster's defaults) describes the defaults topics are
 created with, read-only: ring's broker settings are fixed when ``ring serve`` starts. CreatePartitions grows
 a topic's partition count as ``PATCH`` does; a count no higher than today's is INVALID_PARTITIONS, a manual
@@ -182,8 +183,19 @@ def _change(broker: Any, cfg: TopicConfig, configs: list[tuple[str, int, str | N
     return body
 
 
-async def _alter_one(broker: Any, who: access.Who, res: tc.ConfigsAltered,
-                     validate_only: bool) -> tuple[int, str, int, str | None]:
+def _replacing(cfg: TopicConfig, configs: list[tuple[str, int, str | None]]) -> list[tuple[str, int, str | None]]:
+    """The legacy AlterConfigs' request as IncrementalAlterConfigs' operations: it replaces the topic's whole
+    config set, so each config it names is set (a null: the default) and every other goes back to ring's
+    default; ``segment.bytes``, fixed when the topic was created, stays (named with its value, it is no
+    change)."""
+    named = {name for name, _, _ in configs}
+    ops = [(name, tc.OP_DELETE if value is None else tc.OP_SET, value) for name, _, value in configs
+           if not (name == "segment.bytes" and value == str(cfg.segment_bytes))]
+    return ops + [(name, tc.OP_DELETE, None) for name in CONFIGS if name not in named and name != "segment.bytes"]
+
+
+async def _alter_one(broker: Any, who: access.Who, res: tc.ConfigsAltered, validate_only: bool,
+                     legacy: bool) -> tuple[int, str, int, str | None]:
     def failed(code: int, message: str) -> tuple[int, str, int, str | None]:
         return res.resource_type, res.name, code, message[:500]
 
@@ -198,7 +210,7 @@ async def _alter_one(broker: Any, who: access.Who, res: tc.ConfigsAltered,
     try:
         check_not_internal(validate_topic_name(res.name), "change")
         cfg = broker.catalog.get(res.name)
-        body = _change(broker, cfg, res.configs)
+        body = _change(broker, cfg, _replacing(cfg, res.configs) if legacy else res.configs)
         if validate_only:
             if body:
                 cfg.changed(body)
@@ -211,9 +223,11 @@ async def _alter_one(broker: Any, who: access.Who, res: tc.ConfigsAltered,
     return res.resource_type, res.name, errors.NONE, None
 
 
-def incremental_alter_configs(broker: Any, version: int, r: Reader) -> Any:
-    req = tc.read_incremental_alter_configs(version, r)
+def incremental_alter_configs(broker: Any, version: int, r: Reader, api_key: int = tc.INCREMENTAL_ALTER_CONFIGS
+                              ) -> Any:
+    req = tc.read_incremental_alter_configs(version, r, api_key)
     who = access.principal()
+    legacy = api_key == tc.ALTER_CONFIGS
 
     async def answer() -> bytes:
         most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
@@ -227,9 +241,14 @@ def incremental_alter_configs(broker: Any, version: int, r: Reader) -> Any:
                 results.append((res.resource_type, res.name, errors.INVALID_REQUEST,
                                 "the resource is named more than once"))
             else:
-                results.append(await _alter_one(broker, who, res, req.validate_only))
-        return tc.alter_configs_answer(version, results)
+                results.append(await _alter_one(broker, who, res, req.validate_only, legacy))
+        return tc.alter_configs_answer(version, results, api_key)
     return answer()
+
+
+def alter_configs(broker: Any, version: int, r: Reader) -> Any:
+    """The legacy AlterConfigs: a topic's whole config set replaced (``_replacing``)."""
+    return incremental_alter_configs(broker, version, r, tc.ALTER_CONFIGS)
 
 
 # --- CreatePartitions --------------------------------------------------------------------------
@@ -284,4 +303,4 @@ def create_partitions(broker: Any, version: int, r: Reader) -> Any:
 
 
 HANDLERS = {tc.DESCRIBE_CONFIGS: describe_configs, tc.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
-            tc.CREATE_PARTITIONS: create_partitions}
+            tc.ALTER_CONFIGS: alter_configs, tc.CREATE_PARTITIONS: create_partitions}

@@ -4,8 +4,8 @@ CreateTopics (v2-7, flexible from v5) and DeleteTopics (v1-6, flexible from v4):
 clients negotiate (Kafka 4.0 dropped CreateTopics v0-1 and DeleteTopics v0). CreateTopics v7 answers
 each new topic's id and DeleteTopics v6 names topics by name or by id: a topic id is 16 bytes, ring's
 ``TopicConfig.id`` decoded (``topic_id_bytes``). CreatePartitions (v0-3, flexible from v2),
-DescribeConfigs (v1-4, flexible from v4; Kafka 4.0 dropped v0) and IncrementalAlterConfigs (v0-1,
-flexible from v1): every version Kafka 4.x clients send.
+DescribeConfigs (v1-4, flexible from v4; Kafka 4.0 dropped v0), AlterConfigs (v0-2, flexible from v2)
+and IncrementalAlterConfigs (v0-1, flexible from v1): every version Kafka 4.x clients send.
 
 ``read_*`` parse a request body into a plain value (``Reader`` raises ``Malformed`` at the first field
 that does not fit the frame); ``*_answer`` build an answer body. No decision is made here: that is the
@@ -22,10 +22,10 @@ from ring.kafka_api.wire import Reader, Writer
 T = TypeVar("T")
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
-DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 VERSIONS = {CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3), DESCRIBE_CONFIGS: (1, 4),
-            INCREMENTAL_ALTER_CONFIGS: (0, 1)}
-FLEXIBLE_FROM = {CREATE_TOPICS: 5, DELETE_TOPICS: 4, CREATE_PARTITIONS: 2, DESCRIBE_CONFIGS: 4,
+            ALTER_CONFIGS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1)}
+FLEXIBLE_FROM = {CREATE_TOPICS: 5, DELETE_TOPICS: 4, CREATE_PARTITIONS: 2, DESCRIBE_CONFIGS: 4, ALTER_CONFIGS: 2,
                  INCREMENTAL_ALTER_CONFIGS: 1}
 NO_TOPIC_ID = bytes(16)  # Kafka's zero UUID: no id
 # DescribeConfigs' sources: set for the topic, set when the broker started, a default.
@@ -351,11 +351,17 @@ class IncrementalAlterConfigs(NamedTuple):
     validate_only: bool
 
 
-def read_incremental_alter_configs(version: int, r: Reader) -> IncrementalAlterConfigs:
-    flex = version >= FLEXIBLE_FROM[INCREMENTAL_ALTER_CONFIGS]
+def read_incremental_alter_configs(version: int, r: Reader, api_key: int = INCREMENTAL_ALTER_CONFIGS
+                                   ) -> IncrementalAlterConfigs:
+    """IncrementalAlterConfigs' request; with ``api_key`` ALTER_CONFIGS, the legacy AlterConfigs' (the same
+    but for the operation, which it has not: each config it names is read as SET)."""
+    flex = version >= FLEXIBLE_FROM[api_key]
+    legacy = api_key == ALTER_CONFIGS
 
     def config(r: Reader) -> tuple[str, int, str | None]:
-        name, op, value = _string(r, flex), r.int8(), _nullable_string(r, flex)
+        name = _string(r, flex)
+        op = OP_SET if legacy else r.int8()
+        value = _nullable_string(r, flex)
         if flex:
             r.tagged_fields()
         return name, op, value
@@ -374,9 +380,11 @@ def read_incremental_alter_configs(version: int, r: Reader) -> IncrementalAlterC
     return IncrementalAlterConfigs(resources, validate_only)
 
 
-def alter_configs_answer(version: int, results: list[tuple[int, str, int, str | None]]) -> bytes:
-    """``results``: (resource type, resource name, error code, message) per resource."""
-    flex = version >= FLEXIBLE_FROM[INCREMENTAL_ALTER_CONFIGS]
+def alter_configs_answer(version: int, results: list[tuple[int, str, int, str | None]],
+                         api_key: int = INCREMENTAL_ALTER_CONFIGS) -> bytes:
+    """``results``: (resource type, resource name, error code, message) per resource (the answer of either
+    AlterConfigs API, ``api_key``)."""
+    flex = version >= FLEXIBLE_FROM[api_key]
     w = Writer().int32(0)  # throttle_time_ms
     _head(w, flex, len(results))
     for kind, name, error, message in results:
