@@ -26,11 +26,11 @@ from typing import Any
 from ring import auth, limits
 from ring.catalog import (CONSISTENCY_DEFAULT, REPLICATION_FACTOR_DEFAULT, TopicConfig, check_not_internal,
                           validate_topic_name)
-from ring.errors import BadRequest, RingError, UnknownTopic
+from ring.errors import BadRequest, RingError
 from ring.kafka_api import access, errors
 from ring.kafka_api import topic_codec as tc
 from ring.kafka_api.cluster import node_id
-from ring.kafka_api.topics import CONFIGS, InvalidConfig, consistency_for, failure
+from ring.kafka_api.topics import CONFIGS, InvalidConfig, consistency_for, each_topic_once, failure
 from ring.kafka_api.wire import Reader
 from ring.replication.protocol import needed_acks
 
@@ -126,8 +126,7 @@ def _describe_one(broker: Any, who: access.Who, res: tc.ConfigsAsked, documentat
     try:
         cfg = broker.catalog.get(validate_topic_name(res.name))
     except RingError as exc:
-        return failed(errors.UNKNOWN_TOPIC_OR_PARTITION if isinstance(exc, UnknownTopic) else failure(exc)[0],
-                      exc.message)
+        return failed(*failure(exc))  # (an unknown topic: UNKNOWN_TOPIC_OR_PARTITION)
     return tc.ConfigsDescribed(res.resource_type, res.name, errors.NONE, None,
                                topic_configs(broker, cfg, res.keys, documentation))
 
@@ -217,8 +216,6 @@ async def _alter_one(broker: Any, who: access.Who, res: tc.ConfigsAltered, valid
         elif body:
             await broker.change_topic(res.name, body)
     except RingError as exc:
-        if isinstance(exc, UnknownTopic):
-            return failed(errors.UNKNOWN_TOPIC_OR_PARTITION, exc.message)
         return failed(*failure(exc))
     return res.resource_type, res.name, errors.NONE, None
 
@@ -273,8 +270,6 @@ async def _grow_one(broker: Any, who: access.Who, t: tc.NewPartitions, validate_
         else:
             await broker.change_topic(t.name, body)
     except RingError as exc:
-        if isinstance(exc, UnknownTopic):
-            return errors.UNKNOWN_TOPIC_OR_PARTITION, exc.message[:500]
         return failure(exc)
     return errors.NONE, None
 
@@ -283,21 +278,12 @@ def create_partitions(broker: Any, version: int, r: Reader) -> Any:
     req = tc.read_create_partitions(version, r)
     who = access.principal()
 
+    async def grow(t: tc.NewPartitions) -> tuple[str, int, str | None]:
+        return (t.name, *await _grow_one(broker, who, t, req.validate_only))
+
     async def answer() -> bytes:
-        most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
-        named = Counter(t.name for t in req.topics)
-        results: list[tuple[str, int, str | None]] = []
-        answered: set[str] = set()
-        for i, t in enumerate(req.topics):
-            if t.name in answered:
-                continue
-            answered.add(t.name)
-            if i >= most:
-                results.append((t.name, errors.INVALID_REQUEST, f"at most {most} topics a request"))
-            elif named[t.name] > 1:
-                results.append((t.name, errors.INVALID_REQUEST, "the topic is named more than once"))
-            else:
-                results.append((t.name, *await _grow_one(broker, who, t, req.validate_only)))
+        results = await each_topic_once(req.topics, lambda t: t.name, grow,
+                                        lambda t, code, message: (t.name, code, message))
         return tc.create_partitions_answer(version, results)
     return answer()
 

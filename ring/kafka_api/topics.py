@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from ring import auth, limits
 from ring.catalog import INTERNAL_TOPICS, TopicConfig, check_not_internal, check_replicas_placeable, validate_topic_name
@@ -26,6 +26,9 @@ from ring.kafka_api import topic_codec as tc
 from ring.kafka_api.wire import Reader
 from ring.offsets import is_integer
 from ring.replication.protocol import needed_acks
+
+T = TypeVar("T")
+A = TypeVar("A")
 
 
 class InvalidConfig(BadRequest):
@@ -180,23 +183,38 @@ def create_topics(broker: Any, version: int, r: Reader) -> Any:
 
     async def answer() -> bytes:
         deadline = broker.clock.monotonic() + max(0, req.timeout_ms) / 1000
-        named = Counter(t.name for t in req.topics)
-        most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
-        results, answered = [], set()
-        for i, t in enumerate(req.topics):
-            if t.name in answered:
-                continue
-            answered.add(t.name)
-            if i >= most:
-                results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, f"at most {most} topics a request"))
-            elif named[t.name] > 1:
-                results.append(tc.TopicCreated(t.name, errors.INVALID_REQUEST, "the topic is named more than once"))
-            elif t.name in refused:
-                results.append(tc.TopicCreated(t.name, errors.TOPIC_AUTHORIZATION_FAILED, refused[t.name].message))
-            else:
-                results.append(await _create_one(broker, t, req.validate_only, deadline))
+
+        async def create(t: tc.NewTopic) -> tc.TopicCreated:
+            if t.name in refused:
+                return tc.TopicCreated(t.name, errors.TOPIC_AUTHORIZATION_FAILED, refused[t.name].message)
+            return await _create_one(broker, t, req.validate_only, deadline)
+
+        results = await each_topic_once(req.topics, lambda t: t.name, create,
+                                        lambda t, code, message: tc.TopicCreated(t.name, code, message))
         return tc.create_topics_answer(version, results)
     return answer()
+
+
+async def each_topic_once(items: list[T], name_of: Callable[[T], str], serve: Callable[[T], Awaitable[A]],
+                          refuse: Callable[[T, int, str], A]) -> list[A]:
+    """A topic admin request's answers, one per topic name, in the request's order: ``serve``'s, but for a
+    topic past ``KAFKA_TOPICS_PER_REQUEST_MAX`` or named more than once, INVALID_REQUEST (``refuse``)."""
+    most = limits.KAFKA_TOPICS_PER_REQUEST_MAX
+    named = Counter(name_of(item) for item in items)
+    out: list[A] = []
+    answered: set[str] = set()
+    for i, item in enumerate(items):
+        name = name_of(item)
+        if name in answered:
+            continue
+        answered.add(name)
+        if i >= most:
+            out.append(refuse(item, errors.INVALID_REQUEST, f"at most {most} topics a request"))
+        elif named[name] > 1:
+            out.append(refuse(item, errors.INVALID_REQUEST, "the topic is named more than once"))
+        else:
+            out.append(await serve(item))
+    return out
 
 
 # --- DeleteTopics ------------------------------------------------------------------------------
