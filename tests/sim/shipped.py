@@ -299,7 +299,7 @@ class SyncedLengths:
         self.slow: dict[str, float] = {}  # data directories (likewise) whose fsyncs take virtual seconds
         self.real_fsync = os.fsync
         self.real_fdatasync = os.fdatasync
-        self.real_replace, self.real_rename = os.replace, os.rename
+        self.real_replace = os.replace
         self.real_unlink, self.real_rmdir = os.unlink, os.rmdir
 
     def reset(self) -> None:
@@ -317,7 +317,7 @@ class SyncedLengths:
         loop runs)."""
         if os.fsync is not self.fsync:
             os.fsync, os.fdatasync = self.fsync, self.fdatasync  # type: ignore[assignment]
-            os.replace, os.rename = self.replace, self.rename  # type: ignore[assignment]
+            os.replace = os.rename = self.replace  # type: ignore[assignment]
             os.unlink = os.remove = self.unlink  # type: ignore[assignment]
             os.rmdir = self.rmdir  # type: ignore[assignment]
 
@@ -381,14 +381,10 @@ class SyncedLengths:
         self.ghosts[inode] = ghost
 
     def replace(self, src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        """``os.replace``, and ``os.rename`` (the same on POSIX): a file it replaces is kept aside first."""
         if self._tracked(src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd):
             self._keep(dst)
         self.real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    def rename(self, src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
-        if self._tracked(src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd):
-            self._keep(dst)
-        self.real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     def unlink(self, path: Any, *, dir_fd: Any = None) -> None:
         if self._tracked(dir_fd=dir_fd):
@@ -431,7 +427,7 @@ class SyncedLengths:
                     _remove(d / name)
                 moved = where.get(inode)
                 if moved is not None and os.path.lexists(moved):
-                    self.real_rename(moved, d / name)
+                    self.real_replace(moved, d / name)
                 elif inode in self.ghosts:
                     os.link(self.ghosts[inode], d / name)
                 else:
